@@ -1,0 +1,71 @@
+"""The artifact kinds: one ordered table, each kind's code behind one small interface.
+
+A kind's module provides ``build(ctx, path, source)`` which writes the artifact file, and
+``open_runner(path, ctx)`` which reloads it from disk as a :class:`Runner`. Modules are named
+by string so that importing this table costs nothing (``export-check --help`` stays instant).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class Runner(Protocol):
+    """A loaded artifact: a context manager whose ``infer`` maps an ``N×…`` float32 batch to logits."""
+
+    def __enter__(self) -> Runner: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def infer(self, batch: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What every builder may use: the eager model, an example batch and the export settings."""
+
+    model: Any  # torch.nn.Module in eval mode
+    example: Any  # torch.Tensor, a batch of real golden inputs
+    opset: int
+    onnx_exporter: str
+    threads: int
+
+
+@dataclass(frozen=True)
+class ArtifactKind:
+    name: str
+    suffix: str
+    family: str  # "float" or "int8": which gate applies
+    module: str  # imported only when the kind is built or loaded
+    source: str | None  # kind whose file this one is derived from
+    description: str
+
+    def impl(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+    def filename(self) -> str:
+        return f"{self.name}{self.suffix}"
+
+
+KINDS: tuple[ArtifactKind, ...] = (
+    ArtifactKind("torchscript-trace", ".pt", "float", "exporter.artifacts.torchscript_trace", None,
+                 "TorchScript from torch.jit.trace on a batch of golden inputs; loaded with torch.jit.load"),
+    ArtifactKind("torchscript-script", ".pt", "float", "exporter.artifacts.torchscript_script", None,
+                 "TorchScript from torch.jit.script (keeps Python control flow); loaded with torch.jit.load"),
+    ArtifactKind("onnx", ".onnx", "float", "exporter.artifacts.onnx_export", None,
+                 "ONNX with a dynamic batch axis, explicit opset and exporter; run in onnxruntime (CPU)"),
+    ArtifactKind("onnx-simplified", ".onnx", "float", "exporter.artifacts.onnx_simplified", "onnx",
+                 "the ONNX file simplified by onnxsim; its batch axis must stay dynamic"),
+    ArtifactKind("torch-int8-dynamic", ".pt", "int8", "exporter.artifacts.torch_int8", None,
+                 "dynamic int8 quantization of nn.Linear (torch.ao), traced and saved as TorchScript"),
+    ArtifactKind("onnx-int8-dynamic", ".onnx", "int8", "exporter.artifacts.onnx_int8", "onnx",
+                 "onnxruntime.quantization.quantize_dynamic of the ONNX file (int8 weights)"),
+)
+KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
+KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}

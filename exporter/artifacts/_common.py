@@ -1,0 +1,166 @@
+"""Helpers shared by the artifact modules: atomic file writes, captured warnings, runners."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ArtifactError
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary sibling path to write to; on success fsync it and ``os.replace`` onto ``path``.
+
+    A reader never sees a half-written artifact: the file at ``path`` is either the previous one,
+    or absent, or complete.
+    """
+    tmp = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
+    try:
+        yield tmp
+        if not tmp.is_file() or tmp.stat().st_size == 0:
+            raise ArtifactError(f"exporter wrote nothing to {tmp.name}")
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(f"log {record.name}: {record.getMessage().strip()}")
+
+
+@contextlib.contextmanager
+def captured_warnings(notes: list[str]) -> Iterator[None]:
+    """Collect warnings and WARNING log records from exporters into ``notes`` for the report,
+    instead of letting them reach the terminal (or fail a ``-W error`` test run)."""
+    handler = _ListHandler(notes)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+            for w in caught:
+                first_line = str(w.message).strip().splitlines()[0] if str(w.message).strip() else ""
+                notes.append(f"{w.category.__name__}: {first_line}")
+
+
+def dedupe(notes: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(notes))
+
+
+class TorchScriptRunner:
+    """Runs a TorchScript file reloaded from disk."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.module = None
+
+    def __enter__(self) -> TorchScriptRunner:
+        import torch
+
+        self.module = torch.jit.load(str(self.path), map_location="cpu")
+        self.module.eval()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.module = None
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        assert self.module is not None, "runner used outside its with-block"
+        with torch.inference_mode():
+            out = self.module(torch.from_numpy(batch))
+        return as_logits(out, self.path.name)
+
+
+class OnnxRunner:
+    """Runs an ONNX file in an onnxruntime CPU session with pinned threads."""
+
+    def __init__(self, path: Path, threads: int) -> None:
+        self.path = path
+        self.threads = threads
+        self.session = None
+        self.input_name = ""
+
+    def __enter__(self) -> OnnxRunner:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+        inputs = self.session.get_inputs()
+        if len(inputs) != 1:
+            raise ArtifactError(f"{self.path.name} has {len(inputs)} inputs; export-check feeds exactly one")
+        self.input_name = inputs[0].name
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.session = None
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        assert self.session is not None, "runner used outside its with-block"
+        outputs = self.session.run(None, {self.input_name: batch})
+        return as_logits(outputs[0], self.path.name)
+
+
+def as_logits(out: object, what: str) -> np.ndarray:
+    """Normalise a model output to a 2-D float array, or raise naming what came back."""
+    if isinstance(out, (tuple, list)) and len(out) >= 1:
+        out = out[0]
+    if hasattr(out, "detach"):
+        out = out.detach().cpu().numpy()
+    if not isinstance(out, np.ndarray):
+        raise ArtifactError(f"{what} returned {type(out).__name__}; export-check compares one logits tensor")
+    if out.ndim == 1:
+        out = out[:, None]
+    if out.ndim != 2:
+        out = out.reshape(out.shape[0], -1)
+    return out.astype(np.float32, copy=False)
+
+
+def onnx_batch_dims(path: Path) -> tuple[str | int | None, str | int | None]:
+    """The first dimension of the ONNX file's first input and first output: a symbol name when
+    dynamic, an int when fixed, ``None`` when unknown."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+
+    def first_dim(value) -> str | int | None:
+        dims = value.type.tensor_type.shape.dim
+        if not dims:
+            return None
+        if dims[0].HasField("dim_param"):
+            return dims[0].dim_param
+        return dims[0].dim_value if dims[0].HasField("dim_value") else None
+
+    return first_dim(model.graph.input[0]), first_dim(model.graph.output[0])
+
+
+def require_dynamic_batch(path: Path, what: str) -> None:
+    """Raise when the file's batch axis is not symbolic on both its input and its output."""
+    for side, dim in zip(("input", "output"), onnx_batch_dims(path)):
+        if not isinstance(dim, str) or not dim:
+            raise ArtifactError(
+                f"{what}: the {side} batch axis is fixed to {dim!r}, not dynamic; the file only accepts that batch size"
+            )

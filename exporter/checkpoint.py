@@ -1,0 +1,253 @@
+"""Safe checkpoint loading and architecture resolution.
+
+Checkpoints are untrusted: they are read with ``torch.load(weights_only=True)`` (or safetensors),
+which refuses any pickle that would construct arbitrary objects or run code. The architecture code
+the user points at is trusted: it is imported and run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import pickle
+import sys
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import ArchitectureError, CheckpointError, ExportCheckError
+
+_WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")
+_PREFIXES = ("module.", "_orig_mod.")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_readable_file(path: Path, what: str, fix: str, error: type[ExportCheckError] = CheckpointError) -> None:
+    """Fail early, before expensive work, when ``path`` is not a readable, non-empty file."""
+    if not path.exists():
+        raise error(f"{path}: {what} not found; {fix}")
+    if not path.is_file():
+        raise error(f"{path}: {what} is not a regular file; {fix}")
+    try:
+        with open(path, "rb") as fh:
+            empty = not fh.read(1)
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror or exc}); check its permissions") from None
+    if empty:
+        raise error(f"{path}: {what} is empty (0 bytes); re-save it with torch.save(model.state_dict(), path)")
+
+
+def load_state_dict(path: Path) -> dict[str, Any]:
+    """Read a checkpoint into a flat ``{name: tensor}`` dict without unpickling code.
+
+    Accepts a bare state_dict, a dict holding one under ``state_dict``/``model_state_dict``/``model``,
+    keys prefixed by ``module.`` (DataParallel) or ``_orig_mod.`` (torch.compile), and ``.safetensors``.
+    """
+    check_readable_file(path, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
+    if path.suffix == ".safetensors":
+        obj = _load_safetensors(path)
+    else:
+        obj = _load_torch(path)
+    state = _unwrap(obj, path)
+    return _strip_prefixes(state)
+
+
+def _load_torch(path: Path) -> Any:
+    import torch
+
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "Weights only load failed" in first or "Unsupported global" in str(exc) or "GLOBAL" in str(exc):
+            raise CheckpointError(
+                f"{path}: refused: the checkpoint's pickle asks for objects or code beyond tensors "
+                "(weights_only); re-save only the weights with torch.save(model.state_dict(), path)"
+            ) from None
+        raise CheckpointError(f"{path}: not a readable checkpoint ({first}); re-save it with torch.save") from None
+    except (EOFError, RuntimeError, zipfile.BadZipFile, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"{path}: truncated, corrupt or not a PyTorch checkpoint ({reason[:160]}); re-save it with torch.save"
+        ) from None
+
+
+def _load_safetensors(path: Path) -> Any:
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise CheckpointError(f"{path}: reading .safetensors needs the safetensors package: pip install safetensors") from None
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as exc:  # safetensors raises its own SafetensorError and others
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: not a readable safetensors file ({reason[:160]}); re-save it") from None
+
+
+def _unwrap(obj: Any, path: Path) -> dict[str, Any]:
+    import torch
+
+    if isinstance(obj, Mapping) and not _all_tensors(obj):
+        for key in _WRAPPER_KEYS:
+            inner = obj.get(key)
+            if isinstance(inner, Mapping) and inner and _all_tensors(inner):
+                obj = inner
+                break
+    if not isinstance(obj, Mapping) or not obj:
+        raise CheckpointError(
+            f"{path}: holds a {type(obj).__name__}, not a state_dict of tensors; "
+            "save one with torch.save(model.state_dict(), path)"
+        )
+    bad = [k for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise CheckpointError(
+            f"{path}: not a state_dict: {len(bad)} entries are not name->tensor (first: {str(bad[0])[:60]!r}); "
+            "save one with torch.save(model.state_dict(), path)"
+        )
+    return dict(obj)
+
+
+def _all_tensors(mapping: Mapping) -> bool:
+    import torch
+
+    return all(isinstance(v, torch.Tensor) for v in mapping.values())
+
+
+def _strip_prefixes(state: dict[str, Any]) -> dict[str, Any]:
+    for prefix in _PREFIXES:
+        if state and all(k.startswith(prefix) for k in state):
+            state = {k[len(prefix):]: v for k, v in state.items()}
+    return state
+
+
+def resolve_factory(spec: str, root: Path | None = None) -> Callable[..., Any]:
+    """Resolve ``package.module:Factory`` or ``path/to/file.py:Factory`` to a callable.
+
+    >>> resolve_factory("models.resnet:ResNet")  # doctest: +SKIP
+    <class 'models.resnet.ResNet'>
+
+    Module specs import from ``root`` (the folder of the settings file that named them) and the
+    current directory.
+    """
+    module_part, sep, attr = spec.rpartition(":")
+    if not sep or not module_part or not attr:
+        raise ArchitectureError(
+            f"architecture {spec!r} is not of the form package.module:Factory or path/to/file.py:Factory"
+        )
+    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
+        module = _import_file(Path(module_part), spec)
+    else:
+        module = _import_module(module_part, spec, root)
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            available = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
+            raise ArchitectureError(
+                f"{spec}: {module_part} has no attribute {attr!r}; callables there: {', '.join(available[:12]) or 'none'}"
+            )
+        target = getattr(target, part)
+    if not callable(target):
+        raise ArchitectureError(f"{spec}: {attr} is a {type(target).__name__}, not a class or factory function")
+    return target
+
+
+def _import_module(name: str, spec: str, root: Path | None = None) -> Any:
+    # The current directory is where users keep their models; `python -m` puts it on sys.path too.
+    for folder in (Path.cwd(), root):
+        if folder is not None and str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise ArchitectureError(
+            f"{spec}: cannot import module {exc.name!r}; run from the directory that contains it, "
+            "add it to PYTHONPATH, or give a file path (path/to/file.py:Factory)"
+        ) from None
+    except Exception as exc:
+        raise ArchitectureError(f"{spec}: importing {name} failed: {type(exc).__name__}: {exc}") from None
+
+
+def _import_file(path: Path, spec: str) -> Any:
+    path = path.expanduser().resolve()
+    if not path.is_file():
+        raise ArchitectureError(f"{spec}: file {path} not found; give an existing .py file")
+    # Inside a package (directories with __init__.py), import it by its dotted name so that the
+    # file's relative imports work; otherwise load the lone file under a private name.
+    package_parts = [path.stem]
+    root = path.parent
+    while (root / "__init__.py").is_file():
+        package_parts.insert(0, root.name)
+        root = root.parent
+    if len(package_parts) > 1:
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+        return _import_module(".".join(package_parts), spec)
+    name = f"_export_check_arch_{abs(hash(str(path)))}"
+    if name in sys.modules:
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ArchitectureError(f"{spec}: cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise ArchitectureError(f"{spec}: executing {path} failed: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def build_model(
+    spec: str, kwargs: Mapping[str, Any], state: Mapping[str, Any], checkpoint: Path, root: Path | None = None
+) -> Any:
+    """Construct the architecture, load ``state`` strictly, and return it in eval mode on the CPU."""
+    import torch
+
+    factory = resolve_factory(spec, root)
+    try:
+        model = factory(**kwargs)
+    except TypeError as exc:
+        try:
+            signature = str(inspect.signature(factory))
+        except (TypeError, ValueError):
+            signature = "(...)"
+        raise ArchitectureError(f"{spec}{signature}: cannot construct with {dict(kwargs)}: {exc}; fix --arch-kwargs") from None
+    except Exception as exc:
+        raise ArchitectureError(f"{spec}: constructing the model failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise ArchitectureError(f"{spec}: returned a {type(model).__name__}, not a torch.nn.Module")
+    describe_mismatch(model.state_dict(), state, checkpoint, spec)
+    model.load_state_dict(state, strict=True)
+    return model.to("cpu").eval()
+
+
+def describe_mismatch(expected: Mapping[str, Any], given: Mapping[str, Any], checkpoint: Path, spec: str, show: int = 3) -> None:
+    """Raise one :class:`CheckpointError` listing missing, unexpected and shape-mismatched keys."""
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    shapes = [
+        f"{k} {tuple(given[k].shape)}!={tuple(expected[k].shape)}"
+        for k in expected
+        if k in given and tuple(given[k].shape) != tuple(expected[k].shape)
+    ]
+    if not (missing or unexpected or shapes):
+        return
+    parts = []
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", shapes)):
+        if items:
+            more = f", … {len(items)} in all" if len(items) > show else ""
+            parts.append(f"{len(items)} {label}: {', '.join(items[:show])}{more}")
+    raise CheckpointError(
+        f"{checkpoint}: does not fit {spec} ({'; '.join(parts)}); check --arch and --arch-kwargs match the trained model"
+    )

@@ -1,0 +1,41 @@
+"""One exception family for everything the user can fix.
+
+``ExportCheckError`` and its subclasses carry a one-line message that names the file and the fix;
+the CLI prints it without a traceback and exits 2. Anything else is a bug in export-check and keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+
+class ExportCheckError(Exception):
+    """A problem with the user's input or environment, printed as one line (exit code 2)."""
+
+    exit_code = 2
+
+
+class UsageError(ExportCheckError):
+    """Bad command-line arguments or configuration values."""
+
+
+class CheckpointError(ExportCheckError):
+    """The checkpoint file cannot be read safely, or does not fit the architecture."""
+
+
+class ArchitectureError(ExportCheckError):
+    """The architecture spec cannot be resolved or constructed."""
+
+
+class GoldenError(ExportCheckError):
+    """The golden set is missing, malformed or fails its integrity check."""
+
+
+class OutputError(ExportCheckError):
+    """The output directory or a report path cannot be written."""
+
+
+class ArtifactError(Exception):
+    """One artifact failed to build, load or run; becomes that row's ``error`` verdict.
+
+    Not an ``ExportCheckError``: it never stops the run, the other artifacts still run.
+    """

@@ -1,0 +1,422 @@
+"""The golden set on disk: a manifest with content hashes, the inputs, and the approved logits.
+
+Layout (all paths in the manifest are relative to the golden directory)::
+
+    manifest.json                   format, version, preprocessing, inputs, reference, provenance
+    inputs/<stem>.<sha12><suffix>   images (PNG/JPEG/…) or raw input tensors (.npy)
+    reference-<sha12>.npy           approved logits, float32, one row per input
+
+Data files are content-addressed and never overwritten; ``manifest.json`` is replaced atomically
+last, so a writer killed at any point leaves either the old or the new set, both complete.
+Everything read from here is untrusted: paths must stay inside the folder, hashes must match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from .errors import GoldenError
+from .preprocess import IMAGE_SUFFIXES, Preprocess, preprocess_image
+
+MANIFEST = "manifest.json"
+FORMAT = "export-check-golden"
+VERSION = 1
+INPUTS_DIR = "inputs"
+TENSOR_SUFFIX = ".npy"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class GoldenInput:
+    name: str  # the original file name, for people
+    file: str  # relative path inside the golden folder
+    sha256: str
+    label: int | None = None
+
+
+@dataclass(frozen=True)
+class GoldenSet:
+    root: Path
+    preprocess: Preprocess | None  # None: every input is a raw .npy tensor
+    inputs: tuple[GoldenInput, ...]
+    reference_file: str
+    reference_sha256: str
+    reference_shape: tuple[int, ...]
+    model: dict[str, Any]  # checkpoint name and hash, arch, arch kwargs it was recorded with
+    recorded_with: dict[str, str]
+    created: str
+    manifest_sha256: str
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def reference(self) -> np.ndarray:
+        data = _read_verified(self.root, self.reference_file, self.reference_sha256)
+        try:
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise GoldenError(f"{self.root / self.reference_file}: not a readable .npy array ({exc}); re-record the golden set") from None
+        if tuple(array.shape) != self.reference_shape or not np.issubdtype(array.dtype, np.floating):
+            raise GoldenError(
+                f"{self.root / self.reference_file}: holds {array.dtype} {tuple(array.shape)}, manifest says float "
+                f"{self.reference_shape}; re-record the golden set"
+            )
+        return array.astype(np.float32, copy=False)
+
+    def load_input(self, item: GoldenInput) -> np.ndarray:
+        """Read one input, check its hash, decode and preprocess it."""
+        data = _read_verified(self.root, item.file, item.sha256)
+        return decode_input(data, item.file, self.preprocess, self.root / item.file)
+
+    def batches(self, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(start, batch)`` over the set, decoding one batch at a time."""
+        for start in range(0, len(self.inputs), batch_size):
+            chunk = self.inputs[start : start + batch_size]
+            arrays = [self.load_input(item) for item in chunk]
+            shapes = {a.shape for a in arrays}
+            if len(shapes) != 1:
+                raise GoldenError(f"{self.root}: inputs have different shapes {sorted(shapes)}; re-record with one preprocessing")
+            yield start, np.stack(arrays).astype(np.float32, copy=False)
+
+    def labels(self) -> list[int | None]:
+        return [item.label for item in self.inputs]
+
+
+def decode_input(data: bytes, name: str, preprocess: Preprocess | None, shown: Path) -> np.ndarray:
+    if name.lower().endswith(TENSOR_SUFFIX):
+        try:
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise GoldenError(f"{shown}: not a readable .npy tensor ({exc}); replace it or re-record") from None
+        if not np.issubdtype(array.dtype, np.number):
+            raise GoldenError(f"{shown}: holds {array.dtype}, not numbers; replace it or re-record")
+        return array.astype(np.float32)
+    if preprocess is None:
+        raise GoldenError(f"{shown}: an image, but the manifest has no preprocess spec; re-record the golden set")
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            img = ImageOps.exif_transpose(img)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise GoldenError(f"{shown}: cannot decode image ({type(exc).__name__}); replace it or re-record the golden set") from None
+    return preprocess_image(img, preprocess)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _safe_relative(root: Path, rel: Any, field: str) -> Path:
+    """Resolve a manifest path, refusing anything that could leave the golden folder."""
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
+        raise GoldenError(f"{root / MANIFEST}: {field} must be a relative path string, got {rel!r}; re-record the golden set")
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts or rel.startswith("~") or re.match(r"^[A-Za-z]:", rel):
+        raise GoldenError(f"{root / MANIFEST}: {field} {rel!r} points outside the golden folder; refused, re-record the golden set")
+    path = root.joinpath(*pure.parts)
+    # Links could point anywhere: no component below the root may be a symlink.
+    probe = root
+    for part in pure.parts:
+        probe = probe / part
+        if probe.is_symlink():
+            raise GoldenError(f"{root / MANIFEST}: {field} {rel!r} is a symbolic link; refused, store the real file instead")
+    return path
+
+
+def _read_verified(root: Path, rel: str, expected: str) -> bytes:
+    path = _safe_relative(root, rel, "file")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise GoldenError(f"{path}: listed in {MANIFEST} but missing; restore it or re-record the golden set") from None
+    except IsADirectoryError:
+        raise GoldenError(f"{path}: is a directory, expected a file; restore it or re-record the golden set") from None
+    except OSError as exc:
+        raise GoldenError(f"{path}: cannot read ({exc.strerror or exc}); check its permissions") from None
+    actual = sha256_bytes(data)
+    if actual != expected:
+        raise GoldenError(
+            f"{path}: content changed since recording (sha256 {actual[:12]}… != manifest {expected[:12]}…); "
+            "restore the file, or re-record/approve the golden set if the change is intended"
+        )
+    return data
+
+
+def _require(cond: bool, manifest: Path, what: str) -> None:
+    if not cond:
+        raise GoldenError(f"{manifest}: {what}; re-record the golden set with `export-check golden record`")
+
+
+def parse_manifest(root: Path, text: str) -> GoldenSet:
+    """Parse and validate manifest text (no file contents are read)."""
+    manifest = root / MANIFEST
+    try:
+        data = json.loads(text, parse_constant=lambda c: _raise_constant(manifest, c))
+    except json.JSONDecodeError as exc:
+        raise GoldenError(f"{manifest}: not valid JSON ({exc.msg} at line {exc.lineno}); restore it or re-record the golden set") from None
+    _require(isinstance(data, dict), manifest, "the manifest must be a JSON object")
+    _require(data.get("format") == FORMAT, manifest, f"format is {data.get('format')!r}, expected {FORMAT!r}")
+    version = data.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise GoldenError(f"{manifest}: manifest version {version} is newer than this export-check reads ({VERSION}); upgrade export-check")
+    _require(version == VERSION, manifest, f"unknown manifest version {version!r} (this export-check reads {VERSION})")
+    preprocess = None
+    if data.get("preprocess") is not None:
+        try:
+            preprocess = Preprocess.from_json(data["preprocess"])
+        except ValueError as exc:
+            raise GoldenError(f"{manifest}: bad preprocess spec ({exc}); fix it or re-record the golden set") from None
+    raw_inputs = data.get("inputs")
+    _require(isinstance(raw_inputs, list), manifest, "'inputs' must be a list")
+    _require(len(raw_inputs) > 0, manifest, "the golden set has no inputs")
+    inputs = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw_inputs):
+        _require(isinstance(entry, dict), manifest, f"inputs[{i}] must be an object")
+        rel = entry.get("file")
+        _safe_relative(root, rel, f"inputs[{i}].file")
+        _require(rel not in seen, manifest, f"inputs[{i}].file {rel!r} is listed twice")
+        seen.add(rel)
+        sha = entry.get("sha256")
+        _require(isinstance(sha, str) and bool(_HEX64.match(sha)), manifest, f"inputs[{i}].sha256 must be 64 hex digits")
+        label = entry.get("label")
+        _require(label is None or (isinstance(label, int) and not isinstance(label, bool)), manifest, f"inputs[{i}].label must be an integer")
+        name = entry.get("name", rel)
+        _require(isinstance(name, str), manifest, f"inputs[{i}].name must be a string")
+        is_tensor = rel.lower().endswith(TENSOR_SUFFIX)
+        _require(is_tensor or preprocess is not None, manifest, f"inputs[{i}] is an image but there is no preprocess spec")
+        _require(is_tensor or rel.lower().endswith(IMAGE_SUFFIXES), manifest, f"inputs[{i}].file {rel!r} is neither an image nor .npy")
+        inputs.append(GoldenInput(name=name, file=rel, sha256=sha, label=label))
+    ref = data.get("reference")
+    _require(isinstance(ref, dict), manifest, "'reference' must be an object")
+    _safe_relative(root, ref.get("file"), "reference.file")
+    _require(isinstance(ref.get("sha256"), str) and bool(_HEX64.match(ref["sha256"])), manifest, "reference.sha256 must be 64 hex digits")
+    shape = ref.get("shape")
+    _require(
+        isinstance(shape, list) and len(shape) >= 1 and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape),
+        manifest,
+        "reference.shape must be a list of non-negative integers",
+    )
+    _require(shape[0] == len(inputs), manifest, f"reference has {shape[0]} rows for {len(inputs)} inputs")
+    model = data.get("model", {})
+    _require(isinstance(model, dict), manifest, "'model' must be an object")
+    recorded_with = data.get("recorded_with", {})
+    _require(isinstance(recorded_with, dict), manifest, "'recorded_with' must be an object")
+    created = data.get("created", "")
+    _require(isinstance(created, str), manifest, "'created' must be a string")
+    return GoldenSet(
+        root=root,
+        preprocess=preprocess,
+        inputs=tuple(inputs),
+        reference_file=ref["file"],
+        reference_sha256=ref["sha256"],
+        reference_shape=tuple(shape),
+        model=model,
+        recorded_with={str(k): str(v) for k, v in recorded_with.items()},
+        created=created,
+        manifest_sha256=sha256_bytes(text.encode("utf-8")),
+    )
+
+
+def _raise_constant(manifest: Path, constant: str) -> Any:
+    raise GoldenError(f"{manifest}: {constant} is not valid in a manifest; restore it or re-record the golden set")
+
+
+def read_manifest(root: Path) -> GoldenSet:
+    if not root.exists():
+        raise GoldenError(f"{root}: golden set not found; pass --golden DIR or record one with `export-check golden record`")
+    if not root.is_dir():
+        raise GoldenError(f"{root}: golden set must be a directory holding {MANIFEST}; pass --golden DIR")
+    manifest = root / MANIFEST
+    if manifest.is_symlink():
+        raise GoldenError(f"{manifest}: is a symbolic link; refused, store the real file instead")
+    try:
+        raw = manifest.read_bytes()
+    except FileNotFoundError:
+        raise GoldenError(f"{manifest}: missing, so {root} is not a golden set; record one with `export-check golden record`") from None
+    except OSError as exc:
+        raise GoldenError(f"{manifest}: cannot read ({exc.strerror or exc}); check its permissions") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise GoldenError(f"{manifest}: not UTF-8 text; restore it or re-record the golden set") from None
+    return parse_manifest(root, text)
+
+
+def load_golden(root: Path) -> GoldenSet:
+    """Read the manifest and verify every file's hash before any expensive work starts."""
+    golden = read_manifest(root)
+    for item in golden.inputs:
+        _read_verified(root, item.file, item.sha256)
+    golden.reference()
+    return golden
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    what: str
+
+
+def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
+    """Check everything and collect every problem (for ``golden verify``), instead of stopping at the first."""
+    try:
+        golden = read_manifest(root)
+    except GoldenError as exc:
+        return None, [Problem(MANIFEST, str(exc))]
+    problems = []
+    for item in golden.inputs:
+        try:
+            golden.load_input(item)
+        except GoldenError as exc:
+            problems.append(Problem(item.file, str(exc)))
+    try:
+        golden.reference()
+    except GoldenError as exc:
+        problems.append(Problem(golden.reference_file, str(exc)))
+    return golden, problems
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _content_name(name: str, data: bytes) -> str:
+    stem, suffix = os.path.splitext(os.path.basename(name))
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:80] or "input"
+    return f"{stem}.{sha256_bytes(data)[:12]}{suffix.lower()}"
+
+
+@dataclass(frozen=True)
+class NewInput:
+    name: str
+    data: bytes
+    label: int | None = None
+
+
+def write_golden(
+    root: Path,
+    inputs: Sequence[NewInput],
+    preprocess: Preprocess | None,
+    reference: np.ndarray,
+    model: dict[str, Any],
+    recorded_with: dict[str, str],
+) -> GoldenSet:
+    """Write a golden set into ``root`` so that a crash at any point leaves the previous one intact."""
+    if len(inputs) == 0:
+        raise GoldenError(f"{root}: no inputs to record")
+    if reference.shape[0] != len(inputs):
+        raise ValueError("one reference row per input")
+    root.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for item in inputs:
+        rel = f"{INPUTS_DIR}/{_content_name(item.name, item.data)}"
+        target = root / rel
+        if not (target.is_file() and not target.is_symlink() and sha256_bytes(target.read_bytes()) == sha256_bytes(item.data)):
+            _write_atomic(target, item.data)
+        entry: dict[str, Any] = {"name": item.name, "file": rel, "sha256": sha256_bytes(item.data)}
+        if item.label is not None:
+            entry["label"] = int(item.label)
+        entries.append(entry)
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(reference, dtype=np.float32), allow_pickle=False)
+    ref_bytes = buf.getvalue()
+    ref_rel = f"reference-{sha256_bytes(ref_bytes)[:12]}.npy"
+    if not (root / ref_rel).is_file():
+        _write_atomic(root / ref_rel, ref_bytes)
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "preprocess": preprocess.to_json() if preprocess else None,
+        "inputs": entries,
+        "reference": {"file": ref_rel, "sha256": sha256_bytes(ref_bytes), "shape": list(reference.shape), "dtype": "float32"},
+        "model": model,
+        "recorded_with": recorded_with,
+    }
+    text = json.dumps(manifest, indent=2, allow_nan=False) + "\n"
+    # The commit point: until this replace, readers see the previous manifest and its files.
+    _write_atomic(root / MANIFEST, text.encode("utf-8"))
+    _collect_garbage(root, {e["file"] for e in entries} | {ref_rel})
+    return parse_manifest(root, text)
+
+
+def _collect_garbage(root: Path, keep: set[str]) -> None:
+    """Remove data files of earlier sets that the new manifest no longer names (only ours)."""
+    inputs_dir = root / INPUTS_DIR
+    candidates = list(inputs_dir.iterdir()) if inputs_dir.is_dir() else []
+    candidates += list(root.glob("reference-*.npy"))
+    for path in candidates:
+        rel = path.relative_to(root).as_posix()
+        if rel not in keep and path.is_file() and not path.name.startswith("."):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The images (and .npy tensors) directly in ``folder``, sorted by name."""
+    if not folder.is_dir():
+        raise GoldenError(f"{folder}: not a directory of images; pass a folder of .png/.jpg/.npy files")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in (*IMAGE_SUFFIXES, TENSOR_SUFFIX))
+    if not files:
+        raise GoldenError(f"{folder}: holds no .png/.jpg/.jpeg/.bmp/.webp/.npy files; add some images")
+    return files
+
+
+def finite_or_raise(array: np.ndarray, what: str) -> None:
+    if not np.all(np.isfinite(array)):
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        raise GoldenError(f"{what}: the model produced {bad} NaN/Inf logits; refusing to record them as the reference")
+
+
+__all__ = [
+    "GoldenInput",
+    "GoldenSet",
+    "NewInput",
+    "Problem",
+    "load_golden",
+    "read_manifest",
+    "verify_golden",
+    "write_golden",
+    "image_files",
+]

@@ -1,0 +1,307 @@
+"""The one path for the data: load -> build each artifact -> reload it from disk -> replay -> judge.
+
+``run_check`` produces a :class:`~exporter.results.Report`; it prints nothing and never exits.
+Running and judging are separate: replay feeds outputs into accumulators, ``compare.judge`` decides.
+Each artifact is isolated: its failure to build, load or run becomes its own ``error`` row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from .artifacts import KINDS, KINDS_BY_NAME, ArtifactKind, BuildContext
+from .artifacts._common import as_logits, captured_warnings, dedupe
+from .checkpoint import build_model, check_readable_file, load_state_dict, sha256_file
+from .compare import ErrorAccumulator, ShapeMismatch, judge
+from .config import RunConfig
+from .errors import ArchitectureError, ExportCheckError, OutputError
+from .golden import GoldenSet, load_golden
+from .results import ERROR, FAIL, PASS, FileInfo, GoldenSummary, Report, Row
+from .versions import library_versions
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def pinned_threads(threads: int) -> Iterator[None]:
+    """Fix torch's intra-op thread count for the run (it changes both speed and numbers), then restore it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def locked_out_dir(out_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the output directory so two runs never interleave their artifacts."""
+    import fcntl
+
+    lock_path = out_dir / ".export-check.lock"
+    try:
+        fh = open(lock_path, "a+")
+    except OSError as exc:
+        raise OutputError(f"{out_dir}: cannot write there ({exc.strerror or exc}); pass --out to a writable directory") from None
+    with fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # Another run holds it: wait for it rather than fail, the outcome is the same files.
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def prepare_out_dir(out_dir: Path) -> Path:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{out_dir}: cannot create the output directory ({exc.strerror or exc}); pass --out to a writable directory") from None
+    if not out_dir.is_dir():
+        raise OutputError(f"{out_dir}: exists and is not a directory; pass --out to a directory")
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise OutputError(f"{out_dir}: not writable; pass --out to a writable directory")
+    return out_dir
+
+
+@dataclass
+class BuildOutcome:
+    path: Path | None = None
+    seconds: float | None = None
+    error: str | None = None
+    details: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        text = "no space left on device while writing the artifact"
+    return f"{type(exc).__name__}: {text[:400]}" if text else type(exc).__name__
+
+
+def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None) -> BuildOutcome:
+    """Build one artifact file, capturing its exporter's warnings; a failure becomes ``error``."""
+    outcome = BuildOutcome()
+    started = time.perf_counter()
+    try:
+        with captured_warnings(outcome.notes):
+            outcome.details = dict(kind.impl().build(ctx, path, source) or {})
+        outcome.path = path
+    except Exception as exc:  # any exporter failure is this artifact's error, not the run's
+        outcome.error = f"build failed: {_describe(exc)}"
+        with contextlib.suppress(OSError):
+            path.unlink()  # never leave a stale file from an earlier run looking like this one's
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def _build_all(config: RunConfig, ctx: BuildContext, out_dir: Path, progress: Progress) -> dict[str, BuildOutcome]:
+    wanted = set(config.selected_kinds)
+    # A derived kind needs its source built first, even if the source itself is not reported.
+    wanted |= {KINDS_BY_NAME[name].source for name in config.selected_kinds if KINDS_BY_NAME[name].source}
+    built: dict[str, BuildOutcome] = {}
+    for kind in (k for k in KINDS if k.name in wanted):
+        source_path = None
+        if kind.source:
+            source = built[kind.source]
+            if source.error or source.path is None:
+                built[kind.name] = BuildOutcome(error=f"not built: it is derived from {kind.source}, which failed")
+                continue
+            source_path = source.path
+        progress(f"building {kind.name}")
+        built[kind.name] = build_artifact(kind, ctx, out_dir / kind.filename(), source_path)
+    return built
+
+
+def _file_info(path: Path) -> FileInfo:
+    return FileInfo(path=str(path), size_bytes=path.stat().st_size, sha256=sha256_file(path))
+
+
+def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
+    """Run the whole check described by ``config`` and return its report."""
+    import torch
+
+    started = time.perf_counter()
+    # Validate everything cheap first, so bad input fails before any export starts.
+    check_readable_file(config.checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
+    golden = load_golden(config.golden)
+    reference = golden.reference()
+    out_dir = prepare_out_dir(config.out_dir)
+    checkpoint_info = _file_info(config.checkpoint)
+
+    with pinned_threads(config.threads), locked_out_dir(out_dir):
+        progress("loading checkpoint")
+        state = load_state_dict(config.checkpoint)
+        model = build_model(config.arch, config.arch_kwargs, state, config.checkpoint, config.arch_root)
+        _, first = next(golden.batches(config.batch_size))
+        ctx = BuildContext(
+            model=model,
+            example=torch.from_numpy(first),
+            opset=config.opset,
+            onnx_exporter=config.onnx_exporter,
+            threads=config.threads,
+        )
+        built = _build_all(config, ctx, out_dir, progress)
+        rows, label_accuracy = _replay_and_judge(config, golden, reference, model, ctx, built, progress)
+
+    recorded_ckpt = golden.model.get("checkpoint_sha256")
+    return Report(
+        tool_version=__version__,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        checkpoint=checkpoint_info,
+        golden=GoldenSummary(
+            path=str(config.golden),
+            inputs=len(golden),
+            manifest_sha256=golden.manifest_sha256,
+            created=golden.created,
+            recorded_checkpoint_sha256=recorded_ckpt if isinstance(recorded_ckpt, str) else None,
+            recorded_with=tuple(sorted(golden.recorded_with.items())),
+            label_accuracy=label_accuracy,
+        ),
+        thresholds=config.thresholds,
+        settings=tuple(sorted(config.settings_json().items())),
+        versions=tuple(sorted(library_versions().items())),
+        rows=tuple(rows),
+        seconds=time.perf_counter() - started,
+        out_dir=str(out_dir),
+    )
+
+
+def _replay_and_judge(
+    config: RunConfig,
+    golden: GoldenSet,
+    reference: np.ndarray,
+    model: Any,
+    ctx: BuildContext,
+    built: dict[str, BuildOutcome],
+    progress: Progress,
+) -> tuple[list[Row], float | None]:
+    import torch
+
+    kinds = [KINDS_BY_NAME[name] for name in config.selected_kinds]
+    errors: dict[str, str] = {k.name: built[k.name].error for k in kinds if built[k.name].error}
+    accumulators = {k.name: ErrorAccumulator() for k in kinds}
+    replay_seconds = {k.name: 0.0 for k in kinds}
+    eager_acc = ErrorAccumulator()
+    eager_error: str | None = None
+    eager_argmax: list[np.ndarray] = []
+
+    with contextlib.ExitStack() as stack:
+        runners: dict[str, Any] = {}
+        for kind in kinds:
+            if kind.name in errors:
+                continue
+            path = built[kind.name].path
+            assert path is not None
+            try:
+                with captured_warnings(built[kind.name].notes):
+                    runners[kind.name] = stack.enter_context(kind.impl().open_runner(path, ctx))
+            except Exception as exc:
+                errors[kind.name] = f"reloading {path.name} failed: {_describe(exc)}"
+
+        progress(f"replaying {len(golden)} inputs through {len(runners)} artifacts")
+        for start, batch in golden.batches(config.batch_size):
+            try:
+                with torch.inference_mode():
+                    eager = as_logits(model(torch.from_numpy(batch)), "the eager model")
+            except Exception as exc:
+                raise ArchitectureError(
+                    f"{config.checkpoint}: the eager model fails on the golden inputs ({_describe(exc)}); "
+                    "check that --arch and the golden set's preprocessing match the model"
+                ) from None
+            eager_argmax.append(np.argmax(eager, axis=1))
+            if eager_error is None:
+                try:
+                    eager_acc.add(reference[start : start + len(batch)], eager)
+                except ShapeMismatch as exc:
+                    eager_error = f"eager output does not match the golden reference: {exc}"
+            for name, runner in list(runners.items()):
+                began = time.perf_counter()
+                try:
+                    with captured_warnings(built[name].notes):
+                        out = runner.infer(batch)
+                    accumulators[name].add(eager, out)
+                except Exception as exc:
+                    errors[name] = f"running failed at inputs {start}..{start + len(batch) - 1}: {_describe(exc)}"
+                    del runners[name]
+                replay_seconds[name] += time.perf_counter() - began
+
+    rows = [_eager_row(config, eager_acc, eager_error)]
+    for kind in kinds:
+        outcome = built[kind.name]
+        gate = config.thresholds.gate_for(kind.family)
+        common: dict[str, Any] = {
+            "name": kind.name,
+            "family": kind.family,
+            "compared_with": "eager",
+            "gate": gate,
+            "build_seconds": outcome.seconds,
+            "details": tuple(sorted(outcome.details.items())),
+            "notes": dedupe(outcome.notes),
+        }
+        artifact = _file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
+        if kind.name in errors:
+            rows.append(Row(status=ERROR, metrics=None, reasons=(errors[kind.name],), artifact=artifact, **common))
+            continue
+        metrics = accumulators[kind.name].result()
+        verdict = judge(metrics, gate)
+        rows.append(
+            Row(
+                status=PASS if verdict.passed else FAIL,
+                metrics=metrics,
+                reasons=verdict.reasons,
+                artifact=artifact,
+                replay_seconds=replay_seconds[kind.name],
+                **common,
+            )
+        )
+    labels = golden.labels()
+    label_accuracy = None
+    if eager_argmax and all(label is not None for label in labels):
+        predicted = np.concatenate(eager_argmax)
+        label_accuracy = float(np.mean(predicted == np.asarray(labels)))
+    return rows, label_accuracy
+
+
+def _eager_row(config: RunConfig, acc: ErrorAccumulator, error: str | None) -> Row:
+    gate = config.thresholds.eager_gate
+    if error:
+        return Row(name="eager", family="eager", compared_with="golden", status=FAIL, gate=gate, metrics=None, reasons=(error,))
+    metrics = acc.result()
+    verdict = judge(metrics, gate)
+    reasons = verdict.reasons
+    if not verdict.passed:
+        reasons += ("the checkpoint's logits differ from the approved reference: wrong or retrained weights?",)
+    return Row(
+        name="eager",
+        family="eager",
+        compared_with="golden",
+        status=PASS if verdict.passed else FAIL,
+        gate=gate,
+        metrics=metrics,
+        reasons=reasons,
+    )
+
+
+__all__ = ["run_check", "prepare_out_dir", "pinned_threads", "ExportCheckError"]

@@ -1,0 +1,166 @@
+"""Image decoding and preprocessing, recorded as data in the golden set.
+
+The same :class:`Preprocess` spec turns an image file into the model's input when a golden set is
+recorded, when it is replayed and when the bundled models are trained, so all three agree.
+
+>>> spec = Preprocess(size=(32, 32), mode="RGB", mean=(0.5,) * 3, std=(0.5,) * 3)
+>>> preprocess_file(Path("golden/images/0000.png"), spec).shape  # doctest: +SKIP
+(3, 32, 32)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import GoldenError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+_MODES = {"RGB": 3, "L": 1}
+_INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image file becomes a ``float32`` ``C×H×W`` array.
+
+    ``resize`` scales the shorter side to that many pixels before a center crop to ``size``;
+    ``None`` resizes straight to ``size``. Pixels are scaled to [0, 1], then ``(x - mean) / std``.
+    """
+
+    size: tuple[int, int]
+    mode: str = "RGB"
+    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
+    std: tuple[float, ...] = (0.5, 0.5, 0.5)
+    resize: int | None = None
+    interpolation: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of {sorted(_MODES)}, got {self.mode!r}")
+        if self.interpolation not in _INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {self.interpolation!r}")
+        if len(self.size) != 2 or any(int(s) != s or s < 1 for s in self.size):
+            raise ValueError(f"size must be two positive integers, got {self.size!r}")
+        channels = _MODES[self.mode]
+        if len(self.mean) != channels or len(self.std) != channels:
+            raise ValueError(f"mode {self.mode} needs {channels} mean and std values")
+        if any(not s > 0 for s in self.std):
+            raise ValueError("std values must be positive")
+        if self.resize is not None and (int(self.resize) != self.resize or self.resize < min(self.size)):
+            raise ValueError(f"resize must be an integer >= the crop size {min(self.size)}")
+
+    @property
+    def channels(self) -> int:
+        return _MODES[self.mode]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Preprocess:
+        """Build from the manifest's ``preprocess`` object; raises ``ValueError`` when malformed."""
+        if not isinstance(data, dict):
+            raise ValueError("preprocess must be an object")
+        known = {"size", "mode", "mean", "std", "resize", "interpolation"}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown preprocess keys {sorted(unknown)}")
+        if "size" not in data:
+            raise ValueError("preprocess needs 'size'")
+        try:
+            size = tuple(int(v) if isinstance(v, int) and not isinstance(v, bool) else _bad(v) for v in data["size"])
+            kwargs: dict[str, Any] = {"size": size}
+            for key in ("mean", "std"):
+                if key in data:
+                    kwargs[key] = tuple(_number(v) for v in data[key])
+            if "mode" in data:
+                kwargs["mode"] = str(data["mode"]) if isinstance(data["mode"], str) else _bad(data["mode"])
+            if "interpolation" in data:
+                value = data["interpolation"]
+                kwargs["interpolation"] = value if isinstance(value, str) else _bad(value)
+            if data.get("resize") is not None:
+                value = data["resize"]
+                kwargs["resize"] = value if isinstance(value, int) and not isinstance(value, bool) else _bad(value)
+        except TypeError as exc:
+            raise ValueError(f"malformed preprocess: {exc}") from None
+        return cls(**kwargs)
+
+
+def _bad(value: Any) -> Any:
+    raise ValueError(f"unexpected value {value!r}")
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def load_image(path: Path):  # -> PIL.Image.Image
+    """Decode an image file fully, or raise :class:`GoldenError` naming it."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            return ImageOps.exif_transpose(img)
+    except FileNotFoundError:
+        raise GoldenError(f"{path}: image not found; restore it or re-record the golden set") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise GoldenError(
+            f"{path}: cannot decode image ({type(exc).__name__}: {exc}); replace the file or re-record the golden set"
+        ) from None
+
+
+def _to_mode(img, mode: str):
+    from PIL import Image
+
+    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        # 16/32-bit grayscale: scale to 8 bits rather than clip.
+        arr = np.asarray(img, dtype=np.float64)
+        peak = 65535.0 if img.mode.startswith("I;16") else max(float(arr.max()), 1.0)
+        img = Image.fromarray(np.clip(arr / peak * 255.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
+    if img.mode == "P":
+        img = img.convert("RGBA")
+    if img.mode in ("RGBA", "LA", "PA"):
+        # Composite transparent pixels onto white, as a viewer shows them, instead of dropping alpha.
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(background, rgba)
+    return img.convert(mode)
+
+
+def preprocess_image(img, spec: Preprocess) -> np.ndarray:
+    """Turn a decoded PIL image into a ``float32`` ``C×H×W`` array per ``spec``."""
+    from PIL import Image
+
+    resample = {
+        "bilinear": Image.Resampling.BILINEAR,
+        "bicubic": Image.Resampling.BICUBIC,
+        "nearest": Image.Resampling.NEAREST,
+    }[spec.interpolation]
+    img = _to_mode(img, spec.mode)
+    height, width = spec.size
+    if spec.resize is None:
+        img = img.resize((width, height), resample)
+    else:
+        scale = spec.resize / min(img.size)
+        new_w, new_h = max(width, round(img.size[0] * scale)), max(height, round(img.size[1] * scale))
+        img = img.resize((new_w, new_h), resample)
+        left, top = (new_w - width) // 2, (new_h - height) // 2
+        img = img.crop((left, top, left + width, top + height))
+    arr = np.asarray(img, dtype=np.float32) / np.float32(255.0)
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    arr = arr.transpose(2, 0, 1)
+    mean = np.asarray(spec.mean, dtype=np.float32)[:, None, None]
+    std = np.asarray(spec.std, dtype=np.float32)[:, None, None]
+    return np.ascontiguousarray((arr - mean) / std, dtype=np.float32)
+
+
+def preprocess_file(path: Path, spec: Preprocess) -> np.ndarray:
+    return preprocess_image(load_image(path), spec)

@@ -1,0 +1,77 @@
+"""The terminal table: one line per row, then the reasons for every failing row."""
+
+from __future__ import annotations
+
+from ..results import ERROR, FAIL, PASS, Report, Row
+
+_STATUS = {PASS: "PASS", FAIL: "FAIL", ERROR: "ERROR"}
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"
+
+
+def _vs_reference(row: Row, reference: float) -> str:
+    if row.metrics is None:
+        return "-"
+    if row.metrics.mae <= reference:
+        return "yes"
+    ratio = row.metrics.mae / reference if reference > 0 else float("inf")
+    return f"no ({ratio:.0f}x)"
+
+
+def _size(row: Row) -> str:
+    if row.artifact is None:
+        return "-"
+    size = float(row.artifact.size_bytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return "-"
+
+
+def render(report: Report) -> str:
+    reference = report.thresholds.reference_mae
+    header = ("artifact", "vs", "gate", "MAE", "max|err|", "top-1", f"MAE<={reference:g}", "size", "verdict")
+    lines = []
+    for row in report.rows:
+        m = row.metrics
+        lines.append(
+            (
+                row.name,
+                row.compared_with,
+                row.gate.describe(),
+                _fmt(m.mae if m else None),
+                _fmt(m.max_abs if m else None),
+                "-" if m is None else f"{m.top1_agreement:.1%}",
+                _vs_reference(row, reference),
+                _size(row),
+                _STATUS[row.status],
+            )
+        )
+    widths = [max(len(str(r[i])) for r in (header, *lines)) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    golden = report.golden
+    out = [
+        f"export-check {report.tool_version}: {report.checkpoint.path} (sha256 {report.checkpoint.sha256[:12]}) "
+        f"vs golden set {golden.path} ({golden.inputs} inputs)",
+    ]
+    if golden.label_accuracy is not None:
+        out.append(f"eager top-1 accuracy on the golden labels: {golden.label_accuracy:.1%}")
+    out += ["", fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*line) for line in lines]
+    problems = [row for row in report.rows if not row.passed]
+    if problems:
+        out.append("")
+        for row in problems:
+            for reason in row.reasons:
+                out.append(f"{_STATUS[row.status]} {row.name}: {reason}")
+    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, FAIL, ERROR)}
+    out.append("")
+    verdict = "PASSED" if report.passed else "FAILED"
+    out.append(
+        f"{verdict}: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors "
+        f"in {report.seconds:.1f}s; artifacts in {report.out_dir}"
+    )
+    return "\n".join(out)

@@ -1,0 +1,130 @@
+"""The typed report of one run. Every output (terminal, JSON, exit code, pytest items) is a view of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .compare import Metrics
+from .config import Gate, Thresholds
+
+SCHEMA_VERSION = 1
+PASS, FAIL, ERROR = "pass", "fail", "error"
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size_bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size_bytes": self.size_bytes, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the verdict: the eager model against the golden logits, or one artifact against eager."""
+
+    name: str
+    family: str  # "eager", "float" or "int8": which gate applies
+    compared_with: str  # "golden" or "eager"
+    status: str  # PASS, FAIL or ERROR
+    gate: Gate
+    metrics: Metrics | None  # None when the artifact could not be built or run
+    reasons: tuple[str, ...]  # why it failed, or the error
+    artifact: FileInfo | None = None
+    build_seconds: float | None = None
+    replay_seconds: float | None = None
+    details: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()  # warnings the exporters emitted
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    def to_json(self, reference_mae: float) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "compared_with": self.compared_with,
+            "status": self.status,
+            "gate": self.gate.to_json(),
+            "within_reference_mae": None if self.metrics is None else bool(self.metrics.mae <= reference_mae),
+            "metrics": None if self.metrics is None else self.metrics.to_json(),
+            "reasons": list(self.reasons),
+            "artifact": None if self.artifact is None else self.artifact.to_json(),
+            "build_seconds": self.build_seconds,
+            "replay_seconds": self.replay_seconds,
+            "details": dict(self.details),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class GoldenSummary:
+    path: str
+    inputs: int
+    manifest_sha256: str
+    created: str
+    recorded_checkpoint_sha256: str | None
+    recorded_with: tuple[tuple[str, str], ...]
+    label_accuracy: float | None  # eager top-1 accuracy against stored labels, when the set has them
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "inputs": self.inputs,
+            "manifest_sha256": self.manifest_sha256,
+            "created": self.created,
+            "recorded_checkpoint_sha256": self.recorded_checkpoint_sha256,
+            "recorded_with": dict(self.recorded_with),
+            "eager_label_accuracy": self.label_accuracy,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    tool_version: str
+    created: str
+    checkpoint: FileInfo
+    golden: GoldenSummary
+    thresholds: Thresholds
+    settings: tuple[tuple[str, Any], ...]
+    versions: tuple[tuple[str, str], ...]
+    rows: tuple[Row, ...]
+    seconds: float
+    out_dir: str
+
+    @property
+    def passed(self) -> bool:
+        return all(row.passed for row in self.rows)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def row(self, name: str) -> Row:
+        for row in self.rows:
+            if row.name == name:
+                return row
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "export-check-report",
+            "schema_version": SCHEMA_VERSION,
+            "tool_version": self.tool_version,
+            "created": self.created,
+            "passed": self.passed,
+            "exit_code": self.exit_code,
+            "counts": {s: sum(r.status == s for r in self.rows) for s in (PASS, FAIL, ERROR)},
+            "checkpoint": self.checkpoint.to_json(),
+            "golden": self.golden.to_json(),
+            "thresholds": self.thresholds.to_json(),
+            "settings": dict(self.settings),
+            "versions": dict(self.versions),
+            "out_dir": self.out_dir,
+            "seconds": self.seconds,
+            "rows": [row.to_json(self.thresholds.reference_mae) for row in self.rows],
+        }

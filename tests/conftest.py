@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+DEFAULT_CHECKPOINT = REPO / "models" / "checkpoints" / "resnet_digits.pth"
+DEFAULT_ARCH = f"{REPO / 'models' / 'resnet.py'}:ResNet"
+DEFAULT_GOLDEN = REPO / "golden"
+
+if str(REPO) not in sys.path:
+    # models/ and tests/arches.py are data the tests point at by path; exporter itself must come
+    # from the installed package (checked below), so the repo goes last on sys.path.
+    sys.path.append(str(REPO))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("EXPORT_CHECK_REQUIRE_INSTALLED"):
+        import exporter
+
+        location = Path(exporter.__file__).resolve()
+        assert REPO / "exporter" not in location.parents, f"tests imported exporter from the source tree: {location}"
+
+
+@pytest.fixture(scope="session")
+def digit_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 real handwritten digits as PNG files (scikit-learn's bundled scans), the last 16 inverted
+    (dark ink on light paper) so that batch brightness varies like real scans do."""
+    from PIL import ImageOps
+
+    from models.digits import digit_to_image, digits_split, load_digits_arrays
+
+    images, labels = load_digits_arrays()
+    _, test_idx = digits_split(labels)
+    folder = tmp_path_factory.mktemp("digit-images")
+    names = {}
+    for n, index in enumerate(test_idx[100:124]):
+        img = digit_to_image(images[index])
+        if n >= 8:
+            img = ImageOps.invert(img)
+        name = f"{n:04d}.png"
+        img.save(folder / name)
+        names[name] = int(labels[index])
+    import json
+
+    (folder / "labels.json").write_text(json.dumps(names))
+    return folder
+
+
+@pytest.fixture()
+def golden_copy(tmp_path: Path) -> Path:
+    """A private copy of the bundled golden set that a test may tamper with."""
+    dest = tmp_path / "golden"
+    shutil.copytree(DEFAULT_GOLDEN, dest)
+    return dest
+
+
+def save_state(model, path: Path) -> Path:
+    import torch
+
+    torch.save(model.state_dict(), path)
+    return path
+
+
+def seeded(factory, seed: int = 0, **kwargs):
+    import torch
+
+    torch.manual_seed(seed)
+    model = factory(**kwargs).eval()
+    # BatchNorm running statistics away from their init, so that folding them is really tested.
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+    return model
+
+
+@pytest.fixture()
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)

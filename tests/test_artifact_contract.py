@@ -1,0 +1,88 @@
+"""One contract, every artifact kind: build writes a complete file, the runner reloads it from disk
+and maps any batch size to float32 logits, the same on every call."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from arches import TinyNet
+from conftest import seeded
+from exporter.artifacts import KINDS, KINDS_BY_NAME, BuildContext
+from exporter.errors import ArtifactError
+from exporter.pipeline import build_artifact
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[BuildContext, dict[str, Path], torch.nn.Module]:
+    model = seeded(TinyNet)
+    example = torch.from_numpy(np.random.default_rng(0).standard_normal((4, 3, 16, 16), dtype=np.float32))
+    ctx = BuildContext(model=model, example=example, opset=17, onnx_exporter="torchscript", threads=1)
+    out = tmp_path_factory.mktemp("contract")
+    paths: dict[str, Path] = {}
+    for kind in KINDS:
+        source = paths.get(kind.source) if kind.source else None
+        outcome = build_artifact(kind, ctx, out / kind.filename(), source)
+        assert outcome.error is None and outcome.path == out / kind.filename()
+        paths[kind.name] = outcome.path
+    return ctx, paths, model
+
+
+def test_table_is_complete_and_ordered() -> None:
+    assert [k.name for k in KINDS] == [
+        "torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic",
+    ]
+    for kind in KINDS:
+        assert kind.family in ("float", "int8")
+        assert kind.source is None or KINDS.index(KINDS_BY_NAME[kind.source]) < KINDS.index(kind)
+        impl = kind.impl()
+        assert callable(impl.build) and callable(impl.open_runner)
+
+
+@pytest.mark.parametrize("name", [k.name for k in KINDS])
+def test_every_kind_honours_the_runner_contract(built, name: str) -> None:
+    ctx, paths, model = built
+    kind = KINDS_BY_NAME[name]
+    path = paths[name]
+    assert path.is_file() and path.stat().st_size > 0 and path.suffix == kind.suffix
+    assert not list(path.parent.glob(".*partial*"))
+    rng = np.random.default_rng(1)
+    runner = kind.impl().open_runner(path, ctx)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.load warns of its deprecation; the pipeline records it
+        runner.__enter__()
+    try:
+        for batch_size in (1, 3, 4, 9):
+            batch = rng.standard_normal((batch_size, 3, 16, 16), dtype=np.float32)
+            out = runner.infer(batch)
+            assert isinstance(out, np.ndarray) and out.dtype == np.float32
+            assert out.shape == (batch_size, 10)
+            assert np.array_equal(out, runner.infer(batch)), "same input, same output"
+            with torch.inference_mode():
+                eager = model(torch.from_numpy(batch)).numpy()
+            limit = 1e-5 if kind.family == "float" else 0.1
+            assert float(np.abs(out - eager).mean()) <= limit
+    finally:
+        runner.__exit__(None, None, None)
+    with pytest.raises(AssertionError):
+        runner.infer(np.zeros((1, 3, 16, 16), np.float32))  # used after its with-block
+
+
+def test_onnx_simplified_with_a_fixed_batch_axis_is_refused(built, tmp_path: Path) -> None:
+    import onnx
+
+    from exporter.artifacts._common import require_dynamic_batch
+
+    _, paths, _ = built
+    model = onnx.load(str(paths["onnx-simplified"]))
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_value = 4
+    fixed = tmp_path / "fixed.onnx"
+    onnx.save(model, str(fixed))
+    with pytest.raises(ArtifactError, match="batch axis is fixed to 4"):
+        require_dynamic_batch(fixed, "onnxsim")
+    require_dynamic_batch(paths["onnx-simplified"], "onnxsim")  # the real one keeps "batch"

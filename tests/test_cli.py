@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from exporter.cli import main
+
+
+def test_help_imports_no_torch_numpy_or_onnx() -> None:
+    code = (
+        "import sys, contextlib, io\n"
+        "from exporter.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n        main(['--help'])\n    except SystemExit as e:\n        assert e.code == 0\n"
+        "assert 'exit codes' in out.getvalue() and 'onnx-int8-dynamic' in out.getvalue()\n"
+        "heavy = sorted(m for m in ('torch', 'numpy', 'onnx', 'onnxruntime', 'PIL') if m in sys.modules)\n"
+        "print(heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["missing.pth"], "missing.pth: checkpoint not found"),
+        (["check"], "required: checkpoint"),
+        (["CKPT", "--batch-size", "many"], "invalid int value"),
+        (["CKPT", "--arch-kwargs", "{oops"], "not valid JSON"),
+        (["CKPT", "--arch", "m:F", "--artifacts", "onnx,tflite"], "unknown artifact kind(s) tflite"),
+        (["CKPT", "--arch", "m:F", "--int8-min-top1", "1.5"], "fraction in [0, 1]"),
+        (["CKPT", "--arch", "m:F", "--batch-size", "0"], "batch size must be an integer >= 1"),
+        (["golden", "verify", "/nonexistent/golden"], None),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys, argv, message) -> None:
+    monkeypatch.chdir(tmp_path)  # no pyproject settings apply
+    (tmp_path / "CKPT").write_bytes(b"not checked before the arguments")
+    code = main(argv)
+    captured = capsys.readouterr()
+    if message is None:  # verify reports what is broken on stdout, exit 1
+        assert code == 1 and "golden set not found" in captured.out
+        return
+    assert code == 2
+    assert captured.err.startswith("export-check: error: ") and captured.err.count("\n") == 1
+    assert message in captured.err
+    assert "Traceback" not in captured.err
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=st.lists(st.sampled_from(["check", "golden", "record", "verify", "approve", "--arch", "--json", "--out",
+                                      "--batch-size", "--threads", "--artifacts", "--max-mae", "--int8-min-top1",
+                                      "--arch-kwargs", "-q", "--opset", "nan", "-1", "1e-5", "{}", "[]", "onnx",
+                                      "/nonexistent.pth", "", "--size", "x", "a:b"]) | st.text(max_size=12), max_size=6))
+def test_fuzzed_arguments_never_traceback(argv: list[str], capsys) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # --help / --version
+        assert exc.code == 0
+        return
+    captured = capsys.readouterr()  # read per example, so each sees only its own output
+    assert code in (1, 2), (argv, captured)
+    assert "Traceback" not in captured.err

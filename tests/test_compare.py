@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from exporter.compare import ErrorAccumulator, ShapeMismatch, compare, judge
+from exporter.config import Gate
+
+finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), rows=st.integers(1, 40), cols=st.integers(1, 12))
+def test_streaming_in_any_batches_equals_one_shot(data, rows: int, cols: int) -> None:
+    ref = data.draw(arrays(np.float32, (rows, cols), elements=finite))
+    cand = data.draw(arrays(np.float32, (rows, cols), elements=finite))
+    cuts = sorted(data.draw(st.lists(st.integers(1, rows - 1), max_size=5, unique=True))) if rows > 1 else []
+    acc = ErrorAccumulator()
+    for lo, hi in zip([0, *cuts], [*cuts, rows]):
+        acc.add(ref[lo:hi], cand[lo:hi])
+    streamed, whole = acc.result(), compare(ref, cand)
+    diff = np.abs(cand.astype(np.float64) - ref)
+    assert streamed.images == whole.images == rows
+    assert streamed.mae == pytest.approx(float(diff.mean()), rel=1e-9, abs=1e-12)
+    assert streamed.max_abs == whole.max_abs == pytest.approx(float(diff.max()))
+    assert streamed.top1_changed == whole.top1_changed
+    assert streamed.per_image_mae == pytest.approx(whole.per_image_mae)
+
+
+def test_known_numbers() -> None:
+    ref = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0]], np.float32)
+    cand = np.array([[1.0, 2.5, 3.0], [0.0, 2.0, 1.0]], np.float32)
+    m = compare(ref, cand)
+    assert m.mae == pytest.approx(2.5 / 6)
+    assert m.max_abs == 2.0
+    assert m.top1_changed == (1,)
+    assert m.top1_agreement == 0.5
+    assert m.per_image_mae == pytest.approx((0.5 / 3, 2.0 / 3))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_output_fails_whatever_the_gate(bad: float) -> None:
+    ref = np.zeros((4, 3), np.float32)
+    cand = ref.copy()
+    cand[2, 1] = bad
+    m = compare(ref, cand)
+    assert m.nonfinite == 1 and m.mae == float("inf")
+    verdict = judge(m, Gate(max_mae=1e9))
+    assert not verdict.passed
+    assert "1 non-finite (NaN/Inf) output values" in verdict.reasons
+
+
+def test_judge_lists_every_violation() -> None:
+    ref = np.eye(4, dtype=np.float32)
+    cand = np.flip(ref, axis=1).copy()
+    verdict = judge(compare(ref, cand), Gate(max_mae=0.1, min_top1=0.9, max_abs=0.5))
+    assert len(verdict.reasons) == 3
+    assert judge(compare(ref, ref), Gate(max_mae=0.0, min_top1=1.0, max_abs=0.0)).passed
+
+
+def test_shape_mismatch_is_reported() -> None:
+    with pytest.raises(ShapeMismatch, match=r"\(2, 3\) != reference \(2, 4\)"):
+        compare(np.zeros((2, 4)), np.zeros((2, 3)))

@@ -1,0 +1,98 @@
+"""The product: the bundled trained model, the bundled real golden images, every artifact."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
+from exporter.artifacts import KIND_NAMES
+from exporter.config import RunConfig
+from exporter.pipeline import run_check
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("default-run")
+    report_path = out / "report.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", str(DEFAULT_CHECKPOINT), "--out", str(out / "artifacts"), "--json", str(report_path), "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return result, json.loads(report_path.read_text()), out / "artifacts"
+
+
+def test_default_run_passes_every_row(default_run) -> None:
+    result, report, _ = default_run
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert report["passed"] is True
+    names = [row["name"] for row in report["rows"]]
+    assert names == ["eager", *KIND_NAMES]
+    assert all(row["status"] == "pass" for row in report["rows"])
+    assert "PASSED: 7 passed, 0 failed, 0 errors" in result.stdout
+
+
+def test_default_run_float_rows_within_1e5_and_int8_really_quantized(default_run) -> None:
+    _, report, _ = default_run
+    rows = {row["name"]: row for row in report["rows"]}
+    assert report["golden"]["inputs"] >= 32
+    for name in ("eager", "torchscript-trace", "torchscript-script", "onnx", "onnx-simplified"):
+        metrics = rows[name]["metrics"]
+        assert metrics["images"] == report["golden"]["inputs"]
+        assert metrics["mae"] <= 1e-5, (name, metrics["mae"])
+        assert metrics["top1_agreement"] == 1.0
+        assert rows[name]["within_reference_mae"] is True
+    for name in ("torch-int8-dynamic", "onnx-int8-dynamic"):
+        metrics = rows[name]["metrics"]
+        # int8 really changed the numbers (so the gate is doing work), within its own gate.
+        assert 1e-5 < metrics["mae"] <= rows[name]["gate"]["max_mae"], (name, metrics["mae"])
+        assert metrics["top1_agreement"] >= 0.98
+        assert rows[name]["within_reference_mae"] is False
+    # the bundled model is a real classifier of the golden digits
+    assert report["golden"]["eager_label_accuracy"] >= 0.95
+
+
+def test_default_run_reports_files_hashes_and_versions(default_run) -> None:
+    _, report, artifacts = default_run
+    for row in report["rows"][1:]:
+        path = Path(row["artifact"]["path"])
+        assert path.parent == artifacts and path.is_file()
+        assert path.stat().st_size == row["artifact"]["size_bytes"] > 0
+        assert len(row["artifact"]["sha256"]) == 64
+    assert report["checkpoint"]["sha256"] == report["golden"]["recorded_checkpoint_sha256"]
+    assert report["settings"]["opset"] == 17 and report["settings"]["onnx_exporter"] == "torchscript"
+    for lib in ("torch", "onnx", "onnxruntime", "onnxsim", "numpy"):
+        assert report["versions"][lib] != "not installed"
+    assert report["thresholds"]["float"]["max_mae"] == 1e-5
+    # no partial files left behind
+    assert not [p for p in artifacts.iterdir() if ".partial" in p.name]
+
+
+def test_check_runs_from_config_outside_the_repo_cwd(tmp_path: Path) -> None:
+    """Settings come from the pyproject.toml above the checkpoint, relative to that file, not the cwd."""
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", str(DEFAULT_CHECKPOINT), "--artifacts", "torchscript-script",
+         "--out", str(tmp_path / "out"), "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "torchscript-script" in result.stdout and "PASSED: 2 passed" in result.stdout
+
+
+def test_run_check_api_matches_cli_defaults(tmp_path: Path) -> None:
+    report = run_check(
+        RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=tmp_path, kinds=("onnx",))
+    )
+    assert [row.name for row in report.rows] == ["eager", "onnx"]
+    assert report.passed and report.exit_code == 0
+    assert report.row("onnx").metrics is not None and report.row("onnx").metrics.mae < 1e-5

@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import DEFAULT_GOLDEN
+from exporter.errors import GoldenError
+from exporter.golden import MANIFEST, load_golden, parse_manifest, verify_golden
+
+
+def test_bundled_golden_set_is_real_and_complete() -> None:
+    golden = load_golden(DEFAULT_GOLDEN)
+    assert len(golden) >= 32
+    assert golden.preprocess is not None and golden.preprocess.size == (32, 32)
+    reference = golden.reference()
+    assert reference.shape == (len(golden), 10) and np.all(np.isfinite(reference))
+    assert all(item.label is not None for item in golden.inputs)
+    assert {"torch", "onnx", "onnxruntime", "numpy"} <= golden.recorded_with.keys()
+    assert len(golden.model["checkpoint_sha256"]) == 64
+    assert (DEFAULT_GOLDEN / "PROVENANCE.md").is_file()
+    batches = list(golden.batches(10))
+    assert [b.shape for _, b in batches][0] == (10, 3, 32, 32)
+    assert sum(len(b) for _, b in batches) == len(golden)
+
+
+def test_tampered_image_is_refused_naming_it(golden_copy: Path) -> None:
+    victim = sorted((golden_copy / "inputs").iterdir())[5]
+    data = bytearray(victim.read_bytes())
+    data[-20] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(GoldenError, match=f"{victim.name}: content changed since recording"):
+        load_golden(golden_copy)
+    _, problems = verify_golden(golden_copy)
+    assert [p.file for p in problems] == [f"inputs/{victim.name}"]
+
+
+def test_tampered_logits_are_refused(golden_copy: Path) -> None:
+    ref = next(golden_copy.glob("reference-*.npy"))
+    array = np.load(ref)
+    array[0, 0] += 1.0
+    np.save(ref, array)
+    with pytest.raises(GoldenError, match="reference-.*content changed"):
+        load_golden(golden_copy)
+
+
+@pytest.mark.parametrize("evil", ["../outside.png", "/etc/passwd.png", "inputs/../../x.png", "~/x.png"])
+def test_manifest_paths_outside_the_folder_are_refused(golden_copy: Path, evil: str) -> None:
+    manifest = json.loads((golden_copy / MANIFEST).read_text())
+    manifest["inputs"][0]["file"] = evil
+    (golden_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(GoldenError, match="outside the golden folder"):
+        load_golden(golden_copy)
+
+
+def test_symlinked_input_is_refused(golden_copy: Path, tmp_path: Path) -> None:
+    manifest = json.loads((golden_copy / MANIFEST).read_text())
+    target = golden_copy / manifest["inputs"][0]["file"]
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(target.read_bytes())
+    target.unlink()
+    os.symlink(outside, target)
+    with pytest.raises(GoldenError, match="symbolic link"):
+        load_golden(golden_copy)
+
+
+def test_unknown_manifest_version(golden_copy: Path) -> None:
+    manifest = json.loads((golden_copy / MANIFEST).read_text())
+    manifest["version"] = 99
+    (golden_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(GoldenError, match="newer than this export-check reads"):
+        load_golden(golden_copy)
+
+
+def _manifest_values():
+    scalars = st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False) | st.text(max_size=20)
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    mutation=st.sampled_from(["drop", "replace", "retype"]),
+    key=st.sampled_from(["format", "version", "preprocess", "inputs", "reference", "model", "recorded_with", "created"]),
+    value=_manifest_values(),
+    index=st.integers(0, 3),
+    subkey=st.sampled_from(["file", "sha256", "label", "name", "size", "mode", "mean", "std", "shape", "resize"]),
+)
+def test_fuzzed_manifests_fail_only_with_golden_error(tmp_path: Path, mutation, key, value, index, subkey) -> None:
+    """Any damage to a manifest is a one-line GoldenError or a valid set, never another exception."""
+    manifest = json.loads((DEFAULT_GOLDEN / MANIFEST).read_text())
+    if mutation == "drop":
+        manifest.pop(key, None)
+    elif mutation == "replace":
+        manifest[key] = value
+    else:
+        target = manifest.get(key)
+        if isinstance(target, list) and target:
+            target = target[index % len(target)]
+        if isinstance(target, dict):
+            target[subkey] = value
+        else:
+            manifest[key] = value
+    try:
+        text = json.dumps(manifest)
+    except (ValueError, TypeError):
+        return
+    try:
+        golden = parse_manifest(tmp_path, text)
+    except GoldenError as exc:
+        assert "\n" not in str(exc) and str(tmp_path) in str(exc)
+        return
+    assert len(golden.inputs) >= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=200) | st.binary(max_size=200).map(lambda b: b.decode("latin-1")))
+def test_garbage_manifest_text(text: str) -> None:
+    with pytest.raises(GoldenError):
+        parse_manifest(Path("/g"), text)

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.errors import UsageError
+from exporter.settings import KEYS, find_settings, parse_settings
+
+
+def test_relative_paths_are_relative_to_the_settings_file(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.export-check]\narch = "net.py:Net"\ngolden = "gold"\nbatch-size = 4\n'
+        '[tool.export-check.arch-kwargs]\nnum_classes = 3\n'
+    )
+    (tmp_path / "sub").mkdir()
+    found = find_settings(tmp_path / "sub" / "model.pth")
+    assert found["golden"] == tmp_path / "gold"
+    assert found["arch_kwargs"] == {"num_classes": 3}
+    assert found["batch_size"] == 4
+
+
+def test_file_beside_the_checkpoint_wins(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.export-check]\narch = "a.py:A"\n')
+    (tmp_path / "export-check.toml").write_text('arch = "b.py:B"\n')
+    assert find_settings(tmp_path / "m.pth")["arch"] == f"{tmp_path / 'b.py'}:B"
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ('[tool.export-check]\narch = 3\n', "arch must be a non-empty string"),
+        ('[tool.export-check]\nbatch-size = "8"\n', "batch-size must be an integer"),
+        ('[tool.export-check]\nmax-mae = -1\n', "max-mae must be a finite number"),
+        ('[tool.export-check]\nmax-mea = 1\n', "unknown key 'max-mea'"),
+        ('[tool.export-check\n', "not valid TOML"),
+    ],
+)
+def test_bad_settings_name_the_file_and_key(tmp_path: Path, text: str, match: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(text)
+    with pytest.raises(UsageError, match=match) as info:
+        find_settings(tmp_path / "m.pth")
+    assert str(tmp_path / "pyproject.toml") in str(info.value)
+
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(table=st.dictionaries(st.sampled_from([*KEYS, "other", ""]), values, max_size=6))
+def test_fuzzed_tables_parse_or_fail_with_usage_error(table) -> None:
+    try:
+        parsed = parse_settings(table, Path("/base"), "pyproject.toml")
+    except UsageError as exc:
+        assert str(exc).startswith("pyproject.toml") and "\n" not in str(exc)
+        return
+    assert set(parsed) <= {name for name, _ in KEYS.values()}
