@@ -1,7 +1,7 @@
 """SimpleCNN: three conv/ReLU/max-pool stages and a two-layer MLP head.
 
 At the default ``image_size=224`` the first linear layer is the classic ``Linear(64*28*28, 128)``
-(51 M parameters, ~200 MB float32); at ``image_size=32`` it is ``Linear(64*4*4, 128)``.
+(6.4 M parameters, ~25.7 MB float32); at ``image_size=32`` it is ``Linear(64*4*4, 128)``.
 """
 
 from __future__ import annotations

@@ -60,4 +60,6 @@ def test_fuzzed_tables_parse_or_fail_with_usage_error(table) -> None:
     except UsageError as exc:
         assert str(exc).startswith("pyproject.toml") and "\n" not in str(exc)
         return
-    assert set(parsed) <= {name for name, _ in KEYS.values()}
+    assert set(parsed) <= {name for name, _ in KEYS.values()} | {"arch_root"}
+    if "arch" in parsed:
+        assert parsed["arch_root"] == Path("/base")
