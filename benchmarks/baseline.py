@@ -1,17 +1,23 @@
-"""Straight-line baseline: export one model six ways, replay the digits through each, compare to eager.
+"""Straight-line baseline: export one model six ways, replay a golden set through each, compare.
 
-The floor export-check is measured against: bare library calls in one pass, no error handling,
-no caching, no subprocesses. Run from the repository root::
+The floor export-check is measured against: the same work with bare library calls in one pass, no
+error handling, no hashing, no caching. "The same work" means the same as ``export-check --no-cache``
+with its defaults: the golden set read from its directory (PNG decode + the recorded preprocessing),
+batch size 16, one torch thread and one inter-op thread, onnxruntime with one intra-op and one
+inter-op thread, sequential execution and every graph optimisation, ``torch.jit.trace`` on the first
+golden batch without its re-run check, the TorchScript ONNX exporter at opset 17 with a dynamic batch
+axis, onnxsim, dynamic int8 in torch and in onnxruntime; every artifact saved, reloaded from its file
+and run on every batch; MAE against the eager outputs, and eager against the golden reference.
+Run from the repository root::
 
-    python benchmarks/baseline.py --arch resnet --checkpoint models/checkpoints/resnet_digits.pth --json
-    python benchmarks/baseline.py --arch simple_cnn --image-size 224 --images 64   # untrained, seeded
+    python benchmarks/baseline.py --arch resnet --checkpoint models/checkpoints/resnet_digits.pth \\
+        --golden golden --json
 
-Images: the digits test split in its fixed order (the first 64 are the golden set), then the train
-split, i.e. all 1797 digits; N > 1797 cycles through them again. Every stage's wall time is reported.
+Every stage's wall time is reported (``seconds``); ``--json`` prints one JSON object.
 """
 
 import argparse
-import dataclasses
+import io
 import json
 import sys
 import time
@@ -25,27 +31,27 @@ import onnxruntime as ort
 import onnxsim
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
+from PIL import Image
 from torch import nn
 
+from exporter.preprocess import Preprocess, preprocess_image
 from models import ARCHITECTURES
-from models.digits import DIGITS_PREPROCESS, digits_split, load_digits_arrays, preprocess_digits
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--arch", required=True, choices=sorted(ARCHITECTURES))
-parser.add_argument("--checkpoint", type=Path, help="bare state_dict; omitted: untrained weights from --seed")
-parser.add_argument("--images", type=int, default=64, help="golden-set size (default 64)")
-parser.add_argument("--image-size", type=int, default=32)
-parser.add_argument("--batch-size", type=int, default=32)
+parser.add_argument("--checkpoint", type=Path, required=True, help="bare state_dict of the architecture")
+parser.add_argument("--golden", type=Path, default=Path("golden"), help="golden set directory (default: golden)")
+parser.add_argument("--image-size", type=int, default=32, help="the architecture's input size (default 32)")
+parser.add_argument("--batch-size", type=int, default=16, help="inputs per batch (default 16, as export-check)")
+parser.add_argument("--threads", type=int, default=1, help="torch and onnxruntime intra-op threads (default 1, as export-check)")
+parser.add_argument("--opset", type=int, default=17)
 parser.add_argument("--out", type=Path, default=Path("build/baseline"))
-parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--torch-threads", type=int, default=2)
-parser.add_argument("--ort-intra-threads", type=int, default=2)
-parser.add_argument("--ort-inter-threads", type=int, default=1)
 parser.add_argument("--json", action="store_true", help="print the result as JSON")
 args = parser.parse_args()
 
-torch.set_num_threads(args.torch_threads)
-out = args.out / f"{args.arch}-{args.image_size}"
+torch.set_num_threads(args.threads)
+torch.set_num_interop_threads(1)
+out = args.out / args.arch
 out.mkdir(parents=True, exist_ok=True)
 times: dict[str, float] = {}
 clock = time.perf_counter()
@@ -58,24 +64,30 @@ def lap(stage: str) -> None:
     clock = now
 
 
-# Load: model, weights, images.
-torch.manual_seed(args.seed)
+# Load: model and weights, the golden set (decoded images, labels, reference logits).
 model = ARCHITECTURES[args.arch](num_classes=10, in_channels=3, image_size=args.image_size)
-if args.checkpoint is not None:
-    model.load_state_dict(torch.load(args.checkpoint, weights_only=True, map_location="cpu"))
+model.load_state_dict(torch.load(args.checkpoint, weights_only=True, map_location="cpu"))
 model.eval()
 lap("load")
-digits, labels = load_digits_arrays()
-train_idx, test_idx = digits_split(labels)
-order = np.resize(np.concatenate([test_idx, train_idx]), args.images)
-spec = dataclasses.replace(DIGITS_PREPROCESS, size=(args.image_size, args.image_size))
-x = torch.from_numpy(preprocess_digits(digits[order], spec))
-y = labels[order]
-lap("preprocess")
+manifest = json.loads((args.golden / "manifest.json").read_text())
+spec = Preprocess.from_json(manifest["preprocess"])
+labels = np.array([item["label"] for item in manifest["inputs"]])
+reference = np.load(args.golden / manifest["reference"]["file"])
 
+
+def decode(item: dict) -> np.ndarray:
+    with Image.open(io.BytesIO((args.golden / item["file"]).read_bytes())) as img:
+        img.load()
+        return preprocess_image(img, spec)
+
+
+x = torch.from_numpy(np.stack([decode(item) for item in manifest["inputs"]]))
 batches = list(torch.split(x, args.batch_size))
+lap("golden")
+
 with torch.inference_mode():
     eager = torch.cat([model(b) for b in batches]).numpy()
+eager_mae = float(np.abs(eager.astype(np.float64) - reference).mean())
 lap("eager")
 
 # Export: six artifacts, each written to a file.
@@ -88,7 +100,8 @@ paths = {
     "torch-int8-dynamic": out / "model.int8.pt",
     "onnx-int8-dynamic": out / "model.int8.onnx",
 }
-torch.jit.trace(model, example).save(str(paths["torchscript-trace"]))
+with torch.no_grad():
+    torch.jit.trace(model, example, check_trace=False).save(str(paths["torchscript-trace"]))
 lap("export/torchscript-trace")
 torch.jit.script(model).save(str(paths["torchscript-script"]))
 lap("export/torchscript-script")
@@ -97,7 +110,7 @@ torch.onnx.export(
     (example,),
     str(paths["onnx"]),
     dynamo=False,
-    opset_version=17,
+    opset_version=args.opset,
     input_names=["input"],
     output_names=["logits"],
     dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
@@ -107,15 +120,18 @@ simplified, simplify_check = onnxsim.simplify(onnx.load(str(paths["onnx"])))
 onnx.save(simplified, str(paths["onnx-simplified"]))
 lap("export/onnx-simplified")
 quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
-torch.jit.trace(quantized, example).save(str(paths["torch-int8-dynamic"]))
+with torch.no_grad():
+    torch.jit.trace(quantized, example, check_trace=False).save(str(paths["torch-int8-dynamic"]))
 lap("export/torch-int8-dynamic")
 quantize_dynamic(str(paths["onnx"]), str(paths["onnx-int8-dynamic"]), weight_type=QuantType.QInt8)
 lap("export/onnx-int8-dynamic")
 
 # Replay: reload each artifact from its file and run every batch through it.
 options = ort.SessionOptions()
-options.intra_op_num_threads = args.ort_intra_threads
-options.inter_op_num_threads = args.ort_inter_threads
+options.intra_op_num_threads = args.threads
+options.inter_op_num_threads = 1
+options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 artifacts = {}
 for name, path in paths.items():
     if path.suffix == ".pt":
@@ -132,20 +148,22 @@ for name, path in paths.items():
         "mae": float(error.mean()),
         "max_abs_err": float(error.max()),
         "top1_agreement": float((logits.argmax(1) == eager.argmax(1)).mean()),
-        "accuracy": float((logits.argmax(1) == y).mean()),
+        "accuracy": float((logits.argmax(1) == labels).mean()),
     }
     lap(f"replay/{name}")
 
 result = {
     "arch": args.arch,
-    "checkpoint": None if args.checkpoint is None else str(args.checkpoint),
-    "image_size": args.image_size,
-    "images": args.images,
+    "checkpoint": str(args.checkpoint),
+    "golden": str(args.golden),
+    "images": len(labels),
     "batch_size": args.batch_size,
-    "threads": {"torch": args.torch_threads, "ort_intra": args.ort_intra_threads, "ort_inter": args.ort_inter_threads},
+    "threads": {"torch": torch.get_num_threads(), "torch_interop": torch.get_num_interop_threads(),
+                "ort_intra": args.threads, "ort_inter": 1},
     "versions": {"torch": torch.__version__, "onnx": onnx.__version__, "onnxruntime": ort.__version__,
                  "onnxsim": onnxsim.__version__},
-    "eager_accuracy": float((eager.argmax(1) == y).mean()),
+    "eager_accuracy": float((eager.argmax(1) == labels).mean()),
+    "eager_vs_reference_mae": eager_mae,
     "onnxsim_check": bool(simplify_check),
     "artifacts": artifacts,
     "seconds": times,
@@ -154,10 +172,11 @@ result = {
 if args.json:
     print(json.dumps(result, indent=2))
 else:
-    print(f"{args.arch} @ {args.image_size}px, {args.images} images, eager accuracy {result['eager_accuracy']:.4f}")
+    print(f"{args.arch}: {len(labels)} images, eager accuracy {result['eager_accuracy']:.4f}, "
+          f"eager vs reference MAE {eager_mae:.3e}")
     print(f"{'artifact':<20} {'MAE':>10} {'max abs err':>12} {'top1 agree':>10} {'export s':>9} {'replay s':>9}")
     for name, row in artifacts.items():
         print(f"{name:<20} {row['mae']:>10.3e} {row['max_abs_err']:>12.3e} {row['top1_agreement']:>10.4f} "
               f"{times['export/' + name]:>9.3f} {times['replay/' + name]:>9.3f}")
-    print(f"load {times['load']:.3f} s, preprocess {times['preprocess']:.3f} s, eager {times['eager']:.3f} s, "
+    print(f"load {times['load']:.3f} s, golden {times['golden']:.3f} s, eager {times['eager']:.3f} s, "
           f"total {result['total_seconds']:.3f} s")

@@ -12,7 +12,9 @@ import importlib
 import importlib.util
 import inspect
 import pickle
+import re
 import sys
+import warnings
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -35,8 +37,12 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 def check_readable_file(path: Path, what: str, fix: str, error: type[ExportCheckError] = CheckpointError) -> None:
     """Fail early, before expensive work, when ``path`` is not a readable, non-empty file."""
     if not path.exists():
+        parent = next((p for p in path.parents if p.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise error(f"{path}: {what} not found ({parent} is a file, not a folder); {fix}")
         raise error(f"{path}: {what} not found; {fix}")
     if not path.is_file():
+        # Directories, FIFOs, sockets, devices: opening some of them would block or never end.
         raise error(f"{path}: {what} is not a regular file; {fix}")
     try:
         with open(path, "rb") as fh:
@@ -47,39 +53,159 @@ def check_readable_file(path: Path, what: str, fix: str, error: type[ExportCheck
         raise error(f"{path}: {what} is empty (0 bytes); re-save it with torch.save(model.state_dict(), path)")
 
 
+_SAVE_STATE_DICT = "save only the weights with torch.save(model.state_dict(), path)"
+
+# Leading bytes of files people pass by mistake. Checked before torch parses anything.
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF87a", "a GIF image"),
+    (b"GIF89a", "a GIF image"),
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"BZh", "a bzip2 archive"),
+    (b"\xfd7zXZ\x00", "an xz archive"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-zip archive"),
+    (b"\x89HDF\r\n\x1a\n", "an HDF5 file (Keras/h5py)"),
+    (b"%PDF", "a PDF document"),
+    (b"\x7fELF", "an executable"),
+)
+_PICKLE_PROTO = 0x80  # PROTO opcode: a legacy (non-zip) torch.save file or a raw pickle starts with it
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+
+
 def load_state_dict(path: Path) -> dict[str, Any]:
     """Read a checkpoint into a flat ``{name: tensor}`` dict without unpickling code.
 
     Accepts a bare state_dict, a dict holding one under ``state_dict``/``model_state_dict``/``model``,
-    keys prefixed by ``module.`` (DataParallel) or ``_orig_mod.`` (torch.compile), and ``.safetensors``.
+    keys prefixed by ``module.`` (DataParallel) or ``_orig_mod.`` (torch.compile), and safetensors
+    (by suffix or by content). Anything else is a :class:`CheckpointError` naming the file.
     """
     check_readable_file(path, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
-    if path.suffix == ".safetensors":
+    head = _head(path)
+    if path.suffix == ".safetensors" or _looks_like_safetensors(head, path):
         obj = _load_safetensors(path)
     else:
+        _refuse_non_checkpoint(path, head)
         obj = _load_torch(path)
     state = _unwrap(obj, path)
     return _strip_prefixes(state)
+
+
+def _head(path: Path, size: int = 64) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read checkpoint ({exc.strerror or exc}); check its permissions") from None
+
+
+def _looks_like_safetensors(head: bytes, path: Path) -> bool:
+    # safetensors: an 8-byte little-endian header length, then a JSON object.
+    if len(head) < 10 or head[8:9] != b"{":
+        return False
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    return 2 <= int.from_bytes(head[:8], "little") <= size - 8
+
+
+def _refuse_non_checkpoint(path: Path, head: bytes) -> None:
+    """Say what the file is when it plainly is not a torch checkpoint (zip or pickle)."""
+    fix = f"pass the trained model's checkpoint; {_SAVE_STATE_DICT}"
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            raise CheckpointError(f"{path}: not a PyTorch checkpoint, it is {what}; {fix}")
+    if head.startswith(_ZIP_MAGIC):
+        _check_zip_layout(path)
+        return
+    if head[0] == _PICKLE_PROTO:
+        return
+    if _is_text(head):
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint, it is a text file; {fix}")
+    raise CheckpointError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a pickle); {fix}")
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        # a multi-byte character cut at the end of the sample is still text
+        try:
+            text = head[:-3].decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return bool(text) and all(c.isprintable() or c in "\t\r\n\f" for c in text)
+
+
+def _check_zip_layout(path: Path) -> None:
+    """A torch checkpoint is a zip holding ``<name>/data.pkl``; TorchScript archives hold ``constants.pkl`` too."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, RuntimeError, NotImplementedError) as exc:
+        raise CheckpointError(
+            f"{path}: truncated or corrupt zip archive ({' '.join(str(exc).split())[:120] or type(exc).__name__}); "
+            "the copy or download was probably cut short: copy it again or re-save it with torch.save"
+        ) from None
+    if any(n.endswith("constants.pkl") for n in names) and any("/code/" in n or n.startswith("code/") for n in names):
+        raise CheckpointError(
+            f"{path}: a TorchScript archive, not a state_dict; pass the checkpoint it was exported from, or {_SAVE_STATE_DICT}"
+        )
+    if not (any(n.endswith("data.pkl") for n in names) and any(n.endswith("version") for n in names)):
+        shown = ", ".join(names[:3]) or "nothing"
+        raise CheckpointError(
+            f"{path}: a zip archive but not a PyTorch checkpoint (it holds {shown}; no data.pkl and version records); "
+            f"{_SAVE_STATE_DICT}"
+        )
+
+
+_GLOBAL = re.compile(r"GLOBAL ([A-Za-z_][\w.]*)")
 
 
 def _load_torch(path: Path) -> Any:
     import torch
 
     try:
-        return torch.load(str(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # torch warns about unusual pickle protocols and TorchScript zips; the error below says it all.
+            warnings.simplefilter("ignore")
+            return torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if "Weights only load failed" in first or "Unsupported global" in str(exc) or "GLOBAL" in str(exc):
-            raise CheckpointError(
-                f"{path}: refused: the checkpoint's pickle asks for objects or code beyond tensors "
-                "(weights_only); re-save only the weights with torch.save(model.state_dict(), path)"
-            ) from None
-        raise CheckpointError(f"{path}: not a readable checkpoint ({first}); re-save it with torch.save") from None
-    except (EOFError, RuntimeError, zipfile.BadZipFile, ValueError, OSError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(_describe_unpickling(path, str(exc))) from None
+    except Exception as exc:  # anything raised while parsing an untrusted file is about that file
+        reason = _first_sentence(str(exc)) or type(exc).__name__
         raise CheckpointError(
-            f"{path}: truncated, corrupt or not a PyTorch checkpoint ({reason[:160]}); re-save it with torch.save"
+            f"{path}: truncated, corrupt or not a PyTorch checkpoint ({type(exc).__name__}: {reason[:160]}); "
+            "copy it again or re-save it with torch.save"
         ) from None
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    for noise in (" This is an internal miniz error.", " (Could this error message be improved?"):
+        text = text.split(noise)[0]
+    return text
+
+
+def _describe_unpickling(path: Path, message: str) -> str:
+    """Turn torch's multi-paragraph weights_only refusal into one line naming what was asked for."""
+    found = _GLOBAL.search(message)
+    if found:
+        name = found.group(1)
+        looks_like_model = name.rsplit(".", 1)[-1][:1].isupper() and not name.startswith(("builtins.", "posix.", "os.", "nt."))
+        what = f"a whole pickled object ({name}: a model saved with torch.save(model)?)" if looks_like_model else name
+        return (
+            f"{path}: refused: its pickle asks for {what}, which a weights-only load never imports or runs; "
+            f"{_SAVE_STATE_DICT}"
+        )
+    operand = re.search(r"Unsupported operand (\d+)", message)
+    detail = f" (pickle opcode {operand.group(1)} is not allowed)" if operand else ""
+    return (
+        f"{path}: refused: not a weights-only pickle{detail}; it is corrupt or holds objects beyond tensors; "
+        f"{_SAVE_STATE_DICT}"
+    )
 
 
 def _load_safetensors(path: Path) -> Any:
@@ -90,8 +216,8 @@ def _load_safetensors(path: Path) -> Any:
     try:
         return load_file(str(path), device="cpu")
     except Exception as exc:  # safetensors raises its own SafetensorError and others
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: not a readable safetensors file ({reason[:160]}); re-save it") from None
+        reason = _first_sentence(str(exc)) or type(exc).__name__
+        raise CheckpointError(f"{path}: not a readable safetensors file ({reason[:160]}); copy it again or re-save it") from None
 
 
 def _unwrap(obj: Any, path: Path) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from . import __version__
 from .errors import ExportCheckError, UsageError
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-SUBCOMMANDS = ("check", "golden")
+SUBCOMMANDS = ("check", "golden", "history")
 DEFAULT_GOLDEN = Path("golden")
 DEFAULT_OUT = Path("export-check-out")
 
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "artifact kinds:\n" + _kinds_help() + "\n\n`export-check CHECKPOINT` is short for `export-check check CHECKPOINT`.",
     )
     parser.add_argument("--version", action="version", version=f"export-check {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{check,golden}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history}", parser_class=_Parser)
 
     check = sub.add_parser("check", help="export, replay and gate (the default command)", formatter_class=argparse.RawDescriptionHelpFormatter, epilog="artifact kinds:\n" + _kinds_help())
     _add_model_args(check)
@@ -66,22 +66,35 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--opset", type=int, help="ONNX opset (default: 17)")
     check.add_argument("--onnx-exporter", choices=("torchscript", "dynamo"), help="torch.onnx exporter (default: torchscript; dynamo needs onnxscript)")
     check.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
+    check.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML, one test case per row (Jenkins, GitLab, Azure)")
+    check.add_argument("--markdown", type=Path, metavar="PATH", help="write a Markdown summary, e.g. --markdown \"$GITHUB_STEP_SUMMARY\"")
+    check.add_argument("--html", type=Path, metavar="PATH", help="write one self-contained HTML report with plots")
+    check.add_argument("--history", type=Path, metavar="PATH", help="append this run's summary as one JSON line (see `export-check history`)")
+    check.add_argument("--cache-dir", type=Path, metavar="DIR", help="artifact cache (default: $XDG_CACHE_HOME/export-check, else ~/.cache/export-check)")
+    check.add_argument("--no-cache", action="store_true", help="build and replay everything; neither read nor write the artifact cache")
 
     golden = sub.add_parser("golden", help="record, verify or approve a golden set")
     gsub = golden.add_subparsers(dest="golden_command", metavar="{record,verify,approve}", parser_class=_Parser)
     record = gsub.add_parser("record", help="write a new golden set from a folder of images or .npy tensors")
     _add_model_args(record)
-    record.add_argument("--inputs", type=Path, required=True, metavar="DIR", help="folder of .png/.jpg/.npy inputs (a labels.json there maps file name to label)")
+    record.add_argument("--inputs", type=Path, metavar="DIR", help="folder of .png/.jpg/.npy inputs, a labels.json there maps file name to label (default: inputs in [tool.export-check])")
+    record.add_argument("--force", action="store_true", help="replace an existing golden set (default: refuse; use `golden approve` to adopt new logits)")
     record.add_argument("--size", metavar="HxW", help="model input size, e.g. 224 or 224x224 (images only)")
     record.add_argument("--resize", type=int, help="resize the shorter side to this before a center crop (default: resize straight to --size)")
     record.add_argument("--mode", choices=("RGB", "L"), help="colour mode the model takes (default: RGB)")
     record.add_argument("--mean", metavar="M,M,M", help="per-channel mean after scaling to [0,1] (default: 0.5 each)")
     record.add_argument("--std", metavar="S,S,S", help="per-channel std (default: 0.5 each)")
     verify = gsub.add_parser("verify", help="check a golden set's integrity and say exactly what changed")
-    verify.add_argument("golden_dir", type=Path, nargs="?", default=None, metavar="DIR", help=f"golden set (default: {DEFAULT_GOLDEN})")
+    verify.add_argument("golden_dir", type=Path, nargs="?", default=None, metavar="DIR", help=f"golden set (default: golden in [tool.export-check] of ./pyproject.toml, else {DEFAULT_GOLDEN})")
     approve = gsub.add_parser("approve", help="adopt a new checkpoint's logits as the reference, showing the diff first")
     _add_model_args(approve)
     approve.add_argument("--dry-run", action="store_true", help="show the diff, change nothing")
+
+    history = sub.add_parser("history", help="show MAE and latency per artifact across the runs in a --history file")
+    history.add_argument("history_file", type=Path, metavar="PATH", help="the file written by check --history")
+    history.add_argument("--last", type=int, default=10, metavar="N", help="show the last N runs (default: 10; 0: all)")
+    history.add_argument("--artifact", metavar="NAME", help="show one row only, e.g. onnx")
+    history.add_argument("--json", action="store_true", help="print the runs as JSON instead of tables")
     return parser
 
 
@@ -120,7 +133,7 @@ def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    from .config import INT8_MAX_MAE, INT8_MIN_TOP1, FLOAT_MAX_MAE, Gate, RunConfig, Thresholds
+    from .config import INT8_MAX_MAE, INT8_MIN_TOP1, FLOAT_MAX_MAE, Gate, RunConfig, Thresholds, default_cache_dir
 
     settings = _model_settings(args)
     kinds: tuple[str, ...] = ()
@@ -152,36 +165,70 @@ def build_config(args: argparse.Namespace) -> Any:
         opset=_pick(args.opset, settings, "opset", 17),
         onnx_exporter=_pick(args.onnx_exporter, settings, "onnx_exporter", "torchscript"),
         threads=_pick(args.threads, settings, "threads", 1),
+        cache_dir=None if args.no_cache else _pick(args.cache_dir, settings, "cache_dir", None) or default_cache_dir(),
     )
 
 
 def _progress(quiet: bool):
-    def emit(message: str) -> None:
-        if not quiet:
-            print(f"[export-check] {message}", file=sys.stderr, flush=True)
+    from .progress import ProgressLine
 
-    return emit
+    return ProgressLine(sys.stderr, quiet=quiet)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     config = build_config(args)
-    if args.json is not None and args.json.exists() and args.json.is_dir():
-        raise UsageError(f"{args.json}: is a directory; --json takes a file path")
+    for flag in ("json", "junit", "markdown", "html", "history"):
+        path = getattr(args, flag)
+        if path is not None and path.is_dir():
+            raise UsageError(f"{path}: is a directory; --{flag} takes a file path")
     from .pipeline import run_check
     from .report import json_report, text
 
-    report = run_check(config, progress=_progress(args.quiet))
+    progress = _progress(args.quiet)
+    try:
+        report = run_check(config, progress=progress)
+    finally:
+        progress.close()
     print(text.render(report))
     if args.json is not None:
         json_report.write(report, args.json)
+    _write_views(report, args)
     return report.exit_code
+
+
+def _write_views(report: Any, args: argparse.Namespace) -> None:
+    """The other views of the same report (issue 4): JUnit, Markdown, HTML, the history line."""
+    from .report import html, junit, markdown
+
+    for path, writer in ((args.junit, junit.write), (args.markdown, markdown.write), (args.html, html.write)):
+        if path is not None:
+            writer(report, path)
+    if args.history is not None:
+        from .history import append
+
+        append(report, args.history)
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    from .history import load, render_json, render_trend
+
+    if args.last < 0:
+        raise UsageError(f"--last must be >= 0, got {args.last}")
+    runs = load(args.history_file)
+    print(render_json(runs, args.last) if args.json else render_trend(runs, args.last, args.artifact), end="\n" if not args.json else "")
+    return EXIT_PASS
 
 
 def _cmd_golden(args: argparse.Namespace) -> int:
     from . import golden_ops
 
     if args.golden_command == "verify":
-        return golden_ops.verify(args.golden_dir or DEFAULT_GOLDEN)
+        if args.golden_dir is None:
+            from .settings import find_settings
+
+            # no checkpoint here: the golden folder named by the settings of the current directory
+            return golden_ops.verify(find_settings(None).get("golden", DEFAULT_GOLDEN))
+        return golden_ops.verify(args.golden_dir)
     if args.golden_command is None:
         raise UsageError("export-check golden: choose record, verify or approve (see export-check golden --help)")
     settings = _model_settings(args)
@@ -199,7 +246,10 @@ def _cmd_golden(args: argparse.Namespace) -> int:
     )
     if args.golden_command == "record":
         preprocess = golden_ops.preprocess_from_args(args.size, args.resize, args.mode, args.mean, args.std, settings.get("preprocess"))
-        return golden_ops.record(inputs_dir=args.inputs, preprocess=preprocess, **common)
+        inputs = _pick(args.inputs, settings, "inputs", None)
+        if inputs is None:
+            raise UsageError("no inputs given: pass --inputs DIR (a folder of images or .npy files), or set inputs in [tool.export-check]")
+        return golden_ops.record(inputs_dir=inputs, preprocess=preprocess, force=args.force, **common)
     return golden_ops.approve(dry_run=args.dry_run, **common)
 
 
@@ -213,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         if args.command == "check":
             return _cmd_check(args)
+        if args.command == "history":
+            return _cmd_history(args)
         return _cmd_golden(args)
     except ExportCheckError as exc:
         print(f"export-check: error: {exc}", file=sys.stderr)

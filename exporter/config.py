@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +23,20 @@ INT8_MAX_MAE = 0.1
 INT8_MIN_TOP1 = 0.98
 
 ONNX_EXPORTERS = ("torchscript", "dynamo")
+
+
+def default_cache_dir() -> Path:
+    """Where the artifact cache lives by default: ``$XDG_CACHE_HOME/export-check``, else ``~/.cache/export-check``."""
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    root = Path(base).expanduser() if base and Path(base).expanduser().is_absolute() else Path.home() / ".cache"
+    return root / "export-check"
+
+# Pinned inference settings (see RunConfig.inference_settings): one inter-op thread everywhere, so a
+# run's speed and numbers depend on --threads alone; onnxruntime runs nodes in order, fully optimised.
+TORCH_INTEROP_THREADS = 1
+ORT_INTER_OP_THREADS = 1
+ORT_EXECUTION_MODE = "sequential"  # onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+ORT_GRAPH_OPTIMIZATION = "all"  # onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
 
 
 def _positive_finite(name: str, value: float) -> None:
@@ -99,6 +114,7 @@ class RunConfig:
     opset: int = 17
     onnx_exporter: str = "torchscript"
     threads: int = 1
+    cache_dir: Path | None = None  # the artifact cache (exporter/cache.py); None: no cache
 
     def __post_init__(self) -> None:
         if not self.arch:
@@ -137,4 +153,25 @@ class RunConfig:
             "onnx_exporter": self.onnx_exporter,
             "threads": self.threads,
             "kinds": list(self.selected_kinds),
+            "inference": self.inference_settings(),
+            "cache_dir": None if self.cache_dir is None else str(self.cache_dir),
+        }
+
+    def export_settings(self) -> dict[str, Any]:
+        """The settings an artifact file depends on (the cache keys on them)."""
+        return {"batch_size": self.batch_size, "opset": self.opset, "onnx_exporter": self.onnx_exporter, "threads": self.threads}
+
+    def inference_settings(self) -> dict[str, Any]:
+        """Runtime settings that change speed and numbers, pinned by ``pipeline.pinned_threads`` and
+        ``artifacts._common.OnnxRunner``, recorded in the report and keyed on by the cache."""
+        return {
+            "torch_threads": self.threads,
+            "torch_interop_threads": TORCH_INTEROP_THREADS,
+            "onnxruntime": {
+                "intra_op_num_threads": self.threads,
+                "inter_op_num_threads": ORT_INTER_OP_THREADS,
+                "execution_mode": ORT_EXECUTION_MODE,
+                "graph_optimization_level": ORT_GRAPH_OPTIMIZATION,
+                "providers": ["CPUExecutionProvider"],
+            },
         }

@@ -13,6 +13,14 @@ class ExportCheckError(Exception):
 
     exit_code = 2
 
+    def __str__(self) -> str:
+        return one_line(super().__str__())
+
+
+def one_line(text: str) -> str:
+    """Escape control characters (a newline in a file name, say) so that a message stays one line."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
 
 class UsageError(ExportCheckError):
     """Bad command-line arguments or configuration values."""

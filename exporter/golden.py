@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .errors import GoldenError
-from .preprocess import IMAGE_SUFFIXES, Preprocess, preprocess_image
+from .preprocess import IMAGE_SUFFIXES, Preprocess, open_image, preprocess_image
 
 MANIFEST = "manifest.json"
 FORMAT = "export-check-golden"
@@ -97,25 +97,26 @@ class GoldenSet:
 
 
 def decode_input(data: bytes, name: str, preprocess: Preprocess | None, shown: Path) -> np.ndarray:
+    """Decode one golden input (untrusted bytes) into the model's input, or raise a one-line GoldenError."""
     if name.lower().endswith(TENSOR_SUFFIX):
         try:
             array = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise GoldenError(f"{shown}: not a readable .npy tensor ({exc}); replace it or re-record") from None
-        if not np.issubdtype(array.dtype, np.number):
-            raise GoldenError(f"{shown}: holds {array.dtype}, not numbers; replace it or re-record")
+        except Exception as exc:  # a crafted header can raise more than ValueError (MemoryError, ...)
+            reason = " ".join(str(exc).split())[:120]
+            raise GoldenError(f"{shown}: not a readable .npy tensor ({type(exc).__name__}: {reason}); replace it or re-record") from None
+        if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":  # no bool, complex, strings
+            what = getattr(array, "dtype", type(array).__name__)
+            raise GoldenError(f"{shown}: holds {what}, not real numbers; replace it or re-record")
+        if not np.all(np.isfinite(array)):
+            raise GoldenError(f"{shown}: holds NaN or Inf values; replace it or re-record")
         return array.astype(np.float32)
     if preprocess is None:
         raise GoldenError(f"{shown}: an image, but the manifest has no preprocess spec; re-record the golden set")
-    from PIL import Image, ImageOps, UnidentifiedImageError
-
+    img = open_image(io.BytesIO(data), shown)
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.load()
-            img = ImageOps.exif_transpose(img)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise GoldenError(f"{shown}: cannot decode image ({type(exc).__name__}); replace it or re-record the golden set") from None
-    return preprocess_image(img, preprocess)
+        return preprocess_image(img, preprocess)
+    except (ValueError, OSError, MemoryError) as exc:
+        raise GoldenError(f"{shown}: cannot convert image ({type(exc).__name__}: {exc}); replace it or re-record the golden set") from None
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -272,6 +273,20 @@ def load_golden(root: Path) -> GoldenSet:
 class Problem:
     file: str
     what: str
+    kind: str = "broken"  # "missing", "changed" (hash), "undecodable" or "broken" (anything else)
+    name: str = ""  # the input's original file name, when the problem is one input
+
+
+def _classify(root: Path, rel: str, expected: str) -> str:
+    path = root / rel
+    if not path.exists():
+        return "missing"
+    try:
+        if path.is_file() and not path.is_symlink() and sha256_bytes(path.read_bytes()) != expected:
+            return "changed"
+    except OSError:
+        return "broken"
+    return "undecodable" if path.is_file() and not path.is_symlink() else "broken"
 
 
 def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
@@ -285,12 +300,21 @@ def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
         try:
             golden.load_input(item)
         except GoldenError as exc:
-            problems.append(Problem(item.file, str(exc)))
+            problems.append(Problem(item.file, str(exc), _classify(root, item.file, item.sha256), item.name))
     try:
         golden.reference()
     except GoldenError as exc:
-        problems.append(Problem(golden.reference_file, str(exc)))
+        problems.append(Problem(golden.reference_file, str(exc), _classify(root, golden.reference_file, golden.reference_sha256)))
     return golden, problems
+
+
+def unreferenced_files(golden: GoldenSet) -> list[str]:
+    """Data files in the folder's own namespace (``inputs/``, ``reference-*.npy``) that the manifest does not name."""
+    listed = {item.file for item in golden.inputs} | {golden.reference_file}
+    inputs_dir = golden.root / INPUTS_DIR
+    found = list(inputs_dir.iterdir()) if inputs_dir.is_dir() and not inputs_dir.is_symlink() else []
+    found += list(golden.root.glob("reference-*.npy")) + list(golden.root.glob(".*.partial"))
+    return sorted(rel for rel in (p.relative_to(golden.root).as_posix() for p in found) if rel not in listed)
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -417,6 +441,7 @@ __all__ = [
     "load_golden",
     "read_manifest",
     "verify_golden",
+    "unreferenced_files",
     "write_golden",
     "image_files",
 ]

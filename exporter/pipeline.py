@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
+from . import __version__, isolation
 from .artifacts import KINDS, KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import as_logits, captured_warnings, dedupe
+from .cache import RESTORED, ArtifactCache, cached_rows, open_cache, restore_artifact, store_rows
 from .checkpoint import build_model, check_readable_file, load_state_dict, sha256_file
-from .compare import ErrorAccumulator, ShapeMismatch, judge
-from .config import RunConfig
+from .compare import ErrorAccumulator, Metrics, ShapeMismatch, judge
+from .config import TORCH_INTEROP_THREADS, RunConfig
 from .errors import ArchitectureError, ExportCheckError, OutputError
 from .golden import GoldenSet, load_golden
 from .results import ERROR, FAIL, PASS, FileInfo, GoldenSummary, Report, Row
@@ -44,6 +45,10 @@ def pinned_threads(threads: int) -> Iterator[None]:
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    if torch.get_num_interop_threads() != TORCH_INTEROP_THREADS:
+        # torch allows this once per process, before any inter-op work; later runs in the same process keep it.
+        with contextlib.suppress(RuntimeError):
+            torch.set_num_interop_threads(TORCH_INTEROP_THREADS)
     try:
         yield
     finally:
@@ -91,6 +96,7 @@ class BuildOutcome:
     error: str | None = None
     details: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cache: str | None = None  # cache.RESTORED when the file came from the artifact cache
 
 
 def _describe(exc: BaseException) -> str:
@@ -106,8 +112,13 @@ def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Pa
     started = time.perf_counter()
     try:
         with captured_warnings(outcome.notes):
-            outcome.details = dict(kind.impl().build(ctx, path, source) or {})
+            # Issue 5: in a child process, so a native crash is this row's error (exporter/isolation.py).
+            outcome.details = isolation.build(kind, ctx, path, source, outcome.notes)
         outcome.path = path
+    except isolation.BuildCrashed as exc:
+        outcome.error = str(exc)
+        with contextlib.suppress(OSError):
+            path.unlink()
     except Exception as exc:  # any exporter failure is this artifact's error, not the run's
         outcome.error = f"build failed: {_describe(exc)}"
         with contextlib.suppress(OSError):
@@ -116,7 +127,9 @@ def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Pa
     return outcome
 
 
-def _build_all(config: RunConfig, ctx: BuildContext, out_dir: Path, progress: Progress) -> dict[str, BuildOutcome]:
+def _build_all(
+    config: RunConfig, ctx: BuildContext, out_dir: Path, progress: Progress, cache: ArtifactCache | None = None
+) -> dict[str, BuildOutcome]:
     wanted = set(config.selected_kinds)
     # A derived kind needs its source built first, even if the source itself is not reported.
     wanted |= {KINDS_BY_NAME[name].source for name in config.selected_kinds if KINDS_BY_NAME[name].source}
@@ -129,6 +142,10 @@ def _build_all(config: RunConfig, ctx: BuildContext, out_dir: Path, progress: Pr
                 built[kind.name] = BuildOutcome(error=f"not built: it is derived from {kind.source}, which failed")
                 continue
             source_path = source.path
+        restored = restore_artifact(cache, kind.name, out_dir / kind.filename()) if cache is not None else None
+        if restored is not None:
+            built[kind.name] = BuildOutcome(path=restored.path, details=restored.details, notes=list(restored.notes), cache=RESTORED)
+            continue
         progress(f"building {kind.name}")
         built[kind.name] = build_artifact(kind, ctx, out_dir / kind.filename(), source_path)
     return built
@@ -140,8 +157,6 @@ def _file_info(path: Path) -> FileInfo:
 
 def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     """Run the whole check described by ``config`` and return its report."""
-    import torch
-
     started = time.perf_counter()
     # Validate everything cheap first, so bad input fails before any export starts.
     check_readable_file(config.checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
@@ -149,6 +164,20 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     reference = golden.reference()
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint_info = _file_info(config.checkpoint)
+    timings = {"verify_inputs": time.perf_counter() - started}
+
+    cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256)
+    if cache is not None:
+        with locked_out_dir(out_dir):
+            # Every row's artifact and metrics cached and intact: no model, no torch, no replay.
+            hit = cached_rows(cache, config, out_dir)
+        timings["cache_lookup"] = time.perf_counter() - started - sum(timings.values())
+        if hit is not None:
+            progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
+            return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings)
+
+    isolation.prewarm()  # issue 5: start the build server (exporter/isolation.py) before the model exists
+    import torch
 
     with pinned_threads(config.threads), locked_out_dir(out_dir):
         progress("loading checkpoint")
@@ -162,9 +191,27 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             onnx_exporter=config.onnx_exporter,
             threads=config.threads,
         )
-        built = _build_all(config, ctx, out_dir, progress)
+        timings["load_model"] = time.perf_counter() - started - sum(timings.values())
+        built = _build_all(config, ctx, out_dir, progress, cache)
+        timings["build"] = time.perf_counter() - started - sum(timings.values())
         rows, label_accuracy = _replay_and_judge(config, golden, reference, model, ctx, built, progress)
+        timings["replay"] = time.perf_counter() - started - sum(timings.values())
+        if cache is not None:
+            rows = store_rows(cache, config, rows, built, label_accuracy)
+            timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
+    return _report(config, golden, checkpoint_info, rows, label_accuracy, started, out_dir, timings)
 
+
+def _report(
+    config: RunConfig,
+    golden: GoldenSet,
+    checkpoint_info: FileInfo,
+    rows: list[Row],
+    label_accuracy: float | None,
+    started: float,
+    out_dir: Path,
+    timings: dict[str, float],
+) -> Report:
     recorded_ckpt = golden.model.get("checkpoint_sha256")
     return Report(
         tool_version=__version__,
@@ -185,6 +232,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         rows=tuple(rows),
         seconds=time.perf_counter() - started,
         out_dir=str(out_dir),
+        timings=tuple((stage, round(seconds, 4)) for stage, seconds in timings.items()),
     )
 
 
@@ -247,35 +295,18 @@ def _replay_and_judge(
                     del runners[name]
                 replay_seconds[name] += time.perf_counter() - began
 
-    rows = [_eager_row(config, eager_acc, eager_error)]
+    rows = [_eager_row(config, None if eager_error else eager_acc.result(), eager_error)]
     for kind in kinds:
         outcome = built[kind.name]
-        gate = config.thresholds.gate_for(kind.family)
-        common: dict[str, Any] = {
-            "name": kind.name,
-            "family": kind.family,
-            "compared_with": "eager",
-            "gate": gate,
-            "build_seconds": outcome.seconds,
-            "details": tuple(sorted(outcome.details.items())),
-            "notes": dedupe(outcome.notes),
-        }
         artifact = _file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
         if kind.name in errors:
-            rows.append(Row(status=ERROR, metrics=None, reasons=(errors[kind.name],), artifact=artifact, **common))
+            rows.append(_artifact_row(config, kind, outcome, artifact, None, None, errors[kind.name]))
             continue
-        metrics = accumulators[kind.name].result()
-        verdict = judge(metrics, gate)
-        rows.append(
-            Row(
-                status=PASS if verdict.passed else FAIL,
-                metrics=metrics,
-                reasons=verdict.reasons,
-                artifact=artifact,
-                replay_seconds=replay_seconds[kind.name],
-                **common,
-            )
-        )
+        rows.append(_artifact_row(config, kind, outcome, artifact, accumulators[kind.name].result(), replay_seconds[kind.name]))
+    # Issue 4: batch sizes, determinism, latency, where it diverges (each artifact reopened from disk).
+    from .diagnostics.run import diagnose_rows
+
+    rows = diagnose_rows(config, golden, model, ctx, rows, progress)
     labels = golden.labels()
     label_accuracy = None
     if eager_argmax and all(label is not None for label in labels):
@@ -284,11 +315,39 @@ def _replay_and_judge(
     return rows, label_accuracy
 
 
-def _eager_row(config: RunConfig, acc: ErrorAccumulator, error: str | None) -> Row:
+def _artifact_row(
+    config: RunConfig,
+    kind: ArtifactKind,
+    outcome: BuildOutcome,
+    artifact: FileInfo | None,
+    metrics: Metrics | None,
+    replay_seconds: float | None,
+    error: str | None = None,
+) -> Row:
+    """One artifact's row: its metrics judged against its family's gate, or its error."""
+    gate = config.thresholds.gate_for(kind.family)
+    common: dict[str, Any] = {
+        "name": kind.name,
+        "family": kind.family,
+        "compared_with": "eager",
+        "gate": gate,
+        "build_seconds": outcome.seconds,
+        "details": tuple(sorted(outcome.details.items())),
+        "notes": dedupe(outcome.notes),
+        "artifact": artifact,
+    }
+    if error is not None or metrics is None:
+        return Row(status=ERROR, metrics=None, reasons=(error or "no metrics",), **common)
+    verdict = judge(metrics, gate)
+    return Row(
+        status=PASS if verdict.passed else FAIL, metrics=metrics, reasons=verdict.reasons, replay_seconds=replay_seconds, **common
+    )
+
+
+def _eager_row(config: RunConfig, metrics: Metrics | None, error: str | None) -> Row:
     gate = config.thresholds.eager_gate
-    if error:
-        return Row(name="eager", family="eager", compared_with="golden", status=FAIL, gate=gate, metrics=None, reasons=(error,))
-    metrics = acc.result()
+    if error or metrics is None:
+        return Row(name="eager", family="eager", compared_with="golden", status=FAIL, gate=gate, metrics=None, reasons=(error or "no metrics",))
     verdict = judge(metrics, gate)
     reasons = verdict.reasons
     if not verdict.passed:

@@ -10,6 +10,7 @@ recorded, when it is replayed and when the bundled models are trained, so all th
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from .errors import GoldenError
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 _MODES = {"RGB": 3, "L": 1}
 _INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+MAX_SIDE = 16384  # pixels: a manifest asking for more is damaged (and would exhaust memory)
+MIN_STD = 1e-6
 
 
 @dataclass(frozen=True)
@@ -43,15 +46,18 @@ class Preprocess:
             raise ValueError(f"mode must be one of {sorted(_MODES)}, got {self.mode!r}")
         if self.interpolation not in _INTERPOLATIONS:
             raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {self.interpolation!r}")
-        if len(self.size) != 2 or any(int(s) != s or s < 1 for s in self.size):
-            raise ValueError(f"size must be two positive integers, got {self.size!r}")
+        if len(self.size) != 2 or any(int(s) != s or not 1 <= s <= MAX_SIDE for s in self.size):
+            raise ValueError(f"size must be two integers in 1..{MAX_SIDE}, got {self.size!r}")
         channels = _MODES[self.mode]
         if len(self.mean) != channels or len(self.std) != channels:
             raise ValueError(f"mode {self.mode} needs {channels} mean and std values")
-        if any(not s > 0 for s in self.std):
-            raise ValueError("std values must be positive")
-        if self.resize is not None and (int(self.resize) != self.resize or self.resize < min(self.size)):
-            raise ValueError(f"resize must be an integer >= the crop size {min(self.size)}")
+        if any(not math.isfinite(m) for m in self.mean):
+            raise ValueError("mean values must be finite numbers")
+        # float32 division: a smaller std would turn pixels into Inf
+        if any(not (MIN_STD <= s < math.inf) for s in self.std):
+            raise ValueError(f"std values must be finite and at least {MIN_STD:g}")
+        if self.resize is not None and (int(self.resize) != self.resize or not min(self.size) <= self.resize <= MAX_SIDE):
+            raise ValueError(f"resize must be an integer from the crop size {min(self.size)} to {MAX_SIDE}")
 
     @property
     def channels(self) -> int:
@@ -100,20 +106,42 @@ def _number(value: Any) -> float:
     return float(value)
 
 
-def load_image(path: Path):  # -> PIL.Image.Image
-    """Decode an image file fully, or raise :class:`GoldenError` naming it."""
+# Only the formats golden sets hold. Pillow would otherwise sniff and decode dozens of formats from
+# untrusted bytes whatever the file is called, EPS among them, which runs Ghostscript.
+IMAGE_FORMATS = ("PNG", "JPEG", "BMP", "WEBP")
+
+
+def open_image(source: Any, shown: Path):  # -> PIL.Image.Image
+    """Decode an image (a path or a binary file object) fully, or raise :class:`GoldenError` naming ``shown``."""
+    import warnings
+
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
-        with Image.open(path) as img:
-            img.load()
-            return ImageOps.exif_transpose(img)
+        with warnings.catch_warnings():
+            # A header claiming a huge image is an error here, not a warning line on stderr.
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(source, formats=IMAGE_FORMATS) as img:
+                img.load()
+                return ImageOps.exif_transpose(img)
     except FileNotFoundError:
-        raise GoldenError(f"{path}: image not found; restore it or re-record the golden set") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise GoldenError(f"{shown}: image not found; restore it or re-record the golden set") from None
+    except UnidentifiedImageError:
         raise GoldenError(
-            f"{path}: cannot decode image ({type(exc).__name__}: {exc}); replace the file or re-record the golden set"
+            f"{shown}: not a decodable {'/'.join(IMAGE_FORMATS)} image; replace the file or re-record the golden set"
         ) from None
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+        raise GoldenError(f"{shown}: image too large to decode safely ({exc}); replace the file") from None
+    except Exception as exc:  # a damaged file can make a decoder raise almost anything
+        raise GoldenError(
+            f"{shown}: cannot decode image ({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); "
+            "replace the file or re-record the golden set"
+        ) from None
+
+
+def load_image(path: Path):  # -> PIL.Image.Image
+    """Decode an image file fully, or raise :class:`GoldenError` naming it."""
+    return open_image(path, path)
 
 
 def _to_mode(img, mode: str):

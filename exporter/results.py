@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .compare import Metrics
 from .config import Gate, Thresholds
+
+if TYPE_CHECKING:
+    from .diagnostics import Diagnostics
 
 SCHEMA_VERSION = 1
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -38,6 +41,11 @@ class Row:
     replay_seconds: float | None = None
     details: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # warnings the exporters emitted
+    # Where the row came from in the artifact cache (exporter/cache.py): "hit" (nothing built or
+    # replayed), "artifact" (file reused, replayed afresh), "miss", "rebuilt" (damaged entry); None: no cache.
+    cache: str | None = None
+    # Batch-size agreement, determinism, latency and per-layer comparison (exporter/diagnostics/).
+    diagnostics: Diagnostics | None = None
 
     @property
     def passed(self) -> bool:
@@ -58,6 +66,8 @@ class Row:
             "replay_seconds": self.replay_seconds,
             "details": dict(self.details),
             "notes": list(self.notes),
+            "cache": self.cache,
+            "diagnostics": None if self.diagnostics is None else self.diagnostics.to_json(),
         }
 
 
@@ -95,6 +105,7 @@ class Report:
     rows: tuple[Row, ...]
     seconds: float
     out_dir: str
+    timings: tuple[tuple[str, float], ...] = ()  # wall seconds per pipeline stage, in order
 
     @property
     def passed(self) -> bool:
@@ -126,5 +137,6 @@ class Report:
             "versions": dict(self.versions),
             "out_dir": self.out_dir,
             "seconds": self.seconds,
+            "timings": dict(self.timings),
             "rows": [row.to_json(self.thresholds.reference_mae) for row in self.rows],
         }

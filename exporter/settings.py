@@ -25,6 +25,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "arch": ("arch", "str"),
     "arch-kwargs": ("arch_kwargs", "table"),
     "golden": ("golden", "path"),
+    "inputs": ("inputs", "path"),  # the folder `golden record` (and a pytest regen) records from
     "out": ("out", "path"),
     "artifacts": ("artifacts", "strlist"),
     "batch-size": ("batch_size", "int"),
@@ -35,6 +36,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "int8-max-mae": ("int8_max_mae", "float"),
     "int8-min-top1": ("int8_min_top1", "float"),
     "preprocess": ("preprocess", "table"),
+    "cache-dir": ("cache_dir", "path"),  # the artifact cache (docs/performance.md)
 }
 
 

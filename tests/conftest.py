@@ -28,6 +28,15 @@ def pytest_configure(config: pytest.Config) -> None:
         assert REPO / "exporter" not in location.parents, f"tests imported exporter from the source tree: {location}"
 
 
+@pytest.fixture(autouse=True)
+def private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own empty artifact cache (the CLI's default honours XDG_CACHE_HOME), so
+    no test reuses another's artifacts and none writes to the real home directory."""
+    folder = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    return folder / "export-check"
+
+
 @pytest.fixture(scope="session")
 def digit_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """24 real handwritten digits as PNG files (scikit-learn's bundled scans), the last 16 inverted

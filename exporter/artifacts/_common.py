@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
 from ..errors import ArtifactError
 
 
@@ -104,9 +105,11 @@ class OnnxRunner:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
+        # Pinned, as recorded in the report's settings (config.RunConfig.inference_settings).
         options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.inter_op_num_threads = ORT_INTER_OP_THREADS
+        options.execution_mode = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL}[ORT_EXECUTION_MODE]
+        options.graph_optimization_level = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[ORT_GRAPH_OPTIMIZATION]
         options.log_severity_level = 3
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         inputs = self.session.get_inputs()

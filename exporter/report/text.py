@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..results import ERROR, FAIL, PASS, Report, Row
+from .views import diagnostic_lines, latency_text, rerun_text, shapes_text
 
 _STATUS = {PASS: "PASS", FAIL: "FAIL", ERROR: "ERROR"}
 
@@ -33,7 +34,7 @@ def _size(row: Row) -> str:
 
 def render(report: Report) -> str:
     reference = report.thresholds.reference_mae
-    header = ("artifact", "vs", "gate", "MAE", "max|err|", "top-1", f"MAE<={reference:g}", "size", "verdict")
+    header = ("artifact", "vs", "gate", "MAE", "max|err|", "top-1", f"MAE<={reference:g}", "size", "ms/img", "batch", "rerun", "verdict")
     lines = []
     for row in report.rows:
         m = row.metrics
@@ -47,6 +48,9 @@ def render(report: Report) -> str:
                 "-" if m is None else f"{m.top1_agreement:.1%}",
                 _vs_reference(row, reference),
                 _size(row),
+                latency_text(row),
+                shapes_text(row),
+                rerun_text(row),
                 _STATUS[row.status],
             )
         )
@@ -67,6 +71,9 @@ def render(report: Report) -> str:
         for row in problems:
             for reason in row.reasons:
                 out.append(f"{_STATUS[row.status]} {row.name}: {reason}")
+    extra = diagnostic_lines(report)
+    out += [""] + extra if extra else []
+    out += _cache_lines(report)
     counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, FAIL, ERROR)}
     out.append("")
     verdict = "PASSED" if report.passed else "FAILED"
@@ -75,3 +82,18 @@ def render(report: Report) -> str:
         f"in {report.seconds:.1f}s; artifacts in {report.out_dir}"
     )
     return "\n".join(out)
+
+
+def _cache_lines(report: Report) -> list[str]:
+    """Say which rows the artifact cache supplied, and which damaged entries were rebuilt."""
+    states = [row.cache for row in report.rows if row.cache is not None]
+    if not states:
+        return []
+    hits, restored = states.count("hit"), states.count("artifact")
+    lines = [""]
+    if hits == len(report.rows):
+        lines.append("cache: every row reused from the artifact cache, nothing built or replayed (--no-cache to rebuild)")
+    elif hits or restored:
+        lines.append(f"cache: {hits} rows reused, {restored} artifact files reused and replayed, the rest built")
+    lines += [f"cache: {row.name}: damaged entry rebuilt" for row in report.rows if row.cache == "rebuilt"]
+    return lines if len(lines) > 1 else []

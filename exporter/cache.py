@@ -1,0 +1,553 @@
+"""Content-addressed cache of built artifacts and their replay metrics.
+
+A run's key is the sha256 of everything that can change an artifact or its numbers: the checkpoint's
+sha256, the golden manifest's sha256 (which pins every input and the reference logits), the
+architecture spec, its kwargs and its source file's sha256, the export and inference settings, the
+library versions, export-check's version and the sha256 of its own source. Each artifact kind (and the eager model) has one
+entry under ``sha256(run key, kind)``::
+
+    <cache-dir>/v1/<2 hex>/<entry key>/meta.json             committed last, atomically
+    <cache-dir>/v1/<2 hex>/<entry key>/<sha256[:16]><suffix>  the artifact file, named by content
+
+Thresholds are not in the key: an entry holds metrics, and the gates are applied to them on every
+run. It also holds the row as judged and diagnosed, with the thresholds used; only a run with the
+same thresholds is served that whole (the diagnostics measure with the gates), any other reuses the
+file and replays. An entry records the hashes of the local source files imported when it was built
+and is a miss when one changed. It is checked against the sha256 and size in its ``meta.json``
+before use; a damaged one is removed, rebuilt, and the rebuild is noted in the report. The cache is
+best effort: failing to write it only adds a note, it never fails a check. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import types
+import typing
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import __version__
+from .artifacts import KINDS_BY_NAME
+from .checkpoint import sha256_file
+from .compare import Metrics
+from .results import ERROR, FileInfo, Row
+from .versions import library_versions
+
+if TYPE_CHECKING:
+    from .config import RunConfig
+    from .pipeline import BuildOutcome
+
+FORMAT = 1
+LAYOUT = f"v{FORMAT}"
+META = "meta.json"
+EAGER = "eager"
+
+# Per-row cache states, as the report shows them.
+HIT = "hit"  # artifact and metrics from the cache: nothing was built or replayed
+RESTORED = "artifact"  # artifact file from the cache, replayed afresh
+MISS = "miss"  # built and replayed, then stored
+REBUILT = "rebuilt"  # the entry was damaged: built and replayed again, then stored
+
+
+def arch_source_sha256(spec: str, root: Path | None = None) -> str:
+    """The sha256 of the file that defines the architecture, found without importing it.
+
+    ``path/to/file.py:Factory`` hashes that file; ``package.module:Factory`` hashes the module's
+    source as the import system would find it (from the current directory and ``root`` first).
+    Files the architecture imports in turn are not hashed: see docs/performance.md.
+    """
+    module_part = spec.rpartition(":")[0]
+    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
+        path = Path(module_part).expanduser().resolve()
+        return sha256_file(path) if path.is_file() else "missing"
+    # Found by hand: importlib.util.find_spec("pkg.mod") would import pkg (and torch with it), and a
+    # cache hit must not cost a torch import.
+    parts = module_part.split(".")
+    for folder in (Path.cwd(), root, *sys.path):
+        if folder is None or not str(folder):
+            continue
+        base = Path(folder).joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return sha256_file(candidate)
+    return "unresolved"
+
+
+def tool_source_sha256() -> str:
+    """One sha256 over export-check's own source files: an edited builder (a development install)
+    must not be served artifacts its previous version built."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def local_module_sources() -> dict[str, str]:
+    """sha256 of every imported module file that is neither installed nor part of export-check: the
+    architecture file and whatever local code it imported. Stored with each entry and checked on
+    lookup, so an edited helper module the architecture imports is a miss, not a stale hit."""
+    installed = {Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}}
+    own = Path(__file__).resolve().parent
+    found: dict[str, str] = {}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not file or not file.endswith(".py"):
+            continue
+        path = Path(file).resolve()
+        if own in path.parents or any(root in path.parents for root in installed) or "site-packages" in path.parts:
+            continue
+        if path.is_file():
+            found[str(path)] = sha256_file(path)
+    return dict(sorted(found.items()))
+
+
+def run_key_inputs(
+    *,
+    checkpoint_sha256: str,
+    golden_manifest_sha256: str,
+    arch: str,
+    arch_kwargs: dict[str, Any],
+    arch_root: Path | None,
+    export_settings: dict[str, Any],
+    inference_settings: dict[str, Any],
+) -> dict[str, Any]:
+    """Everything an artifact or its metrics depend on, as one JSON-able dict."""
+    return {
+        "cache_format": FORMAT,
+        "export_check": __version__,
+        "export_check_source_sha256": tool_source_sha256(),
+        "checkpoint_sha256": checkpoint_sha256,
+        "golden_manifest_sha256": golden_manifest_sha256,
+        "arch": arch,
+        "arch_kwargs": arch_kwargs,
+        "arch_source_sha256": arch_source_sha256(arch, arch_root),
+        "export": export_settings,
+        "inference": inference_settings,
+        "versions": library_versions(),
+    }
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def metrics_to_json(metrics: Metrics) -> dict[str, Any]:
+    return asdict(metrics)
+
+
+def metrics_from_json(data: dict[str, Any]) -> Metrics:
+    return Metrics(
+        images=int(data["images"]),
+        mae=float(data["mae"]),
+        max_abs=float(data["max_abs"]),
+        median_abs=float(data["median_abs"]),
+        top1_agreement=float(data["top1_agreement"]),
+        top1_changed=tuple(int(i) for i in data["top1_changed"]),
+        nonfinite=int(data["nonfinite"]),
+        per_image_mae=tuple(float(v) for v in data["per_image_mae"]),
+    )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One verified cache entry: an artifact file (none for the eager row) and what was measured."""
+
+    name: str
+    file: Path | None
+    sha256: str | None
+    details: dict[str, str]
+    notes: tuple[str, ...]
+    build_seconds: float | None
+    metrics: Metrics | None
+    replay_seconds: float | None
+    label_accuracy: float | None = None
+    # The row as judged and diagnosed: status, reasons, diagnostics and the thresholds they were judged
+    # with. Diagnostics (exporter/diagnostics) measure with the thresholds, so they are reused only
+    # when the thresholds are the same; the metrics are reused whatever the thresholds.
+    judged: dict[str, Any] | None = None
+
+
+class Damaged(Exception):
+    pass
+
+
+class ArtifactCache:
+    """The entries of one run key under ``root``. Lookups verify; stores are atomic and best effort."""
+
+    def __init__(self, root: Path, key_inputs: dict[str, Any]) -> None:
+        self.root = root
+        self.key_inputs = key_inputs
+        self.run_key = hashlib.sha256(_canonical(key_inputs).encode()).hexdigest()
+        self.damaged: dict[str, str] = {}  # name -> why its entry was thrown away
+        self.stale: dict[str, str] = {}  # name -> which local source changed since it was stored
+        self._source_hashes: dict[str, str] = {}
+        self._local_sources: dict[str, str] | None = None
+        self.problems: dict[str, str] = {}  # name -> why storing it failed
+
+    def entry_dir(self, name: str) -> Path:
+        key = hashlib.sha256(f"{self.run_key}\0{name}".encode()).hexdigest()
+        return self.root / LAYOUT / key[:2] / key
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def lookup(self, name: str) -> Entry | None:
+        """The verified entry of ``name``, or ``None``; a damaged entry is removed and remembered."""
+        folder = self.entry_dir(name)
+        meta_path = folder / META
+        if not meta_path.is_file():
+            return None
+        try:
+            entry, sources = self._read(name, folder, meta_path)
+            changed = self._changed_source(sources)
+            if changed is None:
+                return entry
+            self.stale[name] = changed
+            return None  # not damaged: built from other code; the rebuild overwrites it
+        except Damaged as exc:
+            self.damaged[name] = str(exc)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.damaged[name] = f"unreadable entry ({type(exc).__name__}: {exc})"
+        with contextlib.suppress(OSError):
+            shutil.rmtree(folder)
+        return None
+
+    def _changed_source(self, sources: dict[str, str]) -> str | None:
+        for path, expected in sources.items():
+            if path not in self._source_hashes:
+                try:
+                    self._source_hashes[path] = sha256_file(Path(path))
+                except OSError:
+                    self._source_hashes[path] = "missing"
+            if self._source_hashes[path] != expected:
+                return path
+        return None
+
+    def _read(self, name: str, folder: Path, meta_path: Path) -> tuple[Entry, dict[str, str]]:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("name") != name:
+            raise Damaged("meta.json does not describe this entry")
+        if meta.get("run_key") != self.run_key:
+            raise Damaged("meta.json belongs to another key")
+        file = sha = None
+        artifact = meta.get("artifact")
+        if artifact is not None:
+            file = folder / str(artifact["file"])
+            if file.parent != folder or not file.is_file():
+                raise Damaged(f"{file.name} is missing")
+            size = file.stat().st_size
+            if size != artifact["size"]:
+                raise Damaged(f"{file.name} is truncated or grew ({size} bytes, expected {artifact['size']})")
+            sha = sha256_file(file)
+            if sha != artifact["sha256"]:
+                raise Damaged(f"{file.name} changed (sha256 {sha[:12]}… != {str(artifact['sha256'])[:12]}…)")
+        metrics = meta.get("metrics")
+        sources = meta.get("sources") or {}
+        if not isinstance(sources, dict):
+            raise Damaged("meta.json has no valid source list")
+        return Entry(
+            name=name,
+            file=file,
+            sha256=sha,
+            details={str(k): str(v) for k, v in dict(meta.get("details") or {}).items()},
+            notes=tuple(str(n) for n in meta.get("notes") or ()),
+            build_seconds=meta.get("build_seconds"),
+            metrics=None if metrics is None else metrics_from_json(metrics),
+            replay_seconds=meta.get("replay_seconds"),
+            label_accuracy=meta.get("label_accuracy"),
+            judged=meta.get("judged") if isinstance(meta.get("judged"), dict) else None,
+        ), {str(k): str(v) for k, v in sources.items()}
+
+    def restore(self, entry: Entry, dest: Path) -> None:
+        """Copy the entry's artifact to ``dest`` atomically (temp file beside it, then ``os.replace``)."""
+        assert entry.file is not None
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial")
+        try:
+            with os.fdopen(fd, "wb") as out, open(entry.file, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def local_sources(self) -> dict[str, str]:
+        if self._local_sources is None:
+            self._local_sources = local_module_sources()
+        return self._local_sources
+
+    def store(
+        self,
+        name: str,
+        *,
+        artifact: Path | None,
+        expected_sha256: str | None = None,
+        details: dict[str, str] | None = None,
+        notes: tuple[str, ...] = (),
+        build_seconds: float | None = None,
+        metrics: Metrics | None = None,
+        replay_seconds: float | None = None,
+        label_accuracy: float | None = None,
+        judged: dict[str, Any] | None = None,
+    ) -> None:
+        """Write one entry: the artifact file by content name, then ``meta.json`` last."""
+        folder = self.entry_dir(name)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            artifact_meta = None
+            if artifact is not None:
+                artifact_meta = self._store_file(folder, artifact, expected_sha256)
+            meta = {
+                "format": FORMAT,
+                "name": name,
+                "run_key": self.run_key,
+                "key_inputs": self.key_inputs,
+                "artifact": artifact_meta,
+                "details": details or {},
+                "notes": list(notes),
+                "build_seconds": build_seconds,
+                "metrics": None if metrics is None else metrics_to_json(metrics),
+                "replay_seconds": replay_seconds,
+                "label_accuracy": label_accuracy,
+                "judged": judged,
+                "sources": self.local_sources(),
+            }
+            _write_atomic(folder / META, json.dumps(meta, indent=1).encode("utf-8"))
+        except (OSError, _Changed, TypeError, ValueError) as exc:  # TypeError/ValueError: not JSON-able
+            self.problems[name] = f"cache: could not store the entry in {self.root} ({exc}); the next run rebuilds it"
+
+    def _store_file(self, folder: Path, artifact: Path, expected_sha256: str | None) -> dict[str, Any]:
+        digest = hashlib.sha256()
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".artifact.", suffix=".partial")
+        try:
+            with os.fdopen(fd, "wb") as out, open(artifact, "rb") as src:
+                while block := src.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+                out.flush()
+                os.fsync(out.fileno())
+            sha = digest.hexdigest()
+            if expected_sha256 is not None and sha != expected_sha256:
+                raise _Changed(f"{artifact.name} changed while being stored")
+            target = folder / f"{sha[:16]}{artifact.suffix}"
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        # Earlier content of this entry, if any, is garbage now.
+        for old in folder.iterdir():
+            if old != target and old.name != META and not old.name.startswith("."):
+                with contextlib.suppress(OSError):
+                    old.unlink()
+        return {"file": target.name, "sha256": sha, "size": target.stat().st_size}
+
+
+class _Changed(Exception):
+    pass
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# -- the pipeline's side ----------------------------------------------------------------------
+
+
+def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256: str) -> ArtifactCache | None:
+    """The cache for this run's key, or ``None`` when the run has no cache (``--no-cache``)."""
+    if config.cache_dir is None:
+        return None
+    inputs = run_key_inputs(
+        checkpoint_sha256=checkpoint_sha256,
+        golden_manifest_sha256=golden_manifest_sha256,
+        arch=config.arch,
+        arch_kwargs=config.arch_kwargs,
+        arch_root=config.arch_root,
+        export_settings=config.export_settings(),
+        inference_settings=config.inference_settings(),
+    )
+    return ArtifactCache(config.cache_dir, inputs)
+
+
+@dataclass(frozen=True)
+class Restored:
+    path: Path
+    details: dict[str, str]
+    notes: tuple[str, ...]
+
+
+def restore_artifact(cache: ArtifactCache, name: str, dest: Path) -> Restored | None:
+    """Put the cached file of ``name`` at ``dest`` instead of building it; ``None`` when not cached."""
+    entry = cache.lookup(name)
+    if entry is None or entry.file is None:
+        return None
+    try:
+        cache.restore(entry, dest)
+    except OSError:
+        return None
+    return Restored(dest, entry.details, entry.notes)
+
+
+def cached_rows(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[list[Row], float | None] | None:
+    """Every row of the run from the cache (artifacts restored into ``out_dir``, metrics judged
+    against today's thresholds), or ``None`` unless the eager row and every selected kind are cached."""
+    from .pipeline import BuildOutcome, _artifact_row, _eager_row  # pipeline imports this module
+
+    eager = cache.lookup(EAGER)
+    if eager is None or eager.metrics is None:
+        return None
+    entries = {}
+    for name in config.selected_kinds:
+        entry = cache.lookup(name)
+        if entry is None or entry.metrics is None or entry.file is None or entry.sha256 is None:
+            return None
+        entries[name] = entry
+    judged = {name: _judged_fields(entry, config) for name, entry in (*entries.items(), (EAGER, eager))}
+    if any(fields_ is None for fields_ in judged.values()):
+        return None  # other thresholds: the artifacts are reused, but replay and diagnostics run again
+    rows = [replace(_eager_row(config, eager.metrics, None), cache=HIT, **judged[EAGER])]
+    for name, entry in entries.items():
+        kind = KINDS_BY_NAME[name]
+        dest = out_dir / kind.filename()
+        cache.restore(entry, dest)
+        artifact = FileInfo(path=str(dest), size_bytes=dest.stat().st_size, sha256=str(entry.sha256))
+        outcome = BuildOutcome(path=dest, details=dict(entry.details), notes=list(entry.notes), cache=HIT)
+        rows.append(replace(_artifact_row(config, kind, outcome, artifact, entry.metrics, None), cache=HIT, **judged[name]))
+    return rows, eager.label_accuracy
+
+
+def _judged_fields(entry: Entry, config: RunConfig) -> dict[str, Any] | None:
+    """The stored status, reasons and diagnostics of a row, if judged with today's thresholds."""
+    judged = entry.judged
+    if judged is None or judged.get("thresholds") != _plain(config.thresholds.to_json()):
+        return None
+    out: dict[str, Any] = {"status": str(judged["status"]), "reasons": tuple(str(r) for r in judged["reasons"])}
+    if "diagnostics" in ROW_FIELDS:
+        try:
+            out["diagnostics"] = from_plain(_row_hints()["diagnostics"], judged.get("diagnostics"))
+        except (TypeError, ValueError, KeyError, AttributeError, NameError):
+            return None
+    return out
+
+
+def _row_hints() -> dict[str, Any]:
+    from . import diagnostics  # typed records only, no heavy imports
+
+    return typing.get_type_hints(Row, localns=vars(diagnostics))
+
+
+def _judged_of(row: Row, config: RunConfig) -> dict[str, Any]:
+    judged: dict[str, Any] = {"status": row.status, "reasons": list(row.reasons), "thresholds": _plain(config.thresholds.to_json())}
+    diagnostics = getattr(row, "diagnostics", None)
+    judged["diagnostics"] = None if diagnostics is None else asdict(diagnostics)
+    return judged
+
+
+def _plain(data: Any) -> Any:
+    return json.loads(json.dumps(data))
+
+
+ROW_FIELDS = {f.name for f in fields(Row)}
+
+
+def from_plain(tp: Any, value: Any) -> Any:
+    """Rebuild a value of type ``tp`` (frozen dataclasses, tuples, optionals, scalars) from JSON data
+    written from ``dataclasses.asdict``; raises ``TypeError``/``ValueError`` when it does not fit."""
+    if value is None:
+        return None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        candidates = [a for a in args if a is not type(None)]
+        errors = []
+        for candidate in candidates:
+            try:
+                return from_plain(candidate, value)
+            except (TypeError, ValueError, KeyError) as exc:
+                errors.append(exc)
+        raise TypeError(f"{value!r} fits none of {candidates}: {errors}")
+    if isinstance(tp, type) and is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise TypeError(f"{tp.__name__} needs an object, got {type(value).__name__}")
+        hints = typing.get_type_hints(tp)
+        return tp(**{f.name: from_plain(hints[f.name], value[f.name]) for f in fields(tp) if f.init and f.name in value})
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(from_plain(args[0], v) for v in value)
+        return tuple(from_plain(a, v) for a, v in zip(args, value, strict=True))
+    if origin is dict:
+        return {from_plain(args[0], k): from_plain(args[1], v) for k, v in dict(value).items()} if args else dict(value)
+    if tp is Any:
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"expected a number, got {value!r}")
+        return float(value)
+    if tp in (int, str, bool):
+        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+            raise TypeError(f"expected {tp.__name__}, got {value!r}")
+        return value
+    raise TypeError(f"cannot rebuild {tp!r}")
+
+
+def store_rows(
+    cache: ArtifactCache, config: RunConfig, rows: list[Row], built: dict[str, BuildOutcome], label_accuracy: float | None
+) -> list[Row]:
+    """Store every artifact that built and ran (and the eager metrics); return the rows marked with
+    where they came from. Errors are never cached: the next run tries again."""
+    marked = []
+    for row in rows:
+        if row.name == EAGER:
+            if row.metrics is not None:
+                cache.store(EAGER, artifact=None, metrics=row.metrics, label_accuracy=label_accuracy, judged=_judged_of(row, config))
+            state = REBUILT if EAGER in cache.damaged else MISS
+        else:
+            outcome = built[row.name]
+            state = RESTORED if outcome.cache == RESTORED else REBUILT if row.name in cache.damaged else MISS
+            if row.status != ERROR and row.metrics is not None and row.artifact is not None:
+                cache.store(
+                    row.name,
+                    artifact=Path(row.artifact.path),
+                    expected_sha256=row.artifact.sha256,
+                    details=dict(row.details),
+                    notes=row.notes,
+                    build_seconds=row.build_seconds,
+                    metrics=row.metrics,
+                    replay_seconds=row.replay_seconds,
+                    judged=_judged_of(row, config),
+                )
+        notes = row.notes
+        if row.name in cache.damaged:
+            notes += (f"cache: the cached entry was damaged ({cache.damaged[row.name]}); rebuilt and stored again",)
+        if row.name in cache.stale:
+            notes += (f"cache: {cache.stale[row.name]} changed since the cached entry was stored; rebuilt",)
+        if row.name in cache.problems:
+            notes += (cache.problems[row.name],)
+        marked.append(replace(row, cache=state, notes=notes))
+    selected = set(config.selected_kinds)
+    for name, outcome in built.items():  # a source built only for a derived kind (onnx for onnx-simplified)
+        if name not in selected and outcome.cache is None and outcome.error is None and outcome.path is not None:
+            cache.store(name, artifact=outcome.path, details=outcome.details, notes=tuple(outcome.notes), build_seconds=outcome.seconds)
+    return marked

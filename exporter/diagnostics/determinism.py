@@ -1,0 +1,39 @@
+"""Determinism: the same batch through the same loaded artifact must give the same logits."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+RUNS = 2
+
+
+def max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest element difference; NaN in the same place counts as equal, shape changes as infinite."""
+    if a.shape != b.shape:
+        return math.inf
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+    diff = np.where(same, 0.0, np.abs(a64 - b64))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    return float(diff.max()) if diff.size else 0.0
+
+
+def measure(infer: Callable[[np.ndarray], np.ndarray], batch: np.ndarray, runs: int = RUNS) -> float:
+    """Run ``batch`` ``runs`` times; the largest difference of any later run from the first."""
+    first = infer(batch)
+    return max((max_abs_difference(first, infer(batch)) for _ in range(runs - 1)), default=0.0)
+
+
+def judge(max_abs: float, bound: float, runs: int = RUNS) -> tuple[str, ...]:
+    """
+    >>> judge(0.0, 1e-6)
+    ()
+    >>> judge(3e-4, 1e-6)[0]
+    'not deterministic: 2 runs of the same batch differ by up to 0.0003 > 1e-06'
+    """
+    if max_abs <= bound:
+        return ()
+    return (f"not deterministic: {runs} runs of the same batch differ by up to {max_abs:.3g} > {bound:g}",)

@@ -1,0 +1,296 @@
+"""Where an artifact departs from eager, named by the module's qualified name (``layers.2.conv1``).
+
+Two methods, chosen by the artifact's file format:
+
+* TorchScript (``.pt``): *local*. Forward pre/post hooks record every eager module's inputs and
+  output; the loaded ScriptModule's submodule of the same qualified name is run on those same inputs.
+  A module whose own computation changed departs; its parents depart only because it does, and it
+  finishes first, so the first departing module in execution order is the culprit.
+* ONNX (``.onnx``): *cumulative*. A copy of the graph exposes every node output as a graph output.
+  The TorchScript-based exporter names nodes by module scope (``/layers/layers.2/conv1/Conv``), which
+  maps back to ``layers.2.conv1``; a module's value is the last value produced inside its scope, and
+  it is compared with the eager module's output. A module whose nodes were folded away (BatchNorm
+  into the Conv before it) has no value of its own; the Conv's value then stands for the eager
+  BatchNorm's output (it consumed the Conv's output directly), and the row lists it as ``merged``.
+
+A module *departs* when the MAE of its output exceeds ``threshold * max(1, mean |eager output|)``:
+absolute for small activations, relative for large ones, where float32 rounding alone grows.
+
+Int8 artifacts get the same per-module comparison as an error table (SQNR in dB per layer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import LayerComparison, LayerDelta
+
+DIVERGENCE, INT8_LAYERS = "divergence", "int8-layers"
+
+
+@dataclass
+class Captured:
+    """One eager module call: cloned inputs and output, and the identities of the original tensors."""
+
+    name: str
+    inputs: tuple[Any, ...] | None = None  # cloned tensors; None when not all positional args are tensors
+    output: Any = None  # cloned tensor; None when the module did not return one tensor
+    input_ids: tuple[int, ...] = ()
+    output_id: int | None = None
+    calls: int = 0
+    leaf: bool = False
+    kind: str = ""
+
+
+@dataclass
+class EagerTrace:
+    order: list[Captured] = field(default_factory=list)  # completion order, modules called once
+    keep: list[Any] = field(default_factory=list)  # originals kept alive so their ids stay unique
+
+
+def _first_tensor(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], torch.Tensor):
+        return value[0]
+    return None
+
+
+def capture_eager(model: Any, batch: np.ndarray) -> EagerTrace:
+    """Run ``model`` once on ``batch`` with hooks on every module; record inputs and outputs."""
+    import torch
+
+    by_name: dict[str, Captured] = {}
+    finished: list[Captured] = []
+    trace = EagerTrace()
+    handles = []
+
+    def pre_hook(name: str):
+        def hook(module: Any, args: tuple[Any, ...]) -> None:
+            cap = by_name.setdefault(name, Captured(name, leaf=not any(True for _ in module.children()), kind=type(module).__name__))
+            cap.calls += 1
+            if cap.calls == 1 and args and all(isinstance(a, torch.Tensor) for a in args):
+                cap.inputs = tuple(a.detach().clone() for a in args)
+                cap.input_ids = tuple(id(a) for a in args)
+                trace.keep.extend(args)
+
+        return hook
+
+    def post_hook(name: str):
+        def hook(module: Any, args: tuple[Any, ...], output: Any) -> None:
+            cap = by_name[name]
+            tensor = _first_tensor(output)
+            if cap.calls == 1 and tensor is not None:
+                cap.output = tensor.detach().clone()
+                cap.output_id = id(tensor)
+                trace.keep.append(tensor)
+                finished.append(cap)
+
+        return hook
+
+    try:
+        for name, module in model.named_modules():
+            handles.append(module.register_forward_pre_hook(pre_hook(name)))
+            handles.append(module.register_forward_hook(post_hook(name)))
+        with torch.inference_mode():
+            model(torch.from_numpy(batch))
+    finally:
+        for handle in handles:
+            handle.remove()
+    # a module called more than once has no single output to compare: leave it out
+    trace.order = [cap for cap in finished if cap.calls == 1]
+    return trace
+
+
+def layer_delta(module: str, ops: str, reference: np.ndarray, got: np.ndarray, threshold: float, merged: tuple[str, ...] = ()) -> LayerDelta:
+    """Compare one module's artifact output with its eager output."""
+    ref = reference.astype(np.float64).ravel()
+    cand = got.astype(np.float64).ravel()
+    diff = np.where(np.isfinite(cand), np.abs(cand - ref), np.inf)
+    mae = float(diff.mean()) if diff.size else 0.0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    signal = float(np.sum(ref * ref))
+    noise = float(np.sum(diff * diff))
+    if noise == 0.0:
+        sqnr = math.inf
+    elif signal == 0.0 or not math.isfinite(noise):
+        sqnr = -math.inf
+    else:
+        sqnr = 10.0 * math.log10(signal / noise)
+    scale = max(1.0, float(np.mean(np.abs(ref)))) if ref.size else 1.0
+    return LayerDelta(module=module, ops=ops, mae=mae, max_abs=max_abs, sqnr_db=sqnr,
+                      departs=not mae <= threshold * scale, merged=merged)
+
+
+def _numpy(value: Any) -> np.ndarray | None:
+    tensor = _first_tensor(value)
+    if tensor is None:
+        return None
+    if tensor.is_quantized:
+        tensor = tensor.dequantize()
+    return tensor.detach().cpu().numpy()
+
+
+def _finish(purpose: str, method: str, scope: str, start: int, size: int, threshold: float, layers: list[LayerDelta]) -> LayerComparison:
+    index = next((i for i, d in enumerate(layers) if d.departs), None)
+    first = None if index is None else layers[index]
+    suspects: tuple[str, ...] = ()
+    if first is not None:
+        suspects = (layers[index - 1].merged if index else ()) + first.merged
+    return LayerComparison(purpose=purpose, method=method, scope=scope, batch_start=start, batch_size=size,
+                           threshold=threshold, layers=tuple(layers), first=first, suspects=suspects)
+
+
+def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, start: int = 0) -> LayerComparison:
+    """Local comparison: each loaded submodule on eager's own inputs to that module."""
+    import torch
+
+    loaded = torch.jit.load(str(path), map_location="cpu")
+    loaded.eval()
+    submodules = dict(loaded.named_modules())
+    trace = capture_eager(model, batch)
+    layers = []
+    for cap in trace.order:
+        if purpose == INT8_LAYERS and not cap.leaf:
+            continue  # the int8 table is per layer; containers only repeat their children's error
+        sub = submodules.get(cap.name)
+        if sub is None or cap.inputs is None or cap.output is None:
+            continue
+        try:
+            with torch.inference_mode():
+                got = _numpy(sub(*(t.clone() for t in cap.inputs)))
+        except Exception:  # a submodule that cannot run alone (e.g. traced only inside its parent)
+            continue
+        reference = cap.output.numpy()
+        if got is None or got.shape != reference.shape:
+            continue
+        ops = str(getattr(sub, "original_name", type(sub).__name__))
+        layers.append(layer_delta(cap.name, ops, reference, got, threshold))
+    method = "each loaded TorchScript submodule run on the eager model's inputs to that module"
+    return _finish(purpose, method, "local", start, len(batch), threshold, layers)
+
+
+def module_of(scoped_name: str, modules: set[str]) -> str | None:
+    """Map a TorchScript-exporter ONNX name to a module's qualified name.
+
+    >>> module_of("/layers/layers.2/conv1/Conv", {"layers", "layers.2", "layers.2.conv1"})
+    'layers.2.conv1'
+    >>> module_of("/Flatten", {"fc"})
+    ''
+    >>> module_of("input_QuantizeLinear", {"fc"}) is None
+    True
+    """
+    if not scoped_name.startswith("/"):
+        return None
+    qualified, local = "", ""
+    for segment in scoped_name.split("/")[1:-1]:
+        # A container's child is scoped as "<container's own name>.<index>" ("layers/layers.2",
+        # "downsample/downsample.0"); any other submodule by its attribute name ("conv1").
+        if local and segment.startswith(local + "."):
+            candidate = f"{qualified}{segment[len(local):]}"
+        else:
+            candidate = f"{qualified}.{segment}" if qualified else segment
+        if candidate not in modules:
+            break  # e.g. "relu_1", a second call of a module: the node belongs to the enclosing module
+        qualified, local = candidate, segment
+    return qualified
+
+
+def _inside(scope: str, module: str) -> bool:
+    return module == "" or scope == module or scope.startswith(module + ".")
+
+
+@contextlib.contextmanager
+def _session(proto: Any, threads: int) -> Iterator[Any]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    yield ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def onnx_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int = 1, start: int = 0) -> LayerComparison:
+    """Cumulative comparison: every module's value read out of one run of the whole graph."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    modules = {name for name, _ in model.named_modules()}
+    values: list[tuple[str, str, str]] = []  # (value name, module scope, op type) in graph order
+    for node in proto.graph.node:
+        for out in node.output:
+            scope = module_of(node.name, modules) if node.name else None
+            if scope is None and out:
+                scope = module_of(out, modules)
+            if out and scope is not None:
+                values.append((out, scope, node.op_type))
+    existing = {o.name for o in proto.graph.output}
+    for name, _, _ in values:
+        if name not in existing:
+            proto.graph.output.append(onnx.ValueInfoProto(name=name))
+    with _session(proto, threads) as session:
+        names = [o.name for o in session.get_outputs()]
+        results = dict(zip(names, session.run(None, {session.get_inputs()[0].name: batch})))
+    scoped = {scope for _, scope, _ in values}
+    has_nodes = {m for m in modules if any(_inside(s, m) for s in scoped)}
+
+    trace = capture_eager(model, batch)
+    order = trace.order
+    layers = []
+    for i, cap in enumerate(order):
+        if cap.name not in has_nodes or cap.output is None:
+            continue
+        if purpose == INT8_LAYERS and not cap.leaf:
+            continue
+        # Modules without nodes that consumed this module's output directly (a BatchNorm folded
+        # into its Conv, an Identity): the ONNX value stands for their output.
+        reference, current, merged = cap.output, cap.output_id, []
+        for nxt in order[i + 1 :]:
+            if nxt.name in has_nodes or nxt.output is None or current not in nxt.input_ids:
+                break
+            reference, current = nxt.output, nxt.output_id
+            merged.append(nxt.name)
+        ref = reference.numpy()
+        chosen = None
+        for name, scope, op in reversed(values):
+            if not _inside(scope, cap.name):
+                continue
+            value = results.get(name)
+            if isinstance(value, np.ndarray) and value.dtype == np.float32 and value.shape == ref.shape:
+                chosen = (value, op)
+                break
+        if chosen is None:
+            continue
+        ops = ",".join(dict.fromkeys(op for _, scope, op in values if scope == cap.name)) or chosen[1]
+        layers.append(layer_delta(cap.name, ops[:60], ref, chosen[0], threshold, tuple(merged)))
+    method = "intermediate values of the ONNX graph (node scopes mapped to modules) against eager module outputs"
+    return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
+
+
+METHODS = {".onnx": onnx_layers, ".pt": torchscript_layers}
+
+
+def compare_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int, start: int) -> LayerComparison:
+    """Dispatch on the artifact's file format; a diagnosis that cannot run says why instead of raising."""
+    method = METHODS.get(path.suffix)
+    try:
+        if method is None:
+            raise ValueError(f"no per-layer method for {path.suffix} files")
+        if method is onnx_layers:
+            return onnx_layers(path, model, batch, threshold, purpose, threads=threads, start=start)
+        return torchscript_layers(path, model, batch, threshold, purpose, start=start)
+    except Exception as exc:  # the diagnosis is advice; it must never take the report down
+        text = " ".join(str(exc).split())[:300]
+        return LayerComparison(purpose=purpose, method="", scope="", batch_start=start, batch_size=len(batch),
+                               threshold=threshold, layers=(), first=None, error=f"{type(exc).__name__}: {text}")

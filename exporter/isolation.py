@@ -1,0 +1,452 @@
+"""Build each artifact in a child process, so that a native crash is that row's error, not the run's.
+
+The exporters (torch.jit, torch.onnx, onnxsim, onnxruntime.quantization) are native code: a segfault
+in one of them, or an ``abort()`` when a write fails on a full disk (torch.jit.save does that),
+would otherwise kill the whole run. A small build server holds torch and onnx imported and forks
+one short-lived child per build from its single thread. The child receives the build context (the
+eager model included) by pickle, runs the kind's ``build`` exactly as the parent would, and sends
+back its details and captured warnings, or the exception it raised. A child that dies by a signal
+becomes :class:`BuildCrashed`, and the row reads::
+
+    build crashed (signal 11, SIGSEGV) in its child process; the other artifacts were not affected; ...
+
+The server is started by ``prewarm`` (forked from a fresh CLI process right after it imports
+torch, so it costs no second import; started afresh elsewhere), reused by later runs in the same
+process, and exits when its parent does (its request pipe reaches EOF). ``EXPORT_CHECK_ISOLATE=0``
+builds in-process instead, e.g. to step through an exporter in a debugger.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import importlib
+import importlib.util
+import io
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .errors import ArtifactError
+
+ENV_SWITCH = "EXPORT_CHECK_ISOLATE"
+# What every child needs is imported once in the server; the rest each child imports itself.
+PRELOAD = ("torch", "onnx", "onnxruntime.quantization")
+_PRIVATE_PREFIX = "_export_check_arch_"  # checkpoint._import_file's names for lone architecture files
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+_LOW_DISK = 16 << 20  # bytes free below which a crashed write is blamed on the disk
+_STDERR_KEEP = 64 << 10  # bytes of a child's stderr kept
+_DISK_FULL_TEXT = ("file write failed", "No space left", "File too large", "Disk quota exceeded")
+
+
+class BuildCrashed(ArtifactError):
+    """The child building an artifact died (a signal or an unexpected exit) before it reported back."""
+
+
+def enabled() -> bool:
+    """Isolation needs ``os.fork`` (Linux; macOS and Windows build in-process) and can be switched off."""
+    return hasattr(os, "fork") and os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def prewarm() -> None:
+    """Start the build server now, before the model is loaded.
+
+    In a fresh process (torch not imported yet, one thread) the server is forked from this process
+    right after importing torch and before any torch op has run: it starts with torch loaded at no
+    cost and in the same state a freshly started interpreter would be in. Elsewhere (a test session
+    that has run models already) it is started afresh, and imports torch while this process works.
+    """
+    global _SERVER
+    if not enabled():
+        return
+    with _LOCK:
+        if _SERVER is not None and _SERVER.alive():
+            return
+        fresh = "torch" not in sys.modules and threading.active_count() == 1
+        import torch  # noqa: F401  (the caller needs it next anyway)
+
+        if _SERVER is not None:
+            _SERVER.close()
+        _SERVER = _Server(fork=fresh)
+
+
+def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str]) -> dict[str, str]:
+    """Run ``kind``'s builder in a child process; return its details, append its warnings to ``notes``.
+
+    Raises what the builder raised (re-created in this process), or :class:`BuildCrashed`.
+    Falls back to building in-process when isolation is off or the context cannot be pickled.
+    """
+    if not enabled():
+        return dict(kind.impl().build(ctx, path, source) or {})
+    try:
+        payload = pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # e.g. a model holding a lambda: no worse off than before isolation
+        notes.append(f"built in-process, not isolated: the model cannot be pickled ({type(exc).__name__}: {exc})"[:300])
+        return dict(kind.impl().build(ctx, path, source) or {})
+    request = {
+        "module": kind.module,
+        "ctx": payload,
+        "path": str(path),
+        "source": None if source is None else str(source),
+        "sys_path": list(sys.path),
+        "cwd": os.getcwd(),
+        "files": {name: m.__file__ for name, m in list(sys.modules.items()) if name.startswith(_PRIVATE_PREFIX) and getattr(m, "__file__", None)},
+    }
+    with _LOCK:
+        server = _server()
+        try:
+            reply = server.call(request)
+        except (OSError, EOFError, pickle.UnpicklingError) as exc:
+            server.close()
+            raise BuildCrashed(f"build crashed: the build server died ({type(exc).__name__}); the rest of the run goes on") from None
+    notes.extend(reply.get("notes", ()))
+    _remove_partial(path, reply.get("pid"))
+    status = reply["status"]
+    if status != "crashed" and reply.get("stderr"):
+        sys.stderr.write(reply["stderr"])  # what the exporter printed, as if it had run here
+        sys.stderr.flush()
+    if status == "ok":
+        return dict(reply["details"])
+    if status == "unpicklable":  # e.g. a class defined in a __main__ script: no worse off than before isolation
+        notes.append(f"built in-process, not isolated: the build process cannot rebuild the model ({reply['description']})"[:300])
+        return dict(kind.impl().build(ctx, path, source) or {})
+    if status == "raised":
+        raise _revive(reply)
+    raise BuildCrashed(_crash_message(reply.get("signal"), reply.get("exit_code"), path, last_words(reply.get("stderr", ""))))
+
+
+def _crash_message(signum: int | None, exit_code: int | None, path: Path, said: str | None = None) -> str:
+    what = f"exited with code {exit_code} before reporting back"
+    if signum:
+        try:
+            what = f"(signal {signum}, {signal.Signals(signum).name})"
+        except ValueError:
+            what = f"(signal {signum})"
+    head = f"build crashed {what} in its child process" if signum else f"build crashed: its child process {what}"
+    if said:
+        head += f" ({said})"
+    disk = _disk_trouble(path)
+    if disk:  # native writers often abort() when a write fails, rather than raise
+        return f"{head}; {disk}; free space or pass --out to a larger disk"
+    if signum == signal.SIGKILL:
+        return f"{head}: killed, often by the kernel's out-of-memory killer; the other artifacts were not affected"
+    return f"{head}; the other artifacts were not affected; rerun with {ENV_SWITCH}=0 under a debugger to see where"
+
+
+def _disk_trouble(path: Path) -> str | None:
+    """Why writing ``path`` may have failed: a nearly full disk or a file size limit (``ulimit -f``)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        return f"a file size limit of {soft} bytes is set (ulimit -f)"
+    try:
+        stat = os.statvfs(path.parent)
+    except OSError:
+        return None
+    free = stat.f_bavail * stat.f_frsize
+    if free < _LOW_DISK:
+        return f"the output disk is full ({free // 1024} KB free)"
+    return None
+
+
+def _revive(reply: dict[str, Any]) -> BaseException:
+    try:
+        exc = pickle.loads(reply["exception"])
+        if isinstance(exc, BaseException):
+            return exc
+    except Exception:
+        pass
+    return ArtifactError(reply.get("description", "the builder failed in its child process"))
+
+
+def _remove_partial(path: Path, pid: int | None) -> None:
+    # A child killed mid-write leaves its atomic_path temporary (named after its pid) behind.
+    if pid:
+        for leftover in path.parent.glob(f".{path.stem}.partial-{pid}*"):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
+
+
+# --- the parent's handle on the server ---------------------------------------------------------
+
+_LOCK = threading.Lock()
+_SERVER: _Server | None = None
+
+
+def _server() -> _Server:
+    global _SERVER
+    if _SERVER is None or not _SERVER.alive():
+        if _SERVER is not None:
+            _SERVER.close()
+        _SERVER = _Server()
+    return _SERVER
+
+
+class _Server:
+    def __init__(self, fork: bool = False) -> None:
+        request_r, self._request_w = os.pipe()
+        self._reply_r, reply_w = os.pipe()
+        try:
+            self._proc: Any = _fork_server(request_r, reply_w, (self._request_w, self._reply_r)) if fork else _spawn_server(request_r, reply_w)
+        finally:
+            os.close(request_r)
+            os.close(reply_w)
+        self._out = os.fdopen(self._request_w, "wb")
+        self._in = os.fdopen(self._reply_r, "rb")
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        _send(self._out, request)
+        return _receive(self._in)
+
+    def close(self) -> None:
+        for stream in (self._out, self._in):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def _spawn_server(request_r: int, reply_w: int) -> subprocess.Popen:
+    package_root = str(Path(__file__).resolve().parents[1])
+    code = f"import sys; sys.path.insert(0, {package_root!r}); from exporter.isolation import serve; serve({request_r}, {reply_w})"
+    return subprocess.Popen([sys.executable, "-c", code], pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, close_fds=True)
+
+
+def _fork_server(request_r: int, reply_w: int, parent_ends: tuple[int, int]) -> _Forked:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+ warns when native threads exist (OpenBLAS's)
+        pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            for fd in parent_ends:
+                os.close(fd)
+            serve(request_r, reply_w)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    return _Forked(pid)
+
+
+class _Forked:
+    """The part of ``subprocess.Popen`` that ``_Server`` uses, for a server forked from this process."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("export-check build server", timeout or 0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@atexit.register
+def _shutdown() -> None:
+    global _SERVER
+    if _SERVER is not None:
+        _SERVER.close()
+        _SERVER = None
+
+
+def _send(stream: Any, message: dict[str, Any]) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(struct.pack("<Q", len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: Any) -> dict[str, Any]:
+    header = stream.read(8)
+    if len(header) < 8:
+        raise EOFError("the build server closed its pipe")
+    (size,) = struct.unpack("<Q", header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("the build server closed its pipe mid-message")
+    return pickle.loads(data)  # our own server's reply: trusted
+
+
+# --- the server and its children ---------------------------------------------------------------
+
+
+def serve(request_fd: int, reply_fd: int) -> None:
+    """Import the heavy libraries once, then fork one child per build request until EOF."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    _warm_up()
+    requests = os.fdopen(request_fd, "rb")
+    replies = os.fdopen(reply_fd, "wb")
+    while True:
+        try:
+            request = _receive(requests)
+        except EOFError:
+            return  # the parent is gone or done
+        _send(replies, _run_in_child(request))
+
+
+def _warm_up() -> None:
+    # Unpickling the first module and tensor imports a tail of torch modules lazily; do it once here
+    # rather than in every child (it is most of a child's start-up cost).
+    from .artifacts import KINDS
+
+    for kind in KINDS:  # the builders' own modules are light: their heavy imports are inside build()
+        kind.impl()
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        pickle.loads(pickle.dumps(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), torch.nn.BatchNorm2d(1), torch.nn.Linear(1, 1))))
+
+
+def _run_in_child(request: dict[str, Any]) -> dict[str, Any]:
+    result_r, result_w = os.pipe()
+    # The child's stderr goes to a file: passed on when it reports back, summed up when it crashes
+    # (a native abort prints a long C++ stack there).
+    log = tempfile.TemporaryFile()
+    pid = os.fork()
+    if pid == 0:  # the child: build, report, and leave without running any of the server's cleanup
+        code = 0
+        try:
+            os.close(result_r)
+            os.dup2(log.fileno(), 2)
+            reply = _build_here(request)
+            sys.stderr.flush()  # into the log, before os._exit skips it
+            with os.fdopen(result_w, "wb") as out:
+                out.write(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+        except BaseException:
+            code = 70
+        finally:
+            os._exit(code)
+    os.close(result_w)
+    with os.fdopen(result_r, "rb") as results:
+        data = results.read()
+    _, status = os.waitpid(pid, 0)
+    with log:
+        log.seek(0)
+        stderr = log.read(_STDERR_KEEP).decode("utf-8", "replace")
+    reply: dict[str, Any] = {"pid": pid, "stderr": stderr}
+    if data:
+        try:
+            reply.update(pickle.loads(data))
+            return reply
+        except Exception:
+            pass  # the child died while writing its reply
+    if os.WIFSIGNALED(status):
+        reply.update(status="crashed", signal=os.WTERMSIG(status))
+    else:
+        reply.update(status="crashed", exit_code=os.WEXITSTATUS(status))
+    return reply
+
+
+def last_words(stderr: str) -> str | None:
+    """The line of a crashed child's stderr that says what went wrong, without the stack frames."""
+    lines = [" ".join(line.split()) for line in stderr.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("frame #", "<omitting", "Exception raised from", "Fatal Python error"))]
+    for line in lines:
+        if "what():" in line:
+            return line.split("what():", 1)[1].strip()[:200] or None
+    return lines[-1][:200] if lines else None
+
+
+def _build_here(request: dict[str, Any]) -> dict[str, Any]:
+    from .artifacts._common import captured_warnings
+
+    sys.path[:] = request["sys_path"]
+    os.chdir(request["cwd"])
+    notes: list[str] = []
+    path = Path(request["path"])
+    try:
+        ctx = _ModelUnpickler(io.BytesIO(request["ctx"]), request["files"]).load()
+    except Exception as exc:
+        return {"status": "unpicklable", "notes": notes, "description": f"{type(exc).__name__}: {exc}"[:200]}
+    try:
+        _pin_threads(ctx)
+        module = importlib.import_module(request["module"])
+        source = None if request["source"] is None else Path(request["source"])
+        with captured_warnings(notes):
+            details = module.build(ctx, path, source)
+        return {"status": "ok", "details": {str(k): str(v) for k, v in dict(details or {}).items()}, "notes": notes}
+    except BaseException as exc:  # the parent decides what it means; SystemExit from an exporter included
+        exc = _disk_full(exc, path)
+        reply: dict[str, Any] = {"status": "raised", "notes": notes, "description": f"{type(exc).__name__}: {exc}"[:2000]}
+        try:
+            reply["exception"] = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.loads(reply["exception"])
+        except Exception:
+            reply.pop("exception", None)
+        return reply
+
+
+def _pin_threads(ctx: Any) -> None:
+    threads = getattr(ctx, "threads", None)
+    if isinstance(threads, int) and threads > 0 and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+
+
+def _disk_full(exc: BaseException, path: Path) -> BaseException:
+    """Say plainly when a write failed because the disk (or a file size limit) ran out."""
+    text = str(exc)
+    full = (isinstance(exc, OSError) and exc.errno in _DISK_FULL) or any(t in text for t in _DISK_FULL_TEXT)
+    if not full:
+        return exc
+    return ArtifactError(
+        f"writing {path.name} failed: no space left on the device or a file size limit reached "
+        f"({' '.join(text.split())[:120]}); free space or pass --out to a larger disk"
+    )
+
+
+class _ModelUnpickler(pickle.Unpickler):
+    """Unpickles the parent's build context; imports lone architecture files under the parent's names."""
+
+    def __init__(self, stream: Any, files: dict[str, str]) -> None:
+        super().__init__(stream)
+        self._files = files
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module not in sys.modules and module in self._files:
+            spec = importlib.util.spec_from_file_location(module, self._files[module])
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {self._files[module]}")
+            loaded = importlib.util.module_from_spec(spec)
+            sys.modules[module] = loaded
+            spec.loader.exec_module(loaded)
+        return super().find_class(module, name)

@@ -1,0 +1,408 @@
+"""pytest plugin: export-check's verdicts as test items, over the same pipeline as the CLI.
+
+Declare checkpoints in the pytest configuration; each (model, artifact) pair becomes a test item
+with an id like ``model.pth::onnx-simplified`` (plus ``model.pth::eager``: is this the approved
+model?). Settings come from ``[tool.export-check]``/``export-check.toml`` exactly as for
+``export-check model.pth``, because the config is built by the CLI's own parser::
+
+    [tool.pytest.ini_options]
+    export_check_models = ["model.pth"]
+
+Or call the check from a test with the ``export_check`` fixture, which returns the typed report::
+
+    def test_model(export_check):
+        report = export_check("model.pth", artifacts=["onnx"])
+        export_check.assert_passed(report)
+
+The golden workflow is pytest-regressions': a missing golden set is recorded (from ``inputs``) and
+the test fails; ``--export-check-regen`` re-approves the golden set from the current checkpoint and
+fails too, so a regen never passes silently. Each model's pipeline runs once per session and its
+report is shared by all of its items. Nothing heavy is imported until a check runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .config import RunConfig
+    from .results import Report, Row
+
+REGEN_FLAG = "--export-check-regen"
+MODELS_INI = "export_check_models"
+EAGER = "eager"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("export-check", "export-check: exported-model regression checks")
+    group.addoption(
+        REGEN_FLAG,
+        action="store_true",
+        default=False,
+        dest="export_check_regen",
+        help="re-approve each golden set from the current checkpoint (record missing ones), then fail those tests "
+        "so that a regeneration never passes silently",
+    )
+    parser.addini(
+        MODELS_INI,
+        type="linelist",
+        default=[],
+        help="export-check: checkpoints to check, relative to the ini file; each (model, artifact) pair is a test item. "
+        "Settings come from [tool.export-check] or export-check.toml beside the checkpoint.",
+    )
+
+
+# --- one engine for the golden workflow and the run ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one model's check produced: a report, or the one-line user error that stopped it,
+    and a note when the golden set was written in this session (which fails every item)."""
+
+    report: Report | None
+    error: str | None
+    golden_note: str | None
+
+
+class _Session:
+    """Per-session state: reports by run configuration, golden sets written in this session."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.outcomes: dict[str, Outcome] = {}
+        self.golden_notes: dict[Path, str] = {}
+
+    @property
+    def regen(self) -> bool:
+        return bool(self.config.getoption("export_check_regen"))
+
+    def out_dir(self, checkpoint: Path, key: str) -> Path:
+        name = f"export-check-{checkpoint.stem}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+        cache = getattr(self.config, "cache", None)
+        if cache is not None:
+            return Path(cache.mkdir(name))  # inside .pytest_cache: never in the user's tree
+        return Path(tempfile.mkdtemp(prefix=f"{name}-"))
+
+    def outcome(self, checkpoint: Path, options: dict[str, Any]) -> Outcome:
+        options = {k: v for k, v in options.items() if v is not None}
+        key = json.dumps([str(checkpoint), sorted(options.items())], default=str)
+        if key not in self.outcomes:
+            self.outcomes[key] = self._run(checkpoint, options, key)
+        return self.outcomes[key]
+
+    def _run(self, checkpoint: Path, options: dict[str, Any], key: str) -> Outcome:
+        from .errors import ExportCheckError
+        from .pipeline import run_check
+
+        note = None
+        try:
+            config, settings = run_config(checkpoint, options, default_out=lambda: self.out_dir(checkpoint, key))
+            note = self._golden(config, settings)
+            return Outcome(report=run_check(config), error=None, golden_note=note)
+        except ExportCheckError as exc:
+            return Outcome(report=None, error=str(exc), golden_note=note)
+
+    def _golden(self, config: RunConfig, settings: dict[str, Any]) -> str | None:
+        """Record a missing golden set, or re-approve an existing one under the regen flag (once per session)."""
+        from . import golden_ops
+        from .errors import GoldenError
+        from .golden import MANIFEST
+
+        golden = Path(config.golden).resolve()
+        if golden in self.golden_notes:
+            return self.golden_notes[golden]
+        missing = not golden.exists() or (golden.is_dir() and not any(golden.iterdir()))
+        if not missing and not self.regen:
+            return None
+        common = dict(
+            checkpoint=config.checkpoint, arch=config.arch, arch_kwargs=config.arch_kwargs, arch_root=config.arch_root,
+            golden_dir=config.golden, threads=config.threads, batch_size=config.batch_size,
+        )
+        if missing:
+            inputs = settings.get("inputs")
+            if inputs is None:
+                raise GoldenError(
+                    f"{config.golden}: golden set not found and no inputs folder to record it from; set inputs in "
+                    "[tool.export-check], or run `export-check golden record --inputs DIR`"
+                )
+            preprocess = golden_ops.preprocess_from_args(None, None, None, None, None, settings.get("preprocess"))
+            recorded = golden_ops.record_golden(inputs_dir=inputs, preprocess=preprocess, **common)
+            note = (
+                f"golden set {config.golden} was missing: recorded {len(recorded)} inputs from {inputs} with the "
+                f"logits of {config.checkpoint}. Review it, commit it, and rerun."
+            )
+        else:
+            if not (golden / MANIFEST).is_file():
+                return None  # not a golden set: run_check reports exactly what is wrong
+            diff, written = golden_ops.approve_golden(**common)
+            state = "re-approved" if written else "already held exactly these logits; left unchanged"
+            note = "\n".join(
+                [f"{REGEN_FLAG}: golden set {config.golden} {state} from {config.checkpoint}:", *diff.lines(),
+                 f"Review the change, commit it, and rerun without {REGEN_FLAG}."]
+            )
+        self.golden_notes[golden] = note
+        return note
+
+
+def run_config(checkpoint: Path, options: dict[str, Any], default_out: Any = None) -> tuple[RunConfig, dict[str, Any]]:
+    """The CLI's own config for ``export-check check CHECKPOINT --option value ...``, and the settings it read.
+
+    Options are the CLI's long flags with ``_`` for ``-``: ``artifacts=["onnx"]``, ``max_mae=1e-4``,
+    ``arch_kwargs={"width": 8}``. ``out`` defaults to a private folder when neither the options
+    nor the settings name one.
+    """
+    from .cli import build_config, build_parser
+    from .settings import find_settings
+
+    argv = ["check", str(checkpoint)]
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        if value is True:  # a switch such as no_cache=True
+            argv.append(f"--{name.replace('_', '-')}")
+            continue
+        if name == "artifacts" and not isinstance(value, str):
+            value = ",".join(value)
+        elif name == "arch_kwargs" and not isinstance(value, str):
+            value = json.dumps(value)
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    settings = find_settings(checkpoint, Path(options["config"]) if options.get("config") else None)
+    if "out" not in options and "out" not in settings and default_out is not None:
+        argv += ["--out", str(default_out())]
+    return build_config(build_parser().parse_args(argv)), settings
+
+
+def _session(config: pytest.Config) -> _Session:
+    state = config.stash.get(_SESSION_KEY, None)
+    if state is None:
+        state = _Session(config)
+        config.stash[_SESSION_KEY] = state
+    return state
+
+
+_SESSION_KEY = pytest.StashKey[_Session]()
+
+
+# --- failure text --------------------------------------------------------------------------------
+
+
+def _input_names(report: Report) -> list[str]:
+    from .errors import ExportCheckError
+    from .golden import read_manifest
+
+    try:
+        return [item.name for item in read_manifest(Path(report.golden.path)).inputs]
+    except ExportCheckError:
+        return []
+
+
+def _fix_hint(row: Row, checkpoint: str) -> str:
+    if row.family == EAGER:
+        return (
+            f"to fix: if the new weights are intended, adopt their logits after review: `export-check golden approve "
+            f"{checkpoint}` or `pytest {REGEN_FLAG}`; otherwise check the checkpoint and --arch"
+        )
+    key = "int8-max-mae / int8-min-top1" if row.family == "int8" else "max-mae"
+    return (
+        "to fix: the exported artifact drifts from the eager model, so regenerating the golden set does not change this; "
+        f"fix the export, or after review loosen {key} in [tool.export-check]"
+    )
+
+
+def describe_row(report: Report, row: Row) -> str:
+    """A row's failure as text: verdict and gate, every reason, the metrics, the artifact and the fix."""
+    head = f"{row.name} {row.status.upper()} (vs {row.compared_with}, gate {row.gate.describe()})"
+    lines = [head, *(f"  {reason}" for reason in row.reasons)]
+    m = row.metrics
+    if m is not None:
+        names = _input_names(report) if m.top1_changed else []
+        changed = ", ".join(names[i] if i < len(names) else f"#{i}" for i in m.top1_changed[:8])
+        more = f", … {len(m.top1_changed)} in all" if len(m.top1_changed) > 8 else ""
+        lines.append(
+            f"  metrics over {m.images} inputs: MAE {m.mae:.3e}, max |err| {m.max_abs:.3e}, median input MAE "
+            f"{m.median_abs:.3e}, top-1 agreement {m.top1_agreement:.1%}, non-finite {m.nonfinite}"
+        )
+        if changed:
+            lines.append(f"  top-1 changed on: {changed}{more}")
+    if row.artifact is not None:
+        lines.append(f"  artifact: {row.artifact.path} ({row.artifact.size_bytes} bytes, sha256 {row.artifact.sha256[:12]})")
+    lines += [f"  note: {note}" for note in row.notes[:5]]
+    lines.append(f"  {_fix_hint(row, report.checkpoint.path)}")
+    return "\n".join(lines)
+
+
+class ExportCheckFailure(Exception):
+    """One item's failure; its text is the whole report (no traceback into the plugin)."""
+
+
+def failure_text(outcome: Outcome, row_name: str | None) -> str | None:
+    """Why an item (``row_name``) or a whole check (``None``) fails, or ``None`` when it passes."""
+    parts = []
+    if outcome.golden_note:
+        parts.append(outcome.golden_note)
+    if outcome.error is not None:
+        parts.append(f"export-check: error: {outcome.error}")
+    elif outcome.report is not None:
+        rows = [outcome.report.row(row_name)] if row_name else list(outcome.report.rows)
+        for row in rows:
+            if not row.passed:
+                parts.append(describe_row(outcome.report, row))
+            elif outcome.golden_note:
+                parts.append(f"{row.name} passed against the new golden set")
+    return "\n".join(parts) if parts else None
+
+
+# --- the fixture ---------------------------------------------------------------------------------
+
+
+class ExportCheck:
+    """The ``export_check`` fixture: ``export_check(checkpoint, **options) -> Report``.
+
+    Relative checkpoint paths are relative to pytest's rootdir. Options are the CLI's flags
+    (``artifacts``, ``arch``, ``arch_kwargs``, ``golden``, ``max_mae``, ``config`` ...); the
+    rest comes from the settings files as for ``export-check CHECKPOINT``.
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self._config = config
+
+    def __call__(self, checkpoint: str | Path, **options: Any) -> Report:
+        __tracebackhide__ = True
+        path = Path(checkpoint)
+        path = path if path.is_absolute() else self._config.rootpath / path
+        for key in ("golden", "out", "config"):
+            if options.get(key) is not None and not Path(options[key]).is_absolute():
+                options[key] = self._config.rootpath / options[key]
+        outcome = _session(self._config).outcome(path, options)
+        if outcome.golden_note or outcome.error is not None:
+            pytest.fail(failure_text(outcome, None) or "", pytrace=False)
+        assert outcome.report is not None
+        return outcome.report
+
+    @staticmethod
+    def assert_passed(report: Report) -> None:
+        """Fail the calling test with every failing row's metrics, gate and fix."""
+        __tracebackhide__ = True
+        text = failure_text(Outcome(report=report, error=None, golden_note=None), None)
+        if text:
+            pytest.fail(text, pytrace=False)
+
+
+@pytest.fixture
+def export_check(request: pytest.FixtureRequest) -> ExportCheck:
+    """Run export-check on a checkpoint and get its typed :class:`~exporter.results.Report`."""
+    return ExportCheck(request.config)
+
+
+# --- declared models: one collector per checkpoint, one item per row ----------------------------
+
+
+def _declared(config: pytest.Config) -> dict[Path, str]:
+    """Resolved checkpoint path -> the path as written, from the ini option (computed once)."""
+    cached = config.stash.get(_DECLARED_KEY, None)
+    if cached is None:
+        base = config.inipath.parent if config.inipath else config.rootpath
+        cached = {}
+        for entry in config.getini(MODELS_INI):
+            entry = entry.strip()
+            if entry:
+                cached[(base / entry).resolve()] = entry
+        config.stash[_DECLARED_KEY] = cached
+    return cached
+
+
+_DECLARED_KEY = pytest.StashKey[dict]()
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CheckpointFile | None:
+    declared = _declared(parent.config)
+    if declared and file_path.resolve() in declared:
+        return CheckpointFile.from_parent(parent, path=file_path)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run without path arguments, pytest checks every declared model, even outside ``testpaths``.
+
+    Runs before keyword/mark deselection, so ``-k onnx`` selects these items as it does any other.
+    """
+    declared = _declared(config)
+    if not declared or config.args_source == pytest.Config.ArgsSource.ARGS:
+        return
+    collected = {item.parent.path.resolve() for item in items if isinstance(item, ExportCheckItem)}
+    for path in declared:
+        if path not in collected:
+            collector = CheckpointFile.from_parent(session, path=path)
+            report = collector.ihook.pytest_make_collect_report(collector=collector)
+            if report.failed:
+                session.ihook.pytest_collectreport(report=report)
+            items.extend(item for item in report.result if isinstance(item, ExportCheckItem))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build only the artifacts whose items survived selection (``pytest model.pth::onnx`` builds ONNX only)."""
+    wanted: dict[CheckpointFile, list[str]] = {}
+    for item in session.items:
+        if isinstance(item, ExportCheckItem):
+            wanted.setdefault(item.parent, []).append(item.name)
+    for collector, names in wanted.items():
+        collector.selected = tuple(n for n in names if n != EAGER)
+
+
+class CheckpointFile(pytest.File):
+    """A declared checkpoint: the eager row and one item per artifact kind its settings select."""
+
+    selected: tuple[str, ...] | None = None
+
+    def collect(self) -> Iterator[ExportCheckItem]:
+        config, _ = run_config(self.path, {})
+        yield ExportCheckItem.from_parent(self, name=EAGER)
+        for kind in config.selected_kinds:
+            yield ExportCheckItem.from_parent(self, name=kind)
+
+    def outcome(self) -> Outcome:
+        options: dict[str, Any] = {}
+        if self.selected is not None:
+            # An empty selection still runs the pipeline (eager row); "--artifacts" needs at least one kind.
+            options["artifacts"] = list(self.selected) or None
+        return _session(self.config).outcome(self.path, options)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        from .errors import ExportCheckError
+
+        if isinstance(excinfo.value, ExportCheckError):
+            return f"export-check: error: {excinfo.value}"
+        return str(super().repr_failure(excinfo))
+
+
+class ExportCheckItem(pytest.Item):
+    """One row of the report: ``eager`` (the approved model?) or one artifact kind (drift vs eager)."""
+
+    parent: CheckpointFile
+
+    def runtest(self) -> None:
+        outcome = self.parent.outcome()
+        text = failure_text(outcome, None if outcome.report is None else self.name)
+        if text:
+            raise ExportCheckFailure(text)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, ExportCheckFailure):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+
+__all__: Sequence[str] = ["ExportCheck", "Outcome", "describe_row", "failure_text", "run_config"]

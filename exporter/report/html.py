@@ -1,0 +1,261 @@
+"""``--html PATH``: one self-contained HTML file (inline CSS and SVG, no scripts, no external URLs).
+
+Plots are drawn here as SVG: latency and size bars per row, every image's MAE per row on a log
+scale, and a histogram of per-image MAE per row. Then the per-layer tables and the run's settings.
+Every row has one colour (``PALETTE``) across all plots.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+from ..diagnostics import LayerComparison
+from ..results import ERROR, FAIL, PASS, Report, Row
+from . import write_text_atomic
+from .views import checks_description, latency_ms, latency_text, rerun_text, shapes_text, size_text
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+GATE_COLOUR = "#444444"
+STATUS_COLOUR = {PASS: "#1a7f37", FAIL: "#cf222e", ERROR: "#cf222e"}
+LOG_FLOOR = -9.0  # 1e-9: per-image MAE of exactly 0 is drawn here and labelled "0"
+MAX_POINTS = 1000  # per series in the per-image plot; larger sets are reduced to the max per bucket
+
+CSS = """
+body{font:14px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px;color:#1f2328;background:#fff}
+h1{font-size:22px;margin:0 0 6px} h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+table{border-collapse:collapse;margin:6px 0} th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums} th{background:#f6f8fa}
+.pass{color:#1a7f37;font-weight:600} .fail,.error{color:#cf222e;font-weight:600}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:6px;vertical-align:baseline}
+.plots{display:flex;flex-wrap:wrap;gap:18px} .muted{color:#59636e} code{background:#f6f8fa;padding:0 3px}
+ul.reasons{margin:4px 0 10px}
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def colours(report: Report) -> dict[str, str]:
+    """The colour of every row, in row order."""
+    return {row.name: PALETTE[i % len(PALETTE)] for i, row in enumerate(report.rows)}
+
+
+def _log(value: float) -> float:
+    if value <= 0:
+        return LOG_FLOOR
+    if not math.isfinite(value):
+        return 3.0
+    return max(LOG_FLOOR, math.log10(value))
+
+
+def _svg(width: int, height: int, body: list[str], label: str) -> str:
+    return (f'<svg role="img" aria-label="{_e(label)}" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" shape-rendering="crispEdges" font-family="Helvetica,Arial,sans-serif" font-size="11">'
+            + "".join(body) + "</svg>")
+
+
+def bar_chart(title: str, items: list[tuple[str, float | None, str]], unit: str) -> str:
+    """Horizontal bars, one per (label, value, colour); ``None`` values are listed as not measured."""
+    width, left, bar_h, gap, top = 460, 140, 16, 6, 24
+    height = top + len(items) * (bar_h + gap) + 10
+    known = [v for _, v, _ in items if v is not None and math.isfinite(v)]
+    peak = max(known) if known and max(known) > 0 else 1.0
+    body = [f'<text x="0" y="14" font-weight="bold" font-size="12">{_e(title)}</text>']
+    for i, (label, value, colour) in enumerate(items):
+        y = top + i * (bar_h + gap)
+        body.append(f'<text x="{left - 6}" y="{y + 12}" text-anchor="end">{_e(label)}</text>')
+        if value is None or not math.isfinite(value):
+            body.append(f'<text x="{left + 4}" y="{y + 12}" fill="#59636e">not measured</text>')
+            continue
+        length = max(1.0, (width - left - 70) * value / peak)
+        body.append(f'<rect x="{left}" y="{y}" width="{length:.1f}" height="{bar_h}" fill="{colour}"/>')
+        body.append(f'<text x="{left + length + 4:.1f}" y="{y + 12}">{value:.3g} {_e(unit)}</text>')
+    return _svg(width, height, body, title)
+
+
+def _y_axis(body: list[str], x0: int, y_of, lo: int, hi: int, x1: int) -> None:
+    for decade in range(lo, hi + 1):
+        y = y_of(decade)
+        label = "0" if decade == LOG_FLOOR else f"1e{decade}"
+        body.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x1}" y2="{y:.1f}" stroke="#eaeef2"/>')
+        body.append(f'<text x="{x0 - 4}" y="{y + 4:.1f}" text-anchor="end" fill="#59636e">{label}</text>')
+
+
+def _reduced(values: tuple[float, ...]) -> list[tuple[int, float]]:
+    if len(values) <= MAX_POINTS:
+        return list(enumerate(values))
+    step = math.ceil(len(values) / MAX_POINTS)
+    return [(i, max(values[i : i + step])) for i in range(0, len(values), step)]
+
+
+def per_image_chart(report: Report) -> str:
+    """Every image's MAE (log scale) per row, with the gates as dashed lines."""
+    width, height, x0, y0, right, top = 1100, 320, 60, 290, 1080, 48
+    series = [(row, colours(report)[row.name]) for row in report.rows if row.metrics is not None and row.metrics.per_image_mae]
+    images = max((row.metrics.images for row, _ in series), default=1)
+    t = report.thresholds
+    gates = sorted({t.float_gate.max_mae, t.int8_gate.max_mae})
+    peak = max([_log(v) for row, _ in series for v in row.metrics.per_image_mae] + [_log(g) for g in gates] + [-1.0])
+    lo, hi = int(LOG_FLOOR), math.ceil(peak)
+
+    def y_of(v: float) -> float:
+        return y0 - (v - lo) / (hi - lo) * (y0 - top)
+
+    def x_of(i: float) -> float:
+        return x0 + (i + 0.5) / images * (right - x0)
+
+    body = ['<text x="0" y="14" font-weight="bold" font-size="12">MAE of every image against its reference (log scale; 0 drawn at the bottom)</text>']
+    legend_x = x0
+    for row, colour in series:  # the legend: later series are drawn on top of earlier ones
+        body.append(f'<rect x="{legend_x}" y="22" width="9" height="9" fill="{colour}"/>')
+        body.append(f'<text x="{legend_x + 12}" y="31">{_e(row.name)}</text>')
+        legend_x += 18 + 6 * len(row.name)
+    _y_axis(body, x0, y_of, lo, hi, right)
+    for gate in gates:
+        y = y_of(_log(gate))
+        body.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="{GATE_COLOUR}" stroke-dasharray="6,4"/>')
+        body.append(f'<text x="{right}" y="{y - 3:.1f}" text-anchor="end" fill="{GATE_COLOUR}">gate {gate:g}</text>')
+    body.append(f'<text x="{(x0 + right) / 2}" y="{height - 4}" text-anchor="middle" fill="#59636e">image index (0..{images - 1})</text>')
+    for row, colour in series:
+        points = _reduced(row.metrics.per_image_mae)
+        path = " ".join(f"{x_of(i):.1f},{y_of(_log(v)):.1f}" for i, v in points)
+        body.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1" opacity="0.6"/>')
+        body += [f'<rect x="{x_of(i) - 2.5:.1f}" y="{y_of(_log(v)) - 2.5:.1f}" width="5" height="5" fill="{colour}"/>' for i, v in points]
+    return _svg(width, height, body, "per-image error")
+
+
+def histogram(row: Row, colour: str, gate: float) -> str:
+    """Counts of per-image MAE in half-decade bins (exact zeros in their own bin)."""
+    width, height, x0, y0, right, top = 350, 200, 34, 160, 340, 46
+    values = row.metrics.per_image_mae if row.metrics else ()
+    edges = [LOG_FLOOR + 0.5 * k for k in range(0, 21)]  # 1e-9 .. 1e1
+    counts = [0] * (len(edges) + 1)  # [zeros, bins..., >= 1e1]
+    for v in values:
+        if v <= 0:
+            counts[0] += 1
+            continue
+        k = 1 + sum(1 for edge in edges[1:] if _log(v) >= edge)
+        counts[min(k, len(counts) - 1)] += 1
+    peak = max(counts) or 1
+    slot = (right - x0) / len(counts)
+    body = [f'<text x="0" y="14" font-weight="bold" font-size="12">{_e(row.name)}</text>',
+            f'<text x="0" y="28" fill="#59636e">per-image MAE, {len(values)} images</text>']
+    for k, count in enumerate(counts):
+        if count:
+            h = (y0 - top) * count / peak
+            body.append(f'<rect x="{x0 + k * slot + 1:.1f}" y="{y0 - h:.1f}" width="{slot - 2:.1f}" height="{h:.1f}" fill="{colour}"/>')
+            body.append(f'<text x="{x0 + (k + 0.5) * slot:.1f}" y="{y0 - h - 3:.1f}" text-anchor="middle" font-size="9">{count}</text>')
+    body.append(f'<line x1="{x0}" y1="{y0}" x2="{right}" y2="{y0}" stroke="#59636e"/>')
+    body.append(f'<text x="{x0 + 0.5 * slot:.1f}" y="{y0 + 14}" text-anchor="middle" fill="#59636e" font-size="9">0</text>')
+    for k, label in ((5, "1e-7"), (9, "1e-5"), (13, "1e-3"), (17, "1e-1"), (21, "1e1")):  # bin k starts at 10**(-9 + (k-1)/2)
+        body.append(f'<text x="{x0 + k * slot:.1f}" y="{y0 + 14}" text-anchor="middle" fill="#59636e" font-size="9">{label}</text>')
+    gate_k = 1 + (_log(gate) - LOG_FLOOR) / 0.5  # the left edge of the gate's bin
+    gx = x0 + gate_k * slot
+    body.append(f'<line x1="{gx:.1f}" y1="{top}" x2="{gx:.1f}" y2="{y0}" stroke="{GATE_COLOUR}" stroke-dasharray="4,3"/>')
+    body.append(f'<text x="{gx + 3:.1f}" y="{top + 8}" fill="{GATE_COLOUR}" font-size="9">gate {gate:g}</text>')
+    return _svg(width, height, body, f"error distribution of {row.name}")
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2e}" if math.isfinite(value) else str(value)
+
+
+def _summary_table(report: Report) -> str:
+    head = ("", "artifact", "vs", "gate", "MAE", "max abs", "top-1", "batch sizes", "rerun", "ms/img", "size", "verdict")
+    out = ["<table class='summary'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for row in report.rows:
+        m = row.metrics
+        cells = [
+            f"<td><span class='swatch' style='background:{colours(report)[row.name]}'></span></td>",
+            f"<td><b>{_e(row.name)}</b></td>",
+            f"<td>{_e(row.compared_with)}</td>",
+            f"<td>{_e(row.gate.describe())}</td>",
+            f"<td class='n'>{_fmt(m.mae if m else None)}</td>",
+            f"<td class='n'>{_fmt(m.max_abs if m else None)}</td>",
+            f"<td class='n'>{'-' if m is None else f'{m.top1_agreement:.1%}'}</td>",
+            f"<td>{_e(shapes_text(row))}</td>",
+            f"<td class='n'>{_e(rerun_text(row))}</td>",
+            f"<td class='n'>{_e(latency_text(row))}</td>",
+            f"<td class='n'>{_e(size_text(row.artifact.size_bytes if row.artifact else None))}</td>",
+            f"<td class='{row.status}'>{row.status.upper()}</td>",
+        ]
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    return "".join(out) + "</table>"
+
+
+def _layer_table(row: Row, layers: LayerComparison) -> str:
+    title = "where it diverges" if layers.purpose == "divergence" else "int8 error per layer"
+    parts = [f"<h3>{_e(row.name)}: {title}</h3><p>{_e(layers.summary)}</p>"]
+    if layers.error:
+        return "".join(parts)
+    parts.append(f"<p class='muted'>{_e(layers.method)}; images {layers.batch_start}..{layers.batch_start + layers.batch_size - 1}; "
+                 f"{_e(layers.scope)} comparison; departs above MAE {layers.threshold:g} × max(1, mean |eager|)</p>")
+    worst = {d.module for d in layers.worst()} if layers.purpose == "int8-layers" else set()
+    shown = [d for d in layers.layers if d.mae > 0 or d.departs] if layers.purpose == "int8-layers" else list(layers.layers)
+    parts.append("<table><tr><th>module</th><th>ops</th><th>MAE</th><th>max abs</th><th>SQNR dB</th><th></th></tr>")
+    for d in shown:
+        first = layers.purpose == "divergence" and layers.first is not None and d is layers.first
+        mark = "departs first" if first else ("worst" if d.module in worst else "")
+        style = " class='fail'" if mark else ""
+        sqnr = "∞" if d.sqnr_db == math.inf else f"{d.sqnr_db:.1f}"
+        parts.append(f"<tr><td><code>{_e(d.label)}</code></td><td>{_e(d.ops)}</td><td class='n'>{_fmt(d.mae)}</td>"
+                     f"<td class='n'>{_fmt(d.max_abs)}</td><td class='n'>{sqnr}</td><td{style}>{mark}</td></tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
+def render(report: Report) -> str:
+    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, FAIL, ERROR)}
+    verdict = "passed" if report.passed else "FAILED"
+    palette = colours(report)
+    golden = report.golden
+    t = report.thresholds
+    body = [
+        f"<h1 style='color:{STATUS_COLOUR[PASS if report.passed else FAIL]}'>export-check {verdict}: "
+        f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors</h1>",
+        f"<p><code>{_e(report.checkpoint.path)}</code> (sha256 {_e(report.checkpoint.sha256[:12])}) against golden set "
+        f"<code>{_e(golden.path)}</code> ({golden.inputs} inputs, manifest {_e(golden.manifest_sha256[:12])})"
+        + ("" if golden.label_accuracy is None else f"; eager top-1 accuracy {golden.label_accuracy:.1%}")
+        + f"; {report.created}; {report.seconds:.1f}s</p>",
+        _summary_table(report),
+        f"<p>Gates: float {_e(t.float_gate.describe())}; int8 {_e(t.int8_gate.describe())}; eager vs golden "
+        f"{_e(t.eager_gate.describe())}. Checks: {_e(checks_description(report))}.</p>",
+    ]
+    problems = [row for row in report.rows if not row.passed]
+    if problems:
+        body.append("<h2>Failures</h2>")
+        for row in problems:
+            body.append(f"<p class='{row.status}'>{_e(row.name)}: {row.status}</p><ul class='reasons'>"
+                        + "".join(f"<li>{_e(r)}</li>" for r in row.reasons) + "</ul>")
+    body += [
+        "<h2>Cost</h2><div class='plots'>",
+        bar_chart("latency per image (median, ms)", [(r.name, latency_ms(r), palette[r.name]) for r in report.rows], "ms"),
+        bar_chart("file size (KB)", [(r.name, r.artifact.size_bytes / 1024 if r.artifact else None, palette[r.name])
+                                    for r in report.rows if r.family != "eager"], "KB"),
+        "</div>",
+        "<h2>Per-image error</h2>",
+        per_image_chart(report),
+        "<h2>Error distribution</h2><div class='plots'>",
+        *(histogram(row, palette[row.name], row.gate.max_mae) for row in report.rows if row.metrics is not None),
+        "</div>",
+    ]
+    tables = [(row, row.diagnostics.layers) for row in report.rows if row.diagnostics and row.diagnostics.layers]
+    if tables:
+        body.append("<h2>Per-layer comparison</h2>")
+        body += [_layer_table(row, layers) for row, layers in tables]
+    notes = [(row.name, n) for row in report.rows for n in ((row.diagnostics.notes if row.diagnostics else ()) + row.notes)]
+    if notes:
+        body.append("<h2>Notes</h2><ul>" + "".join(f"<li><b>{_e(name)}</b>: {_e(n)}</li>" for name, n in notes) + "</ul>")
+    body.append("<h2>Run</h2><table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in report.settings)
+                + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in report.versions) + "</table>")
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>export-check report</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write(report: Report, path: Path) -> None:
+    write_text_atomic(path, render(report))

@@ -1,0 +1,122 @@
+"""``--junit PATH``: the report as JUnit XML, one ``<testcase>`` per row (eager and each artifact).
+
+The layout is the Ant/Jenkins "junit-10" one that Jenkins, GitLab, Azure DevOps and GitHub test
+reporters read: ``<testsuites><testsuite><properties/><testcase>…``. A failing row carries a
+``<failure message="the reasons" type="drift">`` whose text lists every metric; an artifact that
+could not be built, loaded or run carries ``<error type="artifact-error">``. Every testcase's
+``<system-out>`` holds the same metrics, so passing rows show their numbers too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from ..results import ERROR, FAIL, PASS, Report, Row
+from . import write_text_atomic
+from .views import size_text
+
+SUITE = "export-check"
+# XML 1.0 forbids most control characters even escaped; exception texts can carry them.
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _clean(text: object) -> str:
+    return _INVALID_XML.sub("\ufffd", str(text))
+
+
+def _num(value: float | None, fmt: str = ".6g") -> str:
+    if value is None:
+        return "-"
+    return format(value, fmt) if math.isfinite(value) else str(value)
+
+
+def metric_lines(row: Row) -> list[str]:
+    """``key: value`` lines with every number of the row (the failure text and system-out)."""
+    lines = [f"status: {row.status}", f"compared with: {row.compared_with}", f"gate: {row.gate.describe()}"]
+    m = row.metrics
+    if m is not None:
+        lines += [
+            f"images: {m.images}",
+            f"mae: {_num(m.mae)}",
+            f"max_abs: {_num(m.max_abs)}",
+            f"median_image_mae: {_num(m.median_abs)}",
+            f"top1_agreement: {m.top1_agreement:.6g}",
+            f"top1_changed: {list(m.top1_changed)}",
+            f"nonfinite: {m.nonfinite}",
+        ]
+    if row.artifact is not None:
+        lines += [f"artifact: {row.artifact.path}", f"size: {row.artifact.size_bytes} bytes ({size_text(row.artifact.size_bytes)})",
+                  f"sha256: {row.artifact.sha256}"]
+    d = row.diagnostics
+    if d is not None:
+        if d.latency is not None:
+            lines.append(f"latency_ms_per_image: {d.latency.ms_per_image:.4g} (median of {d.latency.repeats}, batch {d.latency.batch}, {d.latency.threads} threads)")
+        if d.shapes is not None and row.family != "eager":
+            runs = ", ".join(
+                f"{r.size}: {'error' if r.error else _num(r.max_image_mae, '.3g')}" for r in d.shapes.runs
+            )
+            lines.append(f"batch_sizes: {'pass' if d.shapes.passed else 'fail'} (max per-image MAE vs batch {d.shapes.main_size}: {runs}; bound {d.shapes.bound:g})")
+        if d.rerun is not None:
+            lines.append(f"determinism: {'pass' if d.rerun.passed else 'fail'} (run-to-run max abs {_num(d.rerun.max_abs, '.3g')}, bound {d.rerun.bound:g})")
+        if d.layers is not None:
+            lines.append(f"{d.layers.purpose}: {d.layers.summary}")
+        lines += [f"note: {n}" for n in d.notes]
+    return lines
+
+
+def _timestamp(created: str) -> str:
+    # Ant writes local ISO 8601 without an offset; ours is UTC, said so in a property.
+    return created.split("+")[0].rstrip("Z")
+
+
+def build_tree(report: Report, hostname: str | None = None) -> ET.Element:
+    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, FAIL, ERROR)}
+    classname = f"{SUITE}.{Path(report.checkpoint.path).stem}"
+    root = ET.Element("testsuites", name=SUITE, tests=str(len(report.rows)), failures=str(counts[FAIL]),
+                      errors=str(counts[ERROR]), time=f"{report.seconds:.3f}")
+    suite = ET.SubElement(
+        root, "testsuite", name=classname, tests=str(len(report.rows)), failures=str(counts[FAIL]),
+        errors=str(counts[ERROR]), skipped="0", time=f"{report.seconds:.3f}", timestamp=_timestamp(report.created),
+        hostname=_clean(hostname if hostname is not None else socket.gethostname() or "localhost"),
+    )
+    properties = ET.SubElement(suite, "properties")
+    props = [
+        ("tool_version", report.tool_version),
+        ("created_utc", report.created),
+        ("checkpoint", report.checkpoint.path),
+        ("checkpoint_sha256", report.checkpoint.sha256),
+        ("golden", report.golden.path),
+        ("golden_inputs", str(report.golden.inputs)),
+        ("golden_manifest_sha256", report.golden.manifest_sha256),
+        ("gate_float", report.thresholds.float_gate.describe()),
+        ("gate_int8", report.thresholds.int8_gate.describe()),
+        ("gate_eager", report.thresholds.eager_gate.describe()),
+        *((f"version_{name}", version) for name, version in report.versions),
+    ]
+    for name, value in props:
+        ET.SubElement(properties, "property", name=_clean(name), value=_clean(value))
+    for row in report.rows:
+        seconds = sum(s for s in (row.build_seconds, row.replay_seconds, row.diagnostics.seconds if row.diagnostics else None) if s)
+        case = ET.SubElement(suite, "testcase", name=_clean(row.name), classname=classname, time=f"{seconds:.3f}")
+        body = _clean("\n".join(metric_lines(row)))
+        message = _clean("; ".join(row.reasons) or row.status)
+        if row.status == FAIL:
+            ET.SubElement(case, "failure", message=message, type="drift").text = body
+        elif row.status == ERROR:
+            ET.SubElement(case, "error", message=message, type="artifact-error").text = body
+        ET.SubElement(case, "system-out").text = body
+    return root
+
+
+def render(report: Report, hostname: str | None = None) -> str:
+    root = build_tree(report, hostname)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write(report: Report, path: Path) -> None:
+    write_text_atomic(path, render(report))

@@ -1,0 +1,123 @@
+"""``--markdown PATH``: a GitHub-flavoured Markdown summary that fits a CI job summary.
+
+Pass ``--markdown "$GITHUB_STEP_SUMMARY"`` in a GitHub Actions step. A headline with the verdict, one
+table row per report row (✅/❌, gate, drift, batch-size and determinism checks, cost), the thresholds,
+every failure's reasons, and the per-layer tables folded in ``<details>``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..diagnostics import LayerComparison
+from ..results import ERROR, FAIL, PASS, Report, Row
+from . import write_text_atomic
+from .views import checks_description, latency_text, rerun_text, shapes_text, size_text
+
+ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌"}
+
+
+def cell(text: object) -> str:
+    """Make text safe inside a table cell: no pipes, newlines or stray HTML.
+
+    >>> cell("a|b\\nc<d>")
+    'a\\\\|b c&lt;d&gt;'
+    """
+    return " ".join(str(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").split())
+
+
+def code(text: object) -> str:
+    return f"`{cell(text).replace('`', chr(39))}`"
+
+
+def _gate(text: str) -> str:
+    return text.replace("<=", "≤").replace(">=", "≥")
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2e}" if math.isfinite(value) else str(value)
+
+
+def _row(row: Row) -> str:
+    m = row.metrics
+    check = {"ok": "✅", "FAIL": "❌", "-": "–"}
+    rerun = rerun_text(row)
+    rerun_cell = "–" if rerun == "-" else (f"❌ {rerun.removesuffix(' FAIL')}" if rerun.endswith("FAIL") else rerun)
+    cells = [
+        ICON[row.status],
+        f"**{cell(row.name)}**",
+        cell(_gate(row.gate.describe())),
+        _fmt(m.mae if m else None),
+        _fmt(m.max_abs if m else None),
+        "-" if m is None else f"{m.top1_agreement:.1%}",
+        check[shapes_text(row)],
+        rerun_cell,
+        latency_text(row),
+        size_text(row.artifact.size_bytes if row.artifact else None),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _layer_table(title: str, layers: LayerComparison) -> list[str]:
+    worst = {d.module for d in layers.worst()} if layers.purpose == "int8-layers" else set()
+    shown = [d for d in layers.layers if d.mae > 0 or d.departs] if layers.purpose == "int8-layers" else list(layers.layers)
+    out = [f"<details><summary>{cell(title)}: {cell(layers.summary)}</summary>", "",
+           f"{cell(layers.method)}; batch {layers.batch_start}..{layers.batch_start + layers.batch_size - 1}, "
+           f"{layers.scope} comparison, a module departs above MAE {layers.threshold:g} × max(1, mean abs)", "",
+           "| module | ops | MAE | max abs | SQNR dB | |", "|---|---|---:|---:|---:|---|"]
+    for d in shown:
+        first = layers.purpose == "divergence" and layers.first is not None and d is layers.first
+        mark = "❌ departs first" if first else ("⚠️ worst" if d.module in worst else "")
+        sqnr = "∞" if d.sqnr_db == math.inf else f"{d.sqnr_db:.1f}"
+        out.append(f"| {code(d.label)} | {cell(d.ops)} | {_fmt(d.mae)} | {_fmt(d.max_abs)} | {sqnr} | {mark} |")
+    out += ["", "</details>", ""]
+    return out
+
+
+def render(report: Report) -> str:
+    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, FAIL, ERROR)}
+    icon = ICON[PASS] if report.passed else ICON[FAIL]
+    verdict = "passed" if report.passed else "FAILED"
+    golden = report.golden
+    t = report.thresholds
+    lines = [
+        f"## {icon} export-check {verdict}: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors",
+        "",
+        f"{code(Path(report.checkpoint.path).name)} (sha256 `{report.checkpoint.sha256[:12]}`) against golden set "
+        f"{code(golden.path)} ({golden.inputs} inputs, manifest `{golden.manifest_sha256[:12]}`)"
+        + ("" if golden.label_accuracy is None else f"; eager top-1 accuracy on the labels {golden.label_accuracy:.1%}")
+        + f"; {report.seconds:.1f}s",
+        "",
+        "| | artifact | gate | MAE | max abs | top-1 | batch sizes | rerun | ms/img | size |",
+        "|---|---|---|---:|---:|---:|:---:|---:|---:|---:|",
+        *(_row(row) for row in report.rows),
+        "",
+        f"**Thresholds:** float artifacts {cell(_gate(t.float_gate.describe()))} · int8 artifacts "
+        f"{cell(_gate(t.int8_gate.describe()))} · eager vs golden {cell(_gate(t.eager_gate.describe()))}. "
+        f"**Checks:** {cell(_gate(checks_description(report)))}.",
+        "",
+    ]
+    problems = [row for row in report.rows if not row.passed]
+    if problems:
+        lines += ["### Failures", ""]
+        for row in problems:
+            lines.append(f"- {ICON[row.status]} **{cell(row.name)}** ({row.status})")
+            lines += [f"  - {cell(reason)}" for reason in row.reasons]
+        lines.append("")
+    notes = [(row.name, n) for row in report.rows if row.diagnostics for n in row.diagnostics.notes]
+    if notes:
+        lines += ["### Notes", "", *(f"- **{cell(name)}**: {cell(n)}" for name, n in notes), ""]
+    for row in report.rows:
+        layers = row.diagnostics.layers if row.diagnostics else None
+        if layers is None:
+            continue
+        title = f"{row.name}: where it diverges" if layers.purpose == "divergence" else f"{row.name}: int8 error per layer"
+        lines += _layer_table(title, layers) if not layers.error else [f"- {cell(row.name)}: {cell(layers.summary)}", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write(report: Report, path: Path) -> None:
+    write_text_atomic(path, render(report))

@@ -1,0 +1,73 @@
+"""Small pure formatters of a row's diagnostics, shared by the text, Markdown, JUnit and HTML views."""
+
+from __future__ import annotations
+
+from ..results import Report, Row
+
+
+def size_text(size_bytes: int | None) -> str:
+    """
+    >>> size_text(315_187)
+    '307.8KB'
+    """
+    if size_bytes is None:
+        return "-"
+    size = float(size_bytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return "-"
+
+
+def latency_ms(row: Row) -> float | None:
+    d = row.diagnostics
+    return None if d is None or d.latency is None else d.latency.ms_per_image
+
+
+def latency_text(row: Row) -> str:
+    value = latency_ms(row)
+    return "-" if value is None else f"{value:.3g}"
+
+
+def shapes_text(row: Row) -> str:
+    """``ok`` / ``FAIL`` for the batch-size check, ``-`` when it did not run (or the row is eager)."""
+    d = row.diagnostics
+    if d is None or d.shapes is None or row.family == "eager":
+        return "-"
+    return "ok" if d.shapes.passed else "FAIL"
+
+
+def rerun_text(row: Row) -> str:
+    d = row.diagnostics
+    if d is None or d.rerun is None:
+        return "-"
+    text = "0" if d.rerun.max_abs == 0 else f"{d.rerun.max_abs:.1e}"
+    return text if d.rerun.passed else f"{text} FAIL"
+
+
+def diagnostic_lines(report: Report) -> list[str]:
+    """Findings that do not gate but a release engineer wants to read: int8 per-layer error, notes."""
+    lines = []
+    for row in report.rows:
+        d = row.diagnostics
+        if d is None:
+            continue
+        if d.layers is not None and d.layers.purpose == "int8-layers":
+            lines.append(f"int8 {row.name}: {d.layers.summary} ({d.layers.scope} SQNR per layer)")
+        lines += [f"note {row.name}: {note}" for note in d.notes]
+    return lines
+
+
+def checks_description(report: Report) -> str:
+    """One sentence on what the diagnostics checked, for the footers of every view."""
+    for row in report.rows:
+        d = row.diagnostics
+        if d is not None and d.shapes is not None and row.family != "eager":
+            rerun = d.rerun.bound if d.rerun is not None else None
+            bound = "" if rerun is None else f"; determinism: 2 runs differ by <= {rerun:g}"
+            threads = d.latency.threads if d.latency is not None else "?"
+            return (f"batch sizes {', '.join(map(str, d.shapes.sizes))} against {d.shapes.main_size} "
+                    f"(per-image MAE <= the row's MAE gate beyond eager's own movement){bound}; "
+                    f"latency: median of {d.latency.repeats if d.latency else '?'} runs, {threads} threads, never gates")
+    return "diagnostics did not run"

@@ -1,0 +1,88 @@
+"""Architectures for the diagnostics tests: each breaks one exporter in a known, realistic way."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class BakedBatch(nn.Module):
+    """Flattens with ``int(x.shape[0])``: dynamic in eager and under ``torch.jit.script``, but
+    ``torch.jit.trace`` (and the TorchScript-based ONNX export) record the Python int as the constant
+    batch size of the example, so the artifact only accepts that batch size."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(in_channels, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4))
+        self.head = nn.Linear(8 * 16, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch = int(x.shape[0])
+        return self.head(self.features(x).reshape(batch, -1))
+
+
+class ScaledWhenTraced(nn.Module):
+    """Identity in eager and in ``torch.jit.script``; under tracing (``torch.jit.trace`` and the
+    TorchScript-based ONNX export, which traces) it scales by 1.01: a wrong operator that only the
+    exported artifact has."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.jit.is_tracing():
+            return x * 1.01
+        return x
+
+
+class Block(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, quirk: bool = False) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.relu1 = nn.ReLU()
+        self.quirk: nn.Module = ScaledWhenTraced() if quirk else nn.Identity()
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.relu2 = nn.ReLU()
+        self.downsample: nn.Module = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout else nn.Identity()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = self.downsample(x)
+        out = self.quirk(self.relu1(self.bn1(self.conv1(x))))
+        return self.relu2(self.bn2(self.conv2(out)) + identity)
+
+
+class QuirkyResNet(nn.Module):
+    """A small ResNet whose third block (``layers.2``) holds :class:`ScaledWhenTraced` as ``quirk``."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.layers = nn.Sequential(
+            Block(8, 8, 1), Block(8, 16, 2), Block(16, 16, 1, quirk=True), Block(16, 32, 2)
+        )
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pool(self.layers(self.stem(x))).flatten(1))
+
+
+class OutlierMLP(nn.Module):
+    """Conv features and three Linear layers; ``fc2`` carries one huge weight, so per-tensor int8
+    weight quantization crushes its other weights. The per-layer int8 table must rank it worst."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(in_channels, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4), nn.Flatten())
+        self.fc1 = nn.Linear(128, 64)
+        self.relu1 = nn.ReLU()
+        self.fc2 = nn.Linear(64, 64)
+        self.relu2 = nn.ReLU()
+        self.fc3 = nn.Linear(64, num_classes)
+        with torch.no_grad():
+            self.fc2.weight[0, 0] = 60.0 * float(self.fc2.weight.abs().max())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc3(self.relu2(self.fc2(self.relu1(self.fc1(self.features(x))))))

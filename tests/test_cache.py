@@ -1,0 +1,246 @@
+"""The artifact cache, on real runs of the bundled ResNet over the bundled 64 real digits (two kinds)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from exporter import pipeline
+from exporter.cache import EAGER, ArtifactCache, arch_source_sha256, open_cache
+from exporter.checkpoint import sha256_file
+from exporter.cli import main
+from exporter.config import Gate, RunConfig, Thresholds
+from exporter.settings import parse_settings
+
+KINDS = ("torchscript-trace", "onnx")
+
+
+def config_for(tmp_path: Path, cache: Path | None, **changes) -> RunConfig:
+    base = RunConfig(
+        checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=tmp_path / "out", kinds=KINDS, cache_dir=cache
+    )
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.fixture()
+def build_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Names of the artifacts the pipeline really builds (the cache must keep this empty on a hit)."""
+    calls: list[str] = []
+    real = pipeline.build_artifact
+
+    def counting(kind, *args, **kwargs):
+        calls.append(kind.name)
+        return real(kind, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "build_artifact", counting)
+    return calls
+
+
+def cache_states(report) -> dict[str, str | None]:
+    return {row.name: row.cache for row in report.rows}
+
+
+def numbers(report, with_files: bool = True) -> list[tuple]:
+    # A rebuilt TorchScript file is not byte-identical to the first build (its zip records differ);
+    # its metrics are.
+    return [(row.name, row.status, row.metrics, row.reasons, row.artifact.sha256 if row.artifact and with_files else None)
+            for row in report.rows]
+
+
+def diagnostics(report) -> list:
+    return [getattr(row, "diagnostics", None) for row in report.rows]
+
+
+def test_cold_then_warm_builds_nothing_and_gives_identical_metrics(tmp_path: Path, build_calls: list[str]) -> None:
+    config = config_for(tmp_path, tmp_path / "cache")
+    cold = pipeline.run_check(config)
+    assert build_calls == list(KINDS)
+    assert cache_states(cold) == {"eager": "miss", "torchscript-trace": "miss", "onnx": "miss"}
+    assert cold.passed and cold.row("onnx").metrics.images == 64 and 0 < cold.row("onnx").metrics.mae < 1e-5
+
+    for name in KINDS:  # the warm run must restore the files the user ships, not only the verdicts
+        (tmp_path / "out" / f"{name}{'.onnx' if name == 'onnx' else '.pt'}").unlink()
+    warm = pipeline.run_check(config)
+    assert build_calls == list(KINDS), "a warm run built an artifact"
+    assert set(cache_states(warm).values()) == {"hit"}
+    assert numbers(warm) == numbers(cold)
+    assert diagnostics(warm) == diagnostics(cold)  # measured once, reused as they were
+    assert any(d is not None for d in diagnostics(cold))
+    assert warm.golden.label_accuracy == cold.golden.label_accuracy == 1.0
+    for row in warm.rows[1:]:
+        assert row.build_seconds is None and row.replay_seconds is None
+        assert sha256_file(Path(row.artifact.path)) == row.artifact.sha256
+    assert dict(warm.timings).keys() == {"verify_inputs", "cache_lookup"}
+    assert json.loads(json.dumps(warm.to_json()))["rows"][1]["cache"] == "hit"
+
+
+def test_other_thresholds_reuse_the_artifacts_and_judge_afresh(tmp_path: Path, build_calls: list[str]) -> None:
+    # Thresholds are not in the key: the files are reused. The diagnostics measure with the gates
+    # (exporter/diagnostics), so the rows are replayed and judged again rather than served whole.
+    config = config_for(tmp_path, tmp_path / "cache")
+    assert pipeline.run_check(config).passed
+    strict = dataclasses.replace(config, thresholds=Thresholds(float_gate=Gate(max_mae=1e-9), eager_gate=Gate(max_mae=1e-5)))
+    report = pipeline.run_check(strict)
+    assert build_calls == list(KINDS)
+    assert cache_states(report) == {"eager": "miss", "torchscript-trace": "artifact", "onnx": "artifact"}
+    assert report.row("onnx").status == "fail" and "MAE" in report.row("onnx").reasons[0]
+    assert report.row("torchscript-trace").status == "pass"  # bit-exact: MAE 0 passes even 1e-9
+    again = pipeline.run_check(strict)  # and now those thresholds' verdicts are cached too
+    assert set(cache_states(again).values()) == {"hit"} and numbers(again) == numbers(report)
+
+
+def test_changed_checkpoint_misses(tmp_path: Path, build_calls: list[str]) -> None:
+    import torch
+
+    pipeline.run_check(config_for(tmp_path, tmp_path / "cache"))
+    state = torch.load(DEFAULT_CHECKPOINT, weights_only=True)
+    name = next(k for k, v in state.items() if v.dtype == torch.float32 and v.ndim == 4)
+    state[name] = state[name] * 1.5
+    changed = tmp_path / "changed.pth"
+    torch.save(state, changed)
+    report = pipeline.run_check(config_for(tmp_path, tmp_path / "cache", checkpoint=changed))
+    assert build_calls == [*KINDS, *KINDS]
+    assert set(cache_states(report).values()) == {"miss"}
+    assert report.row("eager").status == "fail"  # other weights: the golden reference no longer matches
+
+
+def test_damaged_entries_are_detected_and_rebuilt(tmp_path: Path, build_calls: list[str]) -> None:
+    config = config_for(tmp_path, tmp_path / "cache")
+    cold = pipeline.run_check(config)
+    cache = open_cache(config, cold.checkpoint.sha256, cold.golden.manifest_sha256)
+    onnx_entry = cache.entry_dir("onnx")
+    (artifact,) = [p for p in onnx_entry.iterdir() if p.suffix == ".onnx"]
+    data = bytearray(artifact.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other content
+    artifact.write_bytes(bytes(data))
+    (cache.entry_dir("torchscript-trace") / "meta.json").write_text("{not json")
+
+    report = pipeline.run_check(config)
+    assert build_calls == [*KINDS, *KINDS]
+    assert cache_states(report) == {"eager": "miss", "torchscript-trace": "rebuilt", "onnx": "rebuilt"}
+    assert any("damaged" in note and "changed (sha256" in note for note in report.row("onnx").notes)
+    assert any("damaged" in note and "unreadable" in note for note in report.row("torchscript-trace").notes)
+    assert numbers(report, with_files=False) == numbers(cold, with_files=False)
+
+    # Truncated: caught by size before hashing; after the rebuild the next run is a clean hit again.
+    (artifact,) = [p for p in cache.entry_dir("onnx").iterdir() if p.suffix == ".onnx"]
+    artifact.write_bytes(artifact.read_bytes()[:100])
+    again = pipeline.run_check(config)
+    assert cache_states(again)["onnx"] == "rebuilt" and cache_states(again)["torchscript-trace"] == "artifact"
+    assert any("truncated" in note for note in again.row("onnx").notes)
+    assert set(cache_states(pipeline.run_check(config)).values()) == {"hit"}
+    assert build_calls == [*KINDS, *KINDS, "onnx"]
+
+
+def test_no_cache_flag_bypasses_it_and_the_default_honours_xdg(tmp_path: Path, private_cache_dir: Path, build_calls, capsys) -> None:
+    common = ["check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--golden", str(DEFAULT_GOLDEN),
+              "--out", str(tmp_path / "out"), "--artifacts", ",".join(KINDS), "-q"]
+    assert main([*common, "--json", str(tmp_path / "first.json")]) == 0
+    assert private_cache_dir.is_dir() and list(private_cache_dir.rglob("meta.json"))
+    entries = sorted(private_cache_dir.rglob("*"))
+
+    assert main([*common, "--no-cache", "--json", str(tmp_path / "bypass.json")]) == 0
+    bypass = json.loads((tmp_path / "bypass.json").read_text())
+    assert [row["cache"] for row in bypass["rows"]] == [None, None, None]
+    assert bypass["settings"]["cache_dir"] is None
+    assert sorted(private_cache_dir.rglob("*")) == entries  # neither read nor written
+    assert build_calls == [*KINDS, *KINDS]
+
+    assert main([*common, "--json", str(tmp_path / "warm.json")]) == 0
+    warm = json.loads((tmp_path / "warm.json").read_text())
+    assert [row["cache"] for row in warm["rows"]] == ["hit"] * 3
+    assert "every row reused from the artifact cache" in capsys.readouterr().out
+    assert build_calls == [*KINDS, *KINDS]
+
+
+def test_an_edited_local_module_the_architecture_imports_is_a_miss(tmp_path: Path, build_calls: list[str]) -> None:
+    package = tmp_path / "ec_cache_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text("from models.resnet import ResNet as Base\n")
+    (package / "net.py").write_text("from .helper import Base\n\n\nclass Net(Base):\n    pass\n")
+    config = config_for(tmp_path, tmp_path / "cache", arch=f"{package / 'net.py'}:Net", kinds=("onnx",))
+    assert pipeline.run_check(config).passed
+    assert set(cache_states(pipeline.run_check(config)).values()) == {"hit"}
+    with open(package / "helper.py", "a") as fh:
+        fh.write("# edited: the architecture file itself is unchanged\n")
+    report = pipeline.run_check(config)
+    assert build_calls == ["onnx", "onnx"]
+    assert cache_states(report) == {"eager": "miss", "onnx": "miss"}
+    assert any("helper.py changed since the cached entry was stored" in note for note in report.row("onnx").notes)
+
+
+def test_a_warm_hit_imports_no_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_cache_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    monkeypatch.chdir(REPO)  # a module-form spec, resolved from the current directory
+    argv = ["check", str(DEFAULT_CHECKPOINT), "--arch", "models.resnet:ResNet", "--golden", str(DEFAULT_GOLDEN),
+            "--out", str(tmp_path / "out"), "--artifacts", ",".join(KINDS), "-q", "--json", str(tmp_path / "r.json")]
+    assert main(argv) == 0
+    code = (
+        "import sys\nfrom exporter.cli import main\n"
+        f"code = main({argv!r})\n"
+        "print(code, sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "0 []"
+    assert [row["cache"] for row in json.loads((tmp_path / "r.json").read_text())["rows"]] == ["hit"] * 3
+
+
+def test_report_records_pinned_inference_settings(tmp_path: Path) -> None:
+    report = pipeline.run_check(config_for(tmp_path, None, threads=2, kinds=("onnx",)))
+    inference = dict(report.settings)["inference"]
+    assert inference["torch_threads"] == 2 and inference["torch_interop_threads"] == 1
+    assert inference["onnxruntime"] == {
+        "intra_op_num_threads": 2, "inter_op_num_threads": 1, "execution_mode": "sequential",
+        "graph_optimization_level": "all", "providers": ["CPUExecutionProvider"],
+    }
+    assert all(row.cache is None for row in report.rows)
+
+
+def test_key_covers_arch_source_and_settings_but_not_thresholds(tmp_path: Path) -> None:
+    arch_file = tmp_path / "net.py"
+    arch_file.write_text("X = 1\n")
+    before = arch_source_sha256(f"{arch_file}:Net")
+    arch_file.write_text("X = 2\n")
+    assert arch_source_sha256(f"{arch_file}:Net") != before
+    assert arch_source_sha256("models.resnet:ResNet") == sha256_file(Path(DEFAULT_ARCH.rpartition(":")[0]))
+
+    base = config_for(tmp_path, tmp_path / "cache")
+
+    def key(config: RunConfig) -> str:
+        return open_cache(config, "c" * 64, "g" * 64).run_key
+
+    assert key(base) == key(dataclasses.replace(base, thresholds=Thresholds(float_gate=Gate(max_mae=1.0))))
+    assert key(base) == key(dataclasses.replace(base, out_dir=tmp_path / "elsewhere", kinds=("onnx",)))
+    for change in ({"opset": 18}, {"batch_size": 8}, {"threads": 2}, {"arch_kwargs": {"num_classes": 10}}):
+        assert key(dataclasses.replace(base, **change)) != key(base), change
+    assert open_cache(base, "d" * 64, "g" * 64).run_key != key(base)
+    assert open_cache(base, "c" * 64, "h" * 64).run_key != key(base)
+
+
+def test_cache_dir_setting_is_a_path_relative_to_the_settings_file() -> None:
+    parsed = parse_settings({"arch": "m.py:Net", "cache-dir": ".cache/ec"}, Path("/proj"), "pyproject.toml")
+    assert parsed["cache_dir"] == Path("/proj/.cache/ec")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(meta=st.binary(max_size=300) | st.dictionaries(st.sampled_from(["format", "name", "run_key", "artifact", "metrics"]),
+                                                      st.none() | st.integers() | st.text(max_size=8) | st.lists(st.integers(), max_size=3)))
+def test_any_damaged_meta_is_a_miss_never_a_crash(tmp_path_factory: pytest.TempPathFactory, meta) -> None:
+    cache = ArtifactCache(tmp_path_factory.mktemp("fuzz"), {"k": 1})
+    folder = cache.entry_dir(EAGER)
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_bytes(meta if isinstance(meta, bytes) else json.dumps(meta).encode())
+    assert cache.lookup(EAGER) is None
+    assert EAGER in cache.damaged and not folder.exists()

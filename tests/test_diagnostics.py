@@ -1,0 +1,222 @@
+"""Diagnostics on real models: batch-size specialisation, where an export diverges, int8 per layer,
+determinism, cost."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import DEFAULT_GOLDEN, TESTS, save_state, seeded
+from exporter.artifacts import KINDS_BY_NAME, BuildContext
+from exporter.artifacts._common import TorchScriptRunner, captured_warnings
+from exporter.cli import main
+from exporter.config import RunConfig
+from exporter.diagnostics import BatchSizeRun, determinism, shapes
+from exporter.diagnostics.divergence import INT8_LAYERS, compare_layers, module_of
+from exporter.golden import load_golden
+from exporter.pipeline import run_check
+
+ARCHES = TESTS / "data" / "diag_arches.py"
+
+
+def _record(tmp_path_factory, digit_images: Path, cls_name: str) -> tuple[Path, Path, str]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("diag_arches", ARCHES)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    arch = f"{ARCHES}:{cls_name}"
+    root = tmp_path_factory.mktemp(cls_name)
+    checkpoint = save_state(seeded(getattr(module, cls_name)), root / "model.pth")
+    code = main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(digit_images),
+                 "--golden", str(root / "golden"), "--size", "32", "--batch-size", "8", "-q"])
+    assert code == 0
+    return checkpoint, root / "golden", arch
+
+
+@pytest.fixture(scope="module")
+def baked_report(tmp_path_factory, digit_images: Path):
+    checkpoint, golden, arch = _record(tmp_path_factory, digit_images, "BakedBatch")
+    # 24 golden images at batch 8: the replay only ever feeds batches of 8, the trace's example size
+    return run_check(RunConfig(checkpoint=checkpoint, arch=arch, golden=golden, out_dir=tmp_path_factory.mktemp("baked-out"),
+                               batch_size=8, kinds=("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified")))
+
+
+def test_trace_that_baked_the_batch_size_fails_the_batch_size_check(baked_report) -> None:
+    rows = {row.name: row for row in baked_report.rows}
+    # onnxsim folds the baked batch into every shape: the existing build check catches the fixed axis
+    assert rows["onnx-simplified"].status == "error"
+    assert "batch axis is fixed to 8, not dynamic" in rows["onnx-simplified"].reasons[0]
+    for name in ("torchscript-trace", "onnx"):
+        row = rows[name]
+        # at the replay's batch size the artifact is exact: the drift gate alone would pass it
+        assert row.metrics.mae <= 1e-5, (name, row.metrics.mae)
+        assert row.status == "fail", name
+        check = row.diagnostics.shapes
+        assert check.sizes == (1, 7, 8, 24) and check.main_size == 8
+        failed = {run.size for run in check.runs if run.error}
+        assert failed == {1, 7, 24}, (name, [(r.size, r.error) for r in check.runs])
+        assert any("batch size 1 fails" in r and "specialised the batch size" in r for r in row.reasons), row.reasons
+    trace_failure = next(r.error for r in rows["torchscript-trace"].diagnostics.shapes.runs if r.size == 7)
+    # 7 images reshaped to the baked 8 rows: 7*128 values become 8x112, which the head cannot take
+    assert trace_failure == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x112 and 128x10)"
+    # torch.jit.script keeps int(x.shape[0]) dynamic: same model, no failure
+    script = rows["torchscript-script"]
+    assert script.status == "pass" and script.diagnostics.shapes.passed
+    assert all(run.error is None and run.max_image_mae <= 1e-5 for run in script.diagnostics.shapes.runs)
+    assert baked_report.exit_code == 1
+
+
+@pytest.fixture(scope="module")
+def quirky_report(tmp_path_factory, digit_images: Path):
+    checkpoint, golden, arch = _record(tmp_path_factory, digit_images, "QuirkyResNet")
+    return run_check(RunConfig(checkpoint=checkpoint, arch=arch, golden=golden, out_dir=tmp_path_factory.mktemp("quirky-out"),
+                               batch_size=8, kinds=("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified")))
+
+
+@pytest.mark.parametrize("name, scope", [("torchscript-trace", "local"), ("onnx", "cumulative")])
+def test_divergence_finder_names_the_module_only_the_export_has(quirky_report, name: str, scope: str) -> None:
+    row = quirky_report.row(name)
+    assert row.status == "fail" and row.metrics.mae > 1e-4
+    layers = row.diagnostics.layers
+    assert layers.purpose == "divergence" and layers.scope == scope and layers.error is None
+    assert layers.first is not None and layers.first.module == "layers.2.quirk", layers.summary
+    # everything that ran before it agrees with eager; the quirk scales by 1.01: SQNR 20*log10(1/0.01) = 40 dB
+    before = layers.layers[: layers.layers.index(layers.first)]
+    assert len(before) >= 10 and not any(d.departs for d in before)
+    assert math.isclose(layers.first.sqnr_db, 40.0, abs_tol=0.1)
+    assert any(r.startswith("where: first departs at layers.2.quirk") for r in row.reasons)
+
+
+def test_divergence_after_onnxsim_folded_the_wrong_operator(quirky_report) -> None:
+    # onnxsim folds the quirk's Mul into the next Conv's weights: the first value that departs is that
+    # Conv's, and the quirk, now without nodes of its own, is named as the suspect.
+    layers = quirky_report.row("onnx-simplified").diagnostics.layers
+    assert layers.first.module == "layers.2.conv2"
+    assert "layers.2.quirk" in layers.suspects
+
+
+def test_script_of_the_quirky_model_passes_without_a_diagnosis(quirky_report) -> None:
+    script = quirky_report.row("torchscript-script")
+    assert script.status == "pass" and script.metrics.mae == 0.0
+    assert script.diagnostics.layers is None  # the divergence finder runs only for failing float rows
+
+
+@pytest.fixture(scope="module")
+def outlier_artifacts(tmp_path_factory):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("diag_arches", ARCHES)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    model = module.OutlierMLP().eval()
+    _, batch = next(load_golden(DEFAULT_GOLDEN).batches(16))  # real digit images
+    ctx = BuildContext(model=model, example=torch.from_numpy(batch), opset=17, onnx_exporter="torchscript", threads=1)
+    out = tmp_path_factory.mktemp("outlier")
+    paths, exporter_warnings = {}, []
+    with captured_warnings(exporter_warnings):  # as the pipeline does: deprecation notices are not failures here
+        for name in ("onnx", "torch-int8-dynamic", "onnx-int8-dynamic"):
+            kind = KINDS_BY_NAME[name]
+            paths[name] = out / kind.filename()
+            kind.impl().build(ctx, paths[name], paths.get(kind.source) if kind.source else None)
+    return model, batch, paths
+
+
+@pytest.mark.parametrize("name", ["torch-int8-dynamic", "onnx-int8-dynamic"])
+def test_int8_layer_table_ranks_the_layer_with_the_outlier_weight_worst(outlier_artifacts, name: str) -> None:
+    model, batch, paths = outlier_artifacts
+    with captured_warnings([]):
+        table = compare_layers(paths[name], model, batch, 1e-5, INT8_LAYERS, threads=1, start=0)
+    assert table.error is None
+    by_module = {d.module: d for d in table.layers}
+    assert {"fc1", "fc2", "fc3"} <= set(by_module)
+    assert table.worst()[0].module == "fc2", table.summary
+    # one weight 60x the rest leaves the others a few int8 levels: fc2 loses >10 dB against fc1
+    assert by_module["fc2"].sqnr_db < by_module["fc1"].sqnr_db - 10, {m: d.sqnr_db for m, d in by_module.items()}
+    if name == "torch-int8-dynamic":
+        # torch's dynamic quantization touches nn.Linear only: convolutions are unchanged, exactly
+        assert by_module["features.0"].mae == 0.0 and table.scope == "local"
+
+
+def test_nondeterministic_artifact_fails_the_rerun_check(tmp_path: Path) -> None:
+    class Noisy(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.mean(dim=(2, 3)) + 1e-3 * torch.rand(x.shape[0], x.shape[1])
+
+    path = tmp_path / "noisy.pt"
+    _, batch = next(load_golden(DEFAULT_GOLDEN).batches(8))
+    with captured_warnings([]):
+        torch.jit.save(torch.jit.script(Noisy()), str(path))
+        with TorchScriptRunner(path) as runner:
+            max_abs = determinism.measure(runner.infer, batch)
+    assert 1e-6 < max_abs < 1e-3
+    (reason,) = determinism.judge(max_abs, 1e-6)
+    assert reason.startswith("not deterministic: 2 runs of the same batch differ by up to")
+
+
+def test_default_model_is_deterministic_agrees_across_batch_sizes_and_is_timed(tmp_path: Path) -> None:
+    from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT
+
+    report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=tmp_path,
+                                 kinds=("onnx", "torch-int8-dynamic")))
+    assert report.passed
+    for row in report.rows:
+        d = row.diagnostics
+        assert d.latency.ms_per_image > 0 and d.latency.threads == 1 and len(d.latency.samples_ms) == 5
+        if row.name == "eager":
+            continue
+        assert d.rerun.max_abs == 0.0  # measured: every kind is bit-exact run to run at fixed threads
+        assert d.shapes.sizes == (1, 7, 16, 64) and d.shapes.passed
+    onnx = report.row("onnx").diagnostics.shapes
+    assert max(r.max_image_mae for r in onnx.runs) <= 1e-6
+    # dynamic int8 moves with the batch (per-batch activation scales), within its bound of 0.1
+    int8 = report.row("torch-int8-dynamic").diagnostics
+    assert 1e-4 < max(r.max_image_mae for r in int8.shapes.runs) <= int8.shapes.bound == 0.1
+    assert int8.layers.purpose == "int8-layers" and [d.module for d in int8.layers.worst()] == ["fc"]
+
+
+@given(main=st.integers(1, 300), probe=st.integers(1, 300))
+def test_planned_batch_sizes(main: int, probe: int) -> None:
+    sizes = shapes.plan_sizes(main, probe)
+    assert list(sizes) == sorted(set(sizes)) and sizes[0] == 1 and sizes[-1] == probe
+    assert min(main, probe) in sizes
+    if probe >= 7:
+        assert any(s % 2 == 1 and s not in (1, min(main, probe)) for s in sizes)
+    assert all(1 <= shapes.images_at(s, main, probe) <= probe for s in sizes)
+
+
+def test_judge_ignores_sizes_where_eager_fails_too_and_names_the_worst_image() -> None:
+    runs = (
+        BatchSizeRun(1, 0, None, None, None, "RuntimeError: shape", eager_error="RuntimeError: shape"),
+        BatchSizeRun(7, 14, 0.2, 3, 0.0, excess=0.2),
+        BatchSizeRun(16, 64, 0.0, 0, 0.0, excess=0.0),
+    )
+    (reason,) = shapes.judge(runs, 16, 1e-5)
+    assert reason.startswith("batch size 7: image 3's logits differ from batch size 16 by MAE 0.2 > 1e-05")
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("/layers/layers.2/conv1/Conv", "layers.2.conv1"),
+    ("/layers/layers.1/downsample/downsample.0/Conv_output_0", "layers.1.downsample.0"),
+    ("/stem/stem.0/Conv_quant", "stem.0"),
+    ("/relu_1/Relu", ""),  # a second call of a module: attributed to the enclosing one
+    ("onnx::Conv_102", None),
+])
+def test_onnx_names_map_back_to_modules(name: str, expected: str | None) -> None:
+    modules = {"", "stem", "stem.0", "layers", "layers.1", "layers.1.downsample", "layers.1.downsample.0", "layers.2",
+               "layers.2.conv1", "relu"}
+    assert module_of(name, modules) == expected
+
+
+def test_batch_size_run_of_real_arrays_counts_rows() -> None:
+    images = np.zeros((10, 3), dtype=np.float32)
+    outputs = shapes.run_sizes(lambda b: b[:1], images, (1, 3, 10), 10)  # an artifact that always returns one row
+    assert outputs[1].shape == (8, 3)
+    assert outputs[3] == "RowCountError: returned 1 output rows for 3 inputs"

@@ -1,0 +1,439 @@
+"""Process-level faults, each made for real in a subprocess running the real CLI.
+
+A native crash (SIGSEGV) in one artifact's build, a disk that fills up (a tmpfs, or RLIMIT_FSIZE),
+``golden record``/``approve`` killed with SIGKILL mid-write, and two runs on one output directory.
+Faults are injected by a ``sitecustomize`` module put on PYTHONPATH (``EXPORT_CHECK_TEST_FAULTS``),
+so they reach every process export-check starts, the build children included.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from exporter.cli import main
+from exporter.golden import MANIFEST, read_manifest
+
+HOOK = r'''
+"""Fault injection for tests/test_faults.py, loaded at start-up through PYTHONPATH."""
+import os
+
+_FAULTS = os.environ.get("EXPORT_CHECK_TEST_FAULTS", "")
+if _FAULTS:
+    import ctypes
+    import importlib
+    import tempfile
+    import time
+    from pathlib import Path
+
+    _FLAG = os.environ.get("EXPORT_CHECK_TEST_FLAG", "")
+
+    def _wait_to_be_killed(where):
+        Path(_FLAG).write_text(str(where))
+        time.sleep(600)
+
+    def _crashing_build(how):
+        def build(ctx, path, source):
+            if how == "segv":
+                ctypes.string_at(0)  # a real invalid read: SIGSEGV
+            elif how == "abort":
+                os.abort()
+            elif how == "exit":
+                os._exit(3)
+            elif how == "segv-mid-write":
+                from exporter.artifacts._common import atomic_path
+
+                with atomic_path(path) as tmp:
+                    tmp.write_bytes(b"the first half of an artifact")
+                    ctypes.string_at(0)
+        return build
+
+    for _item in _FAULTS.split(","):
+        _what, _, _arg = _item.partition(":")
+        if _what in ("segv", "abort", "exit", "segv-mid-write"):
+            importlib.import_module("exporter.artifacts." + _arg).build = _crashing_build(_what)
+        elif _what == "hang-golden-write":
+            import exporter.golden as _golden
+
+            _real_write, _calls, _at = _golden._write_atomic, [0], int(_arg)
+
+            def _write(path, data):
+                _calls[0] += 1
+                if _calls[0] == _at:  # write half the bytes to the temporary file, then wait for SIGKILL
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+                    os.write(fd, data[: len(data) // 2])
+                    os.fsync(fd)
+                    _wait_to_be_killed(path)
+                return _real_write(path, data)
+
+            _golden._write_atomic = _write
+        elif _what == "hang-golden-gc":
+            import exporter.golden as _golden
+
+            _real_gc = _golden._collect_garbage
+
+            def _gc(root, keep):
+                _wait_to_be_killed(root)
+                return _real_gc(root, keep)
+
+            _golden._collect_garbage = _gc
+'''
+
+
+@pytest.fixture(scope="module")
+def hook_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("fault-hook")
+    (folder / "sitecustomize.py").write_text(HOOK)
+    return folder
+
+
+def cli_env(hook_dir: Path, faults: str = "", **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook_dir), env.get("PYTHONPATH", "")) if p)
+    env["EXPORT_CHECK_TEST_FAULTS"] = faults
+    env.update(extra)
+    return env
+
+
+def cli(*args: object) -> list[str]:
+    return [sys.executable, "-m", "exporter", *(str(a) for a in args)]
+
+
+def strict_json(path: Path) -> dict:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{path} holds {constant}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def partial_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if ".partial" in p.name)
+
+
+def retrained_checkpoint(folder: Path) -> Path:
+    """The bundled model with one conv layer nudged: another model, its own artifacts and logits."""
+    state = torch.load(DEFAULT_CHECKPOINT, weights_only=True)
+    key = next(k for k, v in state.items() if v.dtype.is_floating_point and v.ndim == 4)
+    state[key] = state[key] + 0.01 * torch.randn(state[key].shape, generator=torch.Generator().manual_seed(0))
+    path = folder / "retrained.pth"
+    torch.save(state, path)
+    return path
+
+
+# --- a native crash in one build -----------------------------------------------------------------
+
+
+def test_native_crashes_in_builds_are_their_rows_errors_and_the_rest_passes(hook_dir: Path, tmp_path: Path) -> None:
+    out, report_path = tmp_path / "out", tmp_path / "report.json"
+    faults = "segv:torchscript_trace,segv-mid-write:onnx_simplified,abort:torch_int8"
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--json", report_path,
+            "--no-cache", "-q"),
+        env=cli_env(hook_dir, faults), capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    rows = {row["name"]: row for row in strict_json(report_path)["rows"]}
+    for name, signal_name in (("torchscript-trace", "11, SIGSEGV"), ("onnx-simplified", "11, SIGSEGV"), ("torch-int8-dynamic", "6, SIGABRT")):
+        row = rows[name]
+        assert row["status"] == "error", row
+        assert row["reasons"][0].startswith(f"build crashed (signal {signal_name}) in its child process"), row["reasons"]
+        assert row["artifact"] is None and not (out / f"{name}{'.onnx' if 'onnx' in name else '.pt'}").exists()
+        assert f"ERROR {name}: build crashed (signal {signal_name})" in result.stdout
+    for name in ("eager", "torchscript-script", "onnx", "onnx-int8-dynamic"):
+        assert rows[name]["status"] == "pass", rows[name]
+    assert rows["onnx"]["metrics"]["mae"] <= 1e-5 and rows["onnx-int8-dynamic"]["metrics"]["top1_agreement"] >= 0.98
+    assert partial_files(out) == []  # the half-written onnx-simplified temporary was removed
+
+
+def test_a_child_that_exits_without_reporting_is_an_error_too(hook_dir: Path, tmp_path: Path) -> None:
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out",
+            "--artifacts", "torchscript-script,onnx", "--no-cache", "-q"),
+        env=cli_env(hook_dir, "exit:onnx_export"), capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "ERROR onnx: build crashed: its child process exited with code 3 before reporting back" in result.stdout
+    assert "FAILED: 2 passed, 0 failed, 1 errors" in result.stdout
+
+
+def test_without_isolation_the_same_crash_kills_the_whole_run(hook_dir: Path, tmp_path: Path) -> None:
+    """The control: what the build children save us from."""
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out",
+            "--json", tmp_path / "report.json", "--artifacts", "torchscript-trace", "--no-cache", "-q"),
+        env=cli_env(hook_dir, "segv:torchscript_trace", EXPORT_CHECK_ISOLATE="0"), capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == -signal.SIGSEGV
+    assert not (tmp_path / "report.json").exists()
+
+
+# --- the disk fills up ---------------------------------------------------------------------------
+
+
+def _assert_disk_full_rows(report: dict, out: Path, limit: int | None = None) -> None:
+    rows = [row for row in report["rows"] if row["name"] != "eager"]
+    failed = [row for row in rows if row["status"] == "error"]
+    passed = [row for row in rows if row["status"] == "pass"]
+    assert failed and passed, [(row["name"], row["status"]) for row in rows]
+    assert len(failed) + len(passed) == len(rows)
+    for row in failed:
+        reason = row["reasons"][0]
+        # a write that fails raises in Python writers and aborts some native ones (torch.jit.save): both say why
+        assert (reason.endswith("free space or pass --out to a larger disk")
+                or reason.startswith("not built: it is derived from")), (row["name"], reason)
+        assert row["artifact"] is None  # never reported as built
+        assert row["metrics"] is None
+    for row in passed:  # what is reported as built is on disk, whole: its size and hash match
+        path = Path(row["artifact"]["path"])
+        data = path.read_bytes()
+        assert len(data) == row["artifact"]["size_bytes"] and hashlib.sha256(data).hexdigest() == row["artifact"]["sha256"]
+        if limit is not None:
+            assert len(data) <= limit
+    on_disk = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    assert on_disk == sorted(Path(row["artifact"]["path"]).name for row in passed)
+    assert partial_files(out) == []
+
+
+def test_file_size_limit_mid_run_errors_those_rows_and_keeps_the_rest(hook_dir: Path, tmp_path: Path) -> None:
+    """RLIMIT_FSIZE makes every write past the limit fail (EFBIG) in this process and its children."""
+    limit = 340_000  # between the bundled model's ONNX files (~310 KB) and its TorchScript files (~370 KB)
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of being killed; inherited across exec
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    out, report_path = tmp_path / "out", tmp_path / "report.json"
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--json", report_path,
+            "--no-cache", "-q"),
+        env=cli_env(hook_dir), capture_output=True, text=True, timeout=600, preexec_fn=limit_file_size,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    report = strict_json(report_path)
+    _assert_disk_full_rows(report, out, limit)
+    assert {row["name"] for row in report["rows"] if row["status"] == "error"} >= {"torchscript-trace", "torchscript-script"}
+
+
+@pytest.fixture()
+def small_tmpfs(tmp_path: Path):
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=800k", "tmpfs", str(mount)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()}); the RLIMIT_FSIZE test covers a full disk")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_real_full_disk_mid_run_errors_those_rows_and_keeps_the_rest(hook_dir: Path, small_tmpfs: Path, tmp_path: Path) -> None:
+    """An 800 KB tmpfs: the first artifacts fit, then writes fail with ENOSPC."""
+    report_path = tmp_path / "report.json"
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", small_tmpfs, "--json", report_path,
+            "--no-cache", "-q"),
+        env=cli_env(hook_dir), capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    _assert_disk_full_rows(strict_json(report_path), small_tmpfs)
+
+
+# --- golden record / approve killed mid-write ----------------------------------------------------
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _run_until_flag_then_kill(argv: list[str], env: dict[str, str], flag: Path) -> str:
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not flag.exists():
+            assert proc.poll() is None, f"finished before the fault point: {proc.communicate()}"
+            assert time.monotonic() < deadline, "never reached the fault point"
+            time.sleep(0.05)
+        where = flag.read_text()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    return where
+
+
+KILL_POINTS = {
+    # name: (command, fault, what is being written when the kill lands)
+    "approve-reference": ("approve", "hang-golden-write:1", "reference-"),
+    "approve-manifest": ("approve", "hang-golden-write:2", MANIFEST),
+    "record-first-input": ("record", "hang-golden-write:1", "inputs/"),
+    "record-manifest": ("record", "hang-golden-write:26", MANIFEST),
+}
+
+
+@pytest.mark.parametrize("point", sorted(KILL_POINTS))
+def test_golden_write_killed_mid_write_leaves_the_previous_set_byte_for_byte(
+    point: str, hook_dir: Path, golden_copy: Path, digit_images: Path, tmp_path: Path, capsys
+) -> None:
+    command, fault, writing = KILL_POINTS[point]
+    before = snapshot(golden_copy)
+    flag = tmp_path / "reached"
+    checkpoint = retrained_checkpoint(tmp_path)
+    argv = cli("golden", command, checkpoint, "--arch", DEFAULT_ARCH, "--golden", golden_copy, "-q")
+    if command == "record":
+        argv += ["--inputs", str(digit_images), "--size", "32", "--force"]  # 24 inputs, then the reference, then the manifest
+    where = _run_until_flag_then_kill(argv, cli_env(hook_dir, fault, EXPORT_CHECK_TEST_FLAG=str(flag)), flag)
+    assert writing in where, where
+    after = snapshot(golden_copy)
+    assert {rel: after.get(rel) for rel in before} == before  # every file of the old set, byte for byte
+    leftovers = set(after) - set(before)
+    # only the dead writer's hidden temporary and complete content-addressed files the manifest does not name
+    assert all((Path(rel).name.startswith(".") and rel.endswith(".partial")) or rel.startswith(("inputs/", "reference-")) for rel in leftovers), leftovers
+    assert any(rel.endswith(".partial") for rel in leftovers)
+    assert main(["golden", "verify", str(golden_copy)]) == 0
+    assert "OK" in capsys.readouterr().out
+    assert read_manifest(golden_copy).manifest_sha256 == hashlib.sha256((golden_copy / MANIFEST).read_bytes()).hexdigest()
+    # the same command, uninterrupted, then succeeds
+    result = subprocess.run(argv, env=cli_env(hook_dir), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert main(["golden", "verify", str(golden_copy)]) == 0
+    assert read_manifest(golden_copy).model["checkpoint_sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+
+
+def test_golden_approve_killed_after_its_commit_leaves_the_new_set_whole(hook_dir: Path, golden_copy: Path, tmp_path: Path, capsys) -> None:
+    """Killed while removing the old set's files (after the manifest was replaced): the new set is complete."""
+    flag = tmp_path / "reached"
+    checkpoint = retrained_checkpoint(tmp_path)
+    argv = cli("golden", "approve", checkpoint, "--arch", DEFAULT_ARCH, "--golden", golden_copy, "-q")
+    _run_until_flag_then_kill(argv, cli_env(hook_dir, "hang-golden-gc", EXPORT_CHECK_TEST_FLAG=str(flag)), flag)
+    assert main(["golden", "verify", str(golden_copy)]) == 0
+    assert read_manifest(golden_copy).model["checkpoint_sha256"] == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+
+
+def test_golden_record_killed_as_soon_as_a_file_appears(hook_dir: Path, golden_copy: Path, digit_images: Path, tmp_path: Path, capsys) -> None:
+    """No hook: poll for the first new file in the golden folder and SIGKILL at once."""
+    before = snapshot(golden_copy)
+    argv = cli("golden", "record", DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", golden_copy, "--inputs",
+               digit_images, "--size", "32", "--force", "-q")
+    proc = subprocess.Popen(argv, env=cli_env(hook_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while True:
+        names = {p.relative_to(golden_copy).as_posix() for p in golden_copy.rglob("*")}
+        if names - set(before) - {"inputs"}:
+            proc.kill()
+            break
+        assert proc.poll() is None and time.monotonic() < deadline, "record ended before anything was written"
+        time.sleep(0.002)
+    proc.wait()
+    after = snapshot(golden_copy)
+    assert {rel: after.get(rel) for rel in before} == before
+    assert main(["golden", "verify", str(golden_copy)]) == 0
+
+
+# --- two runs on one output directory ------------------------------------------------------------
+
+
+def test_two_runs_at_once_on_one_out_dir_both_get_correct_verdicts(hook_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "shared-out"
+    retrained = retrained_checkpoint(tmp_path)
+    runs = {}
+    for name, checkpoint in (("approved", DEFAULT_CHECKPOINT), ("retrained", retrained)):
+        report = tmp_path / f"{name}.json"
+        argv = cli(checkpoint, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--json", report,
+                   "--artifacts", "torchscript-trace,onnx", "--no-cache", "-q")
+        runs[name] = (subprocess.Popen(argv, env=cli_env(hook_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), report)
+    reports = {}
+    for name, (proc, report) in runs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == (0 if name == "approved" else 1), stdout + stderr
+        reports[name] = strict_json(report)
+    approved = {row["name"]: row for row in reports["approved"]["rows"]}
+    retrained_rows = {row["name"]: row for row in reports["retrained"]["rows"]}
+    assert all(row["status"] == "pass" for row in approved.values())
+    assert retrained_rows["eager"]["status"] == "fail" and retrained_rows["eager"]["metrics"]["mae"] > 1e-3
+    for name in ("torchscript-trace", "onnx"):  # each run judged its own artifacts, not the other's
+        assert retrained_rows[name]["status"] == "pass" and retrained_rows[name]["metrics"]["mae"] <= 1e-5
+        assert retrained_rows[name]["artifact"]["sha256"] != approved[name]["artifact"]["sha256"]
+    # the files left are one run's complete set, never a mix of the two
+    on_disk = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if not p.name.startswith(".")}
+    sets = [{Path(r["artifact"]["path"]).name: r["artifact"]["sha256"] for r in rows.values() if r["artifact"]}
+            for rows in (approved, retrained_rows)]
+    assert on_disk in sets
+    assert partial_files(out) == []
+
+
+def _blocked_flock_pids() -> set[int]:
+    pids = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        parts = line.split()
+        if "->" in parts and "FLOCK" in parts:
+            pids.add(int(parts[parts.index("FLOCK") + 3]))
+    return pids
+
+
+def test_the_out_dir_lock_really_makes_a_second_run_wait(hook_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".export-check.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # as if another run were building
+        proc = subprocess.Popen(
+            cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--artifacts", "onnx",
+                "--no-cache", "-q"),
+            env=cli_env(hook_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 300
+        while proc.pid not in _blocked_flock_pids():  # the kernel's own list of waiters
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the second run never waited for the lock"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert proc.poll() is None and not (out / "onnx.onnx").exists()  # waiting, nothing written
+        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stdout + stderr
+    assert (out / "onnx.onnx").is_file()
+
+
+def test_a_model_class_the_build_process_cannot_import_is_built_in_process(hook_dir: Path, tmp_path: Path, digit_images: Path) -> None:
+    """A class defined in the caller's ``__main__`` cannot be rebuilt in the build process: the
+    build falls back to in-process and says so, rather than failing the row."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import json, sys, torch\n"
+        "from exporter.cli import main\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = torch.nn.Conv2d(3, 4, 3)\n"
+        "        self.fc = torch.nn.Linear(4, 10)\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(self.conv(x).mean((2, 3)))\n"
+        "torch.manual_seed(0)\n"
+        f"torch.save(Net().state_dict(), {str(tmp_path / 'net.pth')!r})\n"
+        f"common = [{str(tmp_path / 'net.pth')!r}, '--arch', '__main__:Net', '--golden', {str(tmp_path / 'golden')!r}, '-q']\n"
+        f"assert main(['golden', 'record', *common, '--inputs', {str(digit_images)!r}, '--size', '16']) == 0\n"
+        f"sys.exit(main([*common, '--out', {str(tmp_path / 'out')!r}, '--artifacts', 'torchscript-trace,onnx', '--no-cache',"
+        f" '--json', {str(tmp_path / 'report.json')!r}]))\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], env=cli_env(hook_dir), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {row["name"]: row for row in strict_json(tmp_path / "report.json")["rows"]}
+    for name in ("torchscript-trace", "onnx"):
+        assert rows[name]["status"] == "pass"
+        assert any(note.startswith("built in-process, not isolated") for note in rows[name]["notes"]), rows[name]["notes"]
