@@ -115,6 +115,7 @@ class RunConfig:
     onnx_exporter: str = "torchscript"
     threads: int = 1
     cache_dir: Path | None = None  # the artifact cache (exporter/cache.py); None: no cache
+    diagnose: bool = False  # also build the per-layer int8 tables of passing int8 rows (--diagnose)
 
     def __post_init__(self) -> None:
         if not self.arch:
@@ -155,6 +156,7 @@ class RunConfig:
             "kinds": list(self.selected_kinds),
             "inference": self.inference_settings(),
             "cache_dir": None if self.cache_dir is None else str(self.cache_dir),
+            "diagnose": self.diagnose,
         }
 
     def export_settings(self) -> dict[str, Any]:

@@ -3,9 +3,11 @@
 The exporters (torch.jit, torch.onnx, onnxsim, onnxruntime.quantization) are native code: a segfault
 in one of them, or an ``abort()`` when a write fails on a full disk (torch.jit.save does that),
 would otherwise kill the whole run. A small build server holds torch and onnx imported and forks
-one short-lived child per build from its single thread. The child receives the build context (the
-eager model included) by pickle, runs the kind's ``build`` exactly as the parent would, and sends
-back its details and captured warnings, or the exception it raised. A child that dies by a signal
+one short-lived child per build from its single thread. The parent pickles the build context (the
+eager model included) once per run; the server unpickles it once and forks each child from a process
+that already holds it, so a child starts with the libraries imported and the model in memory. The
+child runs the kind's ``build`` exactly as the parent would, and sends back its details and captured
+warnings, or the exception it raised. A child that dies by a signal
 becomes :class:`BuildCrashed`, and the row reads::
 
     build crashed (signal 11, SIGSEGV) in its child process; the other artifacts were not affected; ...
@@ -40,7 +42,8 @@ from .errors import ArtifactError
 
 ENV_SWITCH = "EXPORT_CHECK_ISOLATE"
 # What every child needs is imported once in the server; the rest each child imports itself.
-PRELOAD = ("torch", "onnx", "onnxruntime.quantization")
+# Imported in this order, one at a time, whenever the server is idle or a child is building.
+PRELOAD = ("torch", "torch.onnx", "onnx", "onnx.checker", "onnxsim", "torch.ao.quantization", "onnxruntime", "onnxruntime.quantization")
 _PRIVATE_PREFIX = "_export_check_arch_"  # checkpoint._import_file's names for lone architecture files
 _DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 _LOW_DISK = 16 << 20  # bytes free below which a crashed write is blamed on the disk
@@ -62,8 +65,10 @@ def prewarm() -> None:
 
     In a fresh process (torch not imported yet, one thread) the server is forked from this process
     right after importing torch and before any torch op has run: it starts with torch loaded at no
-    cost and in the same state a freshly started interpreter would be in. Elsewhere (a test session
-    that has run models already) it is started afresh, and imports torch while this process works.
+    cost and in the same state a freshly started interpreter would be in, and imports the rest of
+    its libraries on the other core while this process loads the model and the golden set. (Forking
+    before torch, so that both import at once, measured no faster.) Elsewhere (a test session that
+    has run models already) it is started afresh, and imports torch while this process works.
     """
     global _SERVER
     if not enabled():
@@ -72,10 +77,10 @@ def prewarm() -> None:
         if _SERVER is not None and _SERVER.alive():
             return
         fresh = "torch" not in sys.modules and threading.active_count() == 1
-        import torch  # noqa: F401  (the caller needs it next anyway)
-
         if _SERVER is not None:
             _SERVER.close()
+        import torch  # noqa: F401  (the caller needs it next anyway)
+
         _SERVER = _Server(fork=fresh)
 
 
@@ -88,13 +93,14 @@ def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str]
     if not enabled():
         return dict(kind.impl().build(ctx, path, source) or {})
     try:
-        payload = pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL)
+        key, payload = _pickled(ctx)
     except Exception as exc:  # e.g. a model holding a lambda: no worse off than before isolation
         notes.append(f"built in-process, not isolated: the model cannot be pickled ({type(exc).__name__}: {exc})"[:300])
         return dict(kind.impl().build(ctx, path, source) or {})
     request = {
         "module": kind.module,
         "ctx": payload,
+        "ctx_key": key,
         "path": str(path),
         "source": None if source is None else str(source),
         "sys_path": list(sys.path),
@@ -122,6 +128,22 @@ def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str]
     if status == "raised":
         raise _revive(reply)
     raise BuildCrashed(_crash_message(reply.get("signal"), reply.get("exit_code"), path, last_words(reply.get("stderr", ""))))
+
+
+_PICKLED: tuple[Any, str, bytes] | None = None  # (ctx, key, its pickle): the last context sent
+
+
+def _pickled(ctx: Any) -> tuple[str, bytes]:
+    """The build context pickled once per run (every build of a run shares one context), with a fresh key.
+
+    The server unpickles a key's context once and forks every build of the run from it.
+    """
+    global _PICKLED
+    if _PICKLED is None or _PICKLED[0] is not ctx:
+        import uuid
+
+        _PICKLED = (ctx, uuid.uuid4().hex, pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL))
+    return _PICKLED[1], _PICKLED[2]
 
 
 def _crash_message(signum: int | None, exit_code: int | None, path: Path, said: str | None = None) -> str:
@@ -308,21 +330,77 @@ def _receive(stream: Any) -> dict[str, Any]:
 
 
 def serve(request_fd: int, reply_fd: int) -> None:
-    """Import the heavy libraries once, then fork one child per build request until EOF."""
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
-    _warm_up()
+    """Import the heavy libraries once, then fork one child per build request until EOF.
+
+    torch first; the rest of ``PRELOAD`` one module at a time whenever the server would otherwise
+    wait: for the first request (the parent is still loading the model and the golden set), and for
+    each child while it builds. The first builds (TorchScript) need torch alone, so they start at
+    once, and the import of onnxsim and the rest overlaps them instead of delaying them.
+    """
+    _PENDING[:] = [name for name in PRELOAD if name not in sys.modules]
+    if "torch" in sys.modules:
+        _warm_up()
     requests = os.fdopen(request_fd, "rb")
     replies = os.fdopen(reply_fd, "wb")
     while True:
+        _preload_until_readable(request_fd)
+        _ready_for_children()
         try:
             request = _receive(requests)
         except EOFError:
             return  # the parent is gone or done
-        _send(replies, _run_in_child(request))
+        ctx, refused = _context(request)
+        _send(replies, refused if refused is not None else _run_in_child(request, ctx))
+
+
+_CONTEXT: tuple[str, Any] | None = None  # (key, unpickled build context), held by the server
+_PENDING: list[str] = []  # modules of PRELOAD the server has yet to import
+
+
+def _import(name: str) -> None:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+
+
+def _preload_until_readable(fd: int) -> None:
+    """Import pending modules, one at a time, until ``fd`` has something to read (a request, or a child's reply)."""
+    import select
+
+    while _PENDING and not select.select([fd], [], [], 0)[0]:
+        name = _PENDING.pop(0)
+        _import(name)
+        if name == "torch":
+            _warm_up()
+
+
+def _ready_for_children() -> None:
+    """Every child needs torch: import it (and warm up) before the first fork if the idle time did not."""
+    if "torch" in _PENDING:
+        _PENDING.remove("torch")
+        _import("torch")
+        _warm_up()
+
+
+def _context(request: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+    """The request's build context, unpickled once per key in the server so that every child inherits
+    it by fork; or the ``unpicklable`` reply when it cannot be rebuilt here."""
+    global _CONTEXT
+    key = request.get("ctx_key")
+    if _CONTEXT is not None and _CONTEXT[0] == key:
+        return _CONTEXT[1], None
+    _CONTEXT = None
+    for name in [n for n in sys.modules if n.startswith(_PRIVATE_PREFIX)]:
+        del sys.modules[name]  # a lone architecture file is imported afresh for each context, as the parent gave it
+    sys.path[:] = request["sys_path"]
+    os.chdir(request["cwd"])
+    try:
+        ctx = _ModelUnpickler(io.BytesIO(request["ctx"]), request["files"]).load()
+    except Exception as exc:
+        return None, {"status": "unpicklable", "notes": [], "description": f"{type(exc).__name__}: {exc}"[:200]}
+    _CONTEXT = (key, ctx)
+    return ctx, None
 
 
 def _warm_up() -> None:
@@ -337,7 +415,7 @@ def _warm_up() -> None:
         pickle.loads(pickle.dumps(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), torch.nn.BatchNorm2d(1), torch.nn.Linear(1, 1))))
 
 
-def _run_in_child(request: dict[str, Any]) -> dict[str, Any]:
+def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     result_r, result_w = os.pipe()
     # The child's stderr goes to a file: passed on when it reports back, summed up when it crashes
     # (a native abort prints a long C++ stack there).
@@ -348,7 +426,7 @@ def _run_in_child(request: dict[str, Any]) -> dict[str, Any]:
         try:
             os.close(result_r)
             os.dup2(log.fileno(), 2)
-            reply = _build_here(request)
+            reply = _build_here(request, ctx)
             sys.stderr.flush()  # into the log, before os._exit skips it
             with os.fdopen(result_w, "wb") as out:
                 out.write(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
@@ -357,6 +435,7 @@ def _run_in_child(request: dict[str, Any]) -> dict[str, Any]:
         finally:
             os._exit(code)
     os.close(result_w)
+    _preload_until_readable(result_r)  # while the child builds, on the other core
     with os.fdopen(result_r, "rb") as results:
         data = results.read()
     _, status = os.waitpid(pid, 0)
@@ -387,17 +466,13 @@ def last_words(stderr: str) -> str | None:
     return lines[-1][:200] if lines else None
 
 
-def _build_here(request: dict[str, Any]) -> dict[str, Any]:
+def _build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     from .artifacts._common import captured_warnings
 
     sys.path[:] = request["sys_path"]
     os.chdir(request["cwd"])
     notes: list[str] = []
     path = Path(request["path"])
-    try:
-        ctx = _ModelUnpickler(io.BytesIO(request["ctx"]), request["files"]).load()
-    except Exception as exc:
-        return {"status": "unpicklable", "notes": notes, "description": f"{type(exc).__name__}: {exc}"[:200]}
     try:
         _pin_threads(ctx)
         module = importlib.import_module(request["module"])

@@ -28,6 +28,7 @@ from .compare import ErrorAccumulator, Metrics, ShapeMismatch, judge
 from .config import TORCH_INTEROP_THREADS, RunConfig
 from .errors import ArchitectureError, ExportCheckError, OutputError
 from .golden import GoldenSet, load_golden
+from .golden_batches import GoldenBatches
 from .results import ERROR, FAIL, PASS, FileInfo, GoldenSummary, Report, Row
 from .versions import library_versions
 
@@ -172,7 +173,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             # Every row's artifact and metrics cached and intact: no model, no torch, no replay.
             hit = cached_rows(cache, config, out_dir)
         timings["cache_lookup"] = time.perf_counter() - started - sum(timings.values())
-        if hit is not None:
+        if hit is not None and not config.diagnose:  # --diagnose wants tables a cached row may not hold
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
             return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings)
 
@@ -183,10 +184,16 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         progress("loading checkpoint")
         state = load_state_dict(config.checkpoint)
         model = build_model(config.arch, config.arch_kwargs, state, config.checkpoint, config.arch_root)
-        _, first = next(golden.batches(config.batch_size))
+        # Decoded once (when it fits in memory) and run through eager now, while the build server
+        # imports its libraries on the other core (exporter/golden_batches.py).
+        batches = GoldenBatches(golden, config.batch_size)
+        batches.precompute_eager(lambda batch: _eager_logits(model, batch))
+        eager_ahead = _eager_sizes_ahead(config, golden, batches, model)
+        if any(KINDS_BY_NAME[name].suffix == ".onnx" for name in config.selected_kinds):
+            import onnxruntime  # noqa: F401  (the replay's runners need it; importing it now overlaps the server's imports)
         ctx = BuildContext(
             model=model,
-            example=torch.from_numpy(first),
+            example=torch.from_numpy(batches.first),
             opset=config.opset,
             onnx_exporter=config.onnx_exporter,
             threads=config.threads,
@@ -194,7 +201,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         timings["load_model"] = time.perf_counter() - started - sum(timings.values())
         built = _build_all(config, ctx, out_dir, progress, cache)
         timings["build"] = time.perf_counter() - started - sum(timings.values())
-        rows, label_accuracy = _replay_and_judge(config, golden, reference, model, ctx, built, progress)
+        rows, label_accuracy = _replay_and_judge(config, golden, batches, reference, model, ctx, built, progress, eager_ahead)
         timings["replay"] = time.perf_counter() - started - sum(timings.values())
         if cache is not None:
             rows = store_rows(cache, config, rows, built, label_accuracy)
@@ -239,13 +246,16 @@ def _report(
 def _replay_and_judge(
     config: RunConfig,
     golden: GoldenSet,
+    batches: GoldenBatches,
     reference: np.ndarray,
     model: Any,
     ctx: BuildContext,
     built: dict[str, BuildOutcome],
     progress: Progress,
+    eager_ahead: dict[int, Any] | None = None,
 ) -> tuple[list[Row], float | None]:
-    import torch
+    from .diagnostics.run import EAGER, diagnose_rows
+    from .diagnostics.trace import ReplayTrace
 
     kinds = [KINDS_BY_NAME[name] for name in config.selected_kinds]
     errors: dict[str, str] = {k.name: built[k.name].error for k in kinds if built[k.name].error}
@@ -254,6 +264,7 @@ def _replay_and_judge(
     eager_acc = ErrorAccumulator()
     eager_error: str | None = None
     eager_argmax: list[np.ndarray] = []
+    trace = ReplayTrace.for_run(len(golden), config.batch_size)  # what the diagnostics reuse
 
     with contextlib.ExitStack() as stack:
         runners: dict[str, Any] = {}
@@ -269,10 +280,15 @@ def _replay_and_judge(
                 errors[kind.name] = f"reloading {path.name} failed: {_describe(exc)}"
 
         progress(f"replaying {len(golden)} inputs through {len(runners)} artifacts")
-        for start, batch in golden.batches(config.batch_size):
+        for index, (start, batch) in enumerate(batches):
+            trace.add_batch(start, batch)
             try:
-                with torch.inference_mode():
-                    eager = as_logits(model(torch.from_numpy(batch)), "the eager model")
+                ahead = batches.eager(index)
+                if ahead is None:
+                    began = time.perf_counter()
+                    ahead = (_eager_logits(model, batch), time.perf_counter() - began)
+                eager = ahead[0]
+                trace.add_output(EAGER, start, batch, eager, ahead[1])
             except Exception as exc:
                 raise ArchitectureError(
                     f"{config.checkpoint}: the eager model fails on the golden inputs ({_describe(exc)}); "
@@ -289,30 +305,46 @@ def _replay_and_judge(
                 try:
                     with captured_warnings(built[name].notes):
                         out = runner.infer(batch)
+                    trace.add_output(name, start, batch, out, time.perf_counter() - began)
                     accumulators[name].add(eager, out)
                 except Exception as exc:
                     errors[name] = f"running failed at inputs {start}..{start + len(batch) - 1}: {_describe(exc)}"
                     del runners[name]
                 replay_seconds[name] += time.perf_counter() - began
 
-    rows = [_eager_row(config, None if eager_error else eager_acc.result(), eager_error)]
-    for kind in kinds:
-        outcome = built[kind.name]
-        artifact = _file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
-        if kind.name in errors:
-            rows.append(_artifact_row(config, kind, outcome, artifact, None, None, errors[kind.name]))
-            continue
-        rows.append(_artifact_row(config, kind, outcome, artifact, accumulators[kind.name].result(), replay_seconds[kind.name]))
-    # Issue 4: batch sizes, determinism, latency, where it diverges (each artifact reopened from disk).
-    from .diagnostics.run import diagnose_rows
-
-    rows = diagnose_rows(config, golden, model, ctx, rows, progress)
+        rows = [_eager_row(config, None if eager_error else eager_acc.result(), eager_error)]
+        for kind in kinds:
+            outcome = built[kind.name]
+            artifact = _file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
+            if kind.name in errors:
+                rows.append(_artifact_row(config, kind, outcome, artifact, None, None, errors[kind.name]))
+                continue
+            rows.append(_artifact_row(config, kind, outcome, artifact, accumulators[kind.name].result(), replay_seconds[kind.name]))
+        # Issue 4: batch sizes, determinism, latency, where it diverges, through the replay's open runners
+        # and reusing what the replay computed (exporter/diagnostics/trace.py).
+        rows = diagnose_rows(config, golden, model, ctx, rows, progress, trace=trace, runners=runners, eager_ahead=eager_ahead)
     labels = golden.labels()
     label_accuracy = None
     if eager_argmax and all(label is not None for label in labels):
         predicted = np.concatenate(eager_argmax)
         label_accuracy = float(np.mean(predicted == np.asarray(labels)))
     return rows, label_accuracy
+
+
+def _eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:
+    """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
+    from .diagnostics.run import eager_sizes_ahead
+    from .diagnostics.trace import ReplayTrace
+
+    probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
+    return None if probe is None else eager_sizes_ahead(model, probe, config.batch_size)
+
+
+def _eager_logits(model: Any, batch: np.ndarray) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        return as_logits(model(torch.from_numpy(batch)), "the eager model")
 
 
 def _artifact_row(

@@ -165,7 +165,7 @@ def test_default_model_is_deterministic_agrees_across_batch_sizes_and_is_timed(t
     from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT
 
     report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=tmp_path,
-                                 kinds=("onnx", "torch-int8-dynamic")))
+                                 kinds=("onnx", "torch-int8-dynamic"), diagnose=True))
     assert report.passed
     for row in report.rows:
         d = row.diagnostics
@@ -180,6 +180,27 @@ def test_default_model_is_deterministic_agrees_across_batch_sizes_and_is_timed(t
     int8 = report.row("torch-int8-dynamic").diagnostics
     assert 1e-4 < max(r.max_image_mae for r in int8.shapes.runs) <= int8.shapes.bound == 0.1
     assert int8.layers.purpose == "int8-layers" and [d.module for d in int8.layers.worst()] == ["fc"]
+
+
+def test_int8_layer_tables_only_for_failing_int8_rows_or_with_diagnose(tmp_path: Path) -> None:
+    from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT
+    from exporter.cli import build_config, build_parser
+    from exporter.config import Gate, Thresholds
+
+    common = dict(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, kinds=("torch-int8-dynamic",))
+    passing = run_check(RunConfig(out_dir=tmp_path / "pass", **common)).row("torch-int8-dynamic")
+    assert passing.status == "pass" and passing.diagnostics.layers is None  # a passing int8 row: no table by default
+    assert passing.diagnostics.rerun.max_abs == 0.0 and passing.diagnostics.shapes.passed  # the other checks still ran
+    # held to MAE 1e-9, the int8 row fails on its real drift and gets its per-layer table without being asked
+    strict = Thresholds(int8_gate=Gate(max_mae=1e-9, min_top1=0.98))
+    failing = run_check(RunConfig(out_dir=tmp_path / "fail", thresholds=strict, **common)).row("torch-int8-dynamic")
+    assert failing.status == "fail" and failing.metrics.mae > 1e-4
+    assert failing.diagnostics.layers.purpose == "int8-layers" and [d.module for d in failing.diagnostics.layers.worst()] == ["fc"]
+    # the flag that asks for the tables of passing rows
+    args = build_parser().parse_args(["check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--diagnose", "--no-cache"])
+    assert build_config(args).diagnose is True
+    args = build_parser().parse_args(["check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--no-cache"])
+    assert build_config(args).diagnose is False
 
 
 @given(main=st.integers(1, 300), probe=st.integers(1, 300))

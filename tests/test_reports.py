@@ -30,9 +30,10 @@ XSD = TESTS / "data" / "junit-10.xsd"
 
 @pytest.fixture(scope="module")
 def passing(tmp_path_factory):
-    """The bundled default: every kind, everything passes."""
+    """The bundled default: every kind, everything passes; with --diagnose, so the passing int8 rows
+    carry their per-layer tables too."""
     return run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN,
-                               out_dir=tmp_path_factory.mktemp("pass")))
+                               out_dir=tmp_path_factory.mktemp("pass"), diagnose=True))
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,19 @@
 """The one hook the pipeline calls after replay: measure every row, judge, attach, return new rows.
 
-Each artifact is reopened from its file (what ships, as the replay did), run at several batch sizes,
-twice on one batch, and timed; then pure judges turn those records into reasons. A failing float
-row gets a divergence diagnosis, every int8 row a per-layer error table (cheap: one batch, measured
-at 0.05-0.3 s per artifact on the bundled model). Nothing here raises for a model's misbehaviour:
-what goes wrong becomes the row's finding.
+Each artifact runs through the runner the replay opened from its file (what ships), and what the
+replay already computed is reused (``trace.ReplayTrace``): the probe's outputs at the main batch size,
+the first batch's output and the per-batch timings. What is new runs here: the other batch sizes,
+one rerun of the first batch (compared with the replay's run of it), and timed repeats only when the
+replay had fewer than ``LATENCY_REPEATS`` timed batches. Pure judges turn those records into reasons.
+A failing float row gets a divergence diagnosis; an int8 row gets its per-layer error table when it
+fails or when ``--diagnose`` asks for it (0.05-0.3 s per artifact). Nothing here raises for a
+model's misbehaviour: what goes wrong becomes the row's finding.
 """
 
 from __future__ import annotations
 
+import contextlib
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -21,19 +26,10 @@ from ..artifacts._common import as_logits, captured_warnings, dedupe
 from ..config import RunConfig
 from ..golden import GoldenSet
 from ..results import ERROR, FAIL, Row
-from . import RERUN_FRACTION_OF_FLOAT_GATE, Diagnostics, Rerun, ShapeCheck, determinism, divergence, latency, shapes
+from . import LATENCY_REPEATS, RERUN_FRACTION_OF_FLOAT_GATE, Diagnostics, Latency, Rerun, ShapeCheck, determinism, divergence, shapes
+from .trace import ReplayTrace
 
-
-def _probe(golden: GoldenSet, batch_size: int) -> np.ndarray:
-    """The first images of the golden set that the batch-size and cost checks use."""
-    wanted = min(len(golden), max(batch_size, shapes.PROBE_IMAGES))
-    parts, have = [], 0
-    for _, batch in golden.batches(batch_size):
-        parts.append(batch)
-        have += len(batch)
-        if have >= wanted:
-            break
-    return np.concatenate(parts)[:wanted]
+EAGER = "eager"  # the trace's name for the eager model's outputs
 
 
 def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:
@@ -61,24 +57,58 @@ def _eager_infer(model: Any):
     return infer
 
 
-def _measure(infer, probe: np.ndarray, eager_at: dict[int, Any], sizes: tuple[int, ...], main: int,
-             bound: float, rerun_bound: float, threads: int) -> Diagnostics:
-    runs = shapes.measure(shapes.run_sizes(infer, probe, sizes, main), eager_at, main)
+def _sizes_from(infer, trace: ReplayTrace, name: str, probe: np.ndarray, sizes: tuple[int, ...], main: int) -> dict[int, Any]:
+    """Outputs at every planned size: the main size from the replay, the others run now."""
+    replayed = trace.probe_outputs(name)
+    todo = tuple(s for s in sizes if s != main or replayed is None)
+    out = shapes.run_sizes(infer, probe, todo, main)
+    if replayed is not None and main in sizes:
+        out[main] = replayed
+    return out
+
+
+def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun_bound: float | None) -> tuple[Rerun | None, Latency]:
+    """Determinism and cost from the replay's own first output and timings, topped up with reruns of the first batch.
+
+    At least one rerun when ``rerun_bound`` is given (compared with the replay's first run of that batch);
+    more only when the replay had fewer than ``LATENCY_REPEATS`` timed full batches after its warm-up one.
+    """
+    batch = trace.first_batch()
+    first = trace.first_output(name)
+    seconds = trace.timed_seconds(name)[:LATENCY_REPEATS]
+    reruns = max(1 if rerun_bound is not None else 0, LATENCY_REPEATS - len(seconds))
+    max_abs = 0.0
+    for _ in range(reruns):
+        began = time.perf_counter()
+        out = infer(batch)
+        seconds.append(time.perf_counter() - began)
+        if first is not None:
+            max_abs = max(max_abs, determinism.max_abs_difference(first, out))
+    samples = [s * 1000.0 / len(batch) for s in seconds[:LATENCY_REPEATS]]
+    cost = Latency(ms_per_image=float(statistics.median(samples)), batch=len(batch), repeats=len(samples), threads=threads,
+                   samples_ms=tuple(float(s) for s in samples))
+    rerun = None
+    if rerun_bound is not None and first is not None:
+        runs = 1 + reruns
+        rerun = Rerun(runs=runs, images=len(batch), max_abs=max_abs, bound=rerun_bound,
+                      reasons=determinism.judge(max_abs, rerun_bound, runs))
+    return rerun, cost
+
+
+def _measure(infer, trace: ReplayTrace, name: str, probe: np.ndarray, eager_at: dict[int, Any], sizes: tuple[int, ...],
+             main: int, bound: float, rerun_bound: float, threads: int) -> Diagnostics:
+    runs = shapes.measure(_sizes_from(infer, trace, name, probe, sizes, main), eager_at, main)
     check = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=shapes.judge(runs, main, bound))
-    batch = probe[:main]
     notes: list[str] = []
     rerun = cost = None
     try:
-        max_abs = determinism.measure(infer, batch)
-        rerun = Rerun(runs=determinism.RUNS, images=len(batch), max_abs=max_abs, bound=rerun_bound,
-                      reasons=determinism.judge(max_abs, rerun_bound))
-        cost = latency.measure(infer, batch, threads)
+        rerun, cost = _rerun_and_cost(infer, trace, name, threads, rerun_bound)
     except Exception as exc:  # it already failed the batch-size check at the main size; say so once
         notes.append(f"determinism and latency not measured: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
     return Diagnostics(shapes=check, rerun=rerun, latency=cost, notes=tuple(notes))
 
 
-def _eager_diagnostics(eager_at: dict[int, Any], main: int, bound: float, probe: np.ndarray, infer, threads: int) -> Diagnostics:
+def _eager_diagnostics(eager_at: dict[int, Any], main: int, bound: float, trace: ReplayTrace, infer, threads: int) -> Diagnostics:
     runs = shapes.measure(eager_at, {}, main)
     notes = []
     moved = [r for r in runs if r.max_image_mae is not None and r.max_image_mae > bound]
@@ -93,25 +123,46 @@ def _eager_diagnostics(eager_at: dict[int, Any], main: int, bound: float, probe:
     if failing:
         notes.append("the eager model itself fails at batch size " + ", ".join(str(r.size) for r in failing))
     check = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=())  # eager is the reference: never gated
-    return Diagnostics(shapes=check, latency=latency.measure(infer, probe[:main], threads), notes=tuple(notes))
+    _, cost = _rerun_and_cost(infer, trace, EAGER, threads, None)
+    return Diagnostics(shapes=check, latency=cost, notes=tuple(notes))
 
 
-def diagnose_rows(config: RunConfig, golden: GoldenSet, model: Any, ctx: BuildContext, rows: list[Row], progress) -> list[Row]:
-    """Measure, judge and attach diagnostics to every row; a gating finding turns a pass into a fail."""
-    probe = _probe(golden, config.batch_size)
+def eager_sizes_ahead(model: Any, probe: np.ndarray, batch_size: int) -> dict[int, Any]:
+    """Eager over the probe at every planned size but the main one (the replay computes that one).
+
+    The pipeline calls it before the builds, while the build server is still importing its libraries.
+    """
+    main = min(batch_size, len(probe))
+    sizes = shapes.plan_sizes(main, len(probe))
+    return shapes.run_sizes(_eager_infer(model), probe, tuple(s for s in sizes if s != main), main)
+
+
+def diagnose_rows(config: RunConfig, golden: GoldenSet, model: Any, ctx: BuildContext, rows: list[Row], progress,
+                  trace: ReplayTrace, runners: dict[str, Any] | None = None, eager_ahead: dict[int, Any] | None = None) -> list[Row]:
+    """Measure, judge and attach diagnostics to every row; a gating finding turns a pass into a fail.
+
+    ``trace`` holds what the replay computed; ``runners`` are the replay's open runners (a row
+    without one is reopened from its file); ``eager_ahead`` is ``eager_sizes_ahead``'s result.
+    """
+    runners = runners or {}
+    probe = trace.probe()
     main = min(config.batch_size, len(probe))
     sizes = shapes.plan_sizes(main, len(probe))
     float_gate = config.thresholds.float_gate.max_mae
     rerun_bound = float_gate * RERUN_FRACTION_OF_FLOAT_GATE
     eager_infer = _eager_infer(model)
     progress(f"diagnosing: batch sizes {', '.join(map(str, sizes))}, determinism, latency ({config.threads} threads)")
-    eager_at = shapes.run_sizes(eager_infer, probe, sizes, main)
+    replayed = trace.probe_outputs(EAGER)
+    if eager_ahead is not None and replayed is not None and set(eager_ahead) | {main} == set(sizes):
+        eager_at = {**eager_ahead, main: replayed}
+    else:
+        eager_at = _sizes_from(eager_infer, trace, EAGER, probe, sizes, main)
 
     out = []
     for row in rows:
         began = time.perf_counter()
         if row.family == "eager":
-            diag = _eager_diagnostics(eager_at, main, float_gate, probe, eager_infer, config.threads)
+            diag = _eager_diagnostics(eager_at, main, float_gate, trace, eager_infer, config.threads)
             out.append(replace(row, diagnostics=replace(diag, seconds=time.perf_counter() - began)))
             continue
         if row.status == ERROR or row.artifact is None or row.name not in KINDS_BY_NAME:
@@ -122,8 +173,10 @@ def diagnose_rows(config: RunConfig, golden: GoldenSet, model: Any, ctx: BuildCo
         warnings_seen: list[str] = []
         with captured_warnings(warnings_seen):
             try:
-                with kind.impl().open_runner(path, ctx) as runner:
-                    diag = _measure(runner.infer, probe, eager_at, sizes, main, row.gate.max_mae, rerun_bound, config.threads)
+                with contextlib.ExitStack() as stack:
+                    runner = runners.get(row.name) or stack.enter_context(kind.impl().open_runner(path, ctx))
+                    diag = _measure(runner.infer, trace, row.name, probe, eager_at, sizes, main, row.gate.max_mae, rerun_bound,
+                                    config.threads)
             except Exception as exc:
                 out.append(replace(row, status=ERROR, reasons=row.reasons + (f"reopening {path.name} for diagnostics failed: {exc}",)))
                 continue
@@ -136,7 +189,7 @@ def diagnose_rows(config: RunConfig, golden: GoldenSet, model: Any, ctx: BuildCo
                 layers = divergence.compare_layers(path, model, _batch_at(golden, config.batch_size, start), float_gate,
                                                    divergence.DIVERGENCE, config.threads, start)
                 reasons = reasons + (f"where: {layers.summary}",)
-            elif row.family == "int8":
+            elif row.family == "int8" and (status == FAIL or config.diagnose):
                 layers = divergence.compare_layers(path, model, probe[:main], float_gate, divergence.INT8_LAYERS, config.threads, 0)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in row.notes)
         diag = replace(diag, layers=layers, notes=diag.notes + new_notes, seconds=time.perf_counter() - began)
