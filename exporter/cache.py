@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
+from . import __version__, atomic
 from .artifacts import KINDS_BY_NAME
 from .checkpoint import sha256_file
 from .compare import Metrics
@@ -267,17 +267,10 @@ class ArtifactCache:
         ), {str(k): str(v) for k, v in sources.items()}
 
     def restore(self, entry: Entry, dest: Path) -> None:
-        """Copy the entry's artifact to ``dest`` atomically (temp file beside it, then ``os.replace``)."""
+        """Copy the entry's artifact to ``dest`` atomically."""
         assert entry.file is not None
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial")
-        try:
-            with os.fdopen(fd, "wb") as out, open(entry.file, "rb") as src:
-                shutil.copyfileobj(src, out, 1 << 20)
-            os.replace(tmp, dest)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with atomic.replacing(dest) as tmp:
+            shutil.copyfile(entry.file, tmp)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -322,7 +315,7 @@ class ArtifactCache:
                 "judged": judged,
                 "sources": self.local_sources(),
             }
-            _write_atomic(folder / META, json.dumps(meta, indent=1).encode("utf-8"))
+            atomic.write_bytes(folder / META, json.dumps(meta, indent=1).encode("utf-8"))
         except (OSError, _Changed, TypeError, ValueError) as exc:  # TypeError/ValueError: not JSON-able
             self.problems[name] = f"cache: could not store the entry in {self.root} ({exc}); the next run rebuilds it"
 
@@ -355,20 +348,6 @@ class ArtifactCache:
 
 class _Changed(Exception):
     pass
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # -- the pipeline's side ----------------------------------------------------------------------

@@ -20,7 +20,6 @@ import json
 
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from . import atomic
 from .errors import GoldenError
 from .preprocess import IMAGE_SUFFIXES, Preprocess, open_image, preprocess_image
 
@@ -320,29 +320,10 @@ def unreferenced_files(golden: GoldenSet) -> list[str]:
 # --- writing -----------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _write_atomic(path: Path, data: bytes) -> None:
+    # One module-level writer, so that the fault tests can kill the process between writes.
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+    atomic.write_bytes(path, data)
 
 
 def _content_name(name: str, data: bytes) -> str:

@@ -12,27 +12,23 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
+from ..atomic import replacing
 from ..errors import ArtifactError
 
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary sibling path to write to; on success fsync it and ``os.replace`` onto ``path``.
+    """Yield a temporary sibling path to write to; on success it replaces ``path`` atomically.
 
     A reader never sees a half-written artifact: the file at ``path`` is either the previous one,
-    or absent, or complete.
+    or absent, or complete. The temporary name carries the pid, so that the build server can
+    remove what a crashed child left behind.
     """
     tmp = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")
-    try:
+    with replacing(path, tmp):
         yield tmp
         if not tmp.is_file() or tmp.stat().st_size == 0:
             raise ArtifactError(f"exporter wrote nothing to {tmp.name}")
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 class _ListHandler(logging.Handler):
