@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -93,3 +96,23 @@ def seeded(factory, seed: int = 0, **kwargs):
 @pytest.fixture()
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(mount: Path, options: str, covered_by: str) -> Iterator[Path]:
+    """Mount a tmpfs at ``mount`` (a small or read-only disk, for real fault tests) and unmount it after.
+
+    Mounting needs root. Where it is impossible the test is skipped with ``covered_by`` as the
+    reason, except under CI (root there), where a skip would hide a check: it fails instead.
+    """
+    mount.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True, text=True)
+    if result.returncode != 0:
+        message = f"cannot mount a tmpfs ({options}) here: {result.stderr.strip()}; {covered_by}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from arches import TinyNet
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, save_state, seeded
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, save_state, seeded, mounted_tmpfs
 from exporter.checkpoint import load_state_dict
 from exporter.cli import main
 from exporter.errors import CheckpointError, GoldenError, UsageError
@@ -530,15 +530,8 @@ def test_out_dir_that_is_a_file(tmp_path: Path, capfd) -> None:
 @pytest.fixture()
 def read_only_dir(tmp_path: Path):
     """A read-only tmpfs: root ignores file permissions but not a read-only mount."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount)], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here ({result.stderr.strip()}); the file-as-parent tests cover the error path")
-    try:
+    with mounted_tmpfs(tmp_path / "ro", "ro,size=64k", "the file-as-parent tests cover the error path") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=True)
 
 
 def test_out_dir_on_a_read_only_filesystem(read_only_dir: Path, tmp_path: Path, capfd) -> None:

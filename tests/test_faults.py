@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, mounted_tmpfs
 from exporter.cli import main
 from exporter.golden import MANIFEST, read_manifest
 
@@ -231,15 +231,8 @@ def test_file_size_limit_mid_run_errors_those_rows_and_keeps_the_rest(hook_dir: 
 
 @pytest.fixture()
 def small_tmpfs(tmp_path: Path):
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=800k", "tmpfs", str(mount)], capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()}); the RLIMIT_FSIZE test covers a full disk")
-    try:
+    with mounted_tmpfs(tmp_path / "small-disk", "size=800k", "the RLIMIT_FSIZE test covers a full disk") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_a_real_full_disk_mid_run_errors_those_rows_and_keeps_the_rest(hook_dir: Path, small_tmpfs: Path, tmp_path: Path) -> None:
