@@ -177,7 +177,9 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
             return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings)
 
-    isolation.prewarm()  # issue 5: start the build server (exporter/isolation.py) before the model exists
+    # Start the build server (each export runs in a child of it, so a native crash costs one row)
+    # now, so that it imports the export libraries while this process loads the model.
+    isolation.prewarm()
     import torch
 
     with pinned_threads(config.threads), locked_out_dir(out_dir):
@@ -320,8 +322,8 @@ def _replay_and_judge(
                 rows.append(_artifact_row(config, kind, outcome, artifact, None, None, errors[kind.name]))
                 continue
             rows.append(_artifact_row(config, kind, outcome, artifact, accumulators[kind.name].result(), replay_seconds[kind.name]))
-        # Issue 4: batch sizes, determinism, latency, where it diverges, through the replay's open runners
-        # and reusing what the replay computed (exporter/diagnostics/trace.py).
+        # Batch sizes, determinism, latency, where it diverges: through the replay's open runners,
+        # reusing what the replay computed (exporter/diagnostics/trace.py).
         rows = diagnose_rows(config, golden, model, ctx, rows, progress, trace=trace, runners=runners, eager_ahead=eager_ahead)
     labels = golden.labels()
     label_accuracy = None
