@@ -1,8 +1,9 @@
 """Benchmark runner: ``export-check`` (the real CLI, in a subprocess) against the straight-line baseline.
 
 For every bundled architecture at golden-set sizes 32 and 256 it runs, alternating the order on each
-repeat, the baseline (``benchmarks/baseline.py``), a cold ``export-check --no-cache`` and a warm
-``export-check`` whose cache holds this exact run; it reports medians, the ratios to the baseline, the
+repeat, the baseline (``benchmarks/baseline.py``), a cold ``export-check --no-cache`` (default ``--jobs``),
+the same with ``--jobs 1`` (what overlapping builds and replays gains) and a warm ``export-check``
+whose cache holds this exact run; it reports medians, the ratios to the baseline, the
 stage breakdown (from the JSON report's ``timings``/``build_seconds``/``replay_seconds``) and each child's
 peak RSS (``os.wait4``). It also times ``export-check --help`` and an argument error (and checks they
 import no torch), and the peak memory of 32 against 1000 images. It writes BENCHMARKS.md.
@@ -44,6 +45,7 @@ ARCHS = {  # name in models.ARCHITECTURES -> architecture spec export-check take
 ARCH_KWARGS = {"num_classes": 10, "in_channels": 3, "image_size": 32}
 KINDS = ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic")
 TARGET_COLD, TARGET_WARM, TARGET_CLI_SECONDS, TARGET_MEMORY_MB = 1.10, 0.25, 0.3, 100
+JOBS_MIN_GAIN = 1.05  # --jobs 2 stays the default only if it is at least this much faster than --jobs 1
 HEAVY = ("torch", "numpy", "onnx", "onnxruntime")
 
 
@@ -153,26 +155,6 @@ def baseline_run(arch: str, golden: Path, out: Path) -> Run:
     return Run(wall=wall, maxrss_mb=usage.ru_maxrss / 1024, code=0, report=json.loads(proc_out.read_text()))
 
 
-SPLIT = (("torchscript-trace", "torchscript-script", "torch-int8-dynamic"), ("onnx", "onnx-simplified", "onnx-int8-dynamic"))
-
-
-def split_run(arch: str, golden: Path, work: Path) -> Run:
-    """What ``--jobs 2`` could at best gain with processes: the six kinds split over two concurrent
-    ``export-check`` processes (torch kinds | onnx kinds), timed until both finish."""
-    started = time.perf_counter()
-    procs = []
-    for half, kinds in enumerate(SPLIT):
-        cmd = check_cmd(arch, golden, work / f"split{half}", work / f"split{half}.json", None, ["--artifacts", ",".join(kinds)])
-        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    peak = 0.0
-    for proc in procs:
-        _, status, usage = os.wait4(proc.pid, 0)
-        peak += usage.ru_maxrss / 1024
-        if os.waitstatus_to_exitcode(status) not in (0, 1):
-            sys.exit(f"split run failed: {shlex.join(proc.args)}")
-    return Run(wall=time.perf_counter() - started, maxrss_mb=peak, code=0)
-
-
 def warm_run(arch: str, golden: Path, work: Path, cache: Path) -> Run:
     """A re-run served by the cache. The key covers export-check's own source, so an edit to
     exporter/ between the priming run and this one (a shared working tree) makes it a miss: then
@@ -185,15 +167,13 @@ def warm_run(arch: str, golden: Path, work: Path, cache: Path) -> Run:
     return run
 
 
-def bench_config(arch: str, count: int, repeats: int, jobs_sim: bool) -> dict[str, Any]:
+def bench_config(arch: str, count: int, repeats: int) -> dict[str, Any]:
     golden = golden_set(arch, count)
     work = OUT / "run" / f"{arch}-{count}"
     cache = OUT / "cache" / f"{arch}-{count}"
     shutil.rmtree(cache, ignore_errors=True)
     prime = timed(check_cmd(arch, golden, work / "warm", work / "prime.json", cache), work / "prime.json", (0, 1))
-    runs: dict[str, list[Run]] = {"baseline": [], "cold": [], "cold_inproc": [], "warm": []}
-    if jobs_sim:
-        runs["split2"] = []
+    runs: dict[str, list[Run]] = {"baseline": [], "cold": [], "cold_jobs1": [], "warm": []}
     order = list(runs)
     for rep in range(repeats):
         for name in order[rep % len(order):] + order[: rep % len(order)]:  # rotate who goes first
@@ -201,11 +181,9 @@ def bench_config(arch: str, count: int, repeats: int, jobs_sim: bool) -> dict[st
                 runs[name].append(baseline_run(arch, golden, work / "baseline"))
             elif name == "cold":
                 runs[name].append(timed(check_cmd(arch, golden, work / "cold", work / "cold.json", None), work / "cold.json", (0, 1)))
-            elif name == "cold_inproc":  # issue 5's build isolation switched off: what the child processes cost
-                runs[name].append(timed(check_cmd(arch, golden, work / "inproc", work / "inproc.json", None), work / "inproc.json", (0, 1),
-                                        env={"EXPORT_CHECK_ISOLATE": "0"}))
-            elif name == "split2":
-                runs[name].append(split_run(arch, golden, work))
+            elif name == "cold_jobs1":  # one thing at a time: what overlapping builds and replays (--jobs 2) gains
+                runs[name].append(timed(check_cmd(arch, golden, work / "jobs1", work / "jobs1.json", None, ["--jobs", "1"]),
+                                        work / "jobs1.json", (0, 1)))
             else:
                 runs[name].append(warm_run(arch, golden, work, cache))
     warm_states = {row["cache"] for run in runs["warm"] for row in run.report["rows"]}
@@ -223,7 +201,7 @@ def bench_config(arch: str, count: int, repeats: int, jobs_sim: bool) -> dict[st
             "walls": [r.wall for r in series],
             "wall": statistics.median(r.wall for r in series),
             "maxrss_mb": statistics.median(r.maxrss_mb for r in series),
-            "stages": stage_breakdown(name, series) if name != "split2" else {},
+            "stages": stage_breakdown(name, series),
         }
     return result
 
@@ -250,11 +228,11 @@ def stage_breakdown(name: str, series: list[Run]) -> dict[str, float]:
             rows = {row["name"]: row for row in report["rows"]}
             for kind in KINDS:
                 stages[f"export {kind}"] = (rows.get(kind, {}).get("build_seconds") or 0.0)
-            stages["build (all, incl. harness)"] = timings.get("build", 0.0)
+            stages["waiting for builds"] = timings.get("build", 0.0)
             # Rows served from the cache carry the diagnostics' seconds of the run that measured them.
             diagnostics = sum((row.get("diagnostics") or {}).get("seconds") or 0.0 for row in report["rows"] if row.get("cache") != "hit")
             stages["replay (all)"] = timings.get("replay", 0.0) - diagnostics
-            stages["diagnostics (issue 4)"] = diagnostics
+            stages["diagnostics"] = diagnostics
             stages["cache store"] = timings.get("cache_store", 0.0)
         stages["total (wall)"] = run.wall
         per_run.append(stages)
@@ -356,26 +334,27 @@ def render(results: dict[str, Any], command: str) -> str:
         "",
         "## Cold and warm runs against the baseline",
         "",
-        "cold = `export-check --no-cache`; warm = a re-run with an unchanged checkpoint, golden set, settings",
-        "and libraries, served by the artifact cache; first = the first run with the cache on (builds and stores).",
+        "cold = `export-check --no-cache` (default `--jobs 2` on 2 cores: builds in the build server overlap the",
+        "replay and diagnostics here); cold `--jobs 1` = the same, one thing at a time; warm = a re-run with an",
+        "unchanged checkpoint, golden set, settings and libraries, served by the artifact cache; first = the",
+        "first run with the cache on (builds and stores).",
         "",
-        "| arch | images | baseline s | cold s | cold ratio | of which diagnostics s | cold ratio without diagnostics | cold, builds in-process s (ratio; without diagnostics) | first (store) s | warm s | warm ratio | peak MB baseline / cold / warm |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |",
+        "| arch | images | baseline s | cold s | cold ratio | cold `--jobs 1` s (ratio) | `--jobs 2` speed-up | first (store) s | warm s | warm ratio | peak MB baseline / cold / warm |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for c in configs:
-        b, cold, warm = c["baseline"]["wall"], c["cold"]["wall"], c["warm"]["wall"]
-        diag = c["cold"]["stages"].get("diagnostics (issue 4)", 0.0)
+        b, cold, warm, seq = c["baseline"]["wall"], c["cold"]["wall"], c["warm"]["wall"], c["cold_jobs1"]["wall"]
         lines.append(
-            f"| {c['arch']} | {c['images']} | {b:.2f} | {cold:.2f} | {cold / b:.2f} | {diag:.2f} | {(cold - diag) / b:.2f} | "
-            f"{_inproc(c, b)} | {c['prime']['wall']:.2f} | {warm:.2f} | "
-            f"{warm / b:.3f} | {c['baseline']['maxrss_mb']:.0f} / {c['cold']['maxrss_mb']:.0f} / {c['warm']['maxrss_mb']:.0f} |"
+            f"| {c['arch']} | {c['images']} | {b:.2f} | {cold:.2f} | {cold / b:.2f} | {seq:.2f} ({seq / b:.2f}) | {seq / cold:.2f}x | "
+            f"{c['prime']['wall']:.2f} | {warm:.2f} | {warm / b:.3f} | "
+            f"{c['baseline']['maxrss_mb']:.0f} / {c['cold']['maxrss_mb']:.0f} / {c['warm']['maxrss_mb']:.0f} |"
         )
     cold_ratios = [c["cold"]["wall"] / c["baseline"]["wall"] for c in configs]
-    core_ratios = [(c["cold"]["wall"] - c["cold"]["stages"].get("diagnostics (issue 4)", 0.0)) / c["baseline"]["wall"] for c in configs]
-    inproc = [c for c in configs if "cold_inproc" in c]
-    floor_ratios = [(c["cold_inproc"]["wall"] - c["cold_inproc"]["stages"].get("diagnostics (issue 4)", 0.0)) / c["baseline"]["wall"] for c in inproc]
+    seq_ratios = [c["cold_jobs1"]["wall"] / c["baseline"]["wall"] for c in configs]
+    gains = [c["cold_jobs1"]["wall"] / c["cold"]["wall"] for c in configs]
     warm_ratios = [c["warm"]["wall"] / c["baseline"]["wall"] for c in configs]
     cli, mem = results["cli"], results["memory"]
+    jobs_kept = statistics.median(gains) >= JOBS_MIN_GAIN and min(gains) > 1.0
     lines += [
         "",
         "Every warm run had every row from the cache: "
@@ -387,9 +366,8 @@ def render(results: dict[str, Any], command: str) -> str:
         "| target | measured | verdict |",
         "| --- | --- | --- |",
         f"| cold run <= {TARGET_COLD:.2f}x the baseline | worst {max(cold_ratios):.2f}x, median {statistics.median(cold_ratios):.2f}x | {mark(max(cold_ratios) <= TARGET_COLD)} |",
-        f"| (the same, without the diagnostics' seconds) | worst {max(core_ratios):.2f}x, median {statistics.median(core_ratios):.2f}x | {mark(max(core_ratios) <= TARGET_COLD)} |",
-        *([f"| (the same, builds in-process, without the diagnostics' seconds) | worst {max(floor_ratios):.2f}x, median "
-           f"{statistics.median(floor_ratios):.2f}x | {mark(max(floor_ratios) <= TARGET_COLD)} |"] if floor_ratios else []),
+        f"| (the same with `--jobs 1`, for comparison) | worst {max(seq_ratios):.2f}x, median {statistics.median(seq_ratios):.2f}x | "
+        f"{mark(max(seq_ratios) <= TARGET_COLD)} |",
         f"| warm re-run <= {TARGET_WARM:.2f}x the baseline | worst {max(warm_ratios):.3f}x, median {statistics.median(warm_ratios):.3f}x | {mark(max(warm_ratios) <= TARGET_WARM)} |",
         f"| `--help` < {TARGET_CLI_SECONDS} s, no torch | {cli['help']:.3f} s; heavy modules imported: {cli['heavy_imports']['--help'] or 'none'} | "
         f"{mark(cli['help'] < TARGET_CLI_SECONDS and not cli['heavy_imports']['--help'])} |",
@@ -404,19 +382,16 @@ def render(results: dict[str, Any], command: str) -> str:
             f"{mem[large]['export_check_mb']:.0f} MB (+{mem['delta_mb']:.1f} MB; baseline {mem[small]['baseline_mb']:.0f} -> "
             f"{mem[large]['baseline_mb']:.0f} MB) | {mark(mem['delta_mb'] <= TARGET_MEMORY_MB)} |"
         )
-    jobs = [c for c in configs if "split2" in c]
-    if jobs:
-        gains = [c["cold"]["wall"] / c["split2"]["wall"] for c in jobs]
-        lines.append(f"| `--jobs 2` only if it gains: two concurrent processes (torch kinds, onnx kinds) vs one cold run | "
-                     f"speed-up median {statistics.median(gains):.2f}x, range {min(gains):.2f}-{max(gains):.2f}x | "
-                     f"{'gain' if statistics.median(gains) > 1.05 else 'no gain: --jobs not kept'} |")
+    lines.append(f"| `--jobs 2` kept only if it gains (median speed-up >= {JOBS_MIN_GAIN}x over `--jobs 1`, faster in every configuration) | "
+                 f"speed-up median {statistics.median(gains):.2f}x, range {min(gains):.2f}-{max(gains):.2f}x | "
+                 f"{'gain: `--jobs 2` is the default' if jobs_kept else '**no gain**: make `--jobs 1` the default'} |")
     lines += ["", "## Stage breakdown (median seconds)", ""]
     for c in configs:
         stages = sorted(set(c["baseline"]["stages"]) | set(c["cold"]["stages"]), key=_stage_order)
-        lines += [f"### {c['arch']}, {c['images']} images", "", "| stage | baseline | cold | cold, builds in-process | warm |",
+        lines += [f"### {c['arch']}, {c['images']} images", "", "| stage | baseline | cold | cold `--jobs 1` | warm |",
                   "| --- | ---: | ---: | ---: | ---: |"]
         for stage in stages:
-            cells = [c[name]["stages"].get(stage) if name in c else None for name in ("baseline", "cold", "cold_inproc", "warm")]
+            cells = [c[name]["stages"].get(stage) if name in c else None for name in ("baseline", "cold", "cold_jobs1", "warm")]
             lines.append(f"| {stage} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells) + " |")
         lines.append("")
     extra = results.get("notes") or []
@@ -425,17 +400,9 @@ def render(results: dict[str, Any], command: str) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _inproc(c: dict[str, Any], baseline: float) -> str:
-    if "cold_inproc" not in c:
-        return "-"
-    wall = c["cold_inproc"]["wall"]
-    diag = c["cold_inproc"]["stages"].get("diagnostics (issue 4)", 0.0)
-    return f"{wall:.2f} ({wall / baseline:.2f}; {(wall - diag) / baseline:.2f})"
-
-
 def _stage_order(stage: str) -> tuple[int, str]:
     order = ["startup+imports", "verify inputs + cache lookup", "load model", "golden set + eager", *(f"export {k}" for k in KINDS),
-             "build (all, incl. harness)", "replay (all)", "diagnostics (issue 4)", "cache store", "total (wall)"]
+             "waiting for builds", "replay (all)", "diagnostics", "cache store", "total (wall)"]
     return (order.index(stage) if stage in order else len(order), stage)
 
 
@@ -445,7 +412,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--archs", default=",".join(ARCHS), help=f"comma-separated, from {', '.join(ARCHS)} (default: all)")
     parser.add_argument("--sizes", default="32,256", help="golden-set sizes (default 32,256)")
     parser.add_argument("--memory-sizes", default="32,1000", help="the two sizes of the memory check (default 32,1000; empty: skip)")
-    parser.add_argument("--no-jobs-sim", action="store_true", help="skip the two-process split that measures what --jobs 2 could gain")
     parser.add_argument("--output", type=Path, default=REPO / "BENCHMARKS.md", help="the Markdown file to write (default BENCHMARKS.md)")
     parser.add_argument("--notes", type=Path, default=REPO / "benchmarks" / "NOTES.md",
                         help="a Markdown file appended under 'Notes' (default: benchmarks/NOTES.md)")
@@ -471,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cli: {results['cli']}", flush=True)
     for arch in archs:
         for count in sizes:
-            config = bench_config(arch, count, args.repeats, not args.no_jobs_sim)
+            config = bench_config(arch, count, args.repeats)
             results["configs"].append(config)
             b = config["baseline"]["wall"]
             print(f"{arch} x {count}: baseline {b:.2f}s cold {config['cold']['wall']:.2f}s ({config['cold']['wall'] / b:.2f}x) "

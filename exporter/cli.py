@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--history", type=Path, metavar="PATH", help="append this run's summary as one JSON line (see `export-check history`)")
     check.add_argument("--cache-dir", type=Path, metavar="DIR", help="artifact cache (default: $XDG_CACHE_HOME/export-check, else ~/.cache/export-check)")
     check.add_argument("--no-cache", action="store_true", help="build and replay everything; neither read nor write the artifact cache")
+    check.add_argument("--jobs", type=int, choices=(1, 2), metavar="{1,2}", help="2: replay and diagnose each artifact while the next ones "
+                       "build on the other core; 1: one artifact at a time (default: 2 when the process may use 2 or more cores)")
     check.add_argument("--diagnose", action="store_true", help="also build the per-layer error tables of passing int8 rows (failing rows always get them)")
 
     golden = sub.add_parser("golden", help="record, verify or approve a golden set")
@@ -169,6 +171,7 @@ def build_config(args: argparse.Namespace) -> Any:
         threads=_pick(args.threads, settings, "threads", 1),
         cache_dir=None if args.no_cache else _pick(args.cache_dir, settings, "cache_dir", None) or default_cache_dir(),
         diagnose=args.diagnose,
+        jobs=_pick(getattr(args, "jobs", None), settings, "jobs", None),
     )
 
 

@@ -23,6 +23,7 @@ INT8_MAX_MAE = 0.1
 INT8_MIN_TOP1 = 0.98
 
 ONNX_EXPORTERS = ("torchscript", "dynamo")
+JOBS = (1, 2)  # processes working at once: this one, and the build server (exporter/isolation.py)
 
 
 def default_cache_dir() -> Path:
@@ -116,6 +117,7 @@ class RunConfig:
     threads: int = 1
     cache_dir: Path | None = None  # the artifact cache (exporter/cache.py); None: no cache
     diagnose: bool = False  # also build the per-layer int8 tables of passing int8 rows (--diagnose)
+    jobs: int | None = None  # 1: build all, then replay; 2: replay each artifact while the next builds; None: by core count
 
     def __post_init__(self) -> None:
         if not self.arch:
@@ -126,6 +128,9 @@ class RunConfig:
         for name, value, low in (("batch size", self.batch_size, 1), ("threads", self.threads, 1), ("opset", self.opset, 7)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise UsageError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.jobs is not None and (isinstance(self.jobs, bool) or self.jobs not in JOBS):
+            raise UsageError(f"jobs must be 1 (build every artifact, then replay) or 2 (replay each artifact while the next "
+                             f"one builds), got {self.jobs!r}")
         if self.onnx_exporter not in ONNX_EXPORTERS:
             raise UsageError(f"onnx exporter must be one of {', '.join(ONNX_EXPORTERS)}, got {self.onnx_exporter!r}")
         if not isinstance(self.arch_kwargs, dict):
@@ -137,6 +142,17 @@ class RunConfig:
             raise UsageError(f"unknown artifact kind(s) {', '.join(unknown)}; choose from {', '.join(KIND_NAMES)}")
         if len(set(self.kinds)) != len(self.kinds):
             raise UsageError(f"artifact kinds listed twice: {', '.join(self.kinds)}")
+
+    @property
+    def effective_jobs(self) -> int:
+        """``jobs``, or 2 when this process may use two cores or more, else 1."""
+        if self.jobs is not None:
+            return self.jobs
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        return 2 if cores >= 2 else 1
 
     @property
     def selected_kinds(self) -> tuple[str, ...]:
@@ -157,6 +173,7 @@ class RunConfig:
             "inference": self.inference_settings(),
             "cache_dir": None if self.cache_dir is None else str(self.cache_dir),
             "diagnose": self.diagnose,
+            "jobs": self.effective_jobs,
         }
 
     def export_settings(self) -> dict[str, Any]:

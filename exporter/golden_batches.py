@@ -77,6 +77,10 @@ class GoldenBatches:
             have += len(batch)
         return np.concatenate(parts)[:count]
 
+    def eager_held(self) -> bool:
+        """Whether every batch's eager output was computed ahead and is held."""
+        return self._eager is not None
+
     def eager(self, index: int) -> tuple[np.ndarray, float] | None:
         """The eager output of the ``index``-th batch and the seconds it took, if computed ahead."""
         return None if self._eager is None else self._eager[index]

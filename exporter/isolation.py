@@ -16,11 +16,18 @@ The server is started by ``prewarm`` (forked from a fresh CLI process right afte
 torch, so it costs no second import; started afresh elsewhere), reused by later runs in the same
 process, and exits when its parent does (its request pipe reaches EOF). ``EXPORT_CHECK_ISOLATE=0``
 builds in-process instead, e.g. to step through an exporter in a debugger.
+
+``start`` sends a build and returns at once; the server works through its requests in order while
+the parent replays what is already built, and ``PendingBuild.wait`` collects a reply (replies come
+back in request order). The model travels with the first request of a run only. A derived kind
+whose source failed in the server is refused there (never built from an earlier run's file). A
+parent that stops early calls ``settle``, which ends the server and the build it is running.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import errno
 import importlib
 import importlib.util
@@ -84,22 +91,104 @@ def prewarm() -> None:
         _SERVER = _Server(fork=fresh)
 
 
-def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str]) -> dict[str, str]:
-    """Run ``kind``'s builder in a child process; return its details, append its warnings to ``notes``.
+class SourceFailed(ArtifactError):
+    """A derived kind was not built because the build of the file it derives from failed in the server."""
 
-    Raises what the builder raised (re-created in this process), or :class:`BuildCrashed`.
-    Falls back to building in-process when isolation is off or the context cannot be pickled.
+
+class PendingBuild:
+    """One build sent to the build server (or done in-process); :meth:`wait` returns its details.
+
+    The server builds its requests one after another, in the order they were sent, while this
+    process goes on (the pipeline replays the artifacts already built). Replies come back in that
+    order; waiting on a later build first receives (and keeps) the earlier ones' replies.
     """
+
+    def __init__(self, kind: Any, ctx: Any, path: Path, source: Path | None) -> None:
+        self.kind, self.ctx, self.path, self.source = kind, ctx, path, source
+        self.notes: list[str] = []
+        self.seconds: float | None = None  # the build's own time (in its child, when isolated)
+        self._reply: dict[str, Any] | None = None
+        self._server: _Server | None = None
+        self._done = False
+        self._details: dict[str, str] = {}
+        self._error: BaseException | None = None
+
+    def _build_in_process(self) -> None:
+        began = time.perf_counter()
+        try:
+            self._details = dict(self.kind.impl().build(self.ctx, self.path, self.source) or {})
+        except BaseException as exc:
+            self._error = exc
+        self.seconds = time.perf_counter() - began
+        self._done = True
+
+    def done(self) -> bool:
+        """Whether :meth:`wait` would return at once."""
+        return self._done or self._reply is not None
+
+    def wait(self, notes: list[str]) -> dict[str, str]:
+        """The build's details (its warnings appended to ``notes``); raises what the builder raised,
+        :class:`SourceFailed` or :class:`BuildCrashed`."""
+        if not self._done:
+            self._finish()
+        notes.extend(self.notes)
+        self.notes = []
+        if self._error is not None:
+            raise self._error
+        return dict(self._details)
+
+    def _finish(self) -> None:
+        server = self._server
+        assert server is not None
+        with _LOCK:
+            try:
+                server.receive_until(self)
+            except (OSError, EOFError, pickle.UnpicklingError, ValueError) as exc:
+                server.fail_pending(exc)
+                server.close()
+        reply = self._reply or {}
+        self.notes.extend(reply.get("notes", ()))
+        self.seconds = reply.get("seconds")
+        _remove_partial(self.path, reply.get("pid"))
+        status = reply.get("status")
+        if status != "crashed" and reply.get("stderr"):
+            sys.stderr.write(reply["stderr"])  # what the exporter printed, as if it had run here
+            sys.stderr.flush()
+        self._done = True
+        if status == "ok":
+            self._details = dict(reply["details"])
+        elif status == "unpicklable":  # e.g. a class defined in a __main__ script: no worse off than before isolation
+            self.notes.append(f"built in-process, not isolated: the build process cannot rebuild the model ({reply['description']})"[:300])
+            self._build_in_process()
+        elif status == "raised":
+            self._error = _revive(reply)
+        elif status == "source-failed":
+            self._error = SourceFailed(f"not built: it is derived from {reply.get('source_kind') or 'its source'}, which failed")
+        elif status == "server-died":
+            self._error = BuildCrashed(f"build crashed: the build server died ({reply['description']}); the rest of the run goes on")
+        else:
+            self._error = BuildCrashed(_crash_message(reply.get("signal"), reply.get("exit_code"), self.path, last_words(reply.get("stderr", ""))))
+
+
+def start(kind: Any, ctx: Any, path: Path, source: Path | None) -> PendingBuild:
+    """Send ``kind``'s build to the build server and return at once; ``wait`` on the result.
+
+    Builds in-process (at once) when isolation is off or the context cannot be pickled.
+    """
+    pending = PendingBuild(kind, ctx, path, source)
     if not enabled():
-        return dict(kind.impl().build(ctx, path, source) or {})
+        pending._build_in_process()
+        return pending
     try:
         key, payload = _pickled(ctx)
     except Exception as exc:  # e.g. a model holding a lambda: no worse off than before isolation
-        notes.append(f"built in-process, not isolated: the model cannot be pickled ({type(exc).__name__}: {exc})"[:300])
-        return dict(kind.impl().build(ctx, path, source) or {})
+        pending.notes.append(f"built in-process, not isolated: the model cannot be pickled ({type(exc).__name__}: {exc})"[:300])
+        pending._build_in_process()
+        return pending
     request = {
         "module": kind.module,
-        "ctx": payload,
+        "kind": kind.name,
+        "source_kind": getattr(kind, "source", None),
         "ctx_key": key,
         "path": str(path),
         "source": None if source is None else str(source),
@@ -109,25 +198,33 @@ def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str]
     }
     with _LOCK:
         server = _server()
+        if server.sent_key != key:  # the model travels once per run; later requests name it by key
+            request["ctx"] = payload
         try:
-            reply = server.call(request)
-        except (OSError, EOFError, pickle.UnpicklingError) as exc:
+            server.send(request, pending)
+            server.sent_key = key
+        except (OSError, ValueError) as exc:
+            server.fail_pending(exc)
             server.close()
-            raise BuildCrashed(f"build crashed: the build server died ({type(exc).__name__}); the rest of the run goes on") from None
-    notes.extend(reply.get("notes", ()))
-    _remove_partial(path, reply.get("pid"))
-    status = reply["status"]
-    if status != "crashed" and reply.get("stderr"):
-        sys.stderr.write(reply["stderr"])  # what the exporter printed, as if it had run here
-        sys.stderr.flush()
-    if status == "ok":
-        return dict(reply["details"])
-    if status == "unpicklable":  # e.g. a class defined in a __main__ script: no worse off than before isolation
-        notes.append(f"built in-process, not isolated: the build process cannot rebuild the model ({reply['description']})"[:300])
-        return dict(kind.impl().build(ctx, path, source) or {})
-    if status == "raised":
-        raise _revive(reply)
-    raise BuildCrashed(_crash_message(reply.get("signal"), reply.get("exit_code"), path, last_words(reply.get("stderr", ""))))
+        pending._server = server
+    return pending
+
+
+def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str]) -> dict[str, str]:
+    """Run ``kind``'s builder in a child process and wait for it; return its details, append its warnings to ``notes``.
+
+    Raises what the builder raised (re-created in this process), or :class:`BuildCrashed`.
+    Falls back to building in-process when isolation is off or the context cannot be pickled.
+    """
+    return start(kind, ctx, path, source).wait(notes)
+
+
+def settle() -> None:
+    """Make sure no build is still in flight: close a server that has replies nobody will read
+    (after a run stopped early), so that the next run starts from a clean server."""
+    with _LOCK:
+        if _SERVER is not None and _SERVER.in_flight():
+            _SERVER.close(stop=True)
 
 
 _PICKLED: tuple[Any, str, bytes] | None = None  # (ctx, key, its pickle): the last context sent
@@ -228,14 +325,38 @@ class _Server:
         self._out = os.fdopen(self._request_w, "wb")
         self._in = os.fdopen(self._reply_r, "rb")
 
+        self.sent_key: str | None = None  # the build context this server holds
+        self._waiting: collections.deque[PendingBuild] = collections.deque()  # sent, reply not yet read
+
     def alive(self) -> bool:
         return self._proc.poll() is None
 
-    def call(self, request: dict[str, Any]) -> dict[str, Any]:
+    def send(self, request: dict[str, Any], pending: PendingBuild) -> None:
+        self._waiting.append(pending)
         _send(self._out, request)
-        return _receive(self._in)
 
-    def close(self) -> None:
+    def in_flight(self) -> bool:
+        return bool(self._waiting)
+
+    def receive_until(self, pending: PendingBuild) -> None:
+        """Read replies, in the order their requests were sent, until ``pending``'s has arrived."""
+        while pending._reply is None:
+            if not self._waiting:
+                raise EOFError("no reply is due for this build")
+            reply = _receive(self._in)
+            self._waiting.popleft()._reply = reply
+
+    def fail_pending(self, exc: BaseException) -> None:
+        """Every build still waiting for a reply becomes a crash: the server is gone."""
+        while self._waiting:
+            self._waiting.popleft()._reply = {"status": "server-died", "description": type(exc).__name__}
+
+    def close(self, stop: bool = False) -> None:
+        """Close the pipes (the server exits once it has read what was sent); ``stop``: end it now,
+        and the build it is running with it, instead of letting it finish what it was sent."""
+        self.fail_pending(EOFError("the build server was closed"))
+        if stop:
+            self._proc.terminate()
         for stream in (self._out, self._in):
             try:
                 stream.close()
@@ -295,8 +416,14 @@ class _Forked:
         return self.returncode
 
     def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def _signal(self, signum: int) -> None:
         try:
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.pid, signum)
         except ProcessLookupError:
             pass
 
@@ -337,6 +464,7 @@ def serve(request_fd: int, reply_fd: int) -> None:
     each child while it builds. The first builds (TorchScript) need torch alone, so they start at
     once, and the import of onnxsim and the rest overlaps them instead of delaying them.
     """
+    signal.signal(signal.SIGTERM, _stop)
     _PENDING[:] = [name for name in PRELOAD if name not in sys.modules]
     if "torch" in sys.modules:
         _warm_up()
@@ -350,10 +478,29 @@ def serve(request_fd: int, reply_fd: int) -> None:
         except EOFError:
             return  # the parent is gone or done
         ctx, refused = _context(request)
-        _send(replies, refused if refused is not None else _run_in_child(request, ctx))
+        if refused is None and _BUILT.get(request.get("source") or "", "ok") != "ok":
+            # Its source file's build failed here: a file at that path is stale, never build from it.
+            refused = {"status": "source-failed", "notes": [], "source_kind": request.get("source_kind")}
+        reply = refused if refused is not None else _run_in_child(request, ctx)
+        _BUILT[request["path"]] = reply.get("status", "crashed")
+        _send(replies, reply)
 
 
-_CONTEXT: tuple[str, Any] | None = None  # (key, unpickled build context), held by the server
+_CHILD: int | None = None  # the pid of the child building now
+
+
+def _stop(signum: int, frame: Any) -> None:
+    """SIGTERM from the parent: it stopped early; end the build under way too, and leave."""
+    if _CHILD is not None:
+        try:
+            os.kill(_CHILD, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os._exit(0)
+
+
+_CONTEXT: tuple[str, Any, dict[str, Any] | None] | None = None  # (key, unpickled build context, or the refusal), held by the server
+_BUILT: dict[str, str] = {}  # artifact path -> reply status, for the builds of the current context
 _PENDING: list[str] = []  # modules of PRELOAD the server has yet to import
 
 
@@ -385,12 +532,16 @@ def _ready_for_children() -> None:
 
 def _context(request: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     """The request's build context, unpickled once per key in the server so that every child inherits
-    it by fork; or the ``unpicklable`` reply when it cannot be rebuilt here."""
+    it by fork; or the ``unpicklable`` reply when it cannot be rebuilt here. The parent sends the
+    pickled context with the first request of a key only."""
     global _CONTEXT
     key = request.get("ctx_key")
     if _CONTEXT is not None and _CONTEXT[0] == key:
-        return _CONTEXT[1], None
+        return _CONTEXT[1], _CONTEXT[2]
     _CONTEXT = None
+    _BUILT.clear()
+    if "ctx" not in request:
+        return None, {"status": "unpicklable", "notes": [], "description": "the build server did not receive the model"}
     for name in [n for n in sys.modules if n.startswith(_PRIVATE_PREFIX)]:
         del sys.modules[name]  # a lone architecture file is imported afresh for each context, as the parent gave it
     sys.path[:] = request["sys_path"]
@@ -398,8 +549,10 @@ def _context(request: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     try:
         ctx = _ModelUnpickler(io.BytesIO(request["ctx"]), request["files"]).load()
     except Exception as exc:
-        return None, {"status": "unpicklable", "notes": [], "description": f"{type(exc).__name__}: {exc}"[:200]}
-    _CONTEXT = (key, ctx)
+        refused = {"status": "unpicklable", "notes": [], "description": f"{type(exc).__name__}: {exc}"[:200]}
+        _CONTEXT = (key, None, refused)
+        return None, refused
+    _CONTEXT = (key, ctx, None)
     return ctx, None
 
 
@@ -420,10 +573,13 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     # The child's stderr goes to a file: passed on when it reports back, summed up when it crashes
     # (a native abort prints a long C++ stack there).
     log = tempfile.TemporaryFile()
+    global _CHILD
+    began = time.perf_counter()
     pid = os.fork()
     if pid == 0:  # the child: build, report, and leave without running any of the server's cleanup
         code = 0
         try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.close(result_r)
             os.dup2(log.fileno(), 2)
             reply = _build_here(request, ctx)
@@ -434,15 +590,18 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
             code = 70
         finally:
             os._exit(code)
+    _CHILD = pid
     os.close(result_w)
     _preload_until_readable(result_r)  # while the child builds, on the other core
     with os.fdopen(result_r, "rb") as results:
         data = results.read()
     _, status = os.waitpid(pid, 0)
+    _CHILD = None
+    seconds = time.perf_counter() - began
     with log:
         log.seek(0)
         stderr = log.read(_STDERR_KEEP).decode("utf-8", "replace")
-    reply: dict[str, Any] = {"pid": pid, "stderr": stderr}
+    reply: dict[str, Any] = {"pid": pid, "stderr": stderr, "seconds": seconds}
     if data:
         try:
             reply.update(pickle.loads(data))

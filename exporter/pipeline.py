@@ -3,6 +3,12 @@
 ``run_check`` produces a :class:`~exporter.results.Report`; it prints nothing and never exits.
 Running and judging are separate: replay feeds outputs into accumulators, ``compare.judge`` decides.
 Each artifact is isolated: its failure to build, load or run becomes its own ``error`` row.
+
+Two processes share the work (``--jobs 2``, the default on two cores or more): the build server
+(exporter/isolation.py) builds the artifacts one after another, while this process runs eager over
+the golden set and then replays and diagnoses each artifact as soon as its file is written. With
+``--jobs 1``, or a golden set too large to hold in memory, one thing happens at a time. The rows,
+their numbers and the report's order are the same either way (tests/test_jobs.py).
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ from typing import Any
 import numpy as np
 
 from . import __version__, isolation
-from .artifacts import KINDS, KINDS_BY_NAME, ArtifactKind, BuildContext
+from .artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import as_logits, captured_warnings, dedupe
 from .cache import RESTORED, ArtifactCache, cached_rows, open_cache, restore_artifact, store_rows
 from .checkpoint import build_model, check_readable_file, load_state_dict, sha256_file
 from .compare import ErrorAccumulator, Metrics, ShapeMismatch, judge
 from .config import TORCH_INTEROP_THREADS, RunConfig
 from .errors import ArchitectureError, ExportCheckError, OutputError
+from .diagnostics.run import EAGER, Diagnoser
+from .diagnostics.trace import ReplayTrace
 from .golden import GoldenSet, load_golden
 from .golden_batches import GoldenBatches
 from .results import ERROR, FAIL, PASS, FileInfo, GoldenSummary, Report, Row
@@ -107,49 +115,114 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:400]}" if text else type(exc).__name__
 
 
+class BuildJob:
+    """One artifact's build: sent to the build server at construction, its outcome on :meth:`result`.
+
+    Isolated builds run in a child of the build server (exporter/isolation.py), one after another
+    in the order they were started, while this process goes on. A failure becomes ``error``.
+    """
+
+    def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None) -> None:
+        self.kind, self.path = kind, path
+        self._began = time.perf_counter()
+        self._outcome: BuildOutcome | None = None
+        self._notes: list[str] = []
+        self._pending: isolation.PendingBuild | None = None
+        try:
+            with captured_warnings(self._notes):
+                self._pending = isolation.start(kind, ctx, path, source)
+        except Exception as exc:  # any exporter failure is this artifact's error, not the run's
+            self._outcome = self._failed(BuildOutcome(notes=self._notes), f"build failed: {_describe(exc)}")
+
+    def done(self) -> bool:
+        return self._outcome is not None or (self._pending is not None and self._pending.done())
+
+    def result(self) -> BuildOutcome:
+        if self._outcome is None:
+            assert self._pending is not None
+            outcome = BuildOutcome(notes=self._notes)
+            try:
+                with captured_warnings(outcome.notes):
+                    outcome.details = self._pending.wait(outcome.notes)
+                outcome.path = self.path
+            except (isolation.BuildCrashed, isolation.SourceFailed) as exc:
+                self._failed(outcome, str(exc))
+            except Exception as exc:  # any exporter failure is this artifact's error, not the run's
+                self._failed(outcome, f"build failed: {_describe(exc)}")
+            outcome.seconds = self._pending.seconds if self._pending.seconds is not None else time.perf_counter() - self._began
+            self._outcome = outcome
+        return self._outcome
+
+    def _failed(self, outcome: BuildOutcome, error: str) -> BuildOutcome:
+        outcome.error = error
+        with contextlib.suppress(OSError):
+            self.path.unlink()  # never leave a stale file from an earlier run looking like this one's
+        outcome.seconds = time.perf_counter() - self._began
+        return outcome
+
+
+def start_build(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None) -> BuildJob:
+    """Start building one artifact file (in the build server when isolated); ``.result()`` waits for it."""
+    return BuildJob(kind, ctx, path, source)
+
+
 def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None) -> BuildOutcome:
-    """Build one artifact file, capturing its exporter's warnings; a failure becomes ``error``."""
-    outcome = BuildOutcome()
-    started = time.perf_counter()
-    try:
-        with captured_warnings(outcome.notes):
-            # Issue 5: in a child process, so a native crash is this row's error (exporter/isolation.py).
-            outcome.details = isolation.build(kind, ctx, path, source, outcome.notes)
-        outcome.path = path
-    except isolation.BuildCrashed as exc:
-        outcome.error = str(exc)
-        with contextlib.suppress(OSError):
-            path.unlink()
-    except Exception as exc:  # any exporter failure is this artifact's error, not the run's
-        outcome.error = f"build failed: {_describe(exc)}"
-        with contextlib.suppress(OSError):
-            path.unlink()  # never leave a stale file from an earlier run looking like this one's
-    outcome.seconds = time.perf_counter() - started
-    return outcome
+    """Build one artifact file and wait for it, capturing its exporter's warnings; a failure becomes ``error``."""
+    return start_build(kind, ctx, path, source).result()
 
 
-def _build_all(
-    config: RunConfig, ctx: BuildContext, out_dir: Path, progress: Progress, cache: ArtifactCache | None = None
-) -> dict[str, BuildOutcome]:
-    wanted = set(config.selected_kinds)
-    # A derived kind needs its source built first, even if the source itself is not reported.
-    wanted |= {KINDS_BY_NAME[name].source for name in config.selected_kinds if KINDS_BY_NAME[name].source}
-    built: dict[str, BuildOutcome] = {}
-    for kind in (k for k in KINDS if k.name in wanted):
-        source_path = None
-        if kind.source:
-            source = built[kind.source]
-            if source.error or source.path is None:
-                built[kind.name] = BuildOutcome(error=f"not built: it is derived from {kind.source}, which failed")
-                continue
-            source_path = source.path
-        restored = restore_artifact(cache, kind.name, out_dir / kind.filename()) if cache is not None else None
-        if restored is not None:
-            built[kind.name] = BuildOutcome(path=restored.path, details=restored.details, notes=list(restored.notes), cache=RESTORED)
-            continue
-        progress(f"building {kind.name}")
-        built[kind.name] = build_artifact(kind, ctx, out_dir / kind.filename(), source_path)
-    return built
+class _Builds:
+    """The run's artifact files, in ``BUILD_ORDER``: restored from the cache, or built.
+
+    ``ahead``: every build is sent to the build server at once, and :meth:`get` waits for one, so
+    the caller replays each artifact while the next ones build on the other core (``--jobs 2``).
+    Otherwise each is built when :meth:`get` asks for it (``--jobs 1``). ``waited`` is the time
+    this process spent waiting for builds.
+    """
+
+    def __init__(self, config: RunConfig, ctx: BuildContext, out_dir: Path, progress: Progress,
+                 cache: ArtifactCache | None, ahead: bool) -> None:
+        wanted = set(config.selected_kinds)
+        # A derived kind needs its source built first, even if the source itself is not reported.
+        wanted |= {KINDS_BY_NAME[name].source for name in config.selected_kinds if KINDS_BY_NAME[name].source}
+        self.order = [k for k in BUILD_ORDER if k.name in wanted]
+        self.ctx, self.out_dir, self.progress = ctx, out_dir, progress
+        self.outcomes: dict[str, BuildOutcome] = {}
+        self.jobs: dict[str, BuildJob] = {}
+        self.waited = 0.0
+        for kind in self.order:
+            restored = restore_artifact(cache, kind.name, out_dir / kind.filename()) if cache is not None else None
+            if restored is not None:
+                self.outcomes[kind.name] = BuildOutcome(path=restored.path, details=restored.details, notes=list(restored.notes), cache=RESTORED)
+            elif ahead:
+                self.jobs[kind.name] = start_build(kind, ctx, out_dir / kind.filename(), self._source_path(kind))
+
+    def _source_path(self, kind: ArtifactKind) -> Path | None:
+        return None if kind.source is None else self.out_dir / KINDS_BY_NAME[kind.source].filename()
+
+    def get(self, name: str) -> BuildOutcome:
+        """``name``'s outcome, waiting for (or running) its build."""
+        if name in self.outcomes:
+            return self.outcomes[name]
+        kind = KINDS_BY_NAME[name]
+        source = self.get(kind.source) if kind.source else None
+        began = time.perf_counter()
+        job = self.jobs.get(name)
+        if job is None or not job.done():
+            self.progress(f"building {name}")
+        if source is not None and (source.error or source.path is None):
+            if job is not None:
+                job.result()  # the server refused it (in-process, it may have built from an earlier run's file)
+            with contextlib.suppress(OSError):
+                (self.out_dir / kind.filename()).unlink()  # an earlier run's file must not pass for this run's
+            outcome = BuildOutcome(error=f"not built: it is derived from {kind.source}, which failed")
+        elif job is not None:
+            outcome = job.result()
+        else:
+            outcome = build_artifact(kind, self.ctx, self.out_dir / kind.filename(), self._source_path(kind))
+        self.waited += time.perf_counter() - began
+        self.outcomes[name] = outcome
+        return outcome
 
 
 def _file_info(path: Path) -> FileInfo:
@@ -186,13 +259,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         progress("loading checkpoint")
         state = load_state_dict(config.checkpoint)
         model = build_model(config.arch, config.arch_kwargs, state, config.checkpoint, config.arch_root)
-        # Decoded once (when it fits in memory) and run through eager now, while the build server
-        # imports its libraries on the other core (exporter/golden_batches.py).
-        batches = GoldenBatches(golden, config.batch_size)
-        batches.precompute_eager(lambda batch: _eager_logits(model, batch))
-        eager_ahead = _eager_sizes_ahead(config, golden, batches, model)
-        if any(KINDS_BY_NAME[name].suffix == ".onnx" for name in config.selected_kinds):
-            import onnxruntime  # noqa: F401  (the replay's runners need it; importing it now overlaps the server's imports)
+        batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
         ctx = BuildContext(
             model=model,
             example=torch.from_numpy(batches.first),
@@ -200,13 +267,27 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             onnx_exporter=config.onnx_exporter,
             threads=config.threads,
         )
-        timings["load_model"] = time.perf_counter() - started - sum(timings.values())
-        built = _build_all(config, ctx, out_dir, progress, cache)
-        timings["build"] = time.perf_counter() - started - sum(timings.values())
-        rows, label_accuracy = _replay_and_judge(config, golden, batches, reference, model, ctx, built, progress, eager_ahead)
-        timings["replay"] = time.perf_counter() - started - sum(timings.values())
+        # --jobs 2: every build goes to the build server now; this process runs eager over the set
+        # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next
+        # ones build on the other core. A streamed set is replayed once, after all the builds.
+        ahead = config.effective_jobs > 1 and batches.held is not None and isolation.enabled()
+        try:
+            builds = _Builds(config, ctx, out_dir, progress, cache, ahead)
+            batches.precompute_eager(lambda batch: _eager_logits(model, batch))
+            eager_ahead = _eager_sizes_ahead(config, golden, batches, model)
+            if any(KINDS_BY_NAME[name].suffix == ".onnx" for name in config.selected_kinds):
+                import onnxruntime  # noqa: F401  (the replay's runners need it)
+            timings["load_model"] = time.perf_counter() - started - sum(timings.values())
+            rows, label_accuracy = _replay_and_judge(
+                config, golden, batches, reference, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held()
+            )
+        finally:
+            isolation.settle()  # a run stopped early leaves no build running behind it
+        replayed = time.perf_counter() - started - sum(timings.values())
+        timings["build"] = builds.waited
+        timings["replay"] = replayed - builds.waited
         if cache is not None:
-            rows = store_rows(cache, config, rows, built, label_accuracy)
+            rows = store_rows(cache, config, rows, builds.outcomes, label_accuracy)
             timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
     return _report(config, golden, checkpoint_info, rows, label_accuracy, started, out_dir, timings)
 
@@ -245,6 +326,92 @@ def _report(
     )
 
 
+class _Replay:
+    """Replays the golden set through runners, batch by batch, accumulating each row's errors
+    against eager and what the diagnostics reuse (``trace``)."""
+
+    def __init__(self, config: RunConfig, golden: GoldenSet, batches: GoldenBatches, reference: np.ndarray, model: Any) -> None:
+        self.config, self.golden, self.batches, self.reference, self.model = config, golden, batches, reference, model
+        self.trace = ReplayTrace.for_run(len(golden), config.batch_size)
+        self.accumulators: dict[str, ErrorAccumulator] = {}
+        self.seconds: dict[str, float] = {}
+        self.errors: dict[str, str] = {}
+        self.eager_acc = ErrorAccumulator()
+        self.eager_error: str | None = None
+        self.eager_argmax: list[np.ndarray] = []
+
+    def open(self, kind: ArtifactKind, outcome: BuildOutcome, ctx: BuildContext, stack: contextlib.ExitStack) -> Any | None:
+        """The artifact reloaded from its file, as it ships; ``None`` (and the row's error) when it can't be."""
+        if outcome.error:
+            self.errors[kind.name] = outcome.error
+            return None
+        assert outcome.path is not None
+        try:
+            with captured_warnings(outcome.notes):
+                return stack.enter_context(kind.impl().open_runner(outcome.path, ctx))
+        except Exception as exc:
+            self.errors[kind.name] = f"reloading {outcome.path.name} failed: {_describe(exc)}"
+            return None
+
+    def _eager(self, index: int, start: int, batch: np.ndarray, record: bool) -> np.ndarray:
+        try:
+            ahead = self.batches.eager(index)
+            if ahead is None:
+                began = time.perf_counter()
+                ahead = (_eager_logits(self.model, batch), time.perf_counter() - began)
+        except Exception as exc:
+            raise ArchitectureError(
+                f"{self.config.checkpoint}: the eager model fails on the golden inputs ({_describe(exc)}); "
+                "check that --arch and the golden set's preprocessing match the model"
+            ) from None
+        eager = ahead[0]
+        if record:
+            self.trace.add_batch(start, batch)
+            self.trace.add_output(EAGER, start, batch, eager, ahead[1])
+            self.eager_argmax.append(np.argmax(eager, axis=1))
+            if self.eager_error is None:
+                try:
+                    self.eager_acc.add(self.reference[start : start + len(batch)], eager)
+                except ShapeMismatch as exc:
+                    self.eager_error = f"eager output does not match the golden reference: {exc}"
+        return eager
+
+    def run(self, runners: dict[str, Any], notes: dict[str, list[str]], with_eager: bool) -> None:
+        """One pass over the golden set: eager (recorded when ``with_eager``) and every runner."""
+        runners = dict(runners)
+        for name in runners:
+            self.accumulators.setdefault(name, ErrorAccumulator())
+            self.seconds.setdefault(name, 0.0)
+        for index, (start, batch) in enumerate(self.batches):
+            eager = self._eager(index, start, batch, with_eager)
+            for name, runner in list(runners.items()):
+                began = time.perf_counter()
+                try:
+                    with captured_warnings(notes[name]):
+                        out = runner.infer(batch)
+                    self.trace.add_output(name, start, batch, out, time.perf_counter() - began)
+                    self.accumulators[name].add(eager, out)
+                except Exception as exc:
+                    self.errors[name] = f"running failed at inputs {start}..{start + len(batch) - 1}: {_describe(exc)}"
+                    del runners[name]
+                self.seconds[name] += time.perf_counter() - began
+
+    def eager_row(self) -> Row:
+        return _eager_row(self.config, None if self.eager_error else self.eager_acc.result(), self.eager_error)
+
+    def artifact_row(self, kind: ArtifactKind, outcome: BuildOutcome) -> Row:
+        artifact = _file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
+        if kind.name in self.errors or kind.name not in self.accumulators:
+            return _artifact_row(self.config, kind, outcome, artifact, None, None, self.errors.get(kind.name))
+        return _artifact_row(self.config, kind, outcome, artifact, self.accumulators[kind.name].result(), self.seconds[kind.name])
+
+    def label_accuracy(self) -> float | None:
+        labels = self.golden.labels()
+        if self.eager_argmax and all(label is not None for label in labels):
+            return float(np.mean(np.concatenate(self.eager_argmax) == np.asarray(labels)))
+        return None
+
+
 def _replay_and_judge(
     config: RunConfig,
     golden: GoldenSet,
@@ -252,85 +419,49 @@ def _replay_and_judge(
     reference: np.ndarray,
     model: Any,
     ctx: BuildContext,
-    built: dict[str, BuildOutcome],
+    builds: _Builds,
     progress: Progress,
     eager_ahead: dict[int, Any] | None = None,
+    by_artifact: bool = True,
 ) -> tuple[list[Row], float | None]:
-    from .diagnostics.run import EAGER, diagnose_rows
-    from .diagnostics.trace import ReplayTrace
-
-    kinds = [KINDS_BY_NAME[name] for name in config.selected_kinds]
-    errors: dict[str, str] = {k.name: built[k.name].error for k in kinds if built[k.name].error}
-    accumulators = {k.name: ErrorAccumulator() for k in kinds}
-    replay_seconds = {k.name: 0.0 for k in kinds}
-    eager_acc = ErrorAccumulator()
-    eager_error: str | None = None
-    eager_argmax: list[np.ndarray] = []
-    trace = ReplayTrace.for_run(len(golden), config.batch_size)  # what the diagnostics reuse
-
+    """Every row, judged and diagnosed. ``by_artifact``: eager's outputs are held, so each artifact
+    is replayed (and diagnosed) on its own as soon as its build is done; otherwise, after every
+    build, one pass over the golden set runs every artifact (a streamed set is decoded once)."""
+    selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
+    replay = _Replay(config, golden, batches, reference, model)
+    rows: dict[str, Row] = {}
     with contextlib.ExitStack() as stack:
-        runners: dict[str, Any] = {}
-        for kind in kinds:
-            if kind.name in errors:
-                continue
-            path = built[kind.name].path
-            assert path is not None
-            try:
-                with captured_warnings(built[kind.name].notes):
-                    runners[kind.name] = stack.enter_context(kind.impl().open_runner(path, ctx))
-            except Exception as exc:
-                errors[kind.name] = f"reloading {path.name} failed: {_describe(exc)}"
-
-        progress(f"replaying {len(golden)} inputs through {len(runners)} artifacts")
-        for index, (start, batch) in enumerate(batches):
-            trace.add_batch(start, batch)
-            try:
-                ahead = batches.eager(index)
-                if ahead is None:
-                    began = time.perf_counter()
-                    ahead = (_eager_logits(model, batch), time.perf_counter() - began)
-                eager = ahead[0]
-                trace.add_output(EAGER, start, batch, eager, ahead[1])
-            except Exception as exc:
-                raise ArchitectureError(
-                    f"{config.checkpoint}: the eager model fails on the golden inputs ({_describe(exc)}); "
-                    "check that --arch and the golden set's preprocessing match the model"
-                ) from None
-            eager_argmax.append(np.argmax(eager, axis=1))
-            if eager_error is None:
-                try:
-                    eager_acc.add(reference[start : start + len(batch)], eager)
-                except ShapeMismatch as exc:
-                    eager_error = f"eager output does not match the golden reference: {exc}"
-            for name, runner in list(runners.items()):
-                began = time.perf_counter()
-                try:
-                    with captured_warnings(built[name].notes):
-                        out = runner.infer(batch)
-                    trace.add_output(name, start, batch, out, time.perf_counter() - began)
-                    accumulators[name].add(eager, out)
-                except Exception as exc:
-                    errors[name] = f"running failed at inputs {start}..{start + len(batch) - 1}: {_describe(exc)}"
-                    del runners[name]
-                replay_seconds[name] += time.perf_counter() - began
-
-        rows = [_eager_row(config, None if eager_error else eager_acc.result(), eager_error)]
-        for kind in kinds:
-            outcome = built[kind.name]
-            artifact = _file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
-            if kind.name in errors:
-                rows.append(_artifact_row(config, kind, outcome, artifact, None, None, errors[kind.name]))
-                continue
-            rows.append(_artifact_row(config, kind, outcome, artifact, accumulators[kind.name].result(), replay_seconds[kind.name]))
-        # Batch sizes, determinism, latency, where it diverges: through the replay's open runners,
-        # reusing what the replay computed (exporter/diagnostics/trace.py).
-        rows = diagnose_rows(config, golden, model, ctx, rows, progress, trace=trace, runners=runners, eager_ahead=eager_ahead)
-    labels = golden.labels()
-    label_accuracy = None
-    if eager_argmax and all(label is not None for label in labels):
-        predicted = np.concatenate(eager_argmax)
-        label_accuracy = float(np.mean(predicted == np.asarray(labels)))
-    return rows, label_accuracy
+        if by_artifact:
+            replay.run({}, {}, with_eager=True)  # eager's pass, from the outputs held
+            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead)
+            rows["eager"] = diagnoser.row(replay.eager_row(), ctx)
+            for kind in builds.order:  # build order; a derived kind's source comes first
+                outcome = builds.get(kind.name)
+                if kind not in selected:
+                    continue
+                with contextlib.ExitStack() as one:
+                    runner = replay.open(kind, outcome, ctx, one)
+                    if runner is not None:
+                        progress(f"replaying {len(golden)} inputs through {kind.name}")
+                        replay.run({kind.name: runner}, {kind.name: outcome.notes}, with_eager=False)
+                    # Batch sizes, determinism, latency, where it diverges: through the runner the
+                    # replay used, reusing what it computed (exporter/diagnostics/trace.py).
+                    rows[kind.name] = diagnoser.row(replay.artifact_row(kind, outcome), ctx, runner)
+        else:
+            outcomes = {kind.name: builds.get(kind.name) for kind in builds.order}
+            runners = {}
+            for kind in selected:
+                runner = replay.open(kind, outcomes[kind.name], ctx, stack)
+                if runner is not None:
+                    runners[kind.name] = runner
+            progress(f"replaying {len(golden)} inputs through {len(runners)} artifacts")
+            replay.run(runners, {name: outcomes[name].notes for name in runners}, with_eager=True)
+            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead)
+            rows["eager"] = diagnoser.row(replay.eager_row(), ctx)
+            for kind in selected:
+                runner = runners.get(kind.name) if kind.name not in replay.errors else None
+                rows[kind.name] = diagnoser.row(replay.artifact_row(kind, outcomes[kind.name]), ctx, runner)
+    return [rows["eager"], *(rows[kind.name] for kind in selected)], replay.label_accuracy()
 
 
 def _eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:

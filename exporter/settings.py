@@ -30,6 +30,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "artifacts": ("artifacts", "strlist"),
     "batch-size": ("batch_size", "int"),
     "threads": ("threads", "int"),
+    "jobs": ("jobs", "jobs"),
     "opset": ("opset", "int"),
     "onnx-exporter": ("onnx_exporter", "str"),
     "max-mae": ("max_mae", "float"),
@@ -74,6 +75,10 @@ def _coerce(value: Any, kind: str, base: Path, where: str) -> Any:
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise UsageError(f"{where} must be an integer, got {value!r}")
+        return value
+    if kind == "jobs":
+        if isinstance(value, bool) or value not in (1, 2):
+            raise UsageError(f"{where} must be 1 or 2, got {value!r}")
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:

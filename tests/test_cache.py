@@ -32,13 +32,13 @@ def config_for(tmp_path: Path, cache: Path | None, **changes) -> RunConfig:
 def build_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Names of the artifacts the pipeline really builds (the cache must keep this empty on a hit)."""
     calls: list[str] = []
-    real = pipeline.build_artifact
+    real = pipeline.start_build
 
     def counting(kind, *args, **kwargs):
         calls.append(kind.name)
         return real(kind, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "build_artifact", counting)
+    monkeypatch.setattr(pipeline, "start_build", counting)
     return calls
 
 

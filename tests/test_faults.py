@@ -52,6 +52,9 @@ if _FAULTS:
                 os.abort()
             elif how == "exit":
                 os._exit(3)
+            elif how == "sleep":  # a build that never ends: say which process it is, then wait
+                Path(_FLAG).write_text(str(os.getpid()))
+                time.sleep(600)
             elif how == "segv-mid-write":
                 from exporter.artifacts._common import atomic_path
 
@@ -62,7 +65,7 @@ if _FAULTS:
 
     for _item in _FAULTS.split(","):
         _what, _, _arg = _item.partition(":")
-        if _what in ("segv", "abort", "exit", "segv-mid-write"):
+        if _what in ("segv", "abort", "exit", "segv-mid-write", "sleep"):
             importlib.import_module("exporter.artifacts." + _arg).build = _crashing_build(_what)
         elif _what == "hang-golden-write":
             import exporter.golden as _golden
@@ -168,6 +171,65 @@ def test_a_child_that_exits_without_reporting_is_an_error_too(hook_dir: Path, tm
     assert result.returncode == 1, result.stdout + result.stderr
     assert "ERROR onnx: build crashed: its child process exited with code 3 before reporting back" in result.stdout
     assert "FAILED: 2 passed, 0 failed, 1 errors" in result.stdout
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_crashed_onnx_build_leaves_no_derived_artifact_from_an_earlier_run(hook_dir: Path, tmp_path: Path, jobs: str) -> None:
+    """The derived kinds are not built from the previous run's onnx.onnx, and their previous files go."""
+    out, report_path = tmp_path / "out", tmp_path / "report.json"
+    onnx_files = ("onnx.onnx", "onnx-simplified.onnx", "onnx-int8-dynamic.onnx")
+    args = cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--json", report_path,
+               "--artifacts", "onnx,onnx-simplified,onnx-int8-dynamic", "--no-cache", "--jobs", jobs, "-q")
+    first = subprocess.run(args, env=cli_env(hook_dir), capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert all((out / name).is_file() for name in onnx_files)
+
+    second = subprocess.run(args, env=cli_env(hook_dir, "segv:onnx_export"), capture_output=True, text=True, timeout=600)
+    assert second.returncode == 1, second.stdout + second.stderr
+    rows = {row["name"]: row for row in strict_json(report_path)["rows"]}
+    assert rows["eager"]["status"] == "pass"
+    assert rows["onnx"]["status"] == "error" and rows["onnx"]["reasons"][0].startswith("build crashed (signal 11, SIGSEGV)")
+    for name in ("onnx-simplified", "onnx-int8-dynamic"):
+        assert rows[name]["status"] == "error" and rows[name]["artifact"] is None and rows[name]["metrics"] is None
+        assert rows[name]["reasons"][0] == "not built: it is derived from onnx, which failed", rows[name]["reasons"]
+    assert [name for name in onnx_files if (out / name).exists()] == []
+    assert partial_files(out) == []
+
+
+def test_an_interrupted_run_stops_its_build_child_too(hook_dir: Path, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to export-check alone) while a build is still running: exit 130, no build left running."""
+    flag, out = tmp_path / "flag", tmp_path / "out"
+    proc = subprocess.Popen(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--no-cache", "--jobs", "2", "-q"),
+        env=cli_env(hook_dir, "sleep:onnx_simplified", EXPORT_CHECK_TEST_FLAG=str(flag)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (flag.is_file() and flag.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "the sleeping build never started"
+            time.sleep(0.05)
+        child = int(flag.read_text())
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    assert stderr.strip().splitlines()[-1] == "export-check: interrupted" and "Traceback" not in stderr
+    deadline = time.monotonic() + 10
+    while not _gone(child):
+        assert time.monotonic() < deadline, f"build child {child} still running after export-check exited"
+        time.sleep(0.05)
+    assert partial_files(out) == [] and not (out / "onnx-simplified.onnx").exists()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")  # stopped; its new parent reaps it
 
 
 def test_without_isolation_the_same_crash_kills_the_whole_run(hook_dir: Path, tmp_path: Path) -> None:

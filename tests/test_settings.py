@@ -34,6 +34,8 @@ def test_file_beside_the_checkpoint_wins(tmp_path: Path) -> None:
         ('[tool.export-check]\narch = 3\n', "arch must be a non-empty string"),
         ('[tool.export-check]\nbatch-size = "8"\n', "batch-size must be an integer"),
         ('[tool.export-check]\nmax-mae = -1\n', "max-mae must be a finite number"),
+        ('[tool.export-check]\njobs = 3\n', "jobs must be 1 or 2, got 3"),
+        ('[tool.export-check]\njobs = true\n', "jobs must be 1 or 2, got True"),
         ('[tool.export-check]\nmax-mea = 1\n', "unknown key 'max-mea'"),
         ('[tool.export-check\n', "not valid TOML"),
     ],

@@ -1,4 +1,4 @@
-"""The one hook the pipeline calls after replay: measure every row, judge, attach, return new rows.
+"""What the pipeline calls after each row's replay (:class:`Diagnoser`): measure it, judge, attach.
 
 Each artifact runs through the runner the replay opened from its file (what ships), and what the
 replay already computed is reused (``trace.ReplayTrace``): the probe's outputs at the main batch size,
@@ -137,61 +137,63 @@ def eager_sizes_ahead(model: Any, probe: np.ndarray, batch_size: int) -> dict[in
     return shapes.run_sizes(_eager_infer(model), probe, tuple(s for s in sizes if s != main), main)
 
 
-def diagnose_rows(config: RunConfig, golden: GoldenSet, model: Any, ctx: BuildContext, rows: list[Row], progress,
-                  trace: ReplayTrace, runners: dict[str, Any] | None = None, eager_ahead: dict[int, Any] | None = None) -> list[Row]:
-    """Measure, judge and attach diagnostics to every row; a gating finding turns a pass into a fail.
+class Diagnoser:
+    """Measures, judges and attaches the diagnostics of one row at a time.
 
-    ``trace`` holds what the replay computed; ``runners`` are the replay's open runners (a row
-    without one is reopened from its file); ``eager_ahead`` is ``eager_sizes_ahead``'s result.
+    Set up once the replay has run eager over the golden set (``trace`` holds eager's outputs and
+    timings); then :meth:`row` for each row, as soon as that row's replay is done and while its
+    runner is still open, so the pipeline can diagnose one artifact while the next one builds.
+    ``eager_ahead`` is ``eager_sizes_ahead``'s result.
     """
-    runners = runners or {}
-    probe = trace.probe()
-    main = min(config.batch_size, len(probe))
-    sizes = shapes.plan_sizes(main, len(probe))
-    float_gate = config.thresholds.float_gate.max_mae
-    rerun_bound = float_gate * RERUN_FRACTION_OF_FLOAT_GATE
-    eager_infer = _eager_infer(model)
-    progress(f"diagnosing: batch sizes {', '.join(map(str, sizes))}, determinism, latency ({config.threads} threads)")
-    replayed = trace.probe_outputs(EAGER)
-    if eager_ahead is not None and replayed is not None and set(eager_ahead) | {main} == set(sizes):
-        eager_at = {**eager_ahead, main: replayed}
-    else:
-        eager_at = _sizes_from(eager_infer, trace, EAGER, probe, sizes, main)
 
-    out = []
-    for row in rows:
-        began = time.perf_counter()
+    def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, progress, trace: ReplayTrace,
+                 eager_ahead: dict[int, Any] | None = None) -> None:
+        self.config, self.golden, self.model, self.trace, self.progress = config, golden, model, trace, progress
+        self.probe = trace.probe()
+        self.main = min(config.batch_size, len(self.probe))
+        self.sizes = shapes.plan_sizes(self.main, len(self.probe))
+        self.float_gate = config.thresholds.float_gate.max_mae
+        self.rerun_bound = self.float_gate * RERUN_FRACTION_OF_FLOAT_GATE
+        self.eager_infer = _eager_infer(model)
+        progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)")
+        replayed = trace.probe_outputs(EAGER)
+        if eager_ahead is not None and replayed is not None and set(eager_ahead) | {self.main} == set(self.sizes):
+            self.eager_at = {**eager_ahead, self.main: replayed}
+        else:
+            self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.sizes, self.main)
+
+    def row(self, row: Row, ctx: BuildContext, runner: Any | None = None) -> Row:
+        """``row`` with its diagnostics; a gating finding turns a pass into a fail. ``runner`` is the
+        replay's open runner for it (without one, the artifact is reopened from its file)."""
+        config, began = self.config, time.perf_counter()
         if row.family == "eager":
-            diag = _eager_diagnostics(eager_at, main, float_gate, trace, eager_infer, config.threads)
-            out.append(replace(row, diagnostics=replace(diag, seconds=time.perf_counter() - began)))
-            continue
+            diag = _eager_diagnostics(self.eager_at, self.main, self.float_gate, self.trace, self.eager_infer, config.threads)
+            return replace(row, diagnostics=replace(diag, seconds=time.perf_counter() - began))
         if row.status == ERROR or row.artifact is None or row.name not in KINDS_BY_NAME:
-            out.append(row)
-            continue
+            return row
         kind = KINDS_BY_NAME[row.name]
         path = Path(row.artifact.path)
         warnings_seen: list[str] = []
         with captured_warnings(warnings_seen):
             try:
                 with contextlib.ExitStack() as stack:
-                    runner = runners.get(row.name) or stack.enter_context(kind.impl().open_runner(path, ctx))
-                    diag = _measure(runner.infer, trace, row.name, probe, eager_at, sizes, main, row.gate.max_mae, rerun_bound,
-                                    config.threads)
+                    opened = runner or stack.enter_context(kind.impl().open_runner(path, ctx))
+                    diag = _measure(opened.infer, self.trace, row.name, self.probe, self.eager_at, self.sizes, self.main,
+                                    row.gate.max_mae, self.rerun_bound, config.threads)
             except Exception as exc:
-                out.append(replace(row, status=ERROR, reasons=row.reasons + (f"reopening {path.name} for diagnostics failed: {exc}",)))
-                continue
+                return replace(row, status=ERROR, reasons=row.reasons + (f"reopening {path.name} for diagnostics failed: {exc}",))
             reasons = diag.reasons
             status = FAIL if reasons else row.status
             layers = None
             if row.family == "float" and status == FAIL:
                 start = _worst_batch_start(row, config.batch_size)
-                progress(f"locating where {row.name} diverges (batch at {start})")
-                layers = divergence.compare_layers(path, model, _batch_at(golden, config.batch_size, start), float_gate,
+                self.progress(f"locating where {row.name} diverges (batch at {start})")
+                layers = divergence.compare_layers(path, self.model, _batch_at(self.golden, config.batch_size, start), self.float_gate,
                                                    divergence.DIVERGENCE, config.threads, start)
                 reasons = reasons + (f"where: {layers.summary}",)
             elif row.family == "int8" and (status == FAIL or config.diagnose):
-                layers = divergence.compare_layers(path, model, probe[:main], float_gate, divergence.INT8_LAYERS, config.threads, 0)
+                layers = divergence.compare_layers(path, self.model, self.probe[: self.main], self.float_gate, divergence.INT8_LAYERS,
+                                                   config.threads, 0)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in row.notes)
         diag = replace(diag, layers=layers, notes=diag.notes + new_notes, seconds=time.perf_counter() - began)
-        out.append(replace(row, status=status, reasons=row.reasons + reasons, diagnostics=diag))
-    return out
+        return replace(row, status=status, reasons=row.reasons + reasons, diagnostics=diag)

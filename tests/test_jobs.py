@@ -1,0 +1,163 @@
+"""``--jobs``: builds in the build server overlap the replay here; the numbers never depend on it.
+
+With ``--jobs 2`` every build is sent to the build server up front and each artifact is replayed
+and diagnosed as soon as its file is there, while the next ones build on the other core. With
+``--jobs 1`` one thing happens at a time; a golden set too large to hold is replayed once, after all
+builds. The three give the same rows, to the bit, on the bundled ResNet and its 64 real digits.
+How much faster ``--jobs 2`` is, is measured by benchmarks/run.py, not here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from exporter import isolation, pipeline
+from exporter.artifacts import BUILD_ORDER, KIND_NAMES, KINDS_BY_NAME, BuildContext
+from exporter.artifacts._common import captured_warnings
+from exporter.config import RunConfig
+from exporter.golden_batches import GoldenBatches
+
+MODES = ("jobs2", "jobs1", "streamed")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, list[tuple[str, tuple[str, ...]]]]]:
+    """The bundled check run three ways, each with the order in which builds started and replays ran."""
+    out: dict[str, tuple[object, list[tuple[str, tuple[str, ...]]]]] = {}
+    for mode in MODES:
+        events: list[tuple[str, tuple[str, ...]]] = []
+        real_start, real_run = pipeline.start_build, pipeline._Replay.run
+
+        def start(kind, *args, **kwargs):
+            events.append(("build", (kind.name,)))
+            return real_start(kind, *args, **kwargs)
+
+        def run(self, runners, notes, with_eager):
+            events.append(("replay", tuple(runners)))
+            return real_run(self, runners, notes, with_eager)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(pipeline, "start_build", start)
+            mp.setattr(pipeline._Replay, "run", run)
+            if mode == "streamed":  # nothing fits the memory budget: the set streams batch by batch
+                mp.setattr(pipeline, "GoldenBatches", functools.partial(GoldenBatches, budget=0))
+            config = RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN,
+                               out_dir=tmp_path_factory.mktemp(mode), jobs=1 if mode == "jobs1" else 2)
+            out[mode] = (pipeline.run_check(config), events)
+    return out
+
+
+def test_jobs_2_sends_every_build_first_then_replays_each_artifact_as_it_comes(runs) -> None:
+    report, events = runs["jobs2"]
+    order = [kind.name for kind in BUILD_ORDER]
+    assert events == [*(("build", (name,)) for name in order), ("replay", ()), *(("replay", (name,)) for name in order)]
+    assert dict(report.settings)["jobs"] == 2
+
+
+def test_jobs_1_builds_and_replays_one_artifact_at_a_time(runs) -> None:
+    report, events = runs["jobs1"]
+    expected: list[tuple[str, tuple[str, ...]]] = [("replay", ())]  # eager's pass, from the outputs held
+    for kind in BUILD_ORDER:
+        expected += [("build", (kind.name,)), ("replay", (kind.name,))]
+    assert events == expected
+    assert dict(report.settings)["jobs"] == 1
+
+
+def test_a_streamed_set_is_replayed_once_after_every_build(runs) -> None:
+    _, events = runs["streamed"]
+    assert events == [*(("build", (kind.name,)) for kind in BUILD_ORDER), ("replay", KIND_NAMES)]
+
+
+def _numbers(report) -> list[tuple]:
+    rows = []
+    for row in report.rows:
+        diag = row.diagnostics
+        shapes = tuple((r.size, r.max_image_mae, r.error) for r in diag.shapes.runs) if diag and diag.shapes else None
+        rerun = (diag.rerun.runs, diag.rerun.max_abs) if diag and diag.rerun else None
+        rows.append((row.name, row.status, row.reasons, row.metrics, shapes, rerun))
+    return rows
+
+
+def test_the_three_ways_give_the_same_rows_to_the_bit(runs) -> None:
+    reference = _numbers(runs["jobs1"][0])
+    assert [r[0] for r in reference] == ["eager", *KIND_NAMES]  # reports keep the table's order
+    assert all(r[1] == "pass" for r in reference), reference
+    onnx = next(r for r in reference if r[0] == "onnx")
+    assert 1e-8 < onnx[3].mae <= 1e-5  # a real, nonzero ONNX error: the comparison below compares numbers
+    for mode in ("jobs2", "streamed"):
+        assert _numbers(runs[mode][0]) == reference, mode
+
+
+# --- a run that stops while builds are in flight -------------------------------------------------
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")  # a zombie has stopped running; its new parent reaps it
+
+
+def test_settle_stops_the_build_in_flight_and_fails_the_queued_ones(tmp_path: Path) -> None:
+    ctx = BuildContext(model=torch.nn.Linear(4, 2).eval(), example=torch.zeros(3, 4), opset=17, onnx_exporter="torchscript", threads=1)
+    slow_kind = SimpleNamespace(name="slow", module="slow_builder", source=None)
+    slow = isolation.start(slow_kind, ctx, tmp_path / "slow.bin", None)
+    queued = isolation.start(KINDS_BY_NAME["torchscript-trace"], ctx, tmp_path / "queued.pt", None)
+    pid_file = tmp_path / "slow.bin.pid"
+    deadline = time.monotonic() + 120
+    while not pid_file.is_file():
+        assert time.monotonic() < deadline, "the slow build never started"
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    server = isolation._SERVER
+    assert server is not None and server.in_flight() and not _gone(child)
+
+    isolation.settle()
+
+    assert server._proc.poll() is not None  # the build server has exited
+    deadline = time.monotonic() + 10
+    while not _gone(child):
+        assert time.monotonic() < deadline, f"the build child {child} outlived its server"
+        time.sleep(0.05)
+    for pending in (slow, queued):
+        with pytest.raises(isolation.BuildCrashed, match="the build server died"):
+            pending.wait([])
+    assert not (tmp_path / "queued.pt").exists()
+    # The next build gets a fresh server and works.
+    notes: list[str] = []
+    isolation.build(KINDS_BY_NAME["torchscript-trace"], ctx, tmp_path / "after.pt", None, notes)
+    with captured_warnings(notes), KINDS_BY_NAME["torchscript-trace"].impl().open_runner(tmp_path / "after.pt", ctx) as runner:
+        got = runner.infer(np.ones((2, 4), dtype=np.float32))  # as the pipeline loads it (torch.jit.load warns)
+    with torch.inference_mode():
+        assert np.array_equal(got, ctx.model(torch.ones(2, 4)).numpy())
+
+
+def test_a_run_interrupted_mid_replay_leaves_no_build_behind_and_the_next_run_is_whole(tmp_path: Path, monkeypatch) -> None:
+    """KeyboardInterrupt while the first artifact replays, with the other builds still queued."""
+    real_run = pipeline._Replay.run
+
+    def interrupted(self, runners, notes, with_eager):
+        if runners:
+            raise KeyboardInterrupt
+        return real_run(self, runners, notes, with_eager)
+
+    config = RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=tmp_path / "out", jobs=2,
+                       kinds=("torchscript-trace", "onnx"))
+    with monkeypatch.context() as mp:
+        mp.setattr(pipeline._Replay, "run", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.run_check(config)
+    assert isolation._SERVER is None or not isolation._SERVER.in_flight()
+    report = pipeline.run_check(config)
+    assert [(row.name, row.status) for row in report.rows] == [("eager", "pass"), ("torchscript-trace", "pass"), ("onnx", "pass")]
+    assert report.rows[2].metrics.mae <= 1e-5 and os.path.getsize(report.rows[2].artifact.path) > 100_000
