@@ -367,7 +367,7 @@ def render(results: dict[str, Any], command: str) -> str:
         "| --- | --- | --- |",
         f"| cold run <= {TARGET_COLD:.2f}x the baseline | worst {max(cold_ratios):.2f}x, median {statistics.median(cold_ratios):.2f}x | {mark(max(cold_ratios) <= TARGET_COLD)} |",
         f"| (the same with `--jobs 1`, for comparison) | worst {max(seq_ratios):.2f}x, median {statistics.median(seq_ratios):.2f}x | "
-        f"{mark(max(seq_ratios) <= TARGET_COLD)} |",
+        "not a target |",
         f"| warm re-run <= {TARGET_WARM:.2f}x the baseline | worst {max(warm_ratios):.3f}x, median {statistics.median(warm_ratios):.3f}x | {mark(max(warm_ratios) <= TARGET_WARM)} |",
         f"| `--help` < {TARGET_CLI_SECONDS} s, no torch | {cli['help']:.3f} s; heavy modules imported: {cli['heavy_imports']['--help'] or 'none'} | "
         f"{mark(cli['help'] < TARGET_CLI_SECONDS and not cli['heavy_imports']['--help'])} |",

@@ -575,11 +575,14 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     log = tempfile.TemporaryFile()
     global _CHILD
     began = time.perf_counter()
+    # SIGTERM (the parent stopping early) waits until _CHILD names the child, so _stop never misses it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     pid = os.fork()
     if pid == 0:  # the child: build, report, and leave without running any of the server's cleanup
         code = 0
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             os.close(result_r)
             os.dup2(log.fileno(), 2)
             reply = _build_here(request, ctx)
@@ -591,6 +594,7 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
         finally:
             os._exit(code)
     _CHILD = pid
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     os.close(result_w)
     _preload_until_readable(result_r)  # while the child builds, on the other core
     with os.fdopen(result_r, "rb") as results:
