@@ -7,7 +7,8 @@ whose cache holds this exact run; it reports medians, the ratios to the baseline
 stage breakdown (from the JSON report's ``timings``/``build_seconds``/``replay_seconds``) and each child's
 peak RSS (``os.wait4``). It also times ``export-check --help`` and an argument error (and checks they
 import no torch), and the peak memory of 32 against 1000 images. It writes BENCHMARKS.md.
-Run from anywhere, in the environment export-check is installed in::
+Run from anywhere, in an environment with export-check and its test extra (scikit-learn) installed, or
+with `./dev test -e bench -- ARGS` on a fresh clone::
 
     python benchmarks/run.py                      # every arch at 32 and 256 images, 3 repeats
     python benchmarks/run.py --repeats 5 --archs resnet --sizes 32
@@ -19,6 +20,7 @@ Golden sets are recorded from scikit-learn's digits (the test split, then the tr
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -319,7 +321,9 @@ def render(results: dict[str, Any], command: str) -> str:
         "`benchmarks/run.py`; medians of the repeats, runs alternating in order. Times are wall seconds of",
         "the whole process (interpreter start and imports included); memory is the child's peak RSS.",
         "",
-        f"Reproduce: `{command}` (from the repository root, in the environment export-check is installed in).",
+        f"Reproduce on a fresh clone: `./dev test -e bench -- {command.removeprefix('python benchmarks/run.py').strip()}` (tox creates "
+        "the environment: export-check and its test extra, torch pinned by constraints.txt); or, where export-check and "
+        f"scikit-learn are installed, `{command}`.",
         "",
         "## Machine and settings",
         "",
@@ -424,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
         args.output.write_text(render(results, results.get("command", "python benchmarks/run.py")))
         print(f"wrote {args.output}")
         return 0
+    if importlib.util.find_spec("sklearn") is None:
+        sys.exit("benchmarks/run.py: scikit-learn is not installed (it supplies the digit images); "
+                 "run `./dev test -e bench -- ARGS`, or install export-check with its test extra")
     archs = [a.strip() for a in args.archs.split(",") if a.strip()]
     unknown = [a for a in archs if a not in ARCHS]
     if unknown or args.repeats < 1:

@@ -39,6 +39,15 @@ def test_default_run_passes_every_row(default_run) -> None:
     assert "PASSED: 7 passed, 0 failed, 0 errors" in result.stdout
 
 
+def test_default_run_stderr_is_clean_and_native_warnings_are_row_notes(default_run) -> None:
+    """torch.jit.load of the int8 module prints a C++ deprecation warning past Python's warnings:
+    it is in that row's notes, not on the terminal (the run is -q: nothing else may print)."""
+    result, report, _ = default_run
+    assert result.stderr == "", result.stderr
+    notes = {row["name"]: row["notes"] for row in report["rows"]}
+    assert any(n.startswith("NativeWarning: torch.quantize_per_tensor") and "deprecated" in n for n in notes["torch-int8-dynamic"])
+
+
 def test_default_run_float_rows_within_1e5_and_int8_really_quantized(default_run) -> None:
     _, report, _ = default_run
     rows = {row["name"]: row for row in report["rows"]}

@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +61,42 @@ def captured_warnings(notes: list[str]) -> Iterator[None]:
                 notes.append(f"{w.category.__name__}: {first_line}")
 
 
+class NativeWarning(UserWarning):
+    """A warning native code printed to stderr (torch's C++ ``TORCH_WARN``), turned into a Python warning."""
+
+
+# torch's C++ warning line: "[W1129 18:18:02.751058369 Quantizer.cpp:111] Warning: <text> (function <name>)"
+_C10_WARNING = re.compile(r"^\[W\d{4} [\d:.]+ [^\]]*\] Warning: (?P<text>.*?)(?: \(function \S+\))?$")
+
+
+@contextlib.contextmanager
+def native_warnings() -> Iterator[None]:
+    """Catch what native code writes to stderr during the block: torch's C++ warnings (which bypass
+    Python's ``warnings``, e.g. when ``torch.jit.load`` rebuilds quantized tensors) become
+    :class:`NativeWarning` (so ``captured_warnings`` puts them in the row's notes); anything else
+    is passed on to stderr unchanged."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+                sink.seek(0)
+                text = sink.read(1 << 16).decode("utf-8", "replace")
+    finally:
+        os.close(saved)
+    for line in text.splitlines():
+        match = _C10_WARNING.match(line)
+        if match:
+            warnings.warn(match["text"], NativeWarning, stacklevel=3)
+        elif line.strip():
+            sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def dedupe(notes: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(notes))
 
@@ -72,7 +111,8 @@ class TorchScriptRunner:
     def __enter__(self) -> TorchScriptRunner:
         import torch
 
-        self.module = torch.jit.load(str(self.path), map_location="cpu")
+        with native_warnings():  # loading a quantized module prints a C++ deprecation warning
+            self.module = torch.jit.load(str(self.path), map_location="cpu")
         self.module.eval()
         return self
 
