@@ -83,14 +83,24 @@ def timed(cmd: list[str], json_out: Path | None = None, expect: tuple[int, ...] 
 
 
 def digit_images(count: int) -> Path:
-    """``count`` digits as PNG files plus labels.json: the test split, then the train split, cycled."""
+    """``count`` digits as PNG files plus labels.json: the test split, then the train split, cycled.
+
+    Written by a child process: peak RSS is measured per child (``wait4``), and Linux carries a
+    forked child's high-water mark across ``exec``, so this process stays small (no numpy, no
+    scikit-learn here) lest its own size become every measured run's floor.
+    """
+    folder = OUT / "images" / str(count)
+    if (folder / "labels.json").is_file() and len(list(folder.glob("*.png"))) == count:
+        return folder
+    subprocess.run([sys.executable, __file__, "--write-digits", str(count), str(folder)], cwd=REPO, check=True)
+    return folder
+
+
+def _write_digits(count: int, folder: Path) -> None:
     import numpy as np
 
     from models.digits import digit_to_image, digits_split, load_digits_arrays
 
-    folder = OUT / "images" / str(count)
-    if (folder / "labels.json").is_file() and len(list(folder.glob("*.png"))) == count:
-        return folder
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     images, labels = load_digits_arrays()
@@ -102,7 +112,6 @@ def digit_images(count: int) -> Path:
         digit_to_image(images[index]).save(folder / name)
         names[name] = int(labels[index])
     (folder / "labels.json").write_text(json.dumps(names, indent=1))
-    return folder
 
 
 def model_args(arch: str) -> list[str]:
@@ -420,7 +429,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notes", type=Path, default=REPO / "benchmarks" / "NOTES.md",
                         help="a Markdown file appended under 'Notes' (default: benchmarks/NOTES.md)")
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON", help="only rewrite --output from an earlier run's results.json")
+    parser.add_argument("--write-digits", nargs=2, metavar=("COUNT", "DIR"), help=argparse.SUPPRESS)  # digit_images' child
     args = parser.parse_args(argv)
+    if args.write_digits:
+        _write_digits(int(args.write_digits[0]), Path(args.write_digits[1]))
+        return 0
     if args.render is not None:
         results = json.loads(args.render.read_text())
         if args.notes is not None and args.notes.is_file():
