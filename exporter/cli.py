@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-cache", action="store_true", help="build and replay everything; neither read nor write the artifact cache")
     check.add_argument("--jobs", type=int, choices=(1, 2), metavar="{1,2}", help="2: replay and diagnose each artifact while the next ones "
                        "build on the other core; 1: one artifact at a time (default: 2 when the process may use 2 or more cores)")
+    check.add_argument("--build-timeout", type=float, metavar="SECONDS", help="kill an artifact's build still running after this long; "
+                       "its row becomes an error (default: 1800; 0: no limit)")
     check.add_argument("--diagnose", action="store_true", help="also build the per-layer error tables of passing int8 rows (failing rows always get them)")
 
     golden = sub.add_parser("golden", help="record, verify or approve a golden set")
@@ -137,7 +139,7 @@ def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    from .config import INT8_MAX_MAE, INT8_MIN_TOP1, FLOAT_MAX_MAE, Gate, RunConfig, Thresholds, default_cache_dir
+    from .config import BUILD_TIMEOUT, INT8_MAX_MAE, INT8_MIN_TOP1, FLOAT_MAX_MAE, Gate, RunConfig, Thresholds, default_cache_dir
 
     settings = _model_settings(args)
     kinds: tuple[str, ...] = ()
@@ -172,6 +174,7 @@ def build_config(args: argparse.Namespace) -> Any:
         cache_dir=None if args.no_cache else _pick(args.cache_dir, settings, "cache_dir", None) or default_cache_dir(),
         diagnose=args.diagnose,
         jobs=_pick(getattr(args, "jobs", None), settings, "jobs", None),
+        build_timeout=_pick(args.build_timeout, settings, "build_timeout", BUILD_TIMEOUT),
     )
 
 

@@ -23,6 +23,9 @@ INT8_MAX_MAE = 0.1
 INT8_MIN_TOP1 = 0.98
 
 ONNX_EXPORTERS = ("torchscript", "dynamo")
+# A build still running after this long is killed and becomes its row's error, so a hung exporter
+# cannot hang CI; generous, since a big model's onnxsim pass can take minutes.
+BUILD_TIMEOUT = 1800.0
 JOBS = (1, 2)  # processes working at once: this one, and the build server (exporter/isolation.py)
 
 
@@ -117,7 +120,8 @@ class RunConfig:
     threads: int = 1
     cache_dir: Path | None = None  # the artifact cache (exporter/cache.py); None: no cache
     diagnose: bool = False  # also build the per-layer int8 tables of passing int8 rows (--diagnose)
-    jobs: int | None = None  # 1: build all, then replay; 2: replay each artifact while the next builds; None: by core count
+    jobs: int | None = None  # 1: one artifact at a time; 2: replay each artifact while the next builds; None: by core count
+    build_timeout: float = BUILD_TIMEOUT  # seconds one isolated build may run before it is killed; 0: no limit
 
     def __post_init__(self) -> None:
         if not self.arch:
@@ -131,6 +135,7 @@ class RunConfig:
         if self.jobs is not None and (isinstance(self.jobs, bool) or self.jobs not in JOBS):
             raise UsageError(f"jobs must be 1 (build every artifact, then replay) or 2 (replay each artifact while the next "
                              f"one builds), got {self.jobs!r}")
+        _positive_finite("build timeout", self.build_timeout)
         if self.onnx_exporter not in ONNX_EXPORTERS:
             raise UsageError(f"onnx exporter must be one of {', '.join(ONNX_EXPORTERS)}, got {self.onnx_exporter!r}")
         if not isinstance(self.arch_kwargs, dict):
@@ -174,6 +179,7 @@ class RunConfig:
             "cache_dir": None if self.cache_dir is None else str(self.cache_dir),
             "diagnose": self.diagnose,
             "jobs": self.effective_jobs,
+            "build_timeout": self.build_timeout,
         }
 
     def export_settings(self) -> dict[str, Any]:

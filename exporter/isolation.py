@@ -91,6 +91,10 @@ def prewarm() -> None:
         _SERVER = _Server(fork=fresh)
 
 
+class BuildTimedOut(BuildCrashed):
+    """The child building an artifact ran past the build timeout and was killed."""
+
+
 class SourceFailed(ArtifactError):
     """A derived kind was not built because the build of the file it derives from failed in the server."""
 
@@ -164,16 +168,23 @@ class PendingBuild:
             self._error = _revive(reply)
         elif status == "source-failed":
             self._error = SourceFailed(f"not built: it is derived from {reply.get('source_kind') or 'its source'}, which failed")
+        elif status == "timeout":
+            self._error = BuildTimedOut(
+                f"build timed out: still running after {reply['timeout']:g} s, its child process was killed; the other "
+                "artifacts were not affected; raise --build-timeout if this export is just slow"
+            )
         elif status == "server-died":
             self._error = BuildCrashed(f"build crashed: the build server died ({reply['description']}); the rest of the run goes on")
         else:
             self._error = BuildCrashed(_crash_message(reply.get("signal"), reply.get("exit_code"), self.path, last_words(reply.get("stderr", ""))))
 
 
-def start(kind: Any, ctx: Any, path: Path, source: Path | None) -> PendingBuild:
+def start(kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None) -> PendingBuild:
     """Send ``kind``'s build to the build server and return at once; ``wait`` on the result.
 
-    Builds in-process (at once) when isolation is off or the context cannot be pickled.
+    ``timeout``: seconds the build may run before its child is killed (the row becomes
+    :class:`BuildTimedOut`); ``None`` or 0: no limit. Builds in-process (at once, without a time
+    limit) when isolation is off or the context cannot be pickled.
     """
     pending = PendingBuild(kind, ctx, path, source)
     if not enabled():
@@ -192,6 +203,7 @@ def start(kind: Any, ctx: Any, path: Path, source: Path | None) -> PendingBuild:
         "ctx_key": key,
         "path": str(path),
         "source": None if source is None else str(source),
+        "timeout": timeout,
         "sys_path": list(sys.path),
         "cwd": os.getcwd(),
         "files": {name: m.__file__ for name, m in list(sys.modules.items()) if name.startswith(_PRIVATE_PREFIX) and getattr(m, "__file__", None)},
@@ -210,13 +222,13 @@ def start(kind: Any, ctx: Any, path: Path, source: Path | None) -> PendingBuild:
     return pending
 
 
-def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str]) -> dict[str, str]:
+def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str], timeout: float | None = None) -> dict[str, str]:
     """Run ``kind``'s builder in a child process and wait for it; return its details, append its warnings to ``notes``.
 
     Raises what the builder raised (re-created in this process), or :class:`BuildCrashed`.
     Falls back to building in-process when isolation is off or the context cannot be pickled.
     """
-    return start(kind, ctx, path, source).wait(notes)
+    return start(kind, ctx, path, source, timeout).wait(notes)
 
 
 def settle() -> None:
@@ -597,8 +609,13 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     os.close(result_w)
     _preload_until_readable(result_r)  # while the child builds, on the other core
-    with os.fdopen(result_r, "rb") as results:
-        data = results.read()
+    timeout = request.get("timeout")
+    data, timed_out = _read_until_eof(result_r, None if not timeout else began + float(timeout))
+    if timed_out:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     _, status = os.waitpid(pid, 0)
     _CHILD = None
     seconds = time.perf_counter() - began
@@ -606,6 +623,9 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
         log.seek(0)
         stderr = log.read(_STDERR_KEEP).decode("utf-8", "replace")
     reply: dict[str, Any] = {"pid": pid, "stderr": stderr, "seconds": seconds}
+    if timed_out:
+        reply.update(status="timeout", timeout=float(timeout))
+        return reply
     if data:
         try:
             reply.update(pickle.loads(data))
@@ -617,6 +637,24 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     else:
         reply.update(status="crashed", exit_code=os.WEXITSTATUS(status))
     return reply
+
+
+def _read_until_eof(fd: int, deadline: float | None) -> tuple[bytes, bool]:
+    """All of ``fd`` up to EOF (then closed), or what came before ``deadline`` (perf_counter) and ``True``."""
+    import select
+
+    chunks = []
+    try:
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            if not select.select([fd], [], [], wait)[0]:
+                return b"".join(chunks), True
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks), False
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def last_words(stderr: str) -> str | None:

@@ -122,7 +122,7 @@ class BuildJob:
     in the order they were started, while this process goes on. A failure becomes ``error``.
     """
 
-    def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None) -> None:
+    def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> None:
         self.kind, self.path = kind, path
         self._began = time.perf_counter()
         self._outcome: BuildOutcome | None = None
@@ -130,7 +130,7 @@ class BuildJob:
         self._pending: isolation.PendingBuild | None = None
         try:
             with captured_warnings(self._notes):
-                self._pending = isolation.start(kind, ctx, path, source)
+                self._pending = isolation.start(kind, ctx, path, source, timeout)
         except Exception as exc:  # any exporter failure is this artifact's error, not the run's
             self._outcome = self._failed(BuildOutcome(notes=self._notes), f"build failed: {_describe(exc)}")
 
@@ -161,14 +161,14 @@ class BuildJob:
         return outcome
 
 
-def start_build(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None) -> BuildJob:
+def start_build(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> BuildJob:
     """Start building one artifact file (in the build server when isolated); ``.result()`` waits for it."""
-    return BuildJob(kind, ctx, path, source)
+    return BuildJob(kind, ctx, path, source, timeout)
 
 
-def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None) -> BuildOutcome:
+def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> BuildOutcome:
     """Build one artifact file and wait for it, capturing its exporter's warnings; a failure becomes ``error``."""
-    return start_build(kind, ctx, path, source).result()
+    return start_build(kind, ctx, path, source, timeout).result()
 
 
 class _Builds:
@@ -186,7 +186,7 @@ class _Builds:
         # A derived kind needs its source built first, even if the source itself is not reported.
         wanted |= {KINDS_BY_NAME[name].source for name in config.selected_kinds if KINDS_BY_NAME[name].source}
         self.order = [k for k in BUILD_ORDER if k.name in wanted]
-        self.ctx, self.out_dir, self.progress = ctx, out_dir, progress
+        self.ctx, self.out_dir, self.progress, self.timeout = ctx, out_dir, progress, config.build_timeout or None
         self.outcomes: dict[str, BuildOutcome] = {}
         self.jobs: dict[str, BuildJob] = {}
         self.waited = 0.0
@@ -195,7 +195,7 @@ class _Builds:
             if restored is not None:
                 self.outcomes[kind.name] = BuildOutcome(path=restored.path, details=restored.details, notes=list(restored.notes), cache=RESTORED)
             elif ahead:
-                self.jobs[kind.name] = start_build(kind, ctx, out_dir / kind.filename(), self._source_path(kind))
+                self.jobs[kind.name] = start_build(kind, ctx, out_dir / kind.filename(), self._source_path(kind), self.timeout)
 
     def _source_path(self, kind: ArtifactKind) -> Path | None:
         return None if kind.source is None else self.out_dir / KINDS_BY_NAME[kind.source].filename()
@@ -219,7 +219,7 @@ class _Builds:
         elif job is not None:
             outcome = job.result()
         else:
-            outcome = build_artifact(kind, self.ctx, self.out_dir / kind.filename(), self._source_path(kind))
+            outcome = build_artifact(kind, self.ctx, self.out_dir / kind.filename(), self._source_path(kind), self.timeout)
         self.waited += time.perf_counter() - began
         self.outcomes[name] = outcome
         return outcome

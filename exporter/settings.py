@@ -31,6 +31,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "batch-size": ("batch_size", "int"),
     "threads": ("threads", "int"),
     "jobs": ("jobs", "jobs"),
+    "build-timeout": ("build_timeout", "float"),
     "opset": ("opset", "int"),
     "onnx-exporter": ("onnx_exporter", "str"),
     "max-mae": ("max_mae", "float"),

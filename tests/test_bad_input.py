@@ -812,7 +812,7 @@ def test_mutated_settings_files_parse_or_fail_with_one_usage_error(text: str, ke
 
 
 _TOKENS = ["check", "golden", "record", "verify", "approve", "history", "--arch", "--arch-kwargs", "--golden", "--out",
-           "--json", "--artifacts", "--batch-size", "--threads", "--jobs", "--max-mae", "--int8-max-mae", "--int8-min-top1",
+           "--json", "--artifacts", "--batch-size", "--threads", "--jobs", "--build-timeout", "--max-mae", "--int8-max-mae", "--int8-min-top1",
            "--opset", "--onnx-exporter", "--inputs", "--size", "--mode", "--mean", "--std", "--resize", "--config",
            "--no-cache", "-q", "--dry-run", "nan", "inf", "-1", "0", "1e-5", "{}", '{"num_classes": 10}', "[]", "onnx",
            "tflite", "x", "a:b", "/nonexistent/model.pth", "m.py:Net", "models/nonexistent.py:Net", "RGB", "32x", "0.5,0.5"]

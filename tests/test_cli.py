@@ -38,6 +38,8 @@ def test_help_imports_no_torch_numpy_or_onnx() -> None:
         (["CKPT", "--arch", "m:F", "--batch-size", "0"], "batch size must be an integer >= 1"),
         (["CKPT", "--arch", "m:F", "--jobs", "3"], "argument --jobs: invalid choice: 3 (choose from 1, 2)"),
         (["CKPT", "--arch", "m:F", "--jobs", "two"], "argument --jobs: invalid int value: 'two'"),
+        (["CKPT", "--arch", "m:F", "--build-timeout", "-1"], "build timeout must be a finite number >= 0, got -1.0"),
+        (["CKPT", "--arch", "m:F", "--build-timeout", "nan"], "build timeout must be a finite number >= 0, got nan"),
         (["golden", "verify", "/nonexistent/golden"], None),
     ],
 )
@@ -57,7 +59,7 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys, a
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=st.lists(st.sampled_from(["check", "golden", "record", "verify", "approve", "--arch", "--json", "--out",
-                                      "--batch-size", "--threads", "--jobs", "--artifacts", "--max-mae", "--int8-min-top1",
+                                      "--batch-size", "--threads", "--jobs", "--build-timeout", "--artifacts", "--max-mae", "--int8-min-top1",
                                       "--arch-kwargs", "-q", "--opset", "nan", "-1", "1e-5", "{}", "[]", "onnx",
                                       "/nonexistent.pth", "", "--size", "x", "a:b"]) | st.text(max_size=12), max_size=6))
 def test_fuzzed_arguments_never_traceback(argv: list[str], capsys) -> None:

@@ -224,6 +224,24 @@ def test_an_interrupted_run_stops_its_build_child_too(hook_dir: Path, tmp_path: 
     assert partial_files(out) == [] and not (out / "onnx-simplified.onnx").exists()
 
 
+def test_a_hung_build_is_killed_at_the_build_timeout_and_the_rest_passes(hook_dir: Path, tmp_path: Path) -> None:
+    flag, out, report_path = tmp_path / "flag", tmp_path / "out", tmp_path / "report.json"
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--json", report_path,
+            "--no-cache", "--build-timeout", "3", "-q"),
+        env=cli_env(hook_dir, "sleep:onnx_simplified", EXPORT_CHECK_TEST_FLAG=str(flag)), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {row["name"]: row for row in strict_json(report_path)["rows"]}
+    hung = rows["onnx-simplified"]
+    assert hung["status"] == "error" and hung["artifact"] is None
+    assert hung["reasons"][0].startswith("build timed out: still running after 3 s, its child process was killed"), hung["reasons"]
+    assert 3 <= hung["build_seconds"] < 30
+    assert all(row["status"] == "pass" for name, row in rows.items() if name != "onnx-simplified"), rows
+    assert _gone(int(flag.read_text()))
+    assert not (out / "onnx-simplified.onnx").exists() and partial_files(out) == []
+
+
 def _gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

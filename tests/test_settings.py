@@ -36,6 +36,7 @@ def test_file_beside_the_checkpoint_wins(tmp_path: Path) -> None:
         ('[tool.export-check]\nmax-mae = -1\n', "max-mae must be a finite number"),
         ('[tool.export-check]\njobs = 3\n', "jobs must be 1 or 2, got 3"),
         ('[tool.export-check]\njobs = true\n', "jobs must be 1 or 2, got True"),
+        ('[tool.export-check]\nbuild-timeout = "1h"\n', "build-timeout must be a finite number >= 0"),
         ('[tool.export-check]\nmax-mea = 1\n', "unknown key 'max-mea'"),
         ('[tool.export-check\n', "not valid TOML"),
     ],
