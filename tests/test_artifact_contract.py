@@ -3,6 +3,9 @@ and maps any batch size to float32 logits, the same on every call."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -86,3 +89,22 @@ def test_onnx_simplified_with_a_fixed_batch_axis_is_refused(built, tmp_path: Pat
     with pytest.raises(ArtifactError, match="batch axis is fixed to 4"):
         require_dynamic_batch(fixed, "onnxsim")
     require_dynamic_batch(paths["onnx-simplified"], "onnxsim")  # the real one keeps "batch"
+
+
+def test_native_warnings_become_python_warnings_and_other_stderr_passes_through(capfd) -> None:
+    """What torch's C++ side prints during a load: its warning line is a NativeWarning (the pipeline
+    files it in the row's notes); any other output reaches stderr unchanged."""
+    from exporter.artifacts._common import NativeWarning, native_warnings
+
+    line = b"[W1129 18:18:02.751058369 Quantizer.cpp:111] Warning: torch.quantize_per_tensor is deprecated. (function operator())\n"
+    with pytest.warns(NativeWarning, match=r"^torch\.quantize_per_tensor is deprecated\.$"):
+        with native_warnings():
+            os.write(2, line + b"something else a library printed\n")
+    err = capfd.readouterr().err
+    assert err == "something else a library printed\n"
+
+
+def test_native_warnings_without_a_stderr_does_nothing(tmp_path: Path) -> None:
+    script = "import os; os.close(2)\nfrom exporter.artifacts._common import native_warnings\nwith native_warnings(): pass\nprint('ok')"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout == "ok\n", result

@@ -76,7 +76,11 @@ def native_warnings() -> Iterator[None]:
     :class:`NativeWarning` (so ``captured_warnings`` puts them in the row's notes); anything else
     is passed on to stderr unchanged."""
     sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all (a daemon): nothing to catch
+        yield
+        return
     try:
         with tempfile.TemporaryFile() as sink:
             os.dup2(sink.fileno(), 2)
