@@ -167,7 +167,7 @@ class PendingBuild:
         elif status == "raised":
             self._error = _revive(reply)
         elif status == "source-failed":
-            self._error = SourceFailed(f"not built: it is derived from {reply.get('source_kind') or 'its source'}, which failed")
+            self._error = SourceFailed("not built: the build of the file it derives from failed")
         elif status == "timeout":
             self._error = BuildTimedOut(
                 f"build timed out: still running after {reply['timeout']:g} s, its child process was killed; the other "
@@ -199,7 +199,6 @@ def start(kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float |
     request = {
         "module": kind.module,
         "kind": kind.name,
-        "source_kind": getattr(kind, "source", None),
         "ctx_key": key,
         "path": str(path),
         "source": None if source is None else str(source),
@@ -492,7 +491,7 @@ def serve(request_fd: int, reply_fd: int) -> None:
         ctx, refused = _context(request)
         if refused is None and _BUILT.get(request.get("source") or "", "ok") != "ok":
             # Its source file's build failed here: a file at that path is stale, never build from it.
-            refused = {"status": "source-failed", "notes": [], "source_kind": request.get("source_kind")}
+            refused = {"status": "source-failed", "notes": []}
         reply = refused if refused is not None else _run_in_child(request, ctx)
         _BUILT[request["path"]] = reply.get("status", "crashed")
         _send(replies, reply)

@@ -116,3 +116,21 @@ def mounted_tmpfs(mount: Path, options: str, covered_by: str) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def process_gone(pid: int, wait: float = 0.0) -> bool:
+    """Whether process ``pid`` has stopped running (gone, or a zombie its new parent will reap),
+    polling for up to ``wait`` seconds."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

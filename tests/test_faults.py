@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, mounted_tmpfs
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, mounted_tmpfs, process_gone
 from exporter.cli import main
 from exporter.golden import MANIFEST, read_manifest
 
@@ -217,10 +217,7 @@ def test_an_interrupted_run_stops_its_build_child_too(hook_dir: Path, tmp_path: 
             proc.kill()
     assert proc.returncode == 130, stdout + stderr
     assert stderr.strip().splitlines()[-1] == "export-check: interrupted" and "Traceback" not in stderr
-    deadline = time.monotonic() + 10
-    while not _gone(child):
-        assert time.monotonic() < deadline, f"build child {child} still running after export-check exited"
-        time.sleep(0.05)
+    assert process_gone(child, wait=10), f"build child {child} still running after export-check exited"
     assert partial_files(out) == [] and not (out / "onnx-simplified.onnx").exists()
 
 
@@ -238,16 +235,8 @@ def test_a_hung_build_is_killed_at_the_build_timeout_and_the_rest_passes(hook_di
     assert hung["reasons"][0].startswith("build timed out: still running after 3 s, its child process was killed"), hung["reasons"]
     assert 3 <= hung["build_seconds"] < 30
     assert all(row["status"] == "pass" for name, row in rows.items() if name != "onnx-simplified"), rows
-    assert _gone(int(flag.read_text()))
+    assert process_gone(int(flag.read_text()))  # killed and reaped before its row was reported
     assert not (out / "onnx-simplified.onnx").exists() and partial_files(out) == []
-
-
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state in ("Z", "X")  # stopped; its new parent reaps it
 
 
 def test_without_isolation_the_same_crash_kills_the_whole_run(hook_dir: Path, tmp_path: Path) -> None:

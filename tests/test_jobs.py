@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, process_gone
 from exporter import isolation, pipeline
 from exporter.artifacts import BUILD_ORDER, KIND_NAMES, KINDS_BY_NAME, BuildContext
 from exporter.artifacts._common import captured_warnings
@@ -100,14 +100,6 @@ def test_the_three_ways_give_the_same_rows_to_the_bit(runs) -> None:
 # --- a run that stops while builds are in flight -------------------------------------------------
 
 
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state in ("Z", "X")  # a zombie has stopped running; its new parent reaps it
-
-
 def test_settle_stops_the_build_in_flight_and_fails_the_queued_ones(tmp_path: Path) -> None:
     ctx = BuildContext(model=torch.nn.Linear(4, 2).eval(), example=torch.zeros(3, 4), opset=17, onnx_exporter="torchscript", threads=1)
     slow_kind = SimpleNamespace(name="slow", module="slow_builder", source=None)
@@ -120,15 +112,12 @@ def test_settle_stops_the_build_in_flight_and_fails_the_queued_ones(tmp_path: Pa
         time.sleep(0.05)
     child = int(pid_file.read_text())
     server = isolation._SERVER
-    assert server is not None and server.in_flight() and not _gone(child)
+    assert server is not None and server.in_flight() and not process_gone(child)
 
     isolation.settle()
 
     assert server._proc.poll() is not None  # the build server has exited
-    deadline = time.monotonic() + 10
-    while not _gone(child):
-        assert time.monotonic() < deadline, f"the build child {child} outlived its server"
-        time.sleep(0.05)
+    assert process_gone(child, wait=10), f"the build child {child} outlived its server"
     for pending in (slow, queued):
         with pytest.raises(isolation.BuildCrashed, match="the build server died"):
             pending.wait([])

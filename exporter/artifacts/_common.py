@@ -11,6 +11,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -105,6 +106,17 @@ def dedupe(notes: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(notes))
 
 
+def load_torchscript(path: Path) -> Any:
+    """``torch.jit.load`` on the CPU, in eval mode; torch's C++ warnings (loading a quantized module
+    prints a deprecation) become :class:`NativeWarning`."""
+    import torch
+
+    with native_warnings():
+        module = torch.jit.load(str(path), map_location="cpu")
+    module.eval()
+    return module
+
+
 class TorchScriptRunner:
     """Runs a TorchScript file reloaded from disk."""
 
@@ -113,11 +125,7 @@ class TorchScriptRunner:
         self.module = None
 
     def __enter__(self) -> TorchScriptRunner:
-        import torch
-
-        with native_warnings():  # loading a quantized module prints a C++ deprecation warning
-            self.module = torch.jit.load(str(self.path), map_location="cpu")
-        self.module.eval()
+        self.module = load_torchscript(self.path)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..artifacts._common import native_warnings
+from ..artifacts._common import load_torchscript
 from . import LayerComparison, LayerDelta
 
 DIVERGENCE, INT8_LAYERS = "divergence", "int8-layers"
@@ -155,9 +155,7 @@ def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: flo
     """Local comparison: each loaded submodule on eager's own inputs to that module."""
     import torch
 
-    with native_warnings():
-        loaded = torch.jit.load(str(path), map_location="cpu")
-    loaded.eval()
+    loaded = load_torchscript(path)
     submodules = dict(loaded.named_modules())
     trace = capture_eager(model, batch)
     layers = []
