@@ -119,7 +119,7 @@ def model_args(arch: str) -> list[str]:
 
 
 def golden_set(arch: str, count: int) -> Path:
-    from exporter.checkpoint import sha256_file
+    from exporter.files import sha256_file
 
     golden = OUT / "golden" / f"{arch}-{count}"
     manifest = golden / "manifest.json"

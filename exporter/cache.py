@@ -33,16 +33,16 @@ from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, atomic
+from . import __version__, files
 from .artifacts import KINDS_BY_NAME
-from .checkpoint import sha256_file
+from .files import sha256_file
 from .compare import Metrics
 from .results import ERROR, FileInfo, Row
 from .versions import library_versions
 
 if TYPE_CHECKING:
     from .config import RunConfig
-    from .pipeline import BuildOutcome
+    from .build.builds import BuildOutcome
 
 FORMAT = 1
 LAYOUT = f"v{FORMAT}"
@@ -269,7 +269,7 @@ class ArtifactCache:
     def restore(self, entry: Entry, dest: Path) -> None:
         """Copy the entry's artifact to ``dest`` atomically."""
         assert entry.file is not None
-        with atomic.replacing(dest) as tmp:
+        with files.replacing(dest) as tmp:
             shutil.copyfile(entry.file, tmp)
 
     # -- writing ------------------------------------------------------------------------------
@@ -315,7 +315,7 @@ class ArtifactCache:
                 "judged": judged,
                 "sources": self.local_sources(),
             }
-            atomic.write_bytes(folder / META, json.dumps(meta, indent=1).encode("utf-8"))
+            files.write_bytes(folder / META, json.dumps(meta, indent=1).encode("utf-8"))
         except (OSError, _Changed, TypeError, ValueError) as exc:  # TypeError/ValueError: not JSON-able
             self.problems[name] = f"cache: could not store the entry in {self.root} ({exc}); the next run rebuilds it"
 
@@ -391,7 +391,8 @@ def restore_artifact(cache: ArtifactCache, name: str, dest: Path) -> Restored | 
 def cached_rows(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[list[Row], float | None] | None:
     """Every row of the run from the cache (artifacts restored into ``out_dir``, metrics judged
     against today's thresholds), or ``None`` unless the eager row and every selected kind are cached."""
-    from .pipeline import BuildOutcome, _artifact_row, _eager_row  # pipeline imports this module
+    from .build.builds import BuildOutcome
+    from .pipeline import _artifact_row, _eager_row  # pipeline imports this module
 
     eager = cache.lookup(EAGER)
     if eager is None or eager.metrics is None:

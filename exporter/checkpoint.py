@@ -7,7 +7,6 @@ the user points at is trusted: it is imported and run.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -20,37 +19,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import ArchitectureError, CheckpointError, ExportCheckError
+from .errors import ArchitectureError, CheckpointError
+from .files import check_readable_file
 
 _WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")
 _PREFIXES = ("module.", "_orig_mod.")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def check_readable_file(path: Path, what: str, fix: str, error: type[ExportCheckError] = CheckpointError) -> None:
-    """Fail early, before expensive work, when ``path`` is not a readable, non-empty file."""
-    if not path.exists():
-        parent = next((p for p in path.parents if p.exists()), None)
-        if parent is not None and not parent.is_dir():
-            raise error(f"{path}: {what} not found ({parent} is a file, not a folder); {fix}")
-        raise error(f"{path}: {what} not found; {fix}")
-    if not path.is_file():
-        # Directories, FIFOs, sockets, devices: opening some of them would block or never end.
-        raise error(f"{path}: {what} is not a regular file; {fix}")
-    try:
-        with open(path, "rb") as fh:
-            empty = not fh.read(1)
-    except OSError as exc:
-        raise error(f"{path}: cannot read {what} ({exc.strerror or exc}); check its permissions") from None
-    if empty:
-        raise error(f"{path}: {what} is empty (0 bytes); re-save it with torch.save(model.state_dict(), path)")
 
 
 _SAVE_STATE_DICT = "save only the weights with torch.save(model.state_dict(), path)"

@@ -61,9 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(check)
     check.add_argument("--out", type=Path, metavar="DIR", help=f"where artifacts are written (default: {DEFAULT_OUT})")
     check.add_argument("--artifacts", metavar="KINDS", help="comma-separated kinds to build (default: all)")
-    check.add_argument("--max-mae", type=float, metavar="X", help="MAE gate of float artifacts and of eager vs golden (default: 1e-5)")
-    check.add_argument("--int8-max-mae", type=float, metavar="X", help="MAE gate of int8 artifacts (default: 0.1)")
-    check.add_argument("--int8-min-top1", type=float, metavar="F", help="top-1 agreement gate of int8 artifacts, a fraction (default: 0.98)")
+    from .config import GATE_OPTIONS
+
+    for option in GATE_OPTIONS:
+        check.add_argument(f"--{option.name}", type=float, metavar=option.metavar, help=option.help)
     check.add_argument("--opset", type=int, help="ONNX opset (default: 17)")
     check.add_argument("--onnx-exporter", choices=("torchscript", "dynamo"), help="torch.onnx exporter (default: torchscript; dynamo needs onnxscript)")
     check.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
@@ -130,7 +131,7 @@ def _pick(cli: Any, settings: dict[str, Any], key: str, default: Any) -> Any:
 
 
 def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
-    from .checkpoint import check_readable_file
+    from .files import check_readable_file
     from .settings import find_settings
 
     # The checkpoint is the one thing every command needs: say first when it is not there.
@@ -139,7 +140,7 @@ def _model_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    from .config import BUILD_TIMEOUT, INT8_MAX_MAE, INT8_MIN_TOP1, FLOAT_MAX_MAE, Gate, RunConfig, Thresholds, default_cache_dir
+    from .config import BUILD_TIMEOUT, GATE_OPTIONS, RunConfig, Thresholds, default_cache_dir
 
     settings = _model_settings(args)
     kinds: tuple[str, ...] = ()
@@ -149,14 +150,8 @@ def build_config(args: argparse.Namespace) -> Any:
             raise UsageError("--artifacts is empty; list kinds separated by commas")
     else:
         kinds = tuple(settings.get("artifacts", ()))
-    max_mae = _pick(args.max_mae, settings, "max_mae", FLOAT_MAX_MAE)
-    thresholds = Thresholds(
-        float_gate=Gate(max_mae=max_mae),
-        int8_gate=Gate(
-            max_mae=_pick(args.int8_max_mae, settings, "int8_max_mae", INT8_MAX_MAE),
-            min_top1=_pick(args.int8_min_top1, settings, "int8_min_top1", INT8_MIN_TOP1),
-        ),
-        eager_gate=Gate(max_mae=max_mae),
+    thresholds = Thresholds.from_options(
+        {o.name: _pick(getattr(args, o.name.replace("-", "_")), settings, o.name.replace("-", "_"), None) for o in GATE_OPTIONS}
     )
     return RunConfig(
         checkpoint=args.checkpoint,

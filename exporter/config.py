@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .errors import UsageError
-
-Family = Literal["float", "int8"]
 
 FLOAT_MAX_MAE = 1e-5
 # Measured on the bundled models: dynamic int8 lands at 1e-4 to 1e-2 logit MAE with top-1 unchanged
@@ -26,7 +24,7 @@ ONNX_EXPORTERS = ("torchscript", "dynamo")
 # A build still running after this long is killed and becomes its row's error, so a hung exporter
 # cannot hang CI; generous, since a big model's onnxsim pass can take minutes.
 BUILD_TIMEOUT = 1800.0
-JOBS = (1, 2)  # processes working at once: this one, and the build server (exporter/isolation.py)
+JOBS = (1, 2)  # processes working at once: this one, and the build server (exporter/build/isolation.py)
 
 
 def default_cache_dir() -> Path:
@@ -78,28 +76,92 @@ class Gate:
 
 
 @dataclass(frozen=True)
-class Thresholds:
-    """Gates per row family. ``reference_mae`` is the float threshold every row is also shown against."""
+class GateOption:
+    """One user-settable field of a family's gate: the CLI flag and settings key ``name``."""
 
-    float_gate: Gate = field(default_factory=lambda: Gate(max_mae=FLOAT_MAX_MAE))
-    int8_gate: Gate = field(default_factory=lambda: Gate(max_mae=INT8_MAX_MAE, min_top1=INT8_MIN_TOP1))
+    name: str  # "max-mae": --max-mae on the command line, max-mae in [tool.export-check]
+    field: str  # the Gate field it sets
+    help: str
+    metavar: str = "X"
+
+
+@dataclass(frozen=True)
+class GateFamily:
+    """A family of rows judged by one gate. Adding a family (fp16, static int8) is one row of
+    ``GATE_FAMILIES``: its default gate, the options that set it, and where its rows' gate comes
+    from when no option does (``follows``: the eager row follows the float gate's MAE)."""
+
+    name: str
+    label: str  # how the Markdown summary names the family's rows: "float artifacts"
+    short: str  # and the HTML report: "float"
+    default: Gate
+    options: tuple[GateOption, ...] = ()
+    follows: str | None = None  # take these Gate fields' values from this family's options
+    # Per-layer tables (exporter/diagnostics/divergence.py) for this family's rows: "on-fail" builds a
+    # divergence table when a row fails; "quantization" builds the per-layer error table when it fails
+    # or when --diagnose asks.
+    layers: str = "on-fail"
+    fix_hint: str = "max-mae"  # the settings key a failing row's message suggests loosening
+
+
+GATE_FAMILIES: tuple[GateFamily, ...] = (
+    GateFamily("float", "float artifacts", "float", Gate(max_mae=FLOAT_MAX_MAE),
+               (GateOption("max-mae", "max_mae", "MAE gate of float artifacts and of eager vs golden (default: 1e-5)"),)),
+    GateFamily("int8", "int8 artifacts", "int8", Gate(max_mae=INT8_MAX_MAE, min_top1=INT8_MIN_TOP1),
+               (GateOption("int8-max-mae", "max_mae", "MAE gate of int8 artifacts (default: 0.1)"),
+                GateOption("int8-min-top1", "min_top1", "top-1 agreement gate of int8 artifacts, a fraction (default: 0.98)", "F")),
+               layers="quantization", fix_hint="int8-max-mae / int8-min-top1"),
     # Eager vs the approved reference logits: is this the approved model?
-    eager_gate: Gate = field(default_factory=lambda: Gate(max_mae=FLOAT_MAX_MAE))
+    GateFamily("eager", "eager vs golden", "eager vs golden", Gate(max_mae=FLOAT_MAX_MAE), follows="float", layers="none"),
+)
+FAMILIES: dict[str, GateFamily] = {f.name: f for f in GATE_FAMILIES}
+GATE_OPTIONS: tuple[GateOption, ...] = tuple(o for f in GATE_FAMILIES for o in f.options)
+assert len({o.name for o in GATE_OPTIONS}) == len(GATE_OPTIONS), "gate option names must be unique"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The gate of every family, in ``GATE_FAMILIES`` order. ``reference_mae`` is the float threshold
+    every row is also shown against.
+
+    >>> Thresholds.from_options({"int8-max-mae": 0.2}).gate_for("int8").describe()
+    'MAE<=0.2 & top1>=98%'
+    """
+
+    gates: tuple[tuple[str, Gate], ...] = tuple((f.name, f.default) for f in GATE_FAMILIES)
+
+    @classmethod
+    def from_options(cls, values: dict[str, Any]) -> Thresholds:
+        """Gates from option values keyed by ``GateOption.name`` (absent or None: the default)."""
+        gates = []
+        for family in GATE_FAMILIES:
+            source = FAMILIES[family.follows] if family.follows else family
+            changes = {o.field: values[o.name] for o in source.options if values.get(o.name) is not None}
+            gates.append((family.name, replace(family.default, **changes)))
+        return cls(gates=tuple(gates))
+
+    def with_gates(self, **gates: Gate) -> Thresholds:
+        """These thresholds with some families' gates replaced: ``with_gates(float=Gate(max_mae=1e-4))``."""
+        unknown = set(gates) - set(FAMILIES)
+        if unknown:
+            raise UsageError(f"unknown gate family {', '.join(sorted(unknown))}; choose from {', '.join(FAMILIES)}")
+        return Thresholds(gates=tuple((name, gates.get(name, gate)) for name, gate in self.gates))
 
     @property
     def reference_mae(self) -> float:
-        return self.float_gate.max_mae
+        return self.gate_for("float").max_mae
 
     def gate_for(self, family: str) -> Gate:
-        return {"float": self.float_gate, "int8": self.int8_gate, "eager": self.eager_gate}[family]
+        return dict(self.gates)[family]
+
+    def described(self) -> tuple[tuple[GateFamily, str], ...]:
+        """(family, its gate described) for every family, in table order: what the reports show."""
+        return tuple((FAMILIES[name], gate.describe()) for name, gate in self.gates)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "eager": self.eager_gate.to_json(),
-            "float": self.float_gate.to_json(),
-            "int8": self.int8_gate.to_json(),
-            "reference_mae": self.reference_mae,
-        }
+        data: dict[str, Any] = {name: gate.to_json() for name, gate in sorted(self.gates)}
+        data["reference_mae"] = self.reference_mae
+        return data
 
 
 @dataclass(frozen=True)

@@ -47,3 +47,13 @@ class ArtifactError(Exception):
 
     Not an ``ExportCheckError``: it never stops the run, the other artifacts still run.
     """
+
+
+def describe_exception(exc: BaseException) -> str:
+    """An exception as one short line for a row's reason: ``TypeName: message``."""
+    import errno
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        text = "no space left on device while writing the artifact"
+    return f"{type(exc).__name__}: {text[:400]}" if text else type(exc).__name__

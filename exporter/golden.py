@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import atomic
+from . import files
 from .errors import GoldenError
 from .preprocess import IMAGE_SUFFIXES, Preprocess, open_image, preprocess_image
 
@@ -323,7 +323,7 @@ def unreferenced_files(golden: GoldenSet) -> list[str]:
 def _write_atomic(path: Path, data: bytes) -> None:
     # One module-level writer, so that the fault tests can kill the process between writes.
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_bytes(path, data)
+    files.write_bytes(path, data)
 
 
 def _content_name(name: str, data: bytes) -> str:

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import build_model, load_state_dict, sha256_file
+from .checkpoint import build_model, load_state_dict
+from .files import sha256_file
 from .errors import GoldenError, UsageError
 from .golden import (
     MANIFEST,

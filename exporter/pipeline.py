@@ -5,7 +5,7 @@ Running and judging are separate: replay feeds outputs into accumulators, ``comp
 Each artifact is isolated: its failure to build, load or run becomes its own ``error`` row.
 
 Two processes share the work (``--jobs 2``, the default on two cores or more): the build server
-(exporter/isolation.py) builds the artifacts one after another, while this process runs eager over
+(exporter/build/isolation.py) builds the artifacts one after another, while this process runs eager over
 the golden set and then replays and diagnoses each artifact as soon as its file is written. With
 ``--jobs 1``, or a golden set too large to hold in memory, one thing happens at a time. The rows,
 their numbers and the report's order are the same either way (tests/test_jobs.py).
@@ -14,25 +14,25 @@ their numbers and the report's order are the same either way (tests/test_jobs.py
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import __version__, isolation
-from .artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext
+from . import __version__
+from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import as_logits, captured_warnings, dedupe
-from .cache import RESTORED, ArtifactCache, cached_rows, open_cache, restore_artifact, store_rows
-from .checkpoint import build_model, check_readable_file, load_state_dict, sha256_file
+from .build import isolation
+from .build.builds import BuildOutcome, Builds
+from .cache import cached_rows, open_cache, store_rows
+from .checkpoint import build_model, load_state_dict
 from .compare import ErrorAccumulator, Metrics, ShapeMismatch, judge
 from .config import TORCH_INTEROP_THREADS, RunConfig
-from .errors import ArchitectureError, ExportCheckError, OutputError
+from .errors import ArchitectureError, ExportCheckError, describe_exception
+from .files import check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .diagnostics.run import EAGER, Diagnoser
 from .diagnostics.trace import ReplayTrace
 from .golden import GoldenSet, load_golden
@@ -64,171 +64,6 @@ def pinned_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-@contextlib.contextmanager
-def locked_out_dir(out_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the output directory so two runs never interleave their artifacts."""
-    import fcntl
-
-    lock_path = out_dir / ".export-check.lock"
-    try:
-        fh = open(lock_path, "a+")
-    except OSError as exc:
-        raise OutputError(f"{out_dir}: cannot write there ({exc.strerror or exc}); pass --out to a writable directory") from None
-    with fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            # Another run holds it: wait for it rather than fail, the outcome is the same files.
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-def prepare_out_dir(out_dir: Path) -> Path:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"{out_dir}: cannot create the output directory ({exc.strerror or exc}); pass --out to a writable directory") from None
-    if not out_dir.is_dir():
-        raise OutputError(f"{out_dir}: exists and is not a directory; pass --out to a directory")
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise OutputError(f"{out_dir}: not writable; pass --out to a writable directory")
-    return out_dir
-
-
-@dataclass
-class BuildOutcome:
-    path: Path | None = None
-    seconds: float | None = None
-    error: str | None = None
-    details: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    cache: str | None = None  # cache.RESTORED when the file came from the artifact cache
-
-
-def _describe(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        text = "no space left on device while writing the artifact"
-    return f"{type(exc).__name__}: {text[:400]}" if text else type(exc).__name__
-
-
-class BuildJob:
-    """One artifact's build: sent to the build server at construction, its outcome on :meth:`result`.
-
-    Isolated builds run in a child of the build server (exporter/isolation.py), one after another
-    in the order they were started, while this process goes on. A failure becomes ``error``.
-    """
-
-    def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> None:
-        self.kind, self.path = kind, path
-        self._began = time.perf_counter()
-        self._outcome: BuildOutcome | None = None
-        self._notes: list[str] = []
-        self._pending: isolation.PendingBuild | None = None
-        try:
-            with captured_warnings(self._notes):
-                self._pending = isolation.start(kind, ctx, path, source, timeout)
-        except Exception as exc:  # any exporter failure is this artifact's error, not the run's
-            self._outcome = self._failed(BuildOutcome(notes=self._notes), f"build failed: {_describe(exc)}")
-
-    def done(self) -> bool:
-        return self._outcome is not None or (self._pending is not None and self._pending.done())
-
-    def result(self) -> BuildOutcome:
-        if self._outcome is None:
-            assert self._pending is not None
-            outcome = BuildOutcome(notes=self._notes)
-            try:
-                with captured_warnings(outcome.notes):
-                    outcome.details = self._pending.wait(outcome.notes)
-                outcome.path = self.path
-            except (isolation.BuildCrashed, isolation.SourceFailed) as exc:
-                self._failed(outcome, str(exc))
-            except Exception as exc:  # any exporter failure is this artifact's error, not the run's
-                self._failed(outcome, f"build failed: {_describe(exc)}")
-            outcome.seconds = self._pending.seconds if self._pending.seconds is not None else time.perf_counter() - self._began
-            self._outcome = outcome
-        return self._outcome
-
-    def _failed(self, outcome: BuildOutcome, error: str) -> BuildOutcome:
-        outcome.error = error
-        with contextlib.suppress(OSError):
-            self.path.unlink()  # never leave a stale file from an earlier run looking like this one's
-        outcome.seconds = time.perf_counter() - self._began
-        return outcome
-
-
-def start_build(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> BuildJob:
-    """Start building one artifact file (in the build server when isolated); ``.result()`` waits for it."""
-    return BuildJob(kind, ctx, path, source, timeout)
-
-
-def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> BuildOutcome:
-    """Build one artifact file and wait for it, capturing its exporter's warnings; a failure becomes ``error``."""
-    return start_build(kind, ctx, path, source, timeout).result()
-
-
-class _Builds:
-    """The run's artifact files, in ``BUILD_ORDER``: restored from the cache, or built.
-
-    ``ahead``: every build is sent to the build server at once, and :meth:`get` waits for one, so
-    the caller replays each artifact while the next ones build on the other core (``--jobs 2``).
-    Otherwise each is built when :meth:`get` asks for it (``--jobs 1``). ``waited`` is the time
-    this process spent waiting for builds.
-    """
-
-    def __init__(self, config: RunConfig, ctx: BuildContext, out_dir: Path, progress: Progress,
-                 cache: ArtifactCache | None, ahead: bool) -> None:
-        wanted = set(config.selected_kinds)
-        # A derived kind needs its source built first, even if the source itself is not reported.
-        wanted |= {KINDS_BY_NAME[name].source for name in config.selected_kinds if KINDS_BY_NAME[name].source}
-        self.order = [k for k in BUILD_ORDER if k.name in wanted]
-        self.ctx, self.out_dir, self.progress, self.timeout = ctx, out_dir, progress, config.build_timeout or None
-        self.outcomes: dict[str, BuildOutcome] = {}
-        self.jobs: dict[str, BuildJob] = {}
-        self.waited = 0.0
-        for kind in self.order:
-            restored = restore_artifact(cache, kind.name, out_dir / kind.filename()) if cache is not None else None
-            if restored is not None:
-                self.outcomes[kind.name] = BuildOutcome(path=restored.path, details=restored.details, notes=list(restored.notes), cache=RESTORED)
-            elif ahead:
-                self.jobs[kind.name] = start_build(kind, ctx, out_dir / kind.filename(), self._source_path(kind), self.timeout)
-
-    def _source_path(self, kind: ArtifactKind) -> Path | None:
-        return None if kind.source is None else self.out_dir / KINDS_BY_NAME[kind.source].filename()
-
-    def get(self, name: str) -> BuildOutcome:
-        """``name``'s outcome, waiting for (or running) its build."""
-        if name in self.outcomes:
-            return self.outcomes[name]
-        kind = KINDS_BY_NAME[name]
-        source = self.get(kind.source) if kind.source else None
-        began = time.perf_counter()
-        job = self.jobs.get(name)
-        if job is None or not job.done():
-            self.progress(f"building {name}")
-        if source is not None and (source.error or source.path is None):
-            if job is not None:
-                job.result()  # the server refused it (in-process, it may have built from an earlier run's file)
-            with contextlib.suppress(OSError):
-                (self.out_dir / kind.filename()).unlink()  # an earlier run's file must not pass for this run's
-            outcome = BuildOutcome(error=f"not built: it is derived from {kind.source}, which failed")
-        elif job is not None:
-            outcome = job.result()
-        else:
-            outcome = build_artifact(kind, self.ctx, self.out_dir / kind.filename(), self._source_path(kind), self.timeout)
-        self.waited += time.perf_counter() - began
-        self.outcomes[name] = outcome
-        return outcome
-
-
-def _file_info(path: Path) -> FileInfo:
-    return FileInfo(path=str(path), size_bytes=path.stat().st_size, sha256=sha256_file(path))
-
-
 def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     """Run the whole check described by ``config`` and return its report."""
     started = time.perf_counter()
@@ -237,7 +72,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     golden = load_golden(config.golden)
     reference = golden.reference()
     out_dir = prepare_out_dir(config.out_dir)
-    checkpoint_info = _file_info(config.checkpoint)
+    checkpoint_info = file_info(config.checkpoint)
     timings = {"verify_inputs": time.perf_counter() - started}
 
     cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256)
@@ -272,7 +107,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         # ones build on the other core. A streamed set is replayed once, after all the builds.
         ahead = config.effective_jobs > 1 and batches.held is not None and isolation.enabled()
         try:
-            builds = _Builds(config, ctx, out_dir, progress, cache, ahead)
+            builds = Builds(config, ctx, out_dir, progress, cache, ahead)
             batches.precompute_eager(lambda batch: _eager_logits(model, batch))
             eager_ahead = _eager_sizes_ahead(config, golden, batches, model)
             if any(KINDS_BY_NAME[name].suffix == ".onnx" for name in config.selected_kinds):
@@ -350,7 +185,7 @@ class _Replay:
             with captured_warnings(outcome.notes):
                 return stack.enter_context(kind.impl().open_runner(outcome.path, ctx))
         except Exception as exc:
-            self.errors[kind.name] = f"reloading {outcome.path.name} failed: {_describe(exc)}"
+            self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
             return None
 
     def _eager(self, index: int, start: int, batch: np.ndarray, record: bool) -> np.ndarray:
@@ -361,7 +196,7 @@ class _Replay:
                 ahead = (_eager_logits(self.model, batch), time.perf_counter() - began)
         except Exception as exc:
             raise ArchitectureError(
-                f"{self.config.checkpoint}: the eager model fails on the golden inputs ({_describe(exc)}); "
+                f"{self.config.checkpoint}: the eager model fails on the golden inputs ({describe_exception(exc)}); "
                 "check that --arch and the golden set's preprocessing match the model"
             ) from None
         eager = ahead[0]
@@ -392,7 +227,7 @@ class _Replay:
                     self.trace.add_output(name, start, batch, out, time.perf_counter() - began)
                     self.accumulators[name].add(eager, out)
                 except Exception as exc:
-                    self.errors[name] = f"running failed at inputs {start}..{start + len(batch) - 1}: {_describe(exc)}"
+                    self.errors[name] = f"running failed at inputs {start}..{start + len(batch) - 1}: {describe_exception(exc)}"
                     del runners[name]
                 self.seconds[name] += time.perf_counter() - began
 
@@ -400,7 +235,7 @@ class _Replay:
         return _eager_row(self.config, None if self.eager_error else self.eager_acc.result(), self.eager_error)
 
     def artifact_row(self, kind: ArtifactKind, outcome: BuildOutcome) -> Row:
-        artifact = _file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
+        artifact = file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
         if kind.name in self.errors or kind.name not in self.accumulators:
             return _artifact_row(self.config, kind, outcome, artifact, None, None, self.errors.get(kind.name))
         return _artifact_row(self.config, kind, outcome, artifact, self.accumulators[kind.name].result(), self.seconds[kind.name])
@@ -419,7 +254,7 @@ def _replay_and_judge(
     reference: np.ndarray,
     model: Any,
     ctx: BuildContext,
-    builds: _Builds,
+    builds: Builds,
     progress: Progress,
     eager_ahead: dict[int, Any] | None = None,
     by_artifact: bool = True,
@@ -510,7 +345,7 @@ def _artifact_row(
 
 
 def _eager_row(config: RunConfig, metrics: Metrics | None, error: str | None) -> Row:
-    gate = config.thresholds.eager_gate
+    gate = config.thresholds.gate_for("eager")
     if error or metrics is None:
         return Row(name="eager", family="eager", compared_with="golden", status=FAIL, gate=gate, metrics=None, reasons=(error or "no metrics",))
     verdict = judge(metrics, gate)

@@ -211,7 +211,9 @@ def _fix_hint(row: Row, checkpoint: str) -> str:
             f"to fix: if the new weights are intended, adopt their logits after review: `export-check golden approve "
             f"{checkpoint}` or `pytest {REGEN_FLAG}`; otherwise check the checkpoint and --arch"
         )
-    key = "int8-max-mae / int8-min-top1" if row.family == "int8" else "max-mae"
+    from .config import FAMILIES
+
+    key = FAMILIES[row.family].fix_hint
     return (
         "to fix: the exported artifact drifts from the eager model, so regenerating the golden set does not change this; "
         f"fix the export, or after review loosen {key} in [tool.export-check]"

@@ -17,7 +17,7 @@ from arches import TinyNet
 from conftest import seeded
 from exporter.artifacts import KINDS, KINDS_BY_NAME, BuildContext
 from exporter.errors import ArtifactError
-from exporter.pipeline import build_artifact
+from exporter.build.builds import build_artifact
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 from exporter import pipeline
+from exporter.build import builds
 from exporter.cache import EAGER, ArtifactCache, arch_source_sha256, open_cache
-from exporter.checkpoint import sha256_file
+from exporter.files import sha256_file
 from exporter.cli import main
 from exporter.config import Gate, RunConfig, Thresholds
 from exporter.settings import parse_settings
@@ -32,13 +33,13 @@ def config_for(tmp_path: Path, cache: Path | None, **changes) -> RunConfig:
 def build_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Names of the artifacts the pipeline really builds (the cache must keep this empty on a hit)."""
     calls: list[str] = []
-    real = pipeline.start_build
+    real = builds.start_build
 
     def counting(kind, *args, **kwargs):
         calls.append(kind.name)
         return real(kind, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "start_build", counting)
+    monkeypatch.setattr(builds, "start_build", counting)
     return calls
 
 
@@ -85,7 +86,7 @@ def test_other_thresholds_reuse_the_artifacts_and_judge_afresh(tmp_path: Path, b
     # (exporter/diagnostics), so the rows are replayed and judged again rather than served whole.
     config = config_for(tmp_path, tmp_path / "cache")
     assert pipeline.run_check(config).passed
-    strict = dataclasses.replace(config, thresholds=Thresholds(float_gate=Gate(max_mae=1e-9), eager_gate=Gate(max_mae=1e-5)))
+    strict = dataclasses.replace(config, thresholds=Thresholds().with_gates(float=Gate(max_mae=1e-9), eager=Gate(max_mae=1e-5)))
     report = pipeline.run_check(strict)
     assert build_calls == list(KINDS)
     assert cache_states(report) == {"eager": "miss", "torchscript-trace": "artifact", "onnx": "artifact"}
@@ -221,7 +222,7 @@ def test_key_covers_arch_source_and_settings_but_not_thresholds(tmp_path: Path) 
     def key(config: RunConfig) -> str:
         return open_cache(config, "c" * 64, "g" * 64).run_key
 
-    assert key(base) == key(dataclasses.replace(base, thresholds=Thresholds(float_gate=Gate(max_mae=1.0))))
+    assert key(base) == key(dataclasses.replace(base, thresholds=Thresholds().with_gates(float=Gate(max_mae=1.0))))
     assert key(base) == key(dataclasses.replace(base, out_dir=tmp_path / "elsewhere", kinds=("onnx",)))
     for change in ({"opset": 18}, {"batch_size": 8}, {"threads": 2}, {"arch_kwargs": {"num_classes": 10}}):
         assert key(dataclasses.replace(base, **change)) != key(base), change

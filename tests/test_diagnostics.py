@@ -192,7 +192,7 @@ def test_int8_layer_tables_only_for_failing_int8_rows_or_with_diagnose(tmp_path:
     assert passing.status == "pass" and passing.diagnostics.layers is None  # a passing int8 row: no table by default
     assert passing.diagnostics.rerun.max_abs == 0.0 and passing.diagnostics.shapes.passed  # the other checks still ran
     # held to MAE 1e-9, the int8 row fails on its real drift and gets its per-layer table without being asked
-    strict = Thresholds(int8_gate=Gate(max_mae=1e-9, min_top1=0.98))
+    strict = Thresholds().with_gates(int8=Gate(max_mae=1e-9, min_top1=0.98))
     failing = run_check(RunConfig(out_dir=tmp_path / "fail", thresholds=strict, **common)).row("torch-int8-dynamic")
     assert failing.status == "fail" and failing.metrics.mae > 1e-4
     assert failing.diagnostics.layers.purpose == "int8-layers" and [d.module for d in failing.diagnostics.layers.worst()] == ["fc"]

@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, process_gone
-from exporter import isolation, pipeline
+from exporter import pipeline
+from exporter.build import builds, isolation
 from exporter.artifacts import BUILD_ORDER, KIND_NAMES, KINDS_BY_NAME, BuildContext
 from exporter.artifacts._common import captured_warnings
 from exporter.config import RunConfig
@@ -35,7 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, li
     out: dict[str, tuple[object, list[tuple[str, tuple[str, ...]]]]] = {}
     for mode in MODES:
         events: list[tuple[str, tuple[str, ...]]] = []
-        real_start, real_run = pipeline.start_build, pipeline._Replay.run
+        real_start, real_run = builds.start_build, pipeline._Replay.run
 
         def start(kind, *args, **kwargs):
             events.append(("build", (kind.name,)))
@@ -46,7 +47,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, li
             return real_run(self, runners, notes, with_eager)
 
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(pipeline, "start_build", start)
+            mp.setattr(builds, "start_build", start)
             mp.setattr(pipeline._Replay, "run", run)
             if mode == "streamed":  # nothing fits the memory budget: the set streams batch by batch
                 mp.setattr(pipeline, "GoldenBatches", functools.partial(GoldenBatches, budget=0))

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
-from ..atomic import replacing
+from ..files import replacing
 from ..errors import ArtifactError
 
 

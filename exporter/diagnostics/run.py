@@ -23,7 +23,7 @@ import numpy as np
 
 from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._common import as_logits, captured_warnings, dedupe
-from ..config import RunConfig
+from ..config import FAMILIES, RunConfig
 from ..golden import GoldenSet
 from ..results import ERROR, FAIL, Row
 from . import LATENCY_REPEATS, RERUN_FRACTION_OF_FLOAT_GATE, Diagnostics, Latency, Rerun, ShapeCheck, determinism, divergence, shapes
@@ -152,7 +152,7 @@ class Diagnoser:
         self.probe = trace.probe()
         self.main = min(config.batch_size, len(self.probe))
         self.sizes = shapes.plan_sizes(self.main, len(self.probe))
-        self.float_gate = config.thresholds.float_gate.max_mae
+        self.float_gate = config.thresholds.gate_for("float").max_mae
         self.rerun_bound = self.float_gate * RERUN_FRACTION_OF_FLOAT_GATE
         self.eager_infer = _eager_infer(model)
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)")
@@ -185,13 +185,14 @@ class Diagnoser:
             reasons = diag.reasons
             status = FAIL if reasons else row.status
             layers = None
-            if row.family == "float" and status == FAIL:
+            layers_kind = FAMILIES[row.family].layers
+            if layers_kind == "on-fail" and status == FAIL:
                 start = _worst_batch_start(row, config.batch_size)
                 self.progress(f"locating where {row.name} diverges (batch at {start})")
                 layers = divergence.compare_layers(path, self.model, _batch_at(self.golden, config.batch_size, start), self.float_gate,
                                                    divergence.DIVERGENCE, config.threads, start)
                 reasons = reasons + (f"where: {layers.summary}",)
-            elif row.family == "int8" and (status == FAIL or config.diagnose):
+            elif layers_kind == "quantization" and (status == FAIL or config.diagnose):
                 layers = divergence.compare_layers(path, self.model, self.probe[: self.main], self.float_gate, divergence.INT8_LAYERS,
                                                    config.threads, 0)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in row.notes)

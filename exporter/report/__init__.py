@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import atomic
+from .. import files
 from ..errors import OutputError
 
 
@@ -12,6 +12,6 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Write a report file so that readers see the old file or the complete new one, never half."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_bytes(path, text.encode("utf-8"))
+        files.write_bytes(path, text.encode("utf-8"))
     except OSError as exc:
         raise OutputError(f"{path}: cannot write the report ({exc.strerror or exc}); choose a writable path") from None

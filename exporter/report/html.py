@@ -97,7 +97,7 @@ def per_image_chart(report: Report) -> str:
     series = [(row, colours(report)[row.name]) for row in report.rows if row.metrics is not None and row.metrics.per_image_mae]
     images = max((row.metrics.images for row, _ in series), default=1)
     t = report.thresholds
-    gates = sorted({t.float_gate.max_mae, t.int8_gate.max_mae})
+    gates = sorted({gate.max_mae for _, gate in t.gates})
     peak = max([_log(v) for row, _ in series for v in row.metrics.per_image_mae] + [_log(g) for g in gates] + [-1.0])
     lo, hi = int(LOG_FLOOR), math.ceil(peak)
 
@@ -223,8 +223,8 @@ def render(report: Report) -> str:
         + ("" if golden.label_accuracy is None else f"; eager top-1 accuracy {golden.label_accuracy:.1%}")
         + f"; {report.created}; {report.seconds:.1f}s</p>",
         _summary_table(report),
-        f"<p>Gates: float {_e(t.float_gate.describe())}; int8 {_e(t.int8_gate.describe())}; eager vs golden "
-        f"{_e(t.eager_gate.describe())}. Checks: {_e(checks_description(report))}.</p>",
+        "<p>Gates: " + "; ".join(f"{_e(family.short)} {_e(gate)}" for family, gate in t.described())
+        + f". Checks: {_e(checks_description(report))}.</p>",
     ]
     problems = [row for row in report.rows if not row.passed]
     if problems:

@@ -92,9 +92,7 @@ def build_tree(report: Report, hostname: str | None = None) -> ET.Element:
         ("golden", report.golden.path),
         ("golden_inputs", str(report.golden.inputs)),
         ("golden_manifest_sha256", report.golden.manifest_sha256),
-        ("gate_float", report.thresholds.float_gate.describe()),
-        ("gate_int8", report.thresholds.int8_gate.describe()),
-        ("gate_eager", report.thresholds.eager_gate.describe()),
+        *((f"gate_{family.name}", gate) for family, gate in report.thresholds.described()),
         *((f"version_{name}", version) for name, version in report.versions),
     ]
     for name, value in props:

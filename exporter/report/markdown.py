@@ -95,8 +95,7 @@ def render(report: Report) -> str:
         "|---|---|---|---:|---:|---:|:---:|---:|---:|---:|",
         *(_row(row) for row in report.rows),
         "",
-        f"**Thresholds:** float artifacts {cell(_gate(t.float_gate.describe()))} · int8 artifacts "
-        f"{cell(_gate(t.int8_gate.describe()))} · eager vs golden {cell(_gate(t.eager_gate.describe()))}. "
+        "**Thresholds:** " + " · ".join(f"{family.label} {cell(_gate(gate))}" for family, gate in t.described()) + ". "
         f"**Checks:** {cell(_gate(checks_description(report)))}.",
         "",
     ]

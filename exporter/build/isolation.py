@@ -45,7 +45,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .errors import ArtifactError
+from ..errors import ArtifactError
 
 ENV_SWITCH = "EXPORT_CHECK_ISOLATE"
 # What every child needs is imported once in the server; the rest each child imports itself.
@@ -381,8 +381,8 @@ class _Server:
 
 
 def _spawn_server(request_r: int, reply_w: int) -> subprocess.Popen:
-    package_root = str(Path(__file__).resolve().parents[1])
-    code = f"import sys; sys.path.insert(0, {package_root!r}); from exporter.isolation import serve; serve({request_r}, {reply_w})"
+    package_root = str(Path(__file__).resolve().parents[2])
+    code = f"import sys; sys.path.insert(0, {package_root!r}); from exporter.build.isolation import serve; serve({request_r}, {reply_w})"
     return subprocess.Popen([sys.executable, "-c", code], pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, close_fds=True)
 
 
@@ -570,7 +570,7 @@ def _context(request: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
 def _warm_up() -> None:
     # Unpickling the first module and tensor imports a tail of torch modules lazily; do it once here
     # rather than in every child (it is most of a child's start-up cost).
-    from .artifacts import KINDS
+    from ..artifacts import KINDS
 
     for kind in KINDS:  # the builders' own modules are light: their heavy imports are inside build()
         kind.impl()
@@ -667,7 +667,7 @@ def last_words(stderr: str) -> str | None:
 
 
 def _build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    from .artifacts._common import captured_warnings
+    from ..artifacts._common import captured_warnings
 
     sys.path[:] = request["sys_path"]
     os.chdir(request["cwd"])
