@@ -249,7 +249,7 @@ class RunConfig:
         return {"batch_size": self.batch_size, "opset": self.opset, "onnx_exporter": self.onnx_exporter, "threads": self.threads}
 
     def inference_settings(self) -> dict[str, Any]:
-        """Runtime settings that change speed and numbers, pinned by ``pipeline.pinned_threads`` and
+        """Runtime settings that change speed and numbers, pinned by ``model.pinned_threads`` and
         ``artifacts._common.OnnxRunner``, recorded in the report and keyed on by the cache."""
         return {
             "torch_threads": self.threads,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import build_model, load_state_dict
+from .model import eager_logits, load_model, pinned_threads
 from .files import sha256_file
 from .errors import GoldenError, UsageError
 from .golden import (
@@ -80,15 +80,7 @@ def preprocess_from_args(
 
 
 def _eager_logits(model: Any, arrays: Iterable[np.ndarray], batch_size: int) -> np.ndarray:
-    import torch
-
-    from .artifacts._common import as_logits
-
-    outputs = []
-    for batch in _batched(arrays, batch_size):
-        with torch.inference_mode():
-            outputs.append(as_logits(model(torch.from_numpy(batch)), "the eager model"))
-    return np.concatenate(outputs)
+    return np.concatenate([eager_logits(model, batch) for batch in _batched(arrays, batch_size)])
 
 
 def _batched(arrays: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
@@ -100,11 +92,6 @@ def _batched(arrays: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
             chunk = []
     if chunk:
         yield np.stack(chunk)
-
-
-def _load_model(checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None) -> Any:
-    state = load_state_dict(checkpoint)
-    return build_model(arch, arch_kwargs, state, checkpoint, arch_root)
 
 
 def _model_info(checkpoint: Path, arch: str, arch_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +144,6 @@ def record_golden(
     preprocess: Preprocess | None, threads: int, batch_size: int, force: bool = False,
 ) -> GoldenSet:
     """Decode every input, run the eager model on it and write a new golden set atomically."""
-    from .pipeline import pinned_threads
 
     files = image_files(inputs_dir)
     check_record_target(golden_dir, inputs_dir, force)
@@ -176,7 +162,7 @@ def record_golden(
                 "every input must have one shape"
             )
     with pinned_threads(threads):
-        model = _load_model(checkpoint, arch, arch_kwargs, arch_root)
+        model = load_model(checkpoint, arch, arch_kwargs, arch_root)
         reference = _eager_logits(model, arrays, batch_size)
     finite_or_raise(reference, str(checkpoint))
     return write_golden(golden_dir, new_inputs, preprocess, reference, _model_info(checkpoint, arch, arch_kwargs), library_versions())
@@ -294,12 +280,11 @@ def approve_golden(
     """Compute the new checkpoint's logits on the (verified) golden inputs; unless ``dry_run`` or
     nothing changed, write them as the new reference. Returns the diff and whether it was written."""
     from .golden import load_golden
-    from .pipeline import pinned_threads
 
     golden = load_golden(golden_dir)
     old = golden.reference()
     with pinned_threads(threads):
-        model = _load_model(checkpoint, arch, arch_kwargs, arch_root)
+        model = load_model(checkpoint, arch, arch_kwargs, arch_root)
         new = _eager_logits(model, (golden.load_input(item) for item in golden.inputs), batch_size)
     finite_or_raise(new, str(checkpoint))
     info = _model_info(checkpoint, arch, arch_kwargs)

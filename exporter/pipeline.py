@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,15 @@ import numpy as np
 
 from . import __version__
 from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
-from .artifacts._common import as_logits, captured_warnings, dedupe
+from .artifacts._common import captured_warnings, dedupe
+from .artifacts.base import INPUT, logits_of
 from .build import isolation
 from .build.builds import BuildOutcome, Builds
 from .cache import cached_rows, open_cache, store_rows
 from .checkpoint import build_model, load_state_dict
+from .model import eager_logits, pinned_threads
 from .compare import ErrorAccumulator, Metrics, ShapeMismatch, judge
-from .config import TORCH_INTEROP_THREADS, RunConfig
+from .config import RunConfig
 from .errors import ArchitectureError, ExportCheckError, describe_exception
 from .files import check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .diagnostics.run import EAGER, Diagnoser
@@ -45,23 +47,6 @@ Progress = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     pass
-
-
-@contextlib.contextmanager
-def pinned_threads(threads: int) -> Iterator[None]:
-    """Fix torch's intra-op thread count for the run (it changes both speed and numbers), then restore it."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    if torch.get_num_interop_threads() != TORCH_INTEROP_THREADS:
-        # torch allows this once per process, before any inter-op work; later runs in the same process keep it.
-        with contextlib.suppress(RuntimeError):
-            torch.set_num_interop_threads(TORCH_INTEROP_THREADS)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
@@ -108,9 +93,9 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         ahead = config.effective_jobs > 1 and batches.held is not None and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
-            batches.precompute_eager(lambda batch: _eager_logits(model, batch))
+            batches.precompute_eager(lambda batch: eager_logits(model, batch))
             eager_ahead = _eager_sizes_ahead(config, golden, batches, model)
-            if any(KINDS_BY_NAME[name].suffix == ".onnx" for name in config.selected_kinds):
+            if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
             rows, label_accuracy = _replay_and_judge(
@@ -183,7 +168,7 @@ class _Replay:
         assert outcome.path is not None
         try:
             with captured_warnings(outcome.notes):
-                return stack.enter_context(kind.impl().open_runner(outcome.path, ctx))
+                return stack.enter_context(kind.open_runner(outcome.path, ctx))
         except Exception as exc:
             self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
             return None
@@ -193,7 +178,7 @@ class _Replay:
             ahead = self.batches.eager(index)
             if ahead is None:
                 began = time.perf_counter()
-                ahead = (_eager_logits(self.model, batch), time.perf_counter() - began)
+                ahead = (eager_logits(self.model, batch), time.perf_counter() - began)
         except Exception as exc:
             raise ArchitectureError(
                 f"{self.config.checkpoint}: the eager model fails on the golden inputs ({describe_exception(exc)}); "
@@ -223,7 +208,7 @@ class _Replay:
                 began = time.perf_counter()
                 try:
                     with captured_warnings(notes[name]):
-                        out = runner.infer(batch)
+                        out = logits_of(runner.infer({INPUT: batch}), name)
                     self.trace.add_output(name, start, batch, out, time.perf_counter() - began)
                     self.accumulators[name].add(eager, out)
                 except Exception as exc:
@@ -308,13 +293,6 @@ def _eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatc
     return None if probe is None else eager_sizes_ahead(model, probe, config.batch_size)
 
 
-def _eager_logits(model: Any, batch: np.ndarray) -> np.ndarray:
-    import torch
-
-    with torch.inference_mode():
-        return as_logits(model(torch.from_numpy(batch)), "the eager model")
-
-
 def _artifact_row(
     config: RunConfig,
     kind: ArtifactKind,
@@ -363,4 +341,4 @@ def _eager_row(config: RunConfig, metrics: Metrics | None, error: str | None) ->
     )
 
 
-__all__ = ["run_check", "prepare_out_dir", "pinned_threads", "ExportCheckError"]
+__all__ = ["run_check", "ExportCheckError"]

@@ -17,7 +17,11 @@ from arches import TinyNet
 from conftest import seeded
 from exporter.artifacts import KINDS, KINDS_BY_NAME, BuildContext
 from exporter.errors import ArtifactError
+from exporter.artifacts.base import INPUT, OUTPUT
 from exporter.build.builds import build_artifact
+from exporter.config import FAMILIES
+from exporter.diagnostics.divergence import METHODS
+from exporter.model import EagerRunner
 
 
 @pytest.fixture(scope="module")
@@ -40,39 +44,48 @@ def test_table_is_complete_and_ordered() -> None:
         "torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic",
     ]
     for kind in KINDS:
-        assert kind.family in ("float", "int8")
+        assert kind.family in FAMILIES and kind.runtime in METHODS
         assert kind.source is None or KINDS.index(KINDS_BY_NAME[kind.source]) < KINDS.index(kind)
         impl = kind.impl()
         assert callable(impl.build) and callable(impl.open_runner)
 
 
-@pytest.mark.parametrize("name", [k.name for k in KINDS])
+@pytest.mark.parametrize("name", ["eager", *(k.name for k in KINDS)])
 def test_every_kind_honours_the_runner_contract(built, name: str) -> None:
+    """Named inputs in, named outputs out: every artifact reloaded from its file, and the eager model."""
     ctx, paths, model = built
-    kind = KINDS_BY_NAME[name]
-    path = paths[name]
-    assert path.is_file() and path.stat().st_size > 0 and path.suffix == kind.suffix
-    assert not list(path.parent.glob(".*partial*"))
+    if name == "eager":
+        runner, family = EagerRunner(model), "float"
+    else:
+        kind = KINDS_BY_NAME[name]
+        path = paths[name]
+        assert path.is_file() and path.stat().st_size > 0 and path.suffix == kind.suffix
+        assert not list(path.parent.glob(".*partial*"))
+        runner, family = kind.open_runner(path, ctx), kind.family
     rng = np.random.default_rng(1)
-    runner = kind.impl().open_runner(path, ctx)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit.load warns of its deprecation; the pipeline records it
         runner.__enter__()
     try:
         for batch_size in (1, 3, 4, 9):
             batch = rng.standard_normal((batch_size, 3, 16, 16), dtype=np.float32)
-            out = runner.infer(batch)
+            outputs = runner.infer({INPUT: batch})
+            assert isinstance(outputs, dict) and list(outputs) == [OUTPUT], outputs.keys()
+            out = outputs[OUTPUT]
             assert isinstance(out, np.ndarray) and out.dtype == np.float32
             assert out.shape == (batch_size, 10)
-            assert np.array_equal(out, runner.infer(batch)), "same input, same output"
+            assert np.array_equal(out, runner.infer({INPUT: batch})[OUTPUT]), "same input, same output"
             with torch.inference_mode():
                 eager = model(torch.from_numpy(batch)).numpy()
-            limit = 1e-5 if kind.family == "float" else 0.1
+            limit = 1e-5 if family == "float" else 0.1
             assert float(np.abs(out - eager).mean()) <= limit
+        with pytest.raises(ArtifactError, match="feeds exactly one"):
+            runner.infer({INPUT: batch, "extra": batch})
     finally:
         runner.__exit__(None, None, None)
-    with pytest.raises(AssertionError):
-        runner.infer(np.zeros((1, 3, 16, 16), np.float32))  # used after its with-block
+    if name != "eager":
+        with pytest.raises(AssertionError):
+            runner.infer({INPUT: np.zeros((1, 3, 16, 16), np.float32)})  # used after its with-block
 
 
 def test_onnx_simplified_with_a_fixed_batch_axis_is_refused(built, tmp_path: Path) -> None:

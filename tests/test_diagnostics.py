@@ -18,7 +18,7 @@ from exporter.artifacts._common import TorchScriptRunner, captured_warnings
 from exporter.cli import main
 from exporter.config import RunConfig
 from exporter.diagnostics import BatchSizeRun, determinism, shapes
-from exporter.diagnostics.divergence import INT8_LAYERS, compare_layers, module_of
+from exporter.diagnostics.divergence import INT8_LAYERS, module_of
 from exporter.golden import load_golden
 from exporter.pipeline import run_check
 
@@ -125,7 +125,7 @@ def outlier_artifacts(tmp_path_factory):
         for name in ("onnx", "torch-int8-dynamic", "onnx-int8-dynamic"):
             kind = KINDS_BY_NAME[name]
             paths[name] = out / kind.filename()
-            kind.impl().build(ctx, paths[name], paths.get(kind.source) if kind.source else None)
+            kind.build(ctx, paths[name], paths.get(kind.source) if kind.source else None)
     return model, batch, paths
 
 
@@ -133,7 +133,7 @@ def outlier_artifacts(tmp_path_factory):
 def test_int8_layer_table_ranks_the_layer_with_the_outlier_weight_worst(outlier_artifacts, name: str) -> None:
     model, batch, paths = outlier_artifacts
     with captured_warnings([]):
-        table = compare_layers(paths[name], model, batch, 1e-5, INT8_LAYERS, threads=1, start=0)
+        table = KINDS_BY_NAME[name].compare_layers(paths[name], model, batch, 1e-5, INT8_LAYERS, threads=1, start=0)
     assert table.error is None
     by_module = {d.module: d for d in table.layers}
     assert {"fc1", "fc2", "fc3"} <= set(by_module)

@@ -126,8 +126,8 @@ def test_settle_stops_the_build_in_flight_and_fails_the_queued_ones(tmp_path: Pa
     # The next build gets a fresh server and works.
     notes: list[str] = []
     isolation.build(KINDS_BY_NAME["torchscript-trace"], ctx, tmp_path / "after.pt", None, notes)
-    with captured_warnings(notes), KINDS_BY_NAME["torchscript-trace"].impl().open_runner(tmp_path / "after.pt", ctx) as runner:
-        got = runner.infer(np.ones((2, 4), dtype=np.float32))  # as the pipeline loads it (torch.jit.load warns)
+    with captured_warnings(notes), KINDS_BY_NAME["torchscript-trace"].open_runner(tmp_path / "after.pt", ctx) as runner:
+        (got,) = runner.infer({"input": np.ones((2, 4), dtype=np.float32)}).values()  # as the pipeline loads it (torch.jit.load warns)
     with torch.inference_mode():
         assert np.array_equal(got, ctx.model(torch.ones(2, 4)).numpy())
 

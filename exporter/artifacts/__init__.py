@@ -1,70 +1,29 @@
-"""The artifact kinds: one ordered table, each kind's code behind one small interface.
+"""The artifact kinds: one ordered table, each kind's code behind one small interface (``base``).
 
-A kind's module provides ``build(ctx, path, source)`` which writes the artifact file, and
-``open_runner(path, ctx)`` which reloads it from disk as a :class:`Runner`. Modules are named
-by string so that importing this table costs nothing (``export-check --help`` stays instant).
+Adding a kind is one module (``build`` and ``open_runner``) and one row here, plus its place in
+``BUILD_ORDER``. Modules are named by string so that importing this table costs nothing
+(``export-check --help`` stays instant).
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from ..config import FAMILIES
+from .base import ArtifactKind, BuildContext, Runner
 
-if TYPE_CHECKING:
-    import numpy as np
-
-
-class Runner(Protocol):
-    """A loaded artifact: a context manager whose ``infer`` maps an ``N×…`` float32 batch to logits."""
-
-    def __enter__(self) -> Runner: ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
-    def infer(self, batch: np.ndarray) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    """What every builder may use: the eager model, an example batch and the export settings."""
-
-    model: Any  # torch.nn.Module in eval mode
-    example: Any  # torch.Tensor, a batch of real golden inputs
-    opset: int
-    onnx_exporter: str
-    threads: int
-
-
-@dataclass(frozen=True)
-class ArtifactKind:
-    name: str
-    suffix: str
-    family: str  # "float" or "int8": which gate applies
-    module: str  # imported only when the kind is built or loaded
-    source: str | None  # kind whose file this one is derived from
-    description: str
-
-    def impl(self) -> ModuleType:
-        return importlib.import_module(self.module)
-
-    def filename(self) -> str:
-        return f"{self.name}{self.suffix}"
-
+__all__ = ["ArtifactKind", "BuildContext", "Runner", "KINDS", "KIND_NAMES", "KINDS_BY_NAME", "BUILD_ORDER"]
 
 KINDS: tuple[ArtifactKind, ...] = (
-    ArtifactKind("torchscript-trace", ".pt", "float", "exporter.artifacts.torchscript_trace", None,
+    ArtifactKind("torchscript-trace", ".pt", "float", "exporter.artifacts.torchscript_trace", None, "torch",
                  "TorchScript from torch.jit.trace on a batch of golden inputs; loaded with torch.jit.load"),
-    ArtifactKind("torchscript-script", ".pt", "float", "exporter.artifacts.torchscript_script", None,
+    ArtifactKind("torchscript-script", ".pt", "float", "exporter.artifacts.torchscript_script", None, "torch",
                  "TorchScript from torch.jit.script (keeps Python control flow); loaded with torch.jit.load"),
-    ArtifactKind("onnx", ".onnx", "float", "exporter.artifacts.onnx_export", None,
+    ArtifactKind("onnx", ".onnx", "float", "exporter.artifacts.onnx_export", None, "onnxruntime",
                  "ONNX with a dynamic batch axis, explicit opset and exporter; run in onnxruntime (CPU)"),
-    ArtifactKind("onnx-simplified", ".onnx", "float", "exporter.artifacts.onnx_simplified", "onnx",
+    ArtifactKind("onnx-simplified", ".onnx", "float", "exporter.artifacts.onnx_simplified", "onnx", "onnxruntime",
                  "the ONNX file simplified by onnxsim; its batch axis must stay dynamic"),
-    ArtifactKind("torch-int8-dynamic", ".pt", "int8", "exporter.artifacts.torch_int8", None,
+    ArtifactKind("torch-int8-dynamic", ".pt", "int8", "exporter.artifacts.torch_int8", None, "torch",
                  "dynamic int8 quantization of nn.Linear (torch.ao), traced and saved as TorchScript"),
-    ArtifactKind("onnx-int8-dynamic", ".onnx", "int8", "exporter.artifacts.onnx_int8", "onnx",
+    ArtifactKind("onnx-int8-dynamic", ".onnx", "int8", "exporter.artifacts.onnx_int8", "onnx", "onnxruntime",
                  "onnxruntime.quantization.quantize_dynamic of the ONNX file (int8 weights)"),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
@@ -80,3 +39,4 @@ BUILD_ORDER: tuple[ArtifactKind, ...] = tuple(
 )
 assert sorted(k.name for k in BUILD_ORDER) == sorted(KIND_NAMES), "every kind needs its place in BUILD_ORDER"
 assert all(BUILD_ORDER.index(KINDS_BY_NAME[k.source]) < BUILD_ORDER.index(k) for k in KINDS if k.source)
+assert all(k.family in FAMILIES for k in KINDS), "every kind's family needs a row in config.GATE_FAMILIES"

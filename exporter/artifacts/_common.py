@@ -1,4 +1,4 @@
-"""Helpers shared by the artifact modules: atomic file writes, captured warnings, runners."""
+"""Helpers shared by the artifact modules: atomic file writes, captured warnings, the TorchScript and ONNX runners."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 from ..config import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
 from ..files import replacing
 from ..errors import ArtifactError
+from .base import named_outputs, single_input
 
 
 @contextlib.contextmanager
@@ -131,13 +132,13 @@ class TorchScriptRunner:
     def __exit__(self, *exc: object) -> None:
         self.module = None
 
-    def infer(self, batch: np.ndarray) -> np.ndarray:
+    def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
         assert self.module is not None, "runner used outside its with-block"
         with torch.inference_mode():
-            out = self.module(torch.from_numpy(batch))
-        return as_logits(out, self.path.name)
+            out = self.module(torch.from_numpy(single_input(feeds)))
+        return named_outputs(out, self.path.name)
 
 
 class OnnxRunner:
@@ -148,6 +149,7 @@ class OnnxRunner:
         self.threads = threads
         self.session = None
         self.input_name = ""
+        self.output_names: list[str] = []
 
     def __enter__(self) -> OnnxRunner:
         import onnxruntime as ort
@@ -164,30 +166,16 @@ class OnnxRunner:
         if len(inputs) != 1:
             raise ArtifactError(f"{self.path.name} has {len(inputs)} inputs; export-check feeds exactly one")
         self.input_name = inputs[0].name
+        self.output_names = [o.name for o in self.session.get_outputs()]
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.session = None
 
-    def infer(self, batch: np.ndarray) -> np.ndarray:
+    def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         assert self.session is not None, "runner used outside its with-block"
-        outputs = self.session.run(None, {self.input_name: batch})
-        return as_logits(outputs[0], self.path.name)
-
-
-def as_logits(out: object, what: str) -> np.ndarray:
-    """Normalise a model output to a 2-D float array, or raise naming what came back."""
-    if isinstance(out, (tuple, list)) and len(out) >= 1:
-        out = out[0]
-    if hasattr(out, "detach"):
-        out = out.detach().cpu().numpy()
-    if not isinstance(out, np.ndarray):
-        raise ArtifactError(f"{what} returned {type(out).__name__}; export-check compares one logits tensor")
-    if out.ndim == 1:
-        out = out[:, None]
-    if out.ndim != 2:
-        out = out.reshape(out.shape[0], -1)
-    return out.astype(np.float32, copy=False)
+        outputs = self.session.run(None, {self.input_name: single_input(feeds)})
+        return dict(zip(self.output_names, outputs, strict=True))
 
 
 def onnx_batch_dims(path: Path) -> tuple[str | int | None, str | int | None]:

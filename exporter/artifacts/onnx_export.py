@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ArtifactError
-from . import BuildContext
+from .base import BuildContext
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
 
 INPUT_NAME = "input"

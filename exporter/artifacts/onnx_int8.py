@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import BuildContext
+from .base import BuildContext
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
 
 

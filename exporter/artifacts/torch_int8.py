@@ -10,7 +10,7 @@ import copy
 from pathlib import Path
 
 from ..errors import ArtifactError
-from . import BuildContext
+from .base import BuildContext
 from ._common import TorchScriptRunner, atomic_path
 
 

@@ -278,15 +278,17 @@ def onnx_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, pur
     return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
 
 
-METHODS = {".onnx": onnx_layers, ".pt": torchscript_layers}
+METHODS = {"onnxruntime": onnx_layers, "torch": torchscript_layers}
 
 
-def compare_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int, start: int) -> LayerComparison:
-    """Dispatch on the artifact's file format; a diagnosis that cannot run says why instead of raising."""
-    method = METHODS.get(path.suffix)
+def compare_layers(runtime: str, path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int,
+                   start: int) -> LayerComparison:
+    """Dispatch on the runtime that loads the artifact (``ArtifactKind.runtime``); a diagnosis that
+    cannot run says why instead of raising."""
+    method = METHODS.get(runtime)
     try:
         if method is None:
-            raise ValueError(f"no per-layer method for {path.suffix} files")
+            raise ValueError(f"no per-layer method for {runtime} artifacts")
         if method is onnx_layers:
             return onnx_layers(path, model, batch, threshold, purpose, threads=threads, start=start)
         return torchscript_layers(path, model, batch, threshold, purpose, start=start)

@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 
 from ..artifacts import KINDS_BY_NAME, BuildContext
-from ..artifacts._common import as_logits, captured_warnings, dedupe
+from ..artifacts._common import captured_warnings, dedupe
+from ..artifacts.base import INPUT, logits_of
+from ..model import eager_logits
 from ..config import FAMILIES, RunConfig
 from ..golden import GoldenSet
 from ..results import ERROR, FAIL, Row
@@ -48,13 +50,12 @@ def _worst_batch_start(row: Row, batch_size: int) -> int:
 
 
 def _eager_infer(model: Any):
-    import torch
+    return lambda batch: eager_logits(model, batch)
 
-    def infer(batch: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return as_logits(model(torch.from_numpy(batch)), "the eager model")
 
-    return infer
+def _infer_of(runner: Any, name: str):
+    """A runner as the diagnostics call it: one batch in, its logits out."""
+    return lambda batch: logits_of(runner.infer({INPUT: batch}), name)
 
 
 def _sizes_from(infer, trace: ReplayTrace, name: str, probe: np.ndarray, sizes: tuple[int, ...], main: int) -> dict[int, Any]:
@@ -177,8 +178,8 @@ class Diagnoser:
         with captured_warnings(warnings_seen):
             try:
                 with contextlib.ExitStack() as stack:
-                    opened = runner or stack.enter_context(kind.impl().open_runner(path, ctx))
-                    diag = _measure(opened.infer, self.trace, row.name, self.probe, self.eager_at, self.sizes, self.main,
+                    opened = runner or stack.enter_context(kind.open_runner(path, ctx))
+                    diag = _measure(_infer_of(opened, row.name), self.trace, row.name, self.probe, self.eager_at, self.sizes, self.main,
                                     row.gate.max_mae, self.rerun_bound, config.threads)
             except Exception as exc:
                 return replace(row, status=ERROR, reasons=row.reasons + (f"reopening {path.name} for diagnostics failed: {exc}",))
@@ -189,11 +190,11 @@ class Diagnoser:
             if layers_kind == "on-fail" and status == FAIL:
                 start = _worst_batch_start(row, config.batch_size)
                 self.progress(f"locating where {row.name} diverges (batch at {start})")
-                layers = divergence.compare_layers(path, self.model, _batch_at(self.golden, config.batch_size, start), self.float_gate,
+                layers = kind.compare_layers(path, self.model, _batch_at(self.golden, config.batch_size, start), self.float_gate,
                                                    divergence.DIVERGENCE, config.threads, start)
                 reasons = reasons + (f"where: {layers.summary}",)
             elif layers_kind == "quantization" and (status == FAIL or config.diagnose):
-                layers = divergence.compare_layers(path, self.model, self.probe[: self.main], self.float_gate, divergence.INT8_LAYERS,
+                layers = kind.compare_layers(path, self.model, self.probe[: self.main], self.float_gate, divergence.INT8_LAYERS,
                                                    config.threads, 0)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in row.notes)
         diag = replace(diag, layers=layers, notes=diag.notes + new_notes, seconds=time.perf_counter() - began)

@@ -1,0 +1,127 @@
+"""The artifact contract: the kind as a typed row, the build context, and the runner protocol.
+
+A runner is a context manager whose ``infer`` takes named inputs and returns named outputs,
+``infer(feeds: Mapping[str, ndarray]) -> dict[str, ndarray]``, for every artifact and for the eager
+model alike (``model.EagerRunner``). While the golden set holds one input, the feed is
+``{"input": batch}``; a single-tensor output is named ``"logits"`` (the name the ONNX export
+gives it), a tuple's members ``output_0``, ``output_1``, ... Judging looks at the first output
+(``logits_of``) until reports carry several.
+
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import ArtifactError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..diagnostics import LayerComparison
+
+INPUT = "input"  # the one input's name while the golden set holds one
+OUTPUT = "logits"  # a single-tensor output's name
+
+
+class Runner(Protocol):
+    """A loaded artifact (or the eager model): named inputs in, named outputs out."""
+
+    def __enter__(self) -> Runner: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What every builder may use: the eager model, an example batch and the export settings."""
+
+    model: Any  # torch.nn.Module in eval mode
+    example: Any  # torch.Tensor, a batch of real golden inputs
+    opset: int
+    onnx_exporter: str
+    threads: int
+
+
+@dataclass(frozen=True)
+class ArtifactKind:
+    """One row of the artifact table. The kind's module (imported only when the kind is built or
+    loaded, so the table costs nothing to import) provides ``build(ctx, path, source) -> details``,
+    which writes the file, and ``open_runner(path, ctx) -> Runner``, which reloads it from disk."""
+
+    name: str
+    suffix: str
+    family: str  # the gate family (config.GATE_FAMILIES) its rows are judged by
+    module: str
+    source: str | None  # the kind whose file this one is derived from
+    runtime: str  # what loads it: "torch" or "onnxruntime" (the per-layer method follows it)
+    description: str
+
+    def impl(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+    def filename(self) -> str:
+        return f"{self.name}{self.suffix}"
+
+    def build(self, ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
+        return dict(self.impl().build(ctx, path, source) or {})
+
+    def open_runner(self, path: Path, ctx: BuildContext) -> Runner:
+        runner: Runner = self.impl().open_runner(path, ctx)
+        return runner
+
+    def compare_layers(self, path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int,
+                       start: int) -> LayerComparison:
+        """Where this artifact departs from eager, layer by layer (never raises: a failure is the table's error)."""
+        from ..diagnostics.divergence import compare_layers
+
+        return compare_layers(self.runtime, path, model, batch, threshold, purpose, threads, start)
+
+
+def single_input(feeds: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The one array of ``feeds``; export-check feeds exactly one input until the golden set holds more."""
+    if len(feeds) != 1:
+        raise ArtifactError(f"got {len(feeds)} inputs ({', '.join(feeds)}); export-check feeds exactly one")
+    return next(iter(feeds.values()))
+
+
+def _array(value: Any) -> Any:  # a tensor as a numpy array; anything else as it is
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return value
+
+
+def named_outputs(out: object, what: str) -> dict[str, np.ndarray]:
+    """A model's output as named arrays: a tensor is ``logits``; a tuple or list ``output_0``, ``output_1``, ..."""
+    import numpy as np
+
+    if isinstance(out, (tuple, list)) and len(out) >= 1:
+        items = [_array(v) for v in out]
+        if not isinstance(items[0], np.ndarray):
+            raise ArtifactError(f"{what} returned {type(out[0]).__name__}; export-check compares one logits tensor")
+        return {f"output_{i}": v for i, v in enumerate(items) if isinstance(v, np.ndarray)}
+    value = _array(out)
+    if not isinstance(value, np.ndarray):
+        raise ArtifactError(f"{what} returned {type(out).__name__}; export-check compares one logits tensor")
+    return {OUTPUT: value}
+
+
+def logits_of(outputs: Mapping[str, np.ndarray], what: str) -> np.ndarray:
+    """The first output as a 2-D float32 array (one row per input), the array every row is judged on."""
+    import numpy as np
+
+    if not outputs:
+        raise ArtifactError(f"{what} returned no output; export-check compares one logits tensor")
+    out = np.asarray(next(iter(outputs.values())))
+    if out.ndim == 1:
+        out = out[:, None]
+    if out.ndim != 2:
+        out = out.reshape(out.shape[0], -1)
+    return out.astype(np.float32, copy=False)
