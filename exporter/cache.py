@@ -9,10 +9,11 @@ entry under ``sha256(run key, kind)``::
     <cache-dir>/v1/<2 hex>/<entry key>/meta.json             committed last, atomically
     <cache-dir>/v1/<2 hex>/<entry key>/<sha256[:16]><suffix>  the artifact file, named by content
 
-Thresholds are not in the key: an entry holds metrics, and the gates are applied to them on every
-run. It also holds the row as judged and diagnosed, with the thresholds used; only a run with the
-same thresholds is served that whole (the diagnostics measure with the gates), any other reuses the
-file and replays. An entry records the hashes of the local source files imported when it was built
+Thresholds are not in the key: an entry holds what was observed (``measurements.Observation``:
+metrics, diagnostics, notes), never a row or a verdict, and ``judge`` applies today's gates to it on
+every run, as it does on a cold run. A run is served whole from the cache when every observation is
+enough to judge with today's thresholds; one whose verdict asks for a per-layer table the entry
+lacks (or holds at another threshold) reuses the files and replays. An entry records the hashes of the local source files imported when it was built
 and is a miss when one changed. It is checked against the sha256 and size in its ``meta.json``
 before use; a damaged one is removed, rebuilt, and the rebuild is noted in the report. The cache is
 best effort: failing to write it only adds a note, it never fails a check. See docs/performance.md.
@@ -36,15 +37,15 @@ from typing import TYPE_CHECKING, Any
 from . import __version__, files
 from .artifacts import KINDS_BY_NAME
 from .files import sha256_file
-from .compare import Metrics
-from .results import ERROR, FileInfo, Row
+from .measurements import Observation
+from .results import FileInfo
 from .versions import library_versions
 
 if TYPE_CHECKING:
     from .config import RunConfig
     from .build.builds import BuildOutcome
 
-FORMAT = 1
+FORMAT = 2  # 2: entries hold observations (1 held judged rows)
 LAYOUT = f"v{FORMAT}"
 META = "meta.json"
 EAGER = "eager"
@@ -140,23 +141,6 @@ def _canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def metrics_to_json(metrics: Metrics) -> dict[str, Any]:
-    return asdict(metrics)
-
-
-def metrics_from_json(data: dict[str, Any]) -> Metrics:
-    return Metrics(
-        images=int(data["images"]),
-        mae=float(data["mae"]),
-        max_abs=float(data["max_abs"]),
-        median_abs=float(data["median_abs"]),
-        top1_agreement=float(data["top1_agreement"]),
-        top1_changed=tuple(int(i) for i in data["top1_changed"]),
-        nonfinite=int(data["nonfinite"]),
-        per_image_mae=tuple(float(v) for v in data["per_image_mae"]),
-    )
-
-
 @dataclass(frozen=True)
 class Entry:
     """One verified cache entry: an artifact file (none for the eager row) and what was measured."""
@@ -167,13 +151,8 @@ class Entry:
     details: dict[str, str]
     notes: tuple[str, ...]
     build_seconds: float | None
-    metrics: Metrics | None
-    replay_seconds: float | None
+    observation: Observation | None  # None for a source built only for a derived kind
     label_accuracy: float | None = None
-    # The row as judged and diagnosed: status, reasons, diagnostics and the thresholds they were judged
-    # with. Diagnostics (exporter/diagnostics) measure with the thresholds, so they are reused only
-    # when the thresholds are the same; the metrics are reused whatever the thresholds.
-    judged: dict[str, Any] | None = None
 
 
 class Damaged(Exception):
@@ -249,7 +228,7 @@ class ArtifactCache:
             sha = sha256_file(file)
             if sha != artifact["sha256"]:
                 raise Damaged(f"{file.name} changed (sha256 {sha[:12]}… != {str(artifact['sha256'])[:12]}…)")
-        metrics = meta.get("metrics")
+        observation = meta.get("observation")
         sources = meta.get("sources") or {}
         if not isinstance(sources, dict):
             raise Damaged("meta.json has no valid source list")
@@ -260,10 +239,8 @@ class ArtifactCache:
             details={str(k): str(v) for k, v in dict(meta.get("details") or {}).items()},
             notes=tuple(str(n) for n in meta.get("notes") or ()),
             build_seconds=meta.get("build_seconds"),
-            metrics=None if metrics is None else metrics_from_json(metrics),
-            replay_seconds=meta.get("replay_seconds"),
+            observation=None if observation is None else from_plain(Observation, observation),
             label_accuracy=meta.get("label_accuracy"),
-            judged=meta.get("judged") if isinstance(meta.get("judged"), dict) else None,
         ), {str(k): str(v) for k, v in sources.items()}
 
     def restore(self, entry: Entry, dest: Path) -> None:
@@ -288,10 +265,8 @@ class ArtifactCache:
         details: dict[str, str] | None = None,
         notes: tuple[str, ...] = (),
         build_seconds: float | None = None,
-        metrics: Metrics | None = None,
-        replay_seconds: float | None = None,
+        observation: Observation | None = None,
         label_accuracy: float | None = None,
-        judged: dict[str, Any] | None = None,
     ) -> None:
         """Write one entry: the artifact file by content name, then ``meta.json`` last."""
         folder = self.entry_dir(name)
@@ -309,10 +284,8 @@ class ArtifactCache:
                 "details": details or {},
                 "notes": list(notes),
                 "build_seconds": build_seconds,
-                "metrics": None if metrics is None else metrics_to_json(metrics),
-                "replay_seconds": replay_seconds,
+                "observation": None if observation is None else asdict(observation),
                 "label_accuracy": label_accuracy,
-                "judged": judged,
                 "sources": self.local_sources(),
             }
             files.write_bytes(folder / META, json.dumps(meta, indent=1).encode("utf-8"))
@@ -388,67 +361,30 @@ def restore_artifact(cache: ArtifactCache, name: str, dest: Path) -> Restored | 
     return Restored(dest, entry.details, entry.notes)
 
 
-def cached_rows(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[list[Row], float | None] | None:
-    """Every row of the run from the cache (artifacts restored into ``out_dir``, metrics judged
-    against today's thresholds), or ``None`` unless the eager row and every selected kind are cached."""
-    from .build.builds import BuildOutcome
-    from .pipeline import _artifact_row, _eager_row  # pipeline imports this module
+def cached_observations(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[list[Observation], float | None] | None:
+    """Every row's observation from the cache (artifacts restored into ``out_dir``), or ``None``
+    unless the eager row and every selected kind are cached and enough to judge with today's thresholds."""
+    from .judge import layers_missing
 
     eager = cache.lookup(EAGER)
-    if eager is None or eager.metrics is None:
+    if eager is None or eager.observation is None or eager.observation.metrics is None:
         return None
     entries = {}
     for name in config.selected_kinds:
         entry = cache.lookup(name)
-        if entry is None or entry.metrics is None or entry.file is None or entry.sha256 is None:
+        if entry is None or entry.observation is None or entry.observation.metrics is None or entry.file is None or entry.sha256 is None:
             return None
         entries[name] = entry
-    judged = {name: _judged_fields(entry, config) for name, entry in (*entries.items(), (EAGER, eager))}
-    if any(fields_ is None for fields_ in judged.values()):
-        return None  # other thresholds: the artifacts are reused, but replay and diagnostics run again
-    rows = [replace(_eager_row(config, eager.metrics, None), cache=HIT, **judged[EAGER])]
+    if any(layers_missing(e.observation, config.thresholds, config.diagnose) for e in (*entries.values(), eager) if e.observation):
+        return None  # the verdict wants a per-layer table the entry does not hold: reuse the files, replay
+    observations = [replace(eager.observation, cache=HIT)]
     for name, entry in entries.items():
-        kind = KINDS_BY_NAME[name]
-        dest = out_dir / kind.filename()
+        assert entry.observation is not None
+        dest = out_dir / KINDS_BY_NAME[name].filename()
         cache.restore(entry, dest)
         artifact = FileInfo(path=str(dest), size_bytes=dest.stat().st_size, sha256=str(entry.sha256))
-        outcome = BuildOutcome(path=dest, details=dict(entry.details), notes=list(entry.notes), cache=HIT)
-        rows.append(replace(_artifact_row(config, kind, outcome, artifact, entry.metrics, None), cache=HIT, **judged[name]))
-    return rows, eager.label_accuracy
-
-
-def _judged_fields(entry: Entry, config: RunConfig) -> dict[str, Any] | None:
-    """The stored status, reasons and diagnostics of a row, if judged with today's thresholds."""
-    judged = entry.judged
-    if judged is None or judged.get("thresholds") != _plain(config.thresholds.to_json()):
-        return None
-    out: dict[str, Any] = {"status": str(judged["status"]), "reasons": tuple(str(r) for r in judged["reasons"])}
-    if "diagnostics" in ROW_FIELDS:
-        try:
-            out["diagnostics"] = from_plain(_row_hints()["diagnostics"], judged.get("diagnostics"))
-        except (TypeError, ValueError, KeyError, AttributeError, NameError):
-            return None
-    return out
-
-
-def _row_hints() -> dict[str, Any]:
-    from . import diagnostics  # typed records only, no heavy imports
-
-    return typing.get_type_hints(Row, localns=vars(diagnostics))
-
-
-def _judged_of(row: Row, config: RunConfig) -> dict[str, Any]:
-    judged: dict[str, Any] = {"status": row.status, "reasons": list(row.reasons), "thresholds": _plain(config.thresholds.to_json())}
-    diagnostics = getattr(row, "diagnostics", None)
-    judged["diagnostics"] = None if diagnostics is None else asdict(diagnostics)
-    return judged
-
-
-def _plain(data: Any) -> Any:
-    return json.loads(json.dumps(data))
-
-
-ROW_FIELDS = {f.name for f in fields(Row)}
+        observations.append(replace(entry.observation, artifact=artifact, build_seconds=None, replay_seconds=None, cache=HIT))
+    return observations, eager.label_accuracy
 
 
 def from_plain(tp: Any, value: Any) -> Any:
@@ -492,40 +428,38 @@ def from_plain(tp: Any, value: Any) -> Any:
     raise TypeError(f"cannot rebuild {tp!r}")
 
 
-def store_rows(
-    cache: ArtifactCache, config: RunConfig, rows: list[Row], built: dict[str, BuildOutcome], label_accuracy: float | None
-) -> list[Row]:
-    """Store every artifact that built and ran (and the eager metrics); return the rows marked with
-    where they came from. Errors are never cached: the next run tries again."""
+def _storable(obs: Observation) -> bool:
+    """Errors are never cached: the next run tries again."""
+    return obs.error is None and obs.metrics is not None and obs.artifact is not None and not (
+        obs.diagnostics is not None and obs.diagnostics.error is not None)
+
+
+def store_observations(
+    cache: ArtifactCache, config: RunConfig, observations: list[Observation], built: dict[str, BuildOutcome], label_accuracy: float | None
+) -> list[Observation]:
+    """Store every artifact that built and ran with its observation (and eager's); return the
+    observations marked with where they came from and what happened to their entries."""
     marked = []
-    for row in rows:
-        if row.name == EAGER:
-            if row.metrics is not None:
-                cache.store(EAGER, artifact=None, metrics=row.metrics, label_accuracy=label_accuracy, judged=_judged_of(row, config))
+    for obs in observations:
+        if obs.name == EAGER:
+            if obs.metrics is not None:
+                cache.store(EAGER, artifact=None, observation=obs, label_accuracy=label_accuracy)
             state = REBUILT if EAGER in cache.damaged else MISS
         else:
-            outcome = built[row.name]
-            state = RESTORED if outcome.cache == RESTORED else REBUILT if row.name in cache.damaged else MISS
-            if row.status != ERROR and row.metrics is not None and row.artifact is not None:
-                cache.store(
-                    row.name,
-                    artifact=Path(row.artifact.path),
-                    expected_sha256=row.artifact.sha256,
-                    details=dict(row.details),
-                    notes=row.notes,
-                    build_seconds=row.build_seconds,
-                    metrics=row.metrics,
-                    replay_seconds=row.replay_seconds,
-                    judged=_judged_of(row, config),
-                )
-        notes = row.notes
-        if row.name in cache.damaged:
-            notes += (f"cache: the cached entry was damaged ({cache.damaged[row.name]}); rebuilt and stored again",)
-        if row.name in cache.stale:
-            notes += (f"cache: {cache.stale[row.name]} changed since the cached entry was stored; rebuilt",)
-        if row.name in cache.problems:
-            notes += (cache.problems[row.name],)
-        marked.append(replace(row, cache=state, notes=notes))
+            outcome = built[obs.name]
+            state = RESTORED if outcome.cache == RESTORED else REBUILT if obs.name in cache.damaged else MISS
+            if _storable(obs):
+                assert obs.artifact is not None
+                cache.store(obs.name, artifact=Path(obs.artifact.path), expected_sha256=obs.artifact.sha256, details=dict(obs.details),
+                            notes=obs.notes, build_seconds=obs.build_seconds, observation=obs)
+        notes = obs.notes
+        if obs.name in cache.damaged:
+            notes += (f"cache: the cached entry was damaged ({cache.damaged[obs.name]}); rebuilt and stored again",)
+        if obs.name in cache.stale:
+            notes += (f"cache: {cache.stale[obs.name]} changed since the cached entry was stored; rebuilt",)
+        if obs.name in cache.problems:
+            notes += (cache.problems[obs.name],)
+        marked.append(replace(obs, cache=state, notes=notes))
     selected = set(config.selected_kinds)
     for name, outcome in built.items():  # a source built only for a derived kind (onnx for onnx-simplified)
         if name not in selected and outcome.cache is None and outcome.error is None and outcome.path is not None:

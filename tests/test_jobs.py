@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, process_gone
-from exporter import pipeline
+from exporter import observe, pipeline
 from exporter.build import builds, isolation
 from exporter.artifacts import BUILD_ORDER, KIND_NAMES, KINDS_BY_NAME, BuildContext
 from exporter.artifacts._common import captured_warnings
@@ -36,7 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, li
     out: dict[str, tuple[object, list[tuple[str, tuple[str, ...]]]]] = {}
     for mode in MODES:
         events: list[tuple[str, tuple[str, ...]]] = []
-        real_start, real_run = builds.start_build, pipeline._Replay.run
+        real_start, real_run = builds.start_build, observe.Replay.run
 
         def start(kind, *args, **kwargs):
             events.append(("build", (kind.name,)))
@@ -48,7 +48,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, li
 
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(builds, "start_build", start)
-            mp.setattr(pipeline._Replay, "run", run)
+            mp.setattr(observe.Replay, "run", run)
             if mode == "streamed":  # nothing fits the memory budget: the set streams batch by batch
                 mp.setattr(pipeline, "GoldenBatches", functools.partial(GoldenBatches, budget=0))
             config = RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN,
@@ -134,7 +134,7 @@ def test_settle_stops_the_build_in_flight_and_fails_the_queued_ones(tmp_path: Pa
 
 def test_a_run_interrupted_mid_replay_leaves_no_build_behind_and_the_next_run_is_whole(tmp_path: Path, monkeypatch) -> None:
     """KeyboardInterrupt while the first artifact replays, with the other builds still queued."""
-    real_run = pipeline._Replay.run
+    real_run = observe.Replay.run
 
     def interrupted(self, runners, notes, with_eager):
         if runners:
@@ -144,7 +144,7 @@ def test_a_run_interrupted_mid_replay_leaves_no_build_behind_and_the_next_run_is
     config = RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=tmp_path / "out", jobs=2,
                        kinds=("torchscript-trace", "onnx"))
     with monkeypatch.context() as mp:
-        mp.setattr(pipeline._Replay, "run", interrupted)
+        mp.setattr(observe.Replay, "run", interrupted)
         with pytest.raises(KeyboardInterrupt):
             pipeline.run_check(config)
     assert isolation._SERVER is None or not isolation._SERVER.in_flight()

@@ -43,7 +43,7 @@ def failing(tmp_path_factory):
     strict = Gate(max_mae=1e-9)
     report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN,
                                  out_dir=tmp_path_factory.mktemp("fail"), kinds=("torchscript-trace", "onnx"),
-                                 thresholds=Thresholds().with_gates(float=strict, eager=strict)))
+                                 thresholds=Thresholds().with_gates(float=strict)))
     trace = report.row("torchscript-trace")
     broken = dataclasses.replace(trace, status="error", metrics=None, diagnostics=None,
                                  reasons=('reloading x.pt failed: RuntimeError: <bad> & "quoted" \x07 bell | pipe',))

@@ -1,0 +1,180 @@
+"""Observe: replay the golden set through eager and every artifact reloaded from its file, then
+measure each row's diagnostics. Measurements only (``measurements.Observation``); ``judge`` decides.
+
+With ``by_artifact`` (eager's outputs held in memory, ``--jobs 2``), each artifact is replayed and
+diagnosed on its own as soon as its build is done, while the next ones build on the other core;
+otherwise one pass over the golden set runs every artifact after all the builds (a streamed set is
+decoded once). The observations are the same either way (tests/test_jobs.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import numpy as np
+
+from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
+from .artifacts._common import captured_warnings, dedupe
+from .artifacts.base import INPUT, logits_of
+from .build.builds import BuildOutcome, Builds, Progress
+from .compare import ErrorAccumulator, ShapeMismatch
+from .config import RunConfig
+from .diagnostics.run import EAGER, Diagnoser
+from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
+from .diagnostics.trace import ReplayTrace
+from .errors import ArchitectureError, describe_exception
+from .files import file_info
+from .golden import GoldenSet
+from .golden_batches import GoldenBatches
+from .measurements import Observation
+from .model import eager_logits
+
+
+class Replay:
+    """Replays the golden set through runners, batch by batch, accumulating each row's errors
+    against eager and what the diagnostics reuse (``trace``)."""
+
+    def __init__(self, config: RunConfig, golden: GoldenSet, batches: GoldenBatches, reference: np.ndarray, model: Any) -> None:
+        self.config, self.golden, self.batches, self.reference, self.model = config, golden, batches, reference, model
+        self.trace = ReplayTrace.for_run(len(golden), config.batch_size)
+        self.accumulators: dict[str, ErrorAccumulator] = {}
+        self.seconds: dict[str, float] = {}
+        self.errors: dict[str, str] = {}
+        self.eager_acc = ErrorAccumulator()
+        self.eager_error: str | None = None
+        self.eager_argmax: list[np.ndarray] = []
+
+    def open(self, kind: ArtifactKind, outcome: BuildOutcome, ctx: BuildContext, stack: contextlib.ExitStack) -> Any | None:
+        """The artifact reloaded from its file, as it ships; ``None`` (and the row's error) when it can't be."""
+        if outcome.error:
+            self.errors[kind.name] = outcome.error
+            return None
+        assert outcome.path is not None
+        try:
+            with captured_warnings(outcome.notes):
+                return stack.enter_context(kind.open_runner(outcome.path, ctx))
+        except Exception as exc:
+            self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
+            return None
+
+    def _eager(self, index: int, start: int, batch: np.ndarray, record: bool) -> np.ndarray:
+        try:
+            ahead = self.batches.eager(index)
+            if ahead is None:
+                began = time.perf_counter()
+                ahead = (eager_logits(self.model, batch), time.perf_counter() - began)
+        except Exception as exc:
+            raise ArchitectureError(
+                f"{self.config.checkpoint}: the eager model fails on the golden inputs ({describe_exception(exc)}); "
+                "check that --arch and the golden set's preprocessing match the model"
+            ) from None
+        eager = ahead[0]
+        if record:
+            self.trace.add_batch(start, batch)
+            self.trace.add_output(EAGER, start, batch, eager, ahead[1])
+            self.eager_argmax.append(np.argmax(eager, axis=1))
+            if self.eager_error is None:
+                try:
+                    self.eager_acc.add(self.reference[start : start + len(batch)], eager)
+                except ShapeMismatch as exc:
+                    self.eager_error = f"eager output does not match the golden reference: {exc}"
+        return eager
+
+    def run(self, runners: dict[str, Any], notes: dict[str, list[str]], with_eager: bool) -> None:
+        """One pass over the golden set: eager (recorded when ``with_eager``) and every runner."""
+        runners = dict(runners)
+        for name in runners:
+            self.accumulators.setdefault(name, ErrorAccumulator())
+            self.seconds.setdefault(name, 0.0)
+        for index, (start, batch) in enumerate(self.batches):
+            eager = self._eager(index, start, batch, with_eager)
+            for name, runner in list(runners.items()):
+                began = time.perf_counter()
+                try:
+                    with captured_warnings(notes[name]):
+                        out = logits_of(runner.infer({INPUT: batch}), name)
+                    self.trace.add_output(name, start, batch, out, time.perf_counter() - began)
+                    self.accumulators[name].add(eager, out)
+                except Exception as exc:
+                    self.errors[name] = f"running failed at inputs {start}..{start + len(batch) - 1}: {describe_exception(exc)}"
+                    del runners[name]
+                self.seconds[name] += time.perf_counter() - began
+
+    def eager_observation(self) -> Observation:
+        return Observation(name=EAGER, family=EAGER, compared_with="golden",
+                           metrics=None if self.eager_error else self.eager_acc.result(), error=self.eager_error)
+
+    def artifact_observation(self, kind: ArtifactKind, outcome: BuildOutcome) -> Observation:
+        artifact = file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
+        common: dict[str, Any] = {"name": kind.name, "family": kind.family, "compared_with": "eager", "artifact": artifact,
+                                  "build_seconds": outcome.seconds, "details": tuple(sorted(outcome.details.items())),
+                                  "notes": dedupe(outcome.notes)}
+        if kind.name in self.errors or kind.name not in self.accumulators:
+            return Observation(metrics=None, error=self.errors.get(kind.name) or "no metrics", **common)
+        return Observation(metrics=self.accumulators[kind.name].result(), replay_seconds=self.seconds[kind.name], **common)
+
+    def label_accuracy(self) -> float | None:
+        labels = self.golden.labels()
+        if self.eager_argmax and all(label is not None for label in labels):
+            return float(np.mean(np.concatenate(self.eager_argmax) == np.asarray(labels)))
+        return None
+
+
+def observe_all(
+    config: RunConfig,
+    golden: GoldenSet,
+    batches: GoldenBatches,
+    reference: np.ndarray,
+    model: Any,
+    ctx: BuildContext,
+    builds: Builds,
+    progress: Progress,
+    eager_ahead: dict[int, Any] | None = None,
+    by_artifact: bool = True,
+) -> tuple[list[Observation], float | None]:
+    """Every row observed: replayed and diagnosed. ``by_artifact``: eager's outputs are held, so each artifact
+    is replayed (and diagnosed) on its own as soon as its build is done; otherwise, after every
+    build, one pass over the golden set runs every artifact (a streamed set is decoded once)."""
+    selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
+    replay = Replay(config, golden, batches, reference, model)
+    rows: dict[str, Observation] = {}
+    with contextlib.ExitStack() as stack:
+        if by_artifact:
+            replay.run({}, {}, with_eager=True)  # eager's pass, from the outputs held
+            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead)
+            rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
+            for kind in builds.order:  # build order; a derived kind's source comes first
+                outcome = builds.get(kind.name)
+                if kind not in selected:
+                    continue
+                with contextlib.ExitStack() as one:
+                    runner = replay.open(kind, outcome, ctx, one)
+                    if runner is not None:
+                        progress(f"replaying {len(golden)} inputs through {kind.name}")
+                        replay.run({kind.name: runner}, {kind.name: outcome.notes}, with_eager=False)
+                    # Batch sizes, determinism, latency, where it diverges: through the runner the
+                    # replay used, reusing what it computed (exporter/diagnostics/trace.py).
+                    rows[kind.name] = diagnoser.observe(replay.artifact_observation(kind, outcome), ctx, runner)
+        else:
+            outcomes = {kind.name: builds.get(kind.name) for kind in builds.order}
+            runners = {}
+            for kind in selected:
+                runner = replay.open(kind, outcomes[kind.name], ctx, stack)
+                if runner is not None:
+                    runners[kind.name] = runner
+            progress(f"replaying {len(golden)} inputs through {len(runners)} artifacts")
+            replay.run(runners, {name: outcomes[name].notes for name in runners}, with_eager=True)
+            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead)
+            rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
+            for kind in selected:
+                runner = runners.get(kind.name) if kind.name not in replay.errors else None
+                rows[kind.name] = diagnoser.observe(replay.artifact_observation(kind, outcomes[kind.name]), ctx, runner)
+    return [rows[EAGER], *(rows[kind.name] for kind in selected)], replay.label_accuracy()
+
+
+def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:
+    """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
+    probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
+    return None if probe is None else eager_sizes_at(model, probe, config.batch_size)
