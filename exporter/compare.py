@@ -1,4 +1,4 @@
-"""Pure metrics and verdicts: numpy arrays in, frozen results out. Nothing here runs a model.
+"""Pure metrics: numpy arrays in, frozen results out. Nothing here runs a model or judges (``judge`` does).
 
 Outputs are compared batch by batch (:class:`ErrorAccumulator`) so a golden set of any size costs
 memory for one batch plus one float per image.
@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from .config import Gate
 
 
 class ShapeMismatch(ValueError):
@@ -100,25 +99,3 @@ def compare(reference: np.ndarray, candidate: np.ndarray) -> Metrics:
     acc = ErrorAccumulator()
     acc.add(reference, candidate)
     return acc.result()
-
-
-@dataclass(frozen=True)
-class Verdict:
-    passed: bool
-    reasons: tuple[str, ...]  # why it failed; empty when it passed
-
-
-def judge(metrics: Metrics, gate: Gate) -> Verdict:
-    """Apply a gate. Every violated condition is listed, not just the first."""
-    reasons = []
-    if metrics.nonfinite:
-        reasons.append(f"{metrics.nonfinite} non-finite (NaN/Inf) output values")
-    if not metrics.mae <= gate.max_mae:
-        reasons.append(f"MAE {metrics.mae:.3g} > {gate.max_mae:g}")
-    if metrics.top1_agreement < gate.min_top1:
-        reasons.append(f"top-1 agreement {metrics.top1_agreement:.1%} < {gate.min_top1:.1%}")
-    if gate.max_abs is not None and not metrics.max_abs <= gate.max_abs:
-        reasons.append(f"max abs error {metrics.max_abs:.3g} > {gate.max_abs:g}")
-    if metrics.images == 0:
-        reasons.append("no images were compared")
-    return Verdict(passed=not reasons, reasons=tuple(reasons))

@@ -19,6 +19,7 @@ from exporter.cli import main
 from exporter.config import RunConfig
 from exporter.diagnostics import BatchSizeRun, determinism, shapes
 from exporter.diagnostics.divergence import INT8_LAYERS, module_of
+from exporter.judge import shape_reasons
 from exporter.golden import load_golden
 from exporter.pipeline import run_check
 
@@ -235,7 +236,7 @@ def test_judge_ignores_sizes_where_eager_fails_too_and_names_the_worst_image() -
         BatchSizeRun(7, 14, 0.2, 3, 0.0, excess=0.2),
         BatchSizeRun(16, 64, 0.0, 0, 0.0, excess=0.0),
     )
-    (reason,) = shapes.judge(runs, 16, 1e-5)
+    (reason,) = shape_reasons(runs, 16, 1e-5)
     assert reason.startswith("batch size 7: image 3's logits differ from batch size 16 by MAE 0.2 > 1e-05")
 
 

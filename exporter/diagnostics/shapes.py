@@ -114,27 +114,3 @@ def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray |
             )
         )
     return tuple(runs)
-
-
-def judge(runs: tuple[BatchSizeRun, ...], main: int, bound: float) -> tuple[str, ...]:
-    """Reasons the artifact fails the check; empty when every size agrees with the main one."""
-    reasons = []
-    for run in runs:
-        if run.error is not None:
-            if run.eager_error is not None:
-                continue  # the eager model itself cannot run at this size: not the export's fault
-            if run.error.startswith("fails at the main batch size"):
-                reasons.append(f"batch size check: the artifact {run.error}")
-                break
-            reasons.append(
-                f"batch size {run.size} fails ({run.error}) while batch size {main} works: the export specialised "
-                "the batch size (a shape baked in by tracing, or a graph whose batch axis was fixed)"
-            )
-        elif run.excess is not None and not run.excess <= bound:
-            eager = "" if not run.eager_max_image_mae else f" (eager itself moves {run.eager_max_image_mae:.3g})"
-            reasons.append(
-                f"batch size {run.size}: image {run.worst_image}'s logits differ from batch size {main} by MAE "
-                f"{run.max_image_mae:.3g} > {bound:g}{eager}: the output depends on the batch size "
-                "(specialised under trace, or a simplified graph that lost the dynamic axis)"
-            )
-    return tuple(reasons)

@@ -1,0 +1,118 @@
+"""The pure judge on synthetic observations: every verdict path, without running a model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from exporter.compare import Metrics, compare
+from exporter.config import Gate, Thresholds
+from exporter.diagnostics import BatchSizeRun, LayerComparison, LayerDelta
+from exporter.judge import judge_row, layers_missing, wants_layers
+from exporter.measurements import Measured, Observation, RerunMeasure, SizeRuns
+
+DEFAULTS = Thresholds()
+
+
+def metrics(mae: float, images: int = 4, agreement: float = 1.0) -> Metrics:
+    return Metrics(images=images, mae=mae, max_abs=4 * mae, median_abs=mae, top1_agreement=agreement,
+                   top1_changed=(), nonfinite=0, per_image_mae=(mae,) * images)
+
+
+def layers(threshold: float = 1e-5) -> LayerComparison:
+    delta = LayerDelta(module="fc", ops="Gemm", mae=3e-4, max_abs=1e-3, sqnr_db=30.0, departs=True)
+    return LayerComparison(purpose="divergence", method="m", scope="local", batch_start=0, batch_size=4, threshold=threshold,
+                           layers=(delta,), first=delta)
+
+
+def obs(name: str = "onnx", family: str = "float", mae: float = 1e-7, **changes) -> Observation:
+    base = Observation(name=name, family=family, compared_with="eager", metrics=metrics(mae), notes=("UserWarning: x",),
+                       details=(("opset", "17"),), build_seconds=0.5, replay_seconds=0.1)
+    return dataclasses.replace(base, **changes)
+
+
+def measured(**changes) -> Measured:
+    sizes = SizeRuns(main_size=16, runs=(BatchSizeRun(1, 1, 0.0, 0, 0.0, excess=0.0), BatchSizeRun(16, 64, 0.0, 0, 0.0, excess=0.0)))
+    return dataclasses.replace(Measured(sizes=sizes, rerun=RerunMeasure(runs=2, images=16, max_abs=0.0)), **changes)
+
+
+def test_float_row_within_its_gate_passes_and_carries_what_was_observed() -> None:
+    row = judge_row(obs(diagnostics=measured()), DEFAULTS)
+    assert (row.status, row.reasons, row.gate) == ("pass", (), Gate(max_mae=1e-5))
+    assert row.notes == ("UserWarning: x",) and row.details == (("opset", "17"),) and row.build_seconds == 0.5
+    assert row.diagnostics is not None and row.diagnostics.shapes.bound == 1e-5 and row.diagnostics.rerun.bound == pytest.approx(1e-6)
+
+
+def test_float_row_over_its_gate_fails_with_the_number() -> None:
+    row = judge_row(obs(mae=3e-4), DEFAULTS)
+    assert row.status == "fail" and row.reasons == ("MAE 0.0003 > 1e-05",)
+
+
+def test_the_same_observation_judged_by_another_family_gets_that_family_gate() -> None:
+    assert judge_row(obs(family="int8", mae=3e-4), DEFAULTS).status == "pass"  # int8: MAE <= 0.1, top-1 >= 98%
+    assert judge_row(obs(family="int8", mae=3e-4), DEFAULTS.with_gates(int8=Gate(max_mae=1e-4))).status == "fail"
+
+
+def test_an_observed_error_is_an_error_row_and_no_metrics_are_invented() -> None:
+    row = judge_row(obs(metrics=None, error="build failed: boom"), DEFAULTS)
+    assert (row.status, row.metrics, row.reasons) == ("error", None, ("build failed: boom",))
+
+
+def test_a_diagnostics_reopen_failure_is_an_error_after_the_metrics_reasons() -> None:
+    row = judge_row(obs(mae=3e-4, diagnostics=Measured(error="reopening x.onnx for diagnostics failed: no")), DEFAULTS)
+    assert row.status == "error" and row.reasons == ("MAE 0.0003 > 1e-05", "reopening x.onnx for diagnostics failed: no")
+
+
+def test_a_batch_size_excess_or_a_rerun_difference_fails_a_row_whose_metrics_pass() -> None:
+    moved = measured(sizes=SizeRuns(main_size=16, runs=(BatchSizeRun(1, 1, 0.2, 3, 0.0, excess=0.2),)))
+    row = judge_row(obs(diagnostics=moved), DEFAULTS)
+    assert row.status == "fail" and row.reasons[0].startswith("batch size 1: image 3's logits differ from batch size 16")
+    noisy = measured(rerun=RerunMeasure(runs=2, images=16, max_abs=3e-4))
+    row = judge_row(obs(diagnostics=noisy), DEFAULTS)
+    assert row.status == "fail" and row.reasons == ("not deterministic: 2 runs of the same batch differ by up to 0.0003 > 1e-06",)
+
+
+def test_layer_tables_go_to_failing_float_rows_and_to_int8_rows_under_diagnose() -> None:
+    failing = obs(mae=3e-4, diagnostics=measured(layers=layers()))
+    assert wants_layers(failing, DEFAULTS, diagnose=False)
+    row = judge_row(failing, DEFAULTS)
+    assert row.reasons[-1].startswith("where: ") and row.diagnostics.layers is not None
+    passing = obs(diagnostics=measured(layers=layers()))
+    assert not wants_layers(passing, DEFAULTS, diagnose=True)
+    assert judge_row(passing, DEFAULTS).diagnostics.layers is None  # a table nobody asked for is not shown
+    int8 = obs(family="int8", mae=1e-3, diagnostics=measured(layers=layers()))
+    assert not wants_layers(int8, DEFAULTS, diagnose=False) and wants_layers(int8, DEFAULTS, diagnose=True)
+    row = judge_row(int8, DEFAULTS, diagnose=True)
+    assert row.status == "pass" and row.diagnostics.layers is not None and not any(r.startswith("where") for r in row.reasons)
+
+
+def test_a_cached_observation_lacking_the_table_its_verdict_wants_is_not_enough() -> None:
+    strict = DEFAULTS.with_gates(float=Gate(max_mae=1e-9))
+    cached = obs(diagnostics=measured())  # observed under the default gate: passed, no table
+    assert not layers_missing(cached, DEFAULTS, diagnose=False)
+    assert layers_missing(cached, strict, diagnose=False)
+    assert layers_missing(dataclasses.replace(cached, diagnostics=measured(layers=layers(threshold=1e-5))), strict, False)
+    assert not layers_missing(dataclasses.replace(cached, diagnostics=measured(layers=layers(threshold=1e-9))), strict, False)
+
+
+def test_eager_row_failing_names_the_weights_and_is_never_failed_by_its_batch_sizes() -> None:
+    ref = np.zeros((4, 3), np.float32)
+    eager = Observation(name="eager", family="eager", compared_with="golden", metrics=compare(ref, ref + 1.0))
+    row = judge_row(eager, DEFAULTS)
+    assert row.status == "fail" and row.reasons[-1].endswith("wrong or retrained weights?")
+    moved = measured(sizes=SizeRuns(main_size=16, runs=(BatchSizeRun(1, 1, 0.2, 3, None, excess=0.2),)))
+    row = judge_row(dataclasses.replace(eager, metrics=compare(ref, ref), diagnostics=moved), DEFAULTS)
+    assert row.status == "pass" and row.diagnostics.shapes.reasons == ()
+    assert row.diagnostics.notes[0].startswith("the eager model's own logits move with the batch size (image 3 by MAE 0.2")
+
+
+@pytest.mark.parametrize("family", ["float", "int8", "eager"])
+def test_every_family_has_a_gate_and_thresholds_round_trip_their_options(family: str) -> None:
+    gate = DEFAULTS.gate_for(family)
+    assert gate.max_mae > 0
+    loosened = Thresholds.from_options({"max-mae": 2e-5, "int8-max-mae": 0.2, "int8-min-top1": 0.5})
+    assert loosened.gate_for("eager").max_mae == loosened.gate_for("float").max_mae == 2e-5  # eager follows float
+    assert loosened.gate_for("int8") == Gate(max_mae=0.2, min_top1=0.5)
+    assert loosened.to_json().keys() == DEFAULTS.to_json().keys() == {"eager", "float", "int8", "reference_mae"}
