@@ -37,8 +37,8 @@ from .errors import ArchitectureError, ExportCheckError, describe_exception
 from .files import check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .diagnostics.run import EAGER, Diagnoser
 from .diagnostics.trace import ReplayTrace
-from .golden import GoldenSet, load_golden
-from .golden_batches import GoldenBatches
+from .golden.batches import GoldenBatches
+from .golden.manifest import GoldenSet, load_golden
 from .results import ERROR, FAIL, PASS, FileInfo, GoldenSummary, Report, Row
 from .versions import library_versions
 

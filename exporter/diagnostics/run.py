@@ -26,7 +26,7 @@ from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import INPUT, logits_of
 from ..model import eager_logits
 from ..config import FAMILIES, RunConfig
-from ..golden import GoldenSet
+from ..golden.manifest import GoldenSet
 from ..results import ERROR, FAIL, Row
 from . import LATENCY_REPEATS, RERUN_FRACTION_OF_FLOAT_GATE, Diagnostics, Latency, Rerun, ShapeCheck, determinism, divergence, shapes
 from .trace import ReplayTrace
