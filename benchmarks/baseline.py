@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # repository root: models, exporter.preprocess
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # repository root: models, exporter.golden.inputs
 
 import numpy as np
 import onnx
@@ -34,7 +34,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from PIL import Image
 from torch import nn
 
-from exporter.preprocess import Preprocess, preprocess_image
+from exporter.golden.inputs import Preprocess, preprocess_image
 from models import ARCHITECTURES
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

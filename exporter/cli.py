@@ -224,37 +224,54 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_golden(args: argparse.Namespace) -> int:
-    from . import golden_ops
+    from .golden import lifecycle
 
     if args.golden_command == "verify":
-        if args.golden_dir is None:
+        golden_dir = args.golden_dir
+        if golden_dir is None:
             from .settings import find_settings
 
             # no checkpoint here: the golden folder named by the settings of the current directory
-            return golden_ops.verify(find_settings(None).get("golden", DEFAULT_GOLDEN))
-        return golden_ops.verify(args.golden_dir)
+            golden_dir = find_settings(None).get("golden", DEFAULT_GOLDEN)
+        intact, lines = lifecycle.verify(golden_dir)
+        print("\n".join(lines))
+        return EXIT_PASS if intact else EXIT_FAIL
     if args.golden_command is None:
         raise UsageError("export-check golden: choose record, verify or approve (see export-check golden --help)")
     settings = _model_settings(args)
     arch = _pick(args.arch, settings, "arch", "")
     if not arch:
         raise UsageError("no architecture given: pass --arch module:Factory or path/to/file.py:Factory, or set arch in [tool.export-check]")
+    golden_dir = _pick(args.golden, settings, "golden", DEFAULT_GOLDEN)
     common = dict(
         checkpoint=args.checkpoint,
         arch=arch,
         arch_kwargs=_arch_kwargs(args.arch_kwargs, settings.get("arch_kwargs")),
         arch_root=None if args.arch else settings.get("arch_root"),
-        golden_dir=_pick(args.golden, settings, "golden", DEFAULT_GOLDEN),
+        golden_dir=golden_dir,
         threads=_pick(args.threads, settings, "threads", 1),
         batch_size=_pick(args.batch_size, settings, "batch_size", 16),
     )
     if args.golden_command == "record":
-        preprocess = golden_ops.preprocess_from_args(args.size, args.resize, args.mode, args.mean, args.std, settings.get("preprocess"))
+        from .golden.inputs import preprocess_from_args
+
+        preprocess = preprocess_from_args(args.size, args.resize, args.mode, args.mean, args.std, settings.get("preprocess"))
         inputs = _pick(args.inputs, settings, "inputs", None)
         if inputs is None:
             raise UsageError("no inputs given: pass --inputs DIR (a folder of images or .npy files), or set inputs in [tool.export-check]")
-        return golden_ops.record(inputs_dir=inputs, preprocess=preprocess, force=args.force, **common)
-    return golden_ops.approve(dry_run=args.dry_run, **common)
+        recorded = lifecycle.record_golden(inputs_dir=inputs, preprocess=preprocess, force=args.force, **common)
+        print(f"recorded {len(recorded)} inputs and their reference logits {recorded.reference_shape} into {golden_dir}")
+        return EXIT_PASS
+    diff, written = lifecycle.approve_golden(dry_run=args.dry_run, **common)
+    print("\n".join(diff.lines()))
+    if args.dry_run:
+        print("dry run: golden set unchanged")
+    elif written:
+        print(f"approved: {golden_dir} now holds the logits of {args.checkpoint}")
+    else:
+        print(f"nothing to approve: {golden_dir} already holds exactly the logits of {args.checkpoint}")
+    sys.stdout.flush()
+    return EXIT_PASS
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,8 +26,8 @@ from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
 from .diagnostics.trace import ReplayTrace
 from .errors import ArchitectureError, describe_exception
 from .files import file_info
-from .golden import GoldenSet
-from .golden_batches import GoldenBatches
+from .golden.batches import GoldenBatches
+from .golden.manifest import GoldenSet
 from .measurements import Observation
 from .model import eager_logits
 

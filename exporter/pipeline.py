@@ -28,8 +28,8 @@ from .cache import cached_observations, open_cache, store_observations
 from .config import RunConfig
 from .errors import ExportCheckError
 from .files import check_readable_file, file_info, locked_out_dir, prepare_out_dir
-from .golden import GoldenSet, load_golden
-from .golden_batches import GoldenBatches
+from .golden.batches import GoldenBatches
+from .golden.manifest import GoldenSet, load_golden
 from .judge import judge_rows
 from .measurements import Observation
 from .model import eager_logits, load_model, pinned_threads

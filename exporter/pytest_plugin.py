@@ -113,9 +113,10 @@ class _Session:
 
     def _golden(self, config: RunConfig, settings: dict[str, Any]) -> str | None:
         """Record a missing golden set, or re-approve an existing one under the regen flag (once per session)."""
-        from . import golden_ops
         from .errors import GoldenError
-        from .golden import MANIFEST
+        from .golden import lifecycle
+        from .golden.inputs import preprocess_from_args
+        from .golden.manifest import MANIFEST
 
         golden = Path(config.golden).resolve()
         if golden in self.golden_notes:
@@ -134,8 +135,8 @@ class _Session:
                     f"{config.golden}: golden set not found and no inputs folder to record it from; set inputs in "
                     "[tool.export-check], or run `export-check golden record --inputs DIR`"
                 )
-            preprocess = golden_ops.preprocess_from_args(None, None, None, None, None, settings.get("preprocess"))
-            recorded = golden_ops.record_golden(inputs_dir=inputs, preprocess=preprocess, **common)
+            preprocess = preprocess_from_args(None, None, None, None, None, settings.get("preprocess"))
+            recorded = lifecycle.record_golden(inputs_dir=inputs, preprocess=preprocess, **common)
             note = (
                 f"golden set {config.golden} was missing: recorded {len(recorded)} inputs from {inputs} with the "
                 f"logits of {config.checkpoint}. Review it, commit it, and rerun."
@@ -143,7 +144,7 @@ class _Session:
         else:
             if not (golden / MANIFEST).is_file():
                 return None  # not a golden set: run_check reports exactly what is wrong
-            diff, written = golden_ops.approve_golden(**common)
+            diff, written = lifecycle.approve_golden(**common)
             state = "re-approved" if written else "already held exactly these logits; left unchanged"
             note = "\n".join(
                 [f"{REGEN_FLAG}: golden set {config.golden} {state} from {config.checkpoint}:", *diff.lines(),
@@ -197,7 +198,7 @@ _SESSION_KEY = pytest.StashKey[_Session]()
 
 def _input_names(report: Report) -> list[str]:
     from .errors import ExportCheckError
-    from .golden import read_manifest
+    from .golden.manifest import read_manifest
 
     try:
         return [item.name for item in read_manifest(Path(report.golden.path)).inputs]

@@ -30,7 +30,7 @@ from models.digits import (  # noqa: E402
     golden_indices,
     load_digits_arrays,
 )
-from exporter.preprocess import preprocess_file, preprocess_image  # noqa: E402
+from exporter.golden.inputs import preprocess_file, preprocess_image  # noqa: E402
 
 
 def write_golden_images(out: Path, count: int = GOLDEN_COUNT) -> dict[str, int]:

@@ -32,8 +32,8 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, sa
 from exporter.checkpoint import load_state_dict
 from exporter.cli import main
 from exporter.errors import CheckpointError, GoldenError, UsageError
-from exporter.golden import MANIFEST, decode_input, read_manifest
-from exporter.preprocess import MAX_SIDE, Preprocess, preprocess_image
+from exporter.golden.inputs import MAX_SIDE, Preprocess, decode_input, preprocess_image
+from exporter.golden.manifest import MANIFEST, read_manifest
 
 TINY = f"{TESTS / 'arches.py'}:TinyNet"
 LOG_OF_MARGIN = f"{TESTS / 'fault_arches.py'}:LogOfMargin"

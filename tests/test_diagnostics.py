@@ -19,8 +19,8 @@ from exporter.cli import main
 from exporter.config import RunConfig
 from exporter.diagnostics import BatchSizeRun, determinism, shapes
 from exporter.diagnostics.divergence import INT8_LAYERS, module_of
+from exporter.golden.manifest import load_golden
 from exporter.judge import shape_reasons
-from exporter.golden import load_golden
 from exporter.pipeline import run_check
 
 ARCHES = TESTS / "data" / "diag_arches.py"

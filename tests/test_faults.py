@@ -24,7 +24,7 @@ import torch
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, mounted_tmpfs, process_gone
 from exporter.cli import main
-from exporter.golden import MANIFEST, read_manifest
+from exporter.golden.manifest import MANIFEST, read_manifest
 
 HOOK = r'''
 """Fault injection for tests/test_faults.py, loaded at start-up through PYTHONPATH."""
@@ -68,7 +68,7 @@ if _FAULTS:
         if _what in ("segv", "abort", "exit", "segv-mid-write", "sleep"):
             importlib.import_module("exporter.artifacts." + _arg).build = _crashing_build(_what)
         elif _what == "hang-golden-write":
-            import exporter.golden as _golden
+            import exporter.golden.store as _golden
 
             _real_write, _calls, _at = _golden._write_atomic, [0], int(_arg)
 
@@ -84,7 +84,7 @@ if _FAULTS:
 
             _golden._write_atomic = _write
         elif _what == "hang-golden-gc":
-            import exporter.golden as _golden
+            import exporter.golden.store as _golden
 
             _real_gc = _golden._collect_garbage
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from conftest import DEFAULT_GOLDEN
 from exporter.errors import GoldenError
-from exporter.golden import MANIFEST, load_golden, parse_manifest, verify_golden
+from exporter.golden.manifest import MANIFEST, load_golden, parse_manifest, verify_golden
 
 
 def test_bundled_golden_set_is_real_and_complete() -> None:

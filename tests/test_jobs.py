@@ -25,7 +25,7 @@ from exporter.build import builds, isolation
 from exporter.artifacts import BUILD_ORDER, KIND_NAMES, KINDS_BY_NAME, BuildContext
 from exporter.artifacts._common import captured_warnings
 from exporter.config import RunConfig
-from exporter.golden_batches import GoldenBatches
+from exporter.golden.batches import GoldenBatches
 
 MODES = ("jobs2", "jobs1", "streamed")
 

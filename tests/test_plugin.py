@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
-from exporter.golden import read_manifest
+from exporter.golden.manifest import read_manifest
 from user_project import UserModels, write_settings
 
 pytest_plugins = ["pytester", "user_project_fixtures"]

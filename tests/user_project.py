@@ -68,7 +68,7 @@ def _factory(folder: Path, name: str):
 @functools.lru_cache(maxsize=1)
 def _digit_tensors():
     """Every other digit of the train split (718) as 16x16 RGB inputs through the tool's own preprocessing."""
-    from exporter.preprocess import Preprocess, preprocess_image
+    from exporter.golden.inputs import Preprocess, preprocess_image
     from models.digits import digit_to_image, digits_split, load_digits_arrays
 
     images, labels = load_digits_arrays()

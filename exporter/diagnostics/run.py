@@ -25,7 +25,7 @@ from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import INPUT, logits_of
 from ..config import FAMILIES, RunConfig
-from ..golden import GoldenSet
+from ..golden.manifest import GoldenSet
 from ..judge import wants_layers
 from ..measurements import Measured, Observation, RerunMeasure, SizeRuns
 from ..model import eager_logits

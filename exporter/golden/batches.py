@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from .golden import GoldenSet
+from .manifest import GoldenSet
 
 # Decoded inputs (and eager outputs) held in memory at most; above it the set streams.
 MEMORY_BUDGET = 256 << 20

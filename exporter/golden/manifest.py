@@ -1,4 +1,4 @@
-"""The golden set on disk: a manifest with content hashes, the inputs, and the approved logits.
+"""Reading a golden set: the manifest, parsed and validated, and every file checked against its hash.
 
 Layout (all paths in the manifest are relative to the golden directory)::
 
@@ -6,37 +6,30 @@ Layout (all paths in the manifest are relative to the golden directory)::
     inputs/<stem>.<sha12><suffix>   images (PNG/JPEG/…) or raw input tensors (.npy)
     reference-<sha12>.npy           approved logits, float32, one row per input
 
-Data files are content-addressed and never overwritten; ``manifest.json`` is replaced atomically
-last, so a writer killed at any point leaves either the old or the new set, both complete.
 Everything read from here is untrusted: paths must stay inside the folder, hashes must match.
+Writing a set (content-addressed, manifest replaced last) is :mod:`exporter.golden.store`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
-
-import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
-from . import files
-from .errors import GoldenError
-from .preprocess import IMAGE_SUFFIXES, Preprocess, open_image, preprocess_image
+from ..errors import GoldenError
+from .inputs import IMAGE_SUFFIXES, TENSOR_SUFFIX, Preprocess, decode_input
 
 MANIFEST = "manifest.json"
 FORMAT = "export-check-golden"
 VERSION = 1
 INPUTS_DIR = "inputs"
-TENSOR_SUFFIX = ".npy"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -94,30 +87,6 @@ class GoldenSet:
 
     def labels(self) -> list[int | None]:
         return [item.label for item in self.inputs]
-
-
-def decode_input(data: bytes, name: str, preprocess: Preprocess | None, shown: Path) -> np.ndarray:
-    """Decode one golden input (untrusted bytes) into the model's input, or raise a one-line GoldenError."""
-    if name.lower().endswith(TENSOR_SUFFIX):
-        try:
-            array = np.load(io.BytesIO(data), allow_pickle=False)
-        except Exception as exc:  # a crafted header can raise more than ValueError (MemoryError, ...)
-            reason = " ".join(str(exc).split())[:120]
-            raise GoldenError(f"{shown}: not a readable .npy tensor ({type(exc).__name__}: {reason}); replace it or re-record") from None
-        if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":  # no bool, complex, strings
-            what = getattr(array, "dtype", type(array).__name__)
-            raise GoldenError(f"{shown}: holds {what}, not real numbers; replace it or re-record")
-        if not np.all(np.isfinite(array)):
-            raise GoldenError(f"{shown}: holds NaN or Inf values; replace it or re-record")
-        return array.astype(np.float32)
-    if preprocess is None:
-        raise GoldenError(f"{shown}: an image, but the manifest has no preprocess spec; re-record the golden set")
-    img = open_image(io.BytesIO(data), shown)
-    try:
-        return preprocess_image(img, preprocess)
-    except (ValueError, OSError, MemoryError) as exc:
-        raise GoldenError(f"{shown}: cannot convert image ({type(exc).__name__}: {exc}); replace it or re-record the golden set") from None
-
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -317,112 +286,14 @@ def unreferenced_files(golden: GoldenSet) -> list[str]:
     return sorted(rel for rel in (p.relative_to(golden.root).as_posix() for p in found) if rel not in listed)
 
 
-# --- writing -----------------------------------------------------------------------------------
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    # One module-level writer, so that the fault tests can kill the process between writes.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    files.write_bytes(path, data)
-
-
-def _content_name(name: str, data: bytes) -> str:
-    stem, suffix = os.path.splitext(os.path.basename(name))
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:80] or "input"
-    return f"{stem}.{sha256_bytes(data)[:12]}{suffix.lower()}"
-
-
-@dataclass(frozen=True)
-class NewInput:
-    name: str
-    data: bytes
-    label: int | None = None
-
-
-def write_golden(
-    root: Path,
-    inputs: Sequence[NewInput],
-    preprocess: Preprocess | None,
-    reference: np.ndarray,
-    model: dict[str, Any],
-    recorded_with: dict[str, str],
-) -> GoldenSet:
-    """Write a golden set into ``root`` so that a crash at any point leaves the previous one intact."""
-    if len(inputs) == 0:
-        raise GoldenError(f"{root}: no inputs to record")
-    if reference.shape[0] != len(inputs):
-        raise ValueError("one reference row per input")
-    root.mkdir(parents=True, exist_ok=True)
-    entries = []
-    for item in inputs:
-        rel = f"{INPUTS_DIR}/{_content_name(item.name, item.data)}"
-        target = root / rel
-        if not (target.is_file() and not target.is_symlink() and sha256_bytes(target.read_bytes()) == sha256_bytes(item.data)):
-            _write_atomic(target, item.data)
-        entry: dict[str, Any] = {"name": item.name, "file": rel, "sha256": sha256_bytes(item.data)}
-        if item.label is not None:
-            entry["label"] = int(item.label)
-        entries.append(entry)
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(reference, dtype=np.float32), allow_pickle=False)
-    ref_bytes = buf.getvalue()
-    ref_rel = f"reference-{sha256_bytes(ref_bytes)[:12]}.npy"
-    if not (root / ref_rel).is_file():
-        _write_atomic(root / ref_rel, ref_bytes)
-    manifest = {
-        "format": FORMAT,
-        "version": VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "preprocess": preprocess.to_json() if preprocess else None,
-        "inputs": entries,
-        "reference": {"file": ref_rel, "sha256": sha256_bytes(ref_bytes), "shape": list(reference.shape), "dtype": "float32"},
-        "model": model,
-        "recorded_with": recorded_with,
-    }
-    text = json.dumps(manifest, indent=2, allow_nan=False) + "\n"
-    # The commit point: until this replace, readers see the previous manifest and its files.
-    _write_atomic(root / MANIFEST, text.encode("utf-8"))
-    _collect_garbage(root, {e["file"] for e in entries} | {ref_rel})
-    return parse_manifest(root, text)
-
-
-def _collect_garbage(root: Path, keep: set[str]) -> None:
-    """Remove data files of earlier sets that the new manifest no longer names (only ours)."""
-    inputs_dir = root / INPUTS_DIR
-    candidates = list(inputs_dir.iterdir()) if inputs_dir.is_dir() else []
-    candidates += list(root.glob("reference-*.npy"))
-    for path in candidates:
-        rel = path.relative_to(root).as_posix()
-        if rel not in keep and path.is_file() and not path.name.startswith("."):
-            with contextlib.suppress(OSError):
-                path.unlink()
-
-
-def image_files(folder: Path) -> list[Path]:
-    """The images (and .npy tensors) directly in ``folder``, sorted by name."""
-    if not folder.is_dir():
-        raise GoldenError(f"{folder}: not a directory of images; pass a folder of .png/.jpg/.npy files")
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in (*IMAGE_SUFFIXES, TENSOR_SUFFIX))
-    if not files:
-        raise GoldenError(f"{folder}: holds no .png/.jpg/.jpeg/.bmp/.webp/.npy files; add some images")
-    return files
-
-
-def finite_or_raise(array: np.ndarray, what: str) -> None:
-    if not np.all(np.isfinite(array)):
-        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
-        raise GoldenError(f"{what}: the model produced {bad} NaN/Inf logits; refusing to record them as the reference")
-
-
 __all__ = [
+    "MANIFEST",
     "GoldenInput",
     "GoldenSet",
-    "NewInput",
     "Problem",
     "load_golden",
+    "parse_manifest",
     "read_manifest",
     "verify_golden",
     "unreferenced_files",
-    "write_golden",
-    "image_files",
 ]

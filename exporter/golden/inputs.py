@@ -1,7 +1,8 @@
-"""Image decoding and preprocessing, recorded as data in the golden set.
+"""A golden set's inputs: finding them, decoding them (untrusted bytes) and preprocessing images.
 
 The same :class:`Preprocess` spec turns an image file into the model's input when a golden set is
-recorded, when it is replayed and when the bundled models are trained, so all three agree.
+recorded, when it is replayed and when the bundled models are trained, so all three agree. It is
+recorded as data in the manifest; :func:`preprocess_from_args` builds it from the command line.
 
 >>> spec = Preprocess(size=(32, 32), mode="RGB", mean=(0.5,) * 3, std=(0.5,) * 3)
 >>> preprocess_file(Path("golden/images/0000.png"), spec).shape  # doctest: +SKIP
@@ -10,6 +11,7 @@ recorded, when it is replayed and when the bundled models are trained, so all th
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import GoldenError
+from ..errors import GoldenError, UsageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+TENSOR_SUFFIX = ".npy"
 _MODES = {"RGB": 3, "L": 1}
 _INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 MAX_SIDE = 16384  # pixels: a manifest asking for more is damaged (and would exhaust memory)
@@ -192,3 +195,94 @@ def preprocess_image(img, spec: Preprocess) -> np.ndarray:
 
 def preprocess_file(path: Path, spec: Preprocess) -> np.ndarray:
     return preprocess_image(load_image(path), spec)
+
+
+# --- golden inputs ---------------------------------------------------------------------------
+
+
+def decode_input(data: bytes, name: str, preprocess: Preprocess | None, shown: Path) -> np.ndarray:
+    """Decode one golden input (untrusted bytes) into the model's input, or raise a one-line GoldenError."""
+    if name.lower().endswith(TENSOR_SUFFIX):
+        try:
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+        except Exception as exc:  # a crafted header can raise more than ValueError (MemoryError, ...)
+            reason = " ".join(str(exc).split())[:120]
+            raise GoldenError(f"{shown}: not a readable .npy tensor ({type(exc).__name__}: {reason}); replace it or re-record") from None
+        if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":  # no bool, complex, strings
+            what = getattr(array, "dtype", type(array).__name__)
+            raise GoldenError(f"{shown}: holds {what}, not real numbers; replace it or re-record")
+        if not np.all(np.isfinite(array)):
+            raise GoldenError(f"{shown}: holds NaN or Inf values; replace it or re-record")
+        return array.astype(np.float32)
+    if preprocess is None:
+        raise GoldenError(f"{shown}: an image, but the manifest has no preprocess spec; re-record the golden set")
+    img = open_image(io.BytesIO(data), shown)
+    try:
+        return preprocess_image(img, preprocess)
+    except (ValueError, OSError, MemoryError) as exc:
+        raise GoldenError(f"{shown}: cannot convert image ({type(exc).__name__}: {exc}); replace it or re-record the golden set") from None
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The images (and .npy tensors) directly in ``folder``, sorted by name."""
+    if not folder.is_dir():
+        raise GoldenError(f"{folder}: not a directory of images; pass a folder of .png/.jpg/.npy files")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in (*IMAGE_SUFFIXES, TENSOR_SUFFIX))
+    if not files:
+        raise GoldenError(f"{folder}: holds no .png/.jpg/.jpeg/.bmp/.webp/.npy files; add some images")
+    return files
+
+
+def finite_or_raise(array: np.ndarray, what: str) -> None:
+    if not np.all(np.isfinite(array)):
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        raise GoldenError(f"{what}: the model produced {bad} NaN/Inf logits; refusing to record them as the reference")
+
+
+# --- preprocessing from the command line -----------------------------------------------------
+
+
+def _floats(text: str | None, name: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise UsageError(f"--{name} takes comma-separated numbers, got {text!r}") from None
+
+
+def _size(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    parts = text.lower().split("x")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"--size takes N or HxW, got {text!r}") from None
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2:
+        raise UsageError(f"--size takes N or HxW, got {text!r}")
+    return values[0], values[1]
+
+
+def preprocess_from_args(
+    size: str | None, resize: int | None, mode: str | None, mean: str | None, std: str | None, configured: dict[str, Any] | None
+) -> Preprocess | None:
+    """Command-line flags over ``[tool.export-check.preprocess]``; ``None`` when nothing says how (tensors only)."""
+    data: dict[str, Any] = dict(configured or {})
+    if size is not None:
+        data["size"] = list(_size(size) or ())
+    for key, value in (("resize", resize), ("mode", mode), ("mean", _floats(mean, "mean")), ("std", _floats(std, "std"))):
+        if value is not None:
+            data[key] = list(value) if isinstance(value, tuple) else value
+    if not data:
+        return None
+    if "mode" in data and "mean" not in data and data["mode"] == "L":
+        data.setdefault("mean", [0.5])
+        data.setdefault("std", [0.5])
+    try:
+        return Preprocess.from_json(data)
+    except ValueError as exc:
+        raise UsageError(f"bad preprocessing ({exc}); fix --size/--resize/--mode/--mean/--std") from None
+

@@ -1,13 +1,13 @@
-"""The golden set lifecycle behind ``export-check golden record|verify|approve``.
+"""The golden set lifecycle behind ``export-check golden record|verify|approve``, as typed results.
 
-Golden data changes only here, on an explicit command, through :func:`exporter.golden.write_golden`
-(content-addressed files, manifest replaced last and atomically).
+Golden data changes only here, on an explicit command, through :func:`exporter.golden.store.write_golden`
+(content-addressed files, manifest replaced last and atomically). Nothing here prints: the
+command line (``exporter.cli``) and the pytest plugin show the results.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,68 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from .model import eager_logits, load_model, pinned_threads
-from .files import sha256_file
-from .errors import GoldenError, UsageError
-from .golden import (
-    MANIFEST,
-    GoldenSet,
-    NewInput,
-    decode_input,
-    finite_or_raise,
-    image_files,
-    read_manifest,
-    unreferenced_files,
-    verify_golden,
-    write_golden,
-)
-from .preprocess import Preprocess
-from .versions import library_versions
-
-
-def _floats(text: str | None, name: str) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise UsageError(f"--{name} takes comma-separated numbers, got {text!r}") from None
-
-
-def _size(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    parts = text.lower().split("x")
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise UsageError(f"--size takes N or HxW, got {text!r}") from None
-    if len(values) == 1:
-        values = values * 2
-    if len(values) != 2:
-        raise UsageError(f"--size takes N or HxW, got {text!r}")
-    return values[0], values[1]
-
-
-def preprocess_from_args(
-    size: str | None, resize: int | None, mode: str | None, mean: str | None, std: str | None, configured: dict[str, Any] | None
-) -> Preprocess | None:
-    """Command-line flags over ``[tool.export-check.preprocess]``; ``None`` when nothing says how (tensors only)."""
-    data: dict[str, Any] = dict(configured or {})
-    if size is not None:
-        data["size"] = list(_size(size) or ())
-    for key, value in (("resize", resize), ("mode", mode), ("mean", _floats(mean, "mean")), ("std", _floats(std, "std"))):
-        if value is not None:
-            data[key] = list(value) if isinstance(value, tuple) else value
-    if not data:
-        return None
-    if "mode" in data and "mean" not in data and data["mode"] == "L":
-        data.setdefault("mean", [0.5])
-        data.setdefault("std", [0.5])
-    try:
-        return Preprocess.from_json(data)
-    except ValueError as exc:
-        raise UsageError(f"bad preprocessing ({exc}); fix --size/--resize/--mode/--mean/--std") from None
+from ..errors import GoldenError, UsageError
+from ..files import sha256_file
+from ..model import eager_logits, load_model, pinned_threads
+from ..versions import library_versions
+from .inputs import Preprocess, decode_input, finite_or_raise, image_files
+from .manifest import MANIFEST, GoldenSet, load_golden, unreferenced_files, verify_golden
+from .store import NewInput, write_golden
 
 
 def _eager_logits(model: Any, arrays: Iterable[np.ndarray], batch_size: int) -> np.ndarray:
@@ -168,19 +113,10 @@ def record_golden(
     return write_golden(golden_dir, new_inputs, preprocess, reference, _model_info(checkpoint, arch, arch_kwargs), library_versions())
 
 
-def record(
-    checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, inputs_dir: Path,
-    preprocess: Preprocess | None, threads: int, batch_size: int, force: bool = False,
-) -> int:
-    golden = record_golden(checkpoint, arch, arch_kwargs, arch_root, golden_dir, inputs_dir, preprocess, threads, batch_size, force)
-    print(f"recorded {len(golden)} inputs and their reference logits {golden.reference_shape} into {golden_dir}")
-    return 0
-
-
 _KIND_TEXT = {"missing": "MISSING", "changed": "CHANGED", "undecodable": "UNDECODABLE", "broken": "BROKEN"}
 
 
-def verify_lines(golden_dir: Path) -> tuple[bool, list[str]]:
+def verify(golden_dir: Path) -> tuple[bool, list[str]]:
     """``(intact, lines)``: one line per problem naming the file, then notes on files the manifest does not list."""
     golden, problems = verify_golden(golden_dir)
     if golden is None:
@@ -197,12 +133,6 @@ def verify_lines(golden_dir: Path) -> tuple[bool, list[str]]:
     for extra in unreferenced_files(golden):
         lines.append(f"  note: {extra} is not listed in {MANIFEST}; it is ignored (delete it, or re-record to include it)")
     return not problems, lines
-
-
-def verify(golden_dir: Path) -> int:
-    intact, lines = verify_lines(golden_dir)
-    print("\n".join(lines))
-    return 0 if intact else 1
 
 
 @dataclass(frozen=True)
@@ -279,8 +209,6 @@ def approve_golden(
 ) -> tuple[ApproveDiff, bool]:
     """Compute the new checkpoint's logits on the (verified) golden inputs; unless ``dry_run`` or
     nothing changed, write them as the new reference. Returns the diff and whether it was written."""
-    from .golden import load_golden
-
     golden = load_golden(golden_dir)
     old = golden.reference()
     with pinned_threads(threads):
@@ -296,22 +224,4 @@ def approve_golden(
     return diff, True
 
 
-def approve(
-    checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, threads: int, batch_size: int, dry_run: bool
-) -> int:
-    diff, written = approve_golden(checkpoint, arch, arch_kwargs, arch_root, golden_dir, threads, batch_size, dry_run)
-    print("\n".join(diff.lines()))
-    if dry_run:
-        print("dry run: golden set unchanged")
-    elif written:
-        print(f"approved: {golden_dir} now holds the logits of {checkpoint}")
-    else:
-        print(f"nothing to approve: {golden_dir} already holds exactly the logits of {checkpoint}")
-    sys.stdout.flush()
-    return 0
-
-
-__all__ = [
-    "record", "record_golden", "check_record_target", "verify", "verify_lines", "approve", "approve_golden",
-    "diff_references", "ApproveDiff", "preprocess_from_args", "read_manifest",
-]
+__all__ = ["record_golden", "check_record_target", "verify", "approve_golden", "diff_references", "ApproveDiff", "TopChange"]

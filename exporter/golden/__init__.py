@@ -1,0 +1,13 @@
+"""The golden set: the inputs a model is checked on and the logits approved for them, on disk.
+
+A folder holding ``manifest.json`` (content hashes, the preprocessing, provenance), the inputs
+and the reference logits. Every run replays it; it changes only on ``export-check golden``.
+
+- ``manifest``: read and validate a set, check every file's hash (``load_golden``, ``verify_golden``).
+- ``store``: write a set atomically, content-addressed, and collect the files it no longer names.
+- ``inputs``: find, decode and preprocess the inputs (``Preprocess``, images, ``.npy`` tensors).
+- ``batches``: one run's batches, decoded once when they fit in memory, streamed when not.
+- ``lifecycle``: ``golden record|verify|approve`` as typed results (the CLI prints them).
+
+Import the module you need; this package imports nothing itself.
+"""

@@ -1,0 +1,108 @@
+"""Writing a golden set: content-addressed data files, the manifest replaced atomically last.
+
+Data files are content-addressed and never overwritten; ``manifest.json`` is replaced atomically
+last, so a writer killed at any point leaves either the old or the new set, both complete. Files
+of earlier sets that the new manifest no longer names are then removed (only files of our own
+naming: ``inputs/`` and ``reference-*.npy``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import files
+from ..errors import GoldenError
+from .inputs import Preprocess
+from .manifest import FORMAT, INPUTS_DIR, MANIFEST, VERSION, GoldenSet, parse_manifest, sha256_bytes
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    # One module-level writer, so that the fault tests can kill the process between writes.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_bytes(path, data)
+
+
+def _content_name(name: str, data: bytes) -> str:
+    stem, suffix = os.path.splitext(os.path.basename(name))
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:80] or "input"
+    return f"{stem}.{sha256_bytes(data)[:12]}{suffix.lower()}"
+
+
+@dataclass(frozen=True)
+class NewInput:
+    name: str
+    data: bytes
+    label: int | None = None
+
+
+def write_golden(
+    root: Path,
+    inputs: Sequence[NewInput],
+    preprocess: Preprocess | None,
+    reference: np.ndarray,
+    model: dict[str, Any],
+    recorded_with: dict[str, str],
+) -> GoldenSet:
+    """Write a golden set into ``root`` so that a crash at any point leaves the previous one intact."""
+    if len(inputs) == 0:
+        raise GoldenError(f"{root}: no inputs to record")
+    if reference.shape[0] != len(inputs):
+        raise ValueError("one reference row per input")
+    root.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for item in inputs:
+        rel = f"{INPUTS_DIR}/{_content_name(item.name, item.data)}"
+        target = root / rel
+        if not (target.is_file() and not target.is_symlink() and sha256_bytes(target.read_bytes()) == sha256_bytes(item.data)):
+            _write_atomic(target, item.data)
+        entry: dict[str, Any] = {"name": item.name, "file": rel, "sha256": sha256_bytes(item.data)}
+        if item.label is not None:
+            entry["label"] = int(item.label)
+        entries.append(entry)
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(reference, dtype=np.float32), allow_pickle=False)
+    ref_bytes = buf.getvalue()
+    ref_rel = f"reference-{sha256_bytes(ref_bytes)[:12]}.npy"
+    if not (root / ref_rel).is_file():
+        _write_atomic(root / ref_rel, ref_bytes)
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "preprocess": preprocess.to_json() if preprocess else None,
+        "inputs": entries,
+        "reference": {"file": ref_rel, "sha256": sha256_bytes(ref_bytes), "shape": list(reference.shape), "dtype": "float32"},
+        "model": model,
+        "recorded_with": recorded_with,
+    }
+    text = json.dumps(manifest, indent=2, allow_nan=False) + "\n"
+    # The commit point: until this replace, readers see the previous manifest and its files.
+    _write_atomic(root / MANIFEST, text.encode("utf-8"))
+    _collect_garbage(root, {e["file"] for e in entries} | {ref_rel})
+    return parse_manifest(root, text)
+
+
+def _collect_garbage(root: Path, keep: set[str]) -> None:
+    """Remove data files of earlier sets that the new manifest no longer names (only ours)."""
+    inputs_dir = root / INPUTS_DIR
+    candidates = list(inputs_dir.iterdir()) if inputs_dir.is_dir() else []
+    candidates += list(root.glob("reference-*.npy"))
+    for path in candidates:
+        rel = path.relative_to(root).as_posix()
+        if rel not in keep and path.is_file() and not path.name.startswith("."):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+__all__ = ["NewInput", "write_golden"]
