@@ -180,7 +180,7 @@ class RunConfig:
     opset: int = 17
     onnx_exporter: str = "torchscript"
     threads: int = 1
-    cache_dir: Path | None = None  # the artifact cache (exporter/cache.py); None: no cache
+    cache_dir: Path | None = None  # the artifact cache (exporter/cache/); None: no cache
     diagnose: bool = False  # also build the per-layer int8 tables of passing int8 rows (--diagnose)
     jobs: int | None = None  # 1: one artifact at a time; 2: replay each artifact while the next builds; None: by core count
     build_timeout: float = BUILD_TIMEOUT  # seconds one isolated build may run before it is killed; 0: no limit

@@ -24,7 +24,7 @@ from . import __version__, observe
 from .artifacts import KINDS_BY_NAME, BuildContext
 from .build import isolation
 from .build.builds import Builds
-from .cache import cached_observations, open_cache, store_observations
+from .cache.store import cached_observations, open_cache, store_observations
 from .config import RunConfig
 from .errors import ExportCheckError
 from .files import check_readable_file, file_info, locked_out_dir, prepare_out_dir

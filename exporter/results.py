@@ -41,7 +41,7 @@ class Row:
     replay_seconds: float | None = None
     details: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # warnings the exporters emitted
-    # Where the row came from in the artifact cache (exporter/cache.py): "hit" (nothing built or
+    # Where the row came from in the artifact cache (exporter/cache/): "hit" (nothing built or
     # replayed), "artifact" (file reused, replayed afresh), "miss", "rebuilt" (damaged entry); None: no cache.
     cache: str | None = None
     # Batch-size agreement, determinism, latency and per-layer comparison (exporter/diagnostics/).

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 from exporter import pipeline
 from exporter.build import builds
-from exporter.cache import EAGER, ArtifactCache, arch_source_sha256, open_cache
+from exporter.cache.key import arch_source_sha256
+from exporter.cache.store import EAGER, ArtifactCache, open_cache
 from exporter.files import sha256_file
 from exporter.cli import main
 from exporter.config import Gate, RunConfig, Thresholds

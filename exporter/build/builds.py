@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 from ..artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext
 from ..artifacts._common import captured_warnings
-from ..cache import RESTORED, restore_artifact
+from ..cache.store import RESTORED, restore_artifact
 from ..errors import describe_exception
 from . import isolation
 
 if TYPE_CHECKING:
-    from ..cache import ArtifactCache
+    from ..cache.store import ArtifactCache
     from ..config import RunConfig
 
 Progress = Callable[[str], None]

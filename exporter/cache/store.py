@@ -26,26 +26,23 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
-import types
-import typing
-from dataclasses import asdict, dataclass, fields, is_dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, files
-from .artifacts import KINDS_BY_NAME
-from .files import sha256_file
-from .measurements import Observation
-from .results import FileInfo
-from .versions import library_versions
+from .. import files
+from ..artifacts import KINDS_BY_NAME
+from ..files import sha256_file
+from ..measurements import Observation
+from ..results import FileInfo
+from .key import FORMAT, local_module_sources, run_key_inputs
+from .plain import from_plain
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .build.builds import BuildOutcome
+    from ..build.builds import BuildOutcome
+    from ..config import RunConfig
 
-FORMAT = 2  # 2: entries hold observations (1 held judged rows)
 LAYOUT = f"v{FORMAT}"
 META = "meta.json"
 EAGER = "eager"
@@ -55,86 +52,6 @@ HIT = "hit"  # artifact and metrics from the cache: nothing was built or replaye
 RESTORED = "artifact"  # artifact file from the cache, replayed afresh
 MISS = "miss"  # built and replayed, then stored
 REBUILT = "rebuilt"  # the entry was damaged: built and replayed again, then stored
-
-
-def arch_source_sha256(spec: str, root: Path | None = None) -> str:
-    """The sha256 of the file that defines the architecture, found without importing it.
-
-    ``path/to/file.py:Factory`` hashes that file; ``package.module:Factory`` hashes the module's
-    source as the import system would find it (from the current directory and ``root`` first).
-    Files the architecture imports in turn are not hashed: see docs/performance.md.
-    """
-    module_part = spec.rpartition(":")[0]
-    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
-        path = Path(module_part).expanduser().resolve()
-        return sha256_file(path) if path.is_file() else "missing"
-    # Found by hand: importlib.util.find_spec("pkg.mod") would import pkg (and torch with it), and a
-    # cache hit must not cost a torch import.
-    parts = module_part.split(".")
-    for folder in (Path.cwd(), root, *sys.path):
-        if folder is None or not str(folder):
-            continue
-        base = Path(folder).joinpath(*parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return sha256_file(candidate)
-    return "unresolved"
-
-
-def tool_source_sha256() -> str:
-    """One sha256 over export-check's own source files: an edited builder (a development install)
-    must not be served artifacts its previous version built."""
-    package = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def local_module_sources() -> dict[str, str]:
-    """sha256 of every imported module file that is neither installed nor part of export-check: the
-    architecture file and whatever local code it imported. Stored with each entry and checked on
-    lookup, so an edited helper module the architecture imports is a miss, not a stale hit."""
-    installed = {Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}}
-    own = Path(__file__).resolve().parent
-    found: dict[str, str] = {}
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if not file or not file.endswith(".py"):
-            continue
-        path = Path(file).resolve()
-        if own in path.parents or any(root in path.parents for root in installed) or "site-packages" in path.parts:
-            continue
-        if path.is_file():
-            found[str(path)] = sha256_file(path)
-    return dict(sorted(found.items()))
-
-
-def run_key_inputs(
-    *,
-    checkpoint_sha256: str,
-    golden_manifest_sha256: str,
-    arch: str,
-    arch_kwargs: dict[str, Any],
-    arch_root: Path | None,
-    export_settings: dict[str, Any],
-    inference_settings: dict[str, Any],
-) -> dict[str, Any]:
-    """Everything an artifact or its metrics depend on, as one JSON-able dict."""
-    return {
-        "cache_format": FORMAT,
-        "export_check": __version__,
-        "export_check_source_sha256": tool_source_sha256(),
-        "checkpoint_sha256": checkpoint_sha256,
-        "golden_manifest_sha256": golden_manifest_sha256,
-        "arch": arch,
-        "arch_kwargs": arch_kwargs,
-        "arch_source_sha256": arch_source_sha256(arch, arch_root),
-        "export": export_settings,
-        "inference": inference_settings,
-        "versions": library_versions(),
-    }
 
 
 def _canonical(data: Any) -> str:
@@ -364,7 +281,7 @@ def restore_artifact(cache: ArtifactCache, name: str, dest: Path) -> Restored | 
 def cached_observations(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[list[Observation], float | None] | None:
     """Every row's observation from the cache (artifacts restored into ``out_dir``), or ``None``
     unless the eager row and every selected kind are cached and enough to judge with today's thresholds."""
-    from .judge import layers_missing
+    from ..judge import layers_missing
 
     eager = cache.lookup(EAGER)
     if eager is None or eager.observation is None or eager.observation.metrics is None:
@@ -385,47 +302,6 @@ def cached_observations(cache: ArtifactCache, config: RunConfig, out_dir: Path) 
         artifact = FileInfo(path=str(dest), size_bytes=dest.stat().st_size, sha256=str(entry.sha256))
         observations.append(replace(entry.observation, artifact=artifact, build_seconds=None, replay_seconds=None, cache=HIT))
     return observations, eager.label_accuracy
-
-
-def from_plain(tp: Any, value: Any) -> Any:
-    """Rebuild a value of type ``tp`` (frozen dataclasses, tuples, optionals, scalars) from JSON data
-    written from ``dataclasses.asdict``; raises ``TypeError``/``ValueError`` when it does not fit."""
-    if value is None:
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        candidates = [a for a in args if a is not type(None)]
-        errors = []
-        for candidate in candidates:
-            try:
-                return from_plain(candidate, value)
-            except (TypeError, ValueError, KeyError) as exc:
-                errors.append(exc)
-        raise TypeError(f"{value!r} fits none of {candidates}: {errors}")
-    if isinstance(tp, type) and is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise TypeError(f"{tp.__name__} needs an object, got {type(value).__name__}")
-        hints = typing.get_type_hints(tp)
-        return tp(**{f.name: from_plain(hints[f.name], value[f.name]) for f in fields(tp) if f.init and f.name in value})
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise TypeError(f"expected a list, got {type(value).__name__}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(from_plain(args[0], v) for v in value)
-        return tuple(from_plain(a, v) for a, v in zip(args, value, strict=True))
-    if origin is dict:
-        return {from_plain(args[0], k): from_plain(args[1], v) for k, v in dict(value).items()} if args else dict(value)
-    if tp is Any:
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"expected a number, got {value!r}")
-        return float(value)
-    if tp in (int, str, bool):
-        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-            raise TypeError(f"expected {tp.__name__}, got {value!r}")
-        return value
-    raise TypeError(f"cannot rebuild {tp!r}")
 
 
 def _storable(obs: Observation) -> bool:
