@@ -3,7 +3,8 @@
 Declare checkpoints in the pytest configuration; each (model, artifact) pair becomes a test item
 with an id like ``model.pth::onnx-simplified`` (plus ``model.pth::eager``: is this the approved
 model?). Settings come from ``[tool.export-check]``/``export-check.toml`` exactly as for
-``export-check model.pth``, because the config is built by the CLI's own parser::
+``export-check model.pth``, because the CLI and the plugin build the config with the same
+function (``exporter/options.py``)::
 
     [tool.pytest.ini_options]
     export_check_models = ["model.pth"]
@@ -155,31 +156,19 @@ class _Session:
 
 
 def run_config(checkpoint: Path, options: dict[str, Any], default_out: Any = None) -> tuple[RunConfig, dict[str, Any]]:
-    """The CLI's own config for ``export-check check CHECKPOINT --option value ...``, and the settings it read.
+    """The config of ``export-check check CHECKPOINT --option value ...``, and the settings it read,
+    built by the function the CLI builds its config with (``exporter.options.check_config``).
 
     Options are the CLI's long flags with ``_`` for ``-``: ``artifacts=["onnx"]``, ``max_mae=1e-4``,
-    ``arch_kwargs={"width": 8}``. ``out`` defaults to a private folder when neither the options
-    nor the settings name one.
+    ``arch_kwargs={"width": 8}``, ``no_cache=True``; None or False leaves one out, a string is read
+    as the flag's text, a name the ``check`` command has no flag for is a UsageError. ``out`` defaults
+    to a private folder when neither the options nor the settings name one.
     """
-    from .cli import build_config, build_parser
-    from .settings import find_settings
+    from .options import CHECK, check_config, from_keywords
 
-    argv = ["check", str(checkpoint)]
-    for name, value in options.items():
-        if value is None or value is False:
-            continue
-        if value is True:  # a switch such as no_cache=True
-            argv.append(f"--{name.replace('_', '-')}")
-            continue
-        if name == "artifacts" and not isinstance(value, str):
-            value = ",".join(value)
-        elif name == "arch_kwargs" and not isinstance(value, str):
-            value = json.dumps(value)
-        argv += [f"--{name.replace('_', '-')}", str(value)]
-    settings = find_settings(checkpoint, Path(options["config"]) if options.get("config") else None)
-    if "out" not in options and "out" not in settings and default_out is not None:
-        argv += ["--out", str(default_out())]
-    return build_config(build_parser().parse_args(argv)), settings
+    explicit = from_keywords(CHECK, options)
+    explicit["checkpoint"] = Path(checkpoint)
+    return check_config(explicit, default_out=default_out)
 
 
 def _session(config: pytest.Config) -> _Session:

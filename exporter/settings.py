@@ -11,35 +11,18 @@ Settings files come from the repo under test: they are parsed strictly and never
 
 from __future__ import annotations
 
-import math
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .options import SETTINGS, coerce
 
 TABLE = "export-check"
 
-# key in the file -> (python name, kind)
-KEYS: dict[str, tuple[str, str]] = {
-    "arch": ("arch", "str"),
-    "arch-kwargs": ("arch_kwargs", "table"),
-    "golden": ("golden", "path"),
-    "inputs": ("inputs", "path"),  # the folder `golden record` (and a pytest regen) records from
-    "out": ("out", "path"),
-    "artifacts": ("artifacts", "strlist"),
-    "batch-size": ("batch_size", "int"),
-    "threads": ("threads", "int"),
-    "jobs": ("jobs", "jobs"),
-    "build-timeout": ("build_timeout", "float"),
-    "opset": ("opset", "int"),
-    "onnx-exporter": ("onnx_exporter", "str"),
-    "max-mae": ("max_mae", "float"),
-    "int8-max-mae": ("int8_max_mae", "float"),
-    "int8-min-top1": ("int8_min_top1", "float"),
-    "preprocess": ("preprocess", "table"),
-    "cache-dir": ("cache_dir", "path"),  # the artifact cache (docs/performance.md)
-}
+# key in the file -> (python name, kind): a view of exporter/options.py's table, whose rows say
+# which keys a settings file may hold and how each value is checked (options.coerce).
+KEYS: dict[str, tuple[str, str]] = {o.name: (o.python, o.kind) for o in SETTINGS.values()}
 
 
 def parse_settings(table: Any, base: Path, source: str) -> dict[str, Any]:
@@ -48,10 +31,10 @@ def parse_settings(table: Any, base: Path, source: str) -> dict[str, Any]:
         raise UsageError(f"{source}: [tool.{TABLE}] must be a table")
     out: dict[str, Any] = {}
     for key, value in table.items():
-        if key not in KEYS:
-            raise UsageError(f"{source}: unknown key {key!r} in [tool.{TABLE}]; known keys: {', '.join(KEYS)}")
-        name, kind = KEYS[key]
-        out[name] = _coerce(value, kind, base, f"{source}: {key}")
+        if key not in SETTINGS:
+            raise UsageError(f"{source}: unknown key {key!r} in [tool.{TABLE}]; known keys: {', '.join(SETTINGS)}")
+        option = SETTINGS[key]
+        out[option.python] = coerce(value, option.kind, base, f"{source}: {key}")
     if "arch" in out:
         out["arch"], out["arch_root"] = anchor_arch(out["arch"], base)
     return out
@@ -63,37 +46,6 @@ def anchor_arch(spec: str, base: Path) -> tuple[str, Path]:
     if sep and (module_part.endswith(".py") or "/" in module_part) and not Path(module_part).expanduser().is_absolute():
         spec = f"{base / module_part}:{attr}"
     return spec, base
-
-
-def _coerce(value: Any, kind: str, base: Path, where: str) -> Any:
-    if kind == "str" or kind == "path":
-        if not isinstance(value, str) or not value.strip() or "\x00" in value:
-            raise UsageError(f"{where} must be a non-empty string, got {value!r}")
-        if kind == "path":
-            path = Path(value).expanduser()
-            return path if path.is_absolute() else base / path
-        return value
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"{where} must be an integer, got {value!r}")
-        return value
-    if kind == "jobs":
-        if isinstance(value, bool) or value not in (1, 2):
-            raise UsageError(f"{where} must be 1 or 2, got {value!r}")
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise UsageError(f"{where} must be a finite number >= 0, got {value!r}")
-        return float(value)
-    if kind == "strlist":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise UsageError(f"{where} must be a list of strings, got {value!r}")
-        return tuple(value)
-    if kind == "table":
-        if not isinstance(value, dict):
-            raise UsageError(f"{where} must be a table, got {value!r}")
-        return dict(value)
-    raise AssertionError(kind)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

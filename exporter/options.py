@@ -1,0 +1,351 @@
+"""Every option of export-check in one table, ``OPTIONS``: flag and settings key, python name, type,
+default, help, metavar or choices, the commands taking it, and whether a settings file may set it.
+
+From the table: each subcommand's argparse arguments (:func:`add_arguments`), the validation of a
+``[tool.export-check]`` table (``exporter.settings.parse_settings`` reads :data:`SETTINGS` and
+:func:`coerce`), and the overlay *explicit value > settings file > default* (:func:`overlay`) that
+builds the :class:`~exporter.config.RunConfig` of ``check`` (:func:`check_config`) and the
+parameters of ``golden record``/``approve`` (:func:`golden_params`). The CLI's explicit values are
+its parsed flags (:func:`from_namespace`); the pytest plugin's are its keyword options, python
+names, checked here (:func:`from_keywords`): both then go through the same :func:`check_config`.
+
+Imports nothing heavy: ``export-check --help`` builds its parser from this table.
+
+>>> OPTION["batch-size"].python, OPTION["batch-size"].default, OPTION["batch-size"].commands
+('batch_size', 16, ('check', 'golden record', 'golden approve'))
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, default_cache_dir
+from .errors import UsageError
+
+CHECK, RECORD, VERIFY, APPROVE, HISTORY = "check", "golden record", "golden verify", "golden approve", "history"
+COMMANDS = (CHECK, RECORD, VERIFY, APPROVE, HISTORY)
+MODEL = (CHECK, RECORD, APPROVE)  # the commands that load a checkpoint and its settings
+DEFAULT_GOLDEN = Path("golden")
+DEFAULT_OUT = Path("export-check-out")
+
+# How a value is read and checked, by kind: the type argparse converts a flag's text with (None: kept
+# as text; artifacts and arch-kwargs text is read by the overlay, which names the flag), and the rules
+# a settings file's (or a plugin keyword's) value must meet (coerce).
+KINDS: dict[str, Callable[[str], Any] | None] = {
+    "str": None, "path": Path, "int": int, "jobs": int, "float": float, "strlist": None, "table": None, "switch": None,
+}
+
+
+def _run_default(name: str) -> Any:
+    """RunConfig's own default for a field: one place for it, config.py."""
+    f = {f.name: f for f in fields(RunConfig)}[name]
+    return f.default_factory if f.default is MISSING else f.default  # a factory is called by the overlay
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option. ``help`` may hold ``{default}``, replaced by the default as ``--help`` shows it."""
+
+    name: str  # "batch-size": --batch-size on the command line, batch-size in [tool.export-check]
+    python: str  # "batch_size": the argparse dest and the pytest plugin's keyword
+    kind: str  # a key of KINDS
+    help: str
+    commands: tuple[str, ...]  # the subcommands taking it; () for a settings-only key
+    default: Any = None  # when neither the command line nor a settings file says; a callable is called
+    metavar: str | None = None
+    choices: tuple[Any, ...] | None = None
+    settings: bool = False  # may appear in a settings file
+    field: str | None = None  # the RunConfig field it sets
+    gate: GateOption | None = None  # the gate option it is (config.GATE_OPTIONS): sets RunConfig.thresholds
+    short: str | None = None  # "-q"
+    positional: bool = False
+    nargs: str | None = None
+
+    def __post_init__(self) -> None:
+        assert self.kind in KINDS, self.kind
+        if self.kind == "switch" and self.default is None:
+            object.__setattr__(self, "default", False)
+
+    def help_text(self) -> str:
+        shown = f"{self.default:g}" if isinstance(self.default, float) else str(self.default)
+        return self.help.replace("{default}", shown)
+
+    def keyword(self, value: Any) -> Any:
+        """A pytest plugin keyword's value, checked: a string is read as the flag's text would be;
+        any other value must have the type a settings file gives it (paths may be ``os.PathLike``)."""
+        where = f"option {self.python}"
+        if self.kind == "switch":
+            if value is not True:
+                raise UsageError(f"{where} is a switch: pass True or leave it out, got {value!r}")
+            return True
+        if isinstance(value, str):
+            value = _from_text(self, value, where)
+        elif self.kind == "path" and isinstance(value, os.PathLike):
+            value = Path(value)
+        elif self.kind == "strlist" and isinstance(value, tuple):
+            value = tuple(coerce(list(value), self.kind, None, where))
+        else:
+            value = coerce(value, self.kind, None, where)
+        if self.kind == "table" and not isinstance(value, str):
+            try:  # what --arch-kwargs JSON would give: the cache, golden manifest and report record it as JSON
+                value = json.loads(json.dumps(value))
+            except (TypeError, ValueError) as exc:
+                raise UsageError(f"{where} must hold JSON data only (numbers, strings, lists, dicts): {exc}") from None
+        if self.choices is not None and value not in self.choices:
+            raise UsageError(f"{where} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        return value
+
+
+def _from_text(option: Option, text: str, where: str) -> Any:
+    convert = KINDS[option.kind]
+    if convert is None:
+        return text
+    try:
+        return convert(text)
+    except ValueError:
+        raise UsageError(f"{where} must be {'an integer' if convert is int else 'a number'}, got {text!r}") from None
+
+
+def _gate_row(o: GateOption) -> Option:
+    return Option(o.name, o.name.replace("-", "_"), "float", o.help, (CHECK,), metavar=o.metavar, settings=True, gate=o)
+
+
+OPTIONS: tuple[Option, ...] = (
+    # every command that loads a checkpoint
+    Option("checkpoint", "checkpoint", "path", "trained state_dict (.pth/.pt/.safetensors)", MODEL, positional=True, field="checkpoint"),
+    Option("arch", "arch", "str", "architecture: package.module:Factory or path/to/file.py:Factory", MODEL, default="",
+           settings=True, field="arch"),
+    Option("arch-kwargs", "arch_kwargs", "table", 'constructor arguments as a JSON object, e.g. \'{"num_classes": 10}\'', MODEL,
+           default=_run_default("arch_kwargs"), metavar="JSON", settings=True, field="arch_kwargs"),
+    Option("golden", "golden", "path", "golden set directory (default: {default})", MODEL, default=DEFAULT_GOLDEN, metavar="DIR",
+           settings=True, field="golden"),
+    Option("config", "config", "path", "settings file (default: export-check.toml beside the checkpoint, else pyproject.toml)", MODEL,
+           metavar="TOML"),
+    Option("threads", "threads", "int", "intra-op threads for torch and onnxruntime (default: {default})", MODEL,
+           default=_run_default("threads"), settings=True, field="threads"),
+    Option("batch-size", "batch_size", "int", "inputs per replay batch (default: {default})", MODEL, default=_run_default("batch_size"),
+           settings=True, field="batch_size"),
+    Option("quiet", "quiet", "switch", "no progress lines on stderr", MODEL, short="-q"),
+    # check
+    Option("out", "out", "path", "where artifacts are written (default: {default})", (CHECK,), default=DEFAULT_OUT, metavar="DIR",
+           settings=True, field="out_dir"),
+    Option("artifacts", "artifacts", "strlist", "comma-separated kinds to build (default: all)", (CHECK,), default=_run_default("kinds"),
+           metavar="KINDS", settings=True, field="kinds"),
+    *(_gate_row(o) for o in GATE_OPTIONS),
+    Option("opset", "opset", "int", "ONNX opset (default: {default})", (CHECK,), default=_run_default("opset"), settings=True, field="opset"),
+    Option("onnx-exporter", "onnx_exporter", "str", "torch.onnx exporter (default: {default}; dynamo needs onnxscript)", (CHECK,),
+           default=_run_default("onnx_exporter"), choices=ONNX_EXPORTERS, settings=True, field="onnx_exporter"),
+    Option("json", "json", "path", "write the full report as JSON", (CHECK,), metavar="PATH"),
+    Option("junit", "junit", "path", "write JUnit XML, one test case per row (Jenkins, GitLab, Azure)", (CHECK,), metavar="PATH"),
+    Option("markdown", "markdown", "path", "write a Markdown summary, e.g. --markdown \"$GITHUB_STEP_SUMMARY\"", (CHECK,), metavar="PATH"),
+    Option("html", "html", "path", "write one self-contained HTML report with plots", (CHECK,), metavar="PATH"),
+    Option("history", "history", "path", "append this run's summary as one JSON line (see `export-check history`)", (CHECK,), metavar="PATH"),
+    Option("cache-dir", "cache_dir", "path", "artifact cache (default: $XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CHECK,),
+           default=default_cache_dir, metavar="DIR", settings=True, field="cache_dir"),
+    Option("no-cache", "no_cache", "switch", "build and replay everything; neither read nor write the artifact cache", (CHECK,)),
+    Option("jobs", "jobs", "jobs", "2: replay and diagnose each artifact while the next ones build on the other core; 1: one artifact "
+           "at a time (default: 2 when the process may use 2 or more cores)", (CHECK,), default=_run_default("jobs"), metavar="{1,2}",
+           choices=JOBS, settings=True, field="jobs"),
+    Option("build-timeout", "build_timeout", "float", "kill an artifact's build still running after this long; its row becomes an error "
+           "(default: {default}; 0: no limit)", (CHECK,), default=BUILD_TIMEOUT, metavar="SECONDS", settings=True, field="build_timeout"),
+    Option("diagnose", "diagnose", "switch", "also build the per-layer error tables of passing int8 rows (failing rows always get them)",
+           (CHECK,), field="diagnose"),
+    # golden record
+    Option("inputs", "inputs", "path", "folder of .png/.jpg/.npy inputs, a labels.json there maps file name to label (default: inputs in "
+           "[tool.export-check])", (RECORD,), metavar="DIR", settings=True),
+    Option("force", "force", "switch", "replace an existing golden set (default: refuse; use `golden approve` to adopt new logits)", (RECORD,)),
+    Option("size", "size", "str", "model input size, e.g. 224 or 224x224 (images only)", (RECORD,), metavar="HxW"),
+    Option("resize", "resize", "int", "resize the shorter side to this before a center crop (default: resize straight to --size)", (RECORD,)),
+    Option("mode", "mode", "str", "colour mode the model takes (default: RGB)", (RECORD,), choices=("RGB", "L")),
+    Option("mean", "mean", "str", "per-channel mean after scaling to [0,1] (default: 0.5 each)", (RECORD,), metavar="M,M,M"),
+    Option("std", "std", "str", "per-channel std (default: 0.5 each)", (RECORD,), metavar="S,S,S"),
+    Option("preprocess", "preprocess", "table", "how `golden record` (and a pytest regen) turns images into tensors", (), settings=True),
+    # golden verify
+    Option("golden_dir", "golden_dir", "path", "golden set (default: golden in [tool.export-check] of ./pyproject.toml, else {default})",
+           (VERIFY,), default=DEFAULT_GOLDEN, metavar="DIR", positional=True, nargs="?"),
+    # golden approve
+    Option("dry-run", "dry_run", "switch", "show the diff, change nothing", (APPROVE,)),
+    # history
+    Option("history_file", "history_file", "path", "the file written by check --history", (HISTORY,), metavar="PATH", positional=True),
+    Option("last", "last", "int", "show the last N runs (default: {default}; 0: all)", (HISTORY,), default=10, metavar="N"),
+    Option("artifact", "artifact", "str", "show one row only, e.g. onnx", (HISTORY,), metavar="NAME"),
+    Option("json", "json", "switch", "print the runs as JSON instead of tables", (HISTORY,)),
+)
+OPTION: dict[str, Option] = {o.name: o for o in reversed(OPTIONS)}  # by name; of two rows named alike (json), the first
+SETTINGS: dict[str, Option] = {o.name: o for o in OPTIONS if o.settings}  # the keys a settings file may hold
+
+
+def for_command(command: str) -> tuple[Option, ...]:
+    """The options ``command`` takes, in table order (the order of its ``--help``)."""
+    return tuple(o for o in OPTIONS if command in o.commands)
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """``command``'s arguments, from the table. A settings key's flag defaults to None, so that the
+    overlay can tell "not given" from a value; a switch defaults to False."""
+    for o in for_command(command):
+        kw: dict[str, Any] = {"help": o.help_text()}
+        if o.kind == "switch":
+            kw.update(action="store_true")
+        else:
+            kw.update(type=KINDS[o.kind], metavar=o.metavar, choices=o.choices)
+            kw = {k: v for k, v in kw.items() if v is not None}
+            if o.positional and o.nargs is not None:
+                kw.update(nargs=o.nargs, default=None)
+            elif not o.positional:
+                kw.update(default=None if o.settings or callable(o.default) else o.default)
+        if o.positional:
+            parser.add_argument(o.python, **kw)
+        else:
+            parser.add_argument(*([o.short] if o.short else []), f"--{o.name}", dest=o.python, **kw)
+
+
+def coerce(value: Any, kind: str, base: Path | None, where: str) -> Any:
+    """A settings value of ``kind``, checked; a relative path is made relative to ``base`` (if any).
+    Every problem is one line starting with ``where`` ("pyproject.toml: batch-size")."""
+    if kind == "str" or kind == "path":
+        if not isinstance(value, str) or not value.strip() or "\x00" in value:
+            raise UsageError(f"{where} must be a non-empty string, got {value!r}")
+        if kind == "path":
+            path = Path(value).expanduser()
+            return path if path.is_absolute() or base is None else base / path
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"{where} must be an integer, got {value!r}")
+        return value
+    if kind == "jobs":
+        if isinstance(value, bool) or value not in JOBS:
+            raise UsageError(f"{where} must be 1 or 2, got {value!r}")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise UsageError(f"{where} must be a finite number >= 0, got {value!r}")
+        return float(value)
+    if kind == "strlist":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{where} must be a list of strings, got {value!r}")
+        return tuple(value)
+    if kind == "table":
+        if not isinstance(value, dict):
+            raise UsageError(f"{where} must be a table, got {value!r}")
+        return dict(value)
+    raise AssertionError(kind)
+
+
+# --- explicit values: the CLI's parsed flags, or the plugin's keywords --------------------------
+
+
+def from_namespace(command: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The flags given on the command line (a switch counts when set), by python name."""
+    given = {o.python: getattr(args, o.python, None) for o in for_command(command)}
+    return {k: v for k, v in given.items() if v is not None and v is not False}
+
+
+def from_keywords(command: str, keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """The pytest plugin's keyword options for ``command``, by python name, checked (:meth:`Option.keyword`).
+    None and False mean "not given"; a name the command's flags do not have is refused as the
+    command line refuses an unknown flag."""
+    taken = {o.python: o for o in for_command(command) if not o.positional}
+    given = {k: v for k, v in keywords.items() if v is not None and v is not False}
+    unknown = [f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in given.items() if k not in taken]
+    if unknown:
+        raise UsageError(f"export-check: unrecognized arguments: {' '.join(unknown)} (see export-check --help)")
+    return {k: taken[k].keyword(v) for k, v in given.items()}
+
+
+def _explicit_value(o: Option, value: Any) -> Any:
+    """An explicit artifacts list or arch-kwargs object from its text (or, from the plugin, a list or dict)."""
+    if o.kind == "strlist":
+        parts = value.split(",") if isinstance(value, str) else [p for item in value for p in item.split(",")]
+        kinds = tuple(p.strip() for p in parts if p.strip())
+        if not kinds:
+            raise UsageError(f"--{o.name} is empty; list kinds separated by commas")
+        return kinds
+    if o.kind == "table" and isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--{o.name} is not valid JSON ({exc.msg}); pass an object like '{{\"num_classes\": 10}}'") from None
+        if not isinstance(value, dict):
+            raise UsageError(f"--{o.name} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+# --- the overlay: explicit > settings file > default ----------------------------------------------
+
+
+def overlay(command: str, explicit: Mapping[str, Any], settings: Mapping[str, Any],
+            defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every option ``command`` takes, by python name: its explicit value, else the settings file's,
+    else ``defaults``' (the plugin's private out folder), else the table's. Plus ``arch_root``, which
+    goes with ``arch``: the folder of the settings file that named it; None for an explicit arch."""
+    values: dict[str, Any] = {}
+    for o in for_command(command):
+        if o.python in explicit:
+            value = _explicit_value(o, explicit[o.python])
+        elif o.settings and o.python in settings:
+            value = settings[o.python]
+        else:
+            value = (defaults or {}).get(o.python, o.default)
+            value = value() if callable(value) else value
+        values[o.python] = value
+    values["arch_root"] = None if "arch" in explicit else settings.get("arch_root")
+    return values
+
+
+def load_settings(checkpoint: Path, config: Path | None) -> dict[str, Any]:
+    """The settings that apply to ``checkpoint`` (``--config`` first), once the checkpoint is known to be there."""
+    from .files import check_readable_file
+    from .settings import find_settings
+
+    # The checkpoint is the one thing every command needs: say first when it is not there.
+    check_readable_file(checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
+    return find_settings(checkpoint, config)
+
+
+def to_run_config(values: Mapping[str, Any]) -> RunConfig:
+    """The RunConfig of overlaid ``check`` values: each row with a ``field`` sets it; the gate rows
+    set the thresholds; ``no-cache`` drops the cache."""
+    rows = for_command(CHECK)
+    config = {o.field: values[o.python] for o in rows if o.field}
+    if values.get("no_cache"):
+        config["cache_dir"] = None
+    thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate})
+    return RunConfig(**config, arch_root=values["arch_root"], thresholds=thresholds)
+
+
+def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | None = None) -> tuple[RunConfig, dict[str, Any]]:
+    """``check``'s RunConfig from explicit values (``checkpoint`` among them), and the settings it read.
+    ``default_out`` makes the out folder when neither the explicit values nor the settings name one."""
+    settings = load_settings(explicit["checkpoint"], explicit.get("config"))
+    values = overlay(CHECK, explicit, settings, None if default_out is None else {"out": default_out})
+    return to_run_config(values), settings
+
+
+@dataclass(frozen=True)
+class GoldenParams:
+    """What ``golden record`` and ``golden approve`` need beyond their own switches."""
+
+    common: dict[str, Any]  # the keyword arguments golden_ops.record and .approve share
+    inputs: Path | None  # record's inputs folder, if given or set
+    settings: dict[str, Any]  # as read (record takes its [tool.export-check.preprocess] from here)
+
+
+def golden_params(command: str, explicit: Mapping[str, Any]) -> GoldenParams:
+    settings = load_settings(explicit["checkpoint"], explicit.get("config"))
+    values = overlay(command, explicit, settings)
+    if not values["arch"]:
+        raise UsageError("no architecture given: pass --arch module:Factory or path/to/file.py:Factory, or set arch in [tool.export-check]")
+    common = dict(
+        checkpoint=values["checkpoint"], arch=values["arch"], arch_kwargs=values["arch_kwargs"], arch_root=values["arch_root"],
+        golden_dir=values["golden"], threads=values["threads"], batch_size=values["batch_size"],
+    )
+    return GoldenParams(common=common, inputs=values.get("inputs"), settings=settings)
