@@ -334,7 +334,7 @@ def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | 
 class GoldenParams:
     """What ``golden record`` and ``golden approve`` need beyond their own switches."""
 
-    common: dict[str, Any]  # the keyword arguments golden_ops.record and .approve share
+    common: dict[str, Any]  # the keyword arguments golden.lifecycle.record_golden and approve_golden share
     inputs: Path | None  # record's inputs folder, if given or set
     settings: dict[str, Any]  # as read (record takes its [tool.export-check.preprocess] from here)
 
