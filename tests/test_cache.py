@@ -14,9 +14,9 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 from exporter import pipeline
 from exporter.build import builds
 from exporter.cache import EAGER, ArtifactCache, arch_source_sha256, open_cache
-from exporter.files import sha256_file
 from exporter.cli import main
 from exporter.config import Gate, RunConfig, Thresholds
+from exporter.files import sha256_file
 from exporter.settings import parse_settings
 
 KINDS = ("torchscript-trace", "onnx")
@@ -236,8 +236,10 @@ def test_cache_dir_setting_is_a_path_relative_to_the_settings_file() -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(meta=st.binary(max_size=300) | st.dictionaries(st.sampled_from(["format", "name", "run_key", "artifact", "metrics"]),
-                                                      st.none() | st.integers() | st.text(max_size=8) | st.lists(st.integers(), max_size=3)))
+@given(meta=st.binary(max_size=300) | st.dictionaries(
+    st.sampled_from(["format", "name", "run_key", "artifact", "metrics"]),
+    st.none() | st.integers() | st.text(max_size=8) | st.lists(st.integers(), max_size=3),
+))
 def test_any_damaged_meta_is_a_miss_never_a_crash(tmp_path_factory: pytest.TempPathFactory, meta) -> None:
     cache = ArtifactCache(tmp_path_factory.mktemp("fuzz"), {"k": 1})
     folder = cache.entry_dir(EAGER)

@@ -59,7 +59,8 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys, a
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=st.lists(st.sampled_from(["check", "golden", "record", "verify", "approve", "--arch", "--json", "--out",
-                                      "--batch-size", "--threads", "--jobs", "--build-timeout", "--artifacts", "--max-mae", "--int8-min-top1",
+                                      "--batch-size", "--threads", "--jobs", "--build-timeout", "--artifacts", "--max-mae",
+                                      "--int8-min-top1",
                                       "--arch-kwargs", "-q", "--opset", "nan", "-1", "1e-5", "{}", "[]", "onnx",
                                       "/nonexistent.pth", "", "--size", "x", "a:b"]) | st.text(max_size=12), max_size=6))
 def test_fuzzed_arguments_never_traceback(argv: list[str], capsys) -> None:

@@ -51,7 +51,8 @@ def test_record_decodes_every_photo_format_into_the_true_logits(project: Path, u
     assert [item.name for item in golden.inputs] == list(user_models.photo_names)
     assert golden.preprocess == SPEC
     # the stored reference is this checkpoint's logits on the user's original files
-    expected = eager_logits(project / "netdef.py", "SmallNet", project / "model.pth", [preprocess_file(project / "photos" / n, SPEC) for n in user_models.photo_names])
+    photos = [preprocess_file(project / "photos" / n, SPEC) for n in user_models.photo_names]
+    expected = eager_logits(project / "netdef.py", "SmallNet", project / "model.pth", photos)
     np.testing.assert_allclose(golden.reference(), expected, atol=1e-5)
     assert golden.model["checkpoint_sha256"] == hashlib.sha256((project / "model.pth").read_bytes()).hexdigest()
     # every odd format became the same 3x16x16 input, decoded the way a viewer shows it
