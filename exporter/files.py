@@ -110,7 +110,9 @@ def prepare_out_dir(out_dir: Path) -> Path:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"{out_dir}: cannot create the output directory ({exc.strerror or exc}); pass --out to a writable directory") from None
+        raise OutputError(
+            f"{out_dir}: cannot create the output directory ({exc.strerror or exc}); pass --out to a writable directory"
+        ) from None
     if not out_dir.is_dir():
         raise OutputError(f"{out_dir}: exists and is not a directory; pass --out to a directory")
     if not os.access(out_dir, os.W_OK | os.X_OK):

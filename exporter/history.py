@@ -130,7 +130,9 @@ def parse_line(text: str, source: str, lineno: int) -> HistoryRun:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise HistoryError(f"{where}: not valid JSON ({exc.msg}); fix or delete that line (each line is one run written by --history)") from None
+        raise HistoryError(
+            f"{where}: not valid JSON ({exc.msg}); fix or delete that line (each line is one run written by --history)"
+        ) from None
     _need(isinstance(data, dict), where, "a line must be a JSON object")
     _need(data.get("format") == FORMAT, where, f"format is {data.get('format')!r}, expected {FORMAT!r}")
     version = data.get("version")
@@ -139,9 +141,11 @@ def parse_line(text: str, source: str, lineno: int) -> HistoryRun:
     _need(isinstance(rows_data, list), where, "'rows' must be a list")
     rows = []
     for i, r in enumerate(rows_data):
-        _need(isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("status", ""), str), where, f"rows[{i}] must be an object with a name")
+        is_row = isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("status", ""), str)
+        _need(is_row, where, f"rows[{i}] must be an object with a name")
         size = r.get("size_bytes")
-        _need(size is None or (isinstance(size, int) and not isinstance(size, bool)), where, f"rows[{i}].size_bytes must be an integer or null")
+        is_size = size is None or (isinstance(size, int) and not isinstance(size, bool))
+        _need(is_size, where, f"rows[{i}].size_bytes must be an integer or null")
         rows.append(HistoryRow(
             name=r["name"], status=r.get("status", "?"), mae=_opt_float(r, "mae", where), max_abs=_opt_float(r, "max_abs", where),
             top1_agreement=_opt_float(r, "top1_agreement", where), latency_ms=_opt_float(r, "latency_ms", where), size_bytes=size,

@@ -22,6 +22,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file path: put the repository root on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from exporter.golden.inputs import preprocess_file, preprocess_image  # noqa: E402
 from models.digits import (  # noqa: E402
     DIGITS_PREPROCESS,
     GOLDEN_COUNT,
@@ -30,7 +31,6 @@ from models.digits import (  # noqa: E402
     golden_indices,
     load_digits_arrays,
 )
-from exporter.golden.inputs import preprocess_file, preprocess_image  # noqa: E402
 
 
 def write_golden_images(out: Path, count: int = GOLDEN_COUNT) -> dict[str, int]:

@@ -9,7 +9,7 @@ The stem and the final 1x1 conv use Hardswish; then global average pool and a li
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

@@ -8,7 +8,7 @@ when the stride or the channel count changes), global average pool and a linear 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

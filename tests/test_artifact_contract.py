@@ -16,11 +16,11 @@ import torch
 from arches import TinyNet
 from conftest import seeded
 from exporter.artifacts import KINDS, KINDS_BY_NAME, BuildContext
-from exporter.errors import ArtifactError
 from exporter.artifacts.base import INPUT, OUTPUT
 from exporter.build.builds import build_artifact
 from exporter.config import FAMILIES
 from exporter.diagnostics.divergence import METHODS
+from exporter.errors import ArtifactError
 from exporter.model import EagerRunner
 
 
@@ -110,9 +110,8 @@ def test_native_warnings_become_python_warnings_and_other_stderr_passes_through(
     from exporter.artifacts._common import NativeWarning, native_warnings
 
     line = b"[W1129 18:18:02.751058369 Quantizer.cpp:111] Warning: torch.quantize_per_tensor is deprecated. (function operator())\n"
-    with pytest.warns(NativeWarning, match=r"^torch\.quantize_per_tensor is deprecated\.$"):
-        with native_warnings():
-            os.write(2, line + b"something else a library printed\n")
+    with pytest.warns(NativeWarning, match=r"^torch\.quantize_per_tensor is deprecated\.$"), native_warnings():
+        os.write(2, line + b"something else a library printed\n")
     err = capfd.readouterr().err
     assert err == "something else a library printed\n"
 

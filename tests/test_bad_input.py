@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from arches import TinyNet
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, save_state, seeded, mounted_tmpfs
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, mounted_tmpfs, save_state, seeded
 from exporter.checkpoint import load_state_dict
 from exporter.cli import main
 from exporter.errors import CheckpointError, GoldenError, UsageError
@@ -179,7 +179,9 @@ def test_unusable_checkpoint_is_one_line_exit_2_and_nothing_is_built(case: str, 
 
 
 @pytest.mark.parametrize("command", ["record", "approve"])
-def test_golden_commands_refuse_a_truncated_checkpoint_too(command: str, tmp_path: Path, golden_copy: Path, digit_images: Path, capfd) -> None:
+def test_golden_commands_refuse_a_truncated_checkpoint_too(
+    command: str, tmp_path: Path, golden_copy: Path, digit_images: Path, capfd
+) -> None:
     checkpoint = _half_of_a_real_checkpoint(tmp_path)
     before = {p.name: p.read_bytes() for p in golden_copy.rglob("*") if p.is_file()}
     extra = ["--inputs", digit_images, "--size", "32", "--force"] if command == "record" else []
@@ -280,7 +282,9 @@ def test_payloads_run_directly_would_execute(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["check", "record", "approve"])
-def test_pickles_that_would_run_code_are_refused_and_never_run(command: str, tmp_path: Path, golden_copy: Path, digit_images: Path, capfd) -> None:
+def test_pickles_that_would_run_code_are_refused_and_never_run(
+    command: str, tmp_path: Path, golden_copy: Path, digit_images: Path, capfd
+) -> None:
     marker = tmp_path / "pwned"
     cases = _payloads(tmp_path, marker)
     before = {p.name: p.read_bytes() for p in golden_copy.rglob("*") if p.is_file()}
@@ -492,7 +496,8 @@ def test_undecodable_image_late_in_the_set_stops_the_run_with_one_line(golden_co
     during replay: still one line naming it, exit 2, and no report claims anything was checked."""
     named = _corrupt_image_with_matching_hash(golden_copy, index=-1)
     report = tmp_path / "report.json"
-    code, _, err = run_cli(capfd, *check_argv(DEFAULT_CHECKPOINT, tmp_path / "out", golden=golden_copy), "--artifacts", "onnx", "--json", report)
+    argv = check_argv(DEFAULT_CHECKPOINT, tmp_path / "out", golden=golden_copy)
+    code, _, err = run_cli(capfd, *argv, "--artifacts", "onnx", "--json", report)
     assert code == 2
     assert_one_line_error(err, str(golden_copy / named), "cannot decode image", "replace the file")
     assert not report.exists()
@@ -576,8 +581,9 @@ def _strict_json(text: str) -> dict:
 
 def test_nan_in_one_artifact_family_fails_those_rows_whatever_the_gate(tmp_path: Path, digit_images: Path, capfd) -> None:
     """A real model whose int8 builds produce NaN (log of a value int8 rounding pushed below 0)."""
-    from fault_arches import LogOfMargin
     from PIL import Image
+
+    from fault_arches import LogOfMargin
 
     spec = Preprocess(size=(32, 32))
     files = sorted(digit_images.glob("*.png"))
@@ -747,7 +753,8 @@ def test_mutated_real_images_decode_or_fail_cleanly(data) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(shape=st.lists(st.integers(0, 4), max_size=3), dtype=st.sampled_from(["f4", "f8", "i2", "u1", "c8", "?", "U3", "O"]), poison=st.sampled_from([None, np.nan, np.inf]))
+@given(shape=st.lists(st.integers(0, 4), max_size=3), dtype=st.sampled_from(["f4", "f8", "i2", "u1", "c8", "?", "U3", "O"]),
+       poison=st.sampled_from([None, np.nan, np.inf]))
 def test_npy_inputs_of_any_dtype_decode_or_fail_cleanly(shape, dtype, poison) -> None:
     array = np.zeros(shape, dtype=dtype)
     if poison is not None and array.size and array.dtype.kind == "f":
@@ -811,7 +818,8 @@ def test_mutated_settings_files_parse_or_fail_with_one_usage_error(text: str, ke
 
 
 _TOKENS = ["check", "golden", "record", "verify", "approve", "history", "--arch", "--arch-kwargs", "--golden", "--out",
-           "--json", "--artifacts", "--batch-size", "--threads", "--jobs", "--build-timeout", "--max-mae", "--int8-max-mae", "--int8-min-top1",
+           "--json", "--artifacts", "--batch-size", "--threads", "--jobs", "--build-timeout", "--max-mae", "--int8-max-mae",
+           "--int8-min-top1",
            "--opset", "--onnx-exporter", "--inputs", "--size", "--mode", "--mean", "--std", "--resize", "--config",
            "--no-cache", "-q", "--dry-run", "nan", "inf", "-1", "0", "1e-5", "{}", '{"num_classes": 10}', "[]", "onnx",
            "tflite", "x", "a:b", "/nonexistent/model.pth", "m.py:Net", "models/nonexistent.py:Net", "RGB", "32x", "0.5,0.5"]

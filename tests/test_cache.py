@@ -199,15 +199,60 @@ def test_a_warm_hit_imports_no_torch(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert [row["cache"] for row in json.loads((tmp_path / "r.json").read_text())["rows"]] == ["hit"] * 3
 
 
-def test_report_records_pinned_inference_settings(tmp_path: Path) -> None:
-    report = pipeline.run_check(config_for(tmp_path, None, threads=2, kinds=("onnx",)))
+def test_inference_runs_with_the_pinned_settings_the_report_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only does the report say which threads and session options were used: every eager and
+    TorchScript inference of the run sees those torch thread counts, and every onnxruntime session
+    the run opens really has those options (read back from the session, not from what was asked)."""
+    import onnxruntime as ort
+    import torch
+
+    from exporter.artifacts._common import TorchScriptRunner
+    from exporter.model import EagerRunner
+
+    threads = 1 if torch.get_num_threads() != 1 else 2  # not the process default, so an unpinned run shows
+    outside = torch.get_num_threads()
+    torch_seen: list[tuple[str, int, int]] = []
+    sessions: list[dict] = []
+
+    def recording_infer(real, label):
+        def infer(self, feeds):
+            torch_seen.append((label, torch.get_num_threads(), torch.get_num_interop_threads()))
+            return real(self, feeds)
+        return infer
+
+    modes = {ort.ExecutionMode.ORT_SEQUENTIAL: "sequential", ort.ExecutionMode.ORT_PARALLEL: "parallel"}
+    levels = {ort.GraphOptimizationLevel.ORT_ENABLE_ALL: "all", ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED: "extended",
+              ort.GraphOptimizationLevel.ORT_ENABLE_BASIC: "basic", ort.GraphOptimizationLevel.ORT_DISABLE_ALL: "disabled"}
+    real_session = ort.InferenceSession
+
+    def recording_session(*args, **kwargs):
+        session = real_session(*args, **kwargs)
+        used = session.get_session_options()
+        sessions.append({
+            "intra_op_num_threads": used.intra_op_num_threads, "inter_op_num_threads": used.inter_op_num_threads,
+            "execution_mode": modes.get(used.execution_mode, str(used.execution_mode)),
+            "graph_optimization_level": levels.get(used.graph_optimization_level, str(used.graph_optimization_level)),
+            "providers": session.get_providers(),
+        })
+        return session
+
+    monkeypatch.setattr(EagerRunner, "infer", recording_infer(EagerRunner.infer, "eager"))
+    monkeypatch.setattr(TorchScriptRunner, "infer", recording_infer(TorchScriptRunner.infer, "torchscript"))
+    monkeypatch.setattr(ort, "InferenceSession", recording_session)
+    report = pipeline.run_check(config_for(tmp_path, None, threads=threads))
+    assert report.passed and all(row.cache is None for row in report.rows)
+
     inference = dict(report.settings)["inference"]
-    assert inference["torch_threads"] == 2 and inference["torch_interop_threads"] == 1
+    assert inference["torch_threads"] == threads and inference["torch_interop_threads"] == 1
     assert inference["onnxruntime"] == {
-        "intra_op_num_threads": 2, "inter_op_num_threads": 1, "execution_mode": "sequential",
+        "intra_op_num_threads": threads, "inter_op_num_threads": 1, "execution_mode": "sequential",
         "graph_optimization_level": "all", "providers": ["CPUExecutionProvider"],
     }
-    assert all(row.cache is None for row in report.rows)
+    # the replay, the batch-size runs, the rerun and the latency of eager and of torchscript-trace
+    assert {label for label, _, _ in torch_seen} == {"eager", "torchscript"}
+    assert {(n, i) for _, n, i in torch_seen} == {(inference["torch_threads"], inference["torch_interop_threads"])}
+    assert torch.get_num_threads() == outside  # and the pin is undone after the run
+    assert sessions and all(used == inference["onnxruntime"] for used in sessions), sessions
 
 
 def test_key_covers_arch_source_and_settings_but_not_thresholds(tmp_path: Path) -> None:
@@ -237,8 +282,10 @@ def test_cache_dir_setting_is_a_path_relative_to_the_settings_file() -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(meta=st.binary(max_size=300) | st.dictionaries(st.sampled_from(["format", "name", "run_key", "artifact", "metrics"]),
-                                                      st.none() | st.integers() | st.text(max_size=8) | st.lists(st.integers(), max_size=3)))
+@given(meta=st.binary(max_size=300) | st.dictionaries(
+    st.sampled_from(["format", "name", "run_key", "artifact", "metrics"]),
+    st.none() | st.integers() | st.text(max_size=8) | st.lists(st.integers(), max_size=3),
+))
 def test_any_damaged_meta_is_a_miss_never_a_crash(tmp_path_factory: pytest.TempPathFactory, meta) -> None:
     cache = ArtifactCache(tmp_path_factory.mktemp("fuzz"), {"k": 1})
     folder = cache.entry_dir(EAGER)

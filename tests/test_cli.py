@@ -40,7 +40,6 @@ def test_help_imports_no_torch_numpy_or_onnx() -> None:
         (["CKPT", "--arch", "m:F", "--jobs", "two"], "argument --jobs: invalid int value: 'two'"),
         (["CKPT", "--arch", "m:F", "--build-timeout", "-1"], "build timeout must be a finite number >= 0, got -1.0"),
         (["CKPT", "--arch", "m:F", "--build-timeout", "nan"], "build timeout must be a finite number >= 0, got nan"),
-        (["golden", "verify", "/nonexistent/golden"], None),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys, argv, message) -> None:
@@ -48,18 +47,30 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys, a
     (tmp_path / "CKPT").write_bytes(b"not checked before the arguments")
     code = main(argv)
     captured = capsys.readouterr()
-    if message is None:  # verify reports what is broken on stdout, exit 1
-        assert code == 1 and "golden set not found" in captured.out
-        return
     assert code == 2
     assert captured.err.startswith("export-check: error: ") and captured.err.count("\n") == 1
     assert message in captured.err
     assert "Traceback" not in captured.err
 
 
+def test_verify_of_a_missing_golden_set_is_a_finding_on_stdout_and_exit_1(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Not a usage error: verify's verdict on a golden set that is not there is BROKEN, exit 1, on stdout."""
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nonexistent" / "golden"
+    code = main(["golden", "verify", str(missing)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out.splitlines() == [
+        f"golden set {missing}: BROKEN",
+        f"  {missing}: golden set not found; pass --golden DIR or record one with `export-check golden record`",
+    ]
+    assert captured.err == ""
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(argv=st.lists(st.sampled_from(["check", "golden", "record", "verify", "approve", "--arch", "--json", "--out",
-                                      "--batch-size", "--threads", "--jobs", "--build-timeout", "--artifacts", "--max-mae", "--int8-min-top1",
+                                      "--batch-size", "--threads", "--jobs", "--build-timeout", "--artifacts", "--max-mae",
+                                      "--int8-min-top1",
                                       "--arch-kwargs", "-q", "--opset", "nan", "-1", "1e-5", "{}", "[]", "onnx",
                                       "/nonexistent.pth", "", "--size", "x", "a:b"]) | st.text(max_size=12), max_size=6))
 def test_fuzzed_arguments_never_traceback(argv: list[str], capsys) -> None:

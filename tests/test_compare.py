@@ -20,7 +20,7 @@ def test_streaming_in_any_batches_equals_one_shot(data, rows: int, cols: int) ->
     cand = data.draw(arrays(np.float32, (rows, cols), elements=finite))
     cuts = sorted(data.draw(st.lists(st.integers(1, rows - 1), max_size=5, unique=True))) if rows > 1 else []
     acc = ErrorAccumulator()
-    for lo, hi in zip([0, *cuts], [*cuts, rows]):
+    for lo, hi in zip([0, *cuts], [*cuts, rows], strict=True):
         acc.add(ref[lo:hi], cand[lo:hi])
     streamed, whole = acc.result(), compare(ref, cand)
     diff = np.abs(cand.astype(np.float64) - ref)

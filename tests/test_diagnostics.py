@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from conftest import DEFAULT_GOLDEN, TESTS, save_state, seeded
 from exporter.artifacts import KINDS_BY_NAME, BuildContext
-from exporter.artifacts._common import TorchScriptRunner, captured_warnings
+from exporter.artifacts._common import captured_warnings
 from exporter.cli import main
 from exporter.config import RunConfig
-from exporter.diagnostics import BatchSizeRun, determinism, shapes
+from exporter.diagnostics import BatchSizeRun, shapes
 from exporter.diagnostics.divergence import INT8_LAYERS, module_of
 from exporter.golden.manifest import load_golden
 from exporter.judge import shape_reasons
@@ -162,20 +162,26 @@ def _cpu_has_vnni() -> bool:
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
-def test_nondeterministic_artifact_fails_the_rerun_check(tmp_path: Path) -> None:
-    class Noisy(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x.mean(dim=(2, 3)) + 1e-3 * torch.rand(x.shape[0], x.shape[1])
-
-    path = tmp_path / "noisy.pt"
-    _, batch = next(load_golden(DEFAULT_GOLDEN).batches(8))
-    with captured_warnings([]):
-        torch.jit.save(torch.jit.script(Noisy()), str(path))
-        with TorchScriptRunner(path) as runner:
-            max_abs = determinism.measure(runner.infer, batch)
-    assert 1e-6 < max_abs < 1e-3
-    (reason,) = determinism.judge(max_abs, 1e-6)
-    assert reason.startswith("not deterministic: 2 runs of the same batch differ by up to")
+def test_nondeterministic_artifact_fails_the_rerun_check(tmp_path_factory, digit_images: Path) -> None:
+    """The pipeline's own rerun: an artifact whose every call adds fresh noise passes the drift gate and
+    the batch-size check, and fails on its rerun alone; the deterministic artifact beside it passes."""
+    checkpoint, golden, arch = _record(tmp_path_factory, digit_images, "NoisyWhenScripted")
+    report = run_check(RunConfig(checkpoint=checkpoint, arch=arch, golden=golden, out_dir=tmp_path_factory.mktemp("noisy-out"),
+                                 batch_size=8, kinds=("torchscript-trace", "torchscript-script")))
+    rows = {row.name: row for row in report.rows}
+    assert rows["eager"].status == "pass" and rows["torchscript-trace"].status == "pass"
+    assert rows["torchscript-trace"].diagnostics.rerun.max_abs == 0.0
+    noisy = rows["torchscript-script"]
+    assert noisy.status == "fail"
+    assert noisy.metrics.mae <= 1e-5 and noisy.diagnostics.shapes.passed  # the drift gate and the batch sizes let it through
+    rerun = noisy.diagnostics.rerun
+    # the first batch again after the replay (topped up to the latency repeats: 3 batches replayed, 2 of them timed)
+    assert rerun.runs == 4 and rerun.images == 8 and rerun.bound == pytest.approx(1e-6) and not rerun.passed
+    assert 1e-6 < rerun.max_abs <= 4e-6
+    (reason,) = rerun.reasons
+    assert reason == f"not deterministic: 4 runs of the same batch differ by up to {rerun.max_abs:.3g} > 1e-06"
+    # the rerun is the row's only finding; a failing float row then gets the divergence finder's "where: ..."
+    assert noisy.reasons[0] == reason and [r for r in noisy.reasons[1:] if not r.startswith("where: ")] == []
 
 
 def test_default_model_is_deterministic_agrees_across_batch_sizes_and_is_timed(tmp_path: Path) -> None:

@@ -43,6 +43,18 @@ def _record(capsys, checkpoint: str = "model.pth", *extra: str) -> tuple[int, st
     return run(capsys, "golden", "record", checkpoint, *ARCH, "--inputs", "photos", "--size", "16", "--golden", "golden", "-q", *extra)
 
 
+def _files(folder: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every file under ``folder``: relative POSIX path -> (bytes, inode, mtime in ns). A file rewritten
+    with the same bytes (the manifest's "created" has one-second resolution) still shows: the golden
+    writer replaces files by renaming a new one over them, which gives a new inode and mtime."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            out[p.relative_to(folder).as_posix()] = (p.read_bytes(), st.st_ino, st.st_mtime_ns)
+    return out
+
+
 def test_record_decodes_every_photo_format_into_the_true_logits(project: Path, user_models: UserModels, capsys) -> None:
     code, out, _ = _record(capsys)
     assert code == 0 and "recorded 8 inputs and their reference logits (8, 10) into golden" in out
@@ -50,7 +62,8 @@ def test_record_decodes_every_photo_format_into_the_true_logits(project: Path, u
     assert [item.name for item in golden.inputs] == list(user_models.photo_names)
     assert golden.preprocess == SPEC
     # the stored reference is this checkpoint's logits on the user's original files
-    expected = eager_logits(project / "netdef.py", "SmallNet", project / "model.pth", [preprocess_file(project / "photos" / n, SPEC) for n in user_models.photo_names])
+    photos = [preprocess_file(project / "photos" / n, SPEC) for n in user_models.photo_names]
+    expected = eager_logits(project / "netdef.py", "SmallNet", project / "model.pth", photos)
     np.testing.assert_allclose(golden.reference(), expected, atol=1e-5)
     assert golden.model["checkpoint_sha256"] == hashlib.sha256((project / "model.pth").read_bytes()).hexdigest()
     # every odd format became the same 3x16x16 input, decoded the way a viewer shows it
@@ -143,10 +156,10 @@ def test_record_tamper_restore_approve_then_the_check_passes(project: Path, user
     flipped = [n for n, a, b in zip(user_models.photo_names, old.argmax(1), new.argmax(1), strict=True) if a != b]
     assert flipped, "the retrained model should change some top-1 classes on these photos"
 
-    before = (project / "golden" / MANIFEST).read_bytes()
+    before = _files(project / "golden")
     code, out, _ = run(capsys, "golden", "approve", "model.pth", *ARCH, "--golden", "golden", "--dry-run")
     assert code == 0 and "dry run: golden set unchanged" in out
-    assert (project / "golden" / MANIFEST).read_bytes() == before
+    assert _files(project / "golden") == before
 
     code, out, _ = run(capsys, "golden", "approve", "model.pth", *ARCH, "--golden", "golden")
     assert code == 0 and "approved: golden now holds the logits of model.pth" in out
@@ -158,12 +171,15 @@ def test_record_tamper_restore_approve_then_the_check_passes(project: Path, user
         assert f"  {name}: top-1 {old[i].argmax()} -> {new[i].argmax()} (MAE " in out
     assert out.count(": top-1 ") == len(flipped)
     np.testing.assert_allclose(load_golden(project / "golden").reference(), new, atol=1e-5)
+    approved = _files(project / "golden")
+    assert approved[MANIFEST][0] != before[MANIFEST][0]
 
     code, out, _ = run(capsys, "model.pth", *ARCH, *check)
     assert code == 0 and "PASSED: 2 passed" in out
-    # approving the same weights again changes nothing
+    # approving the same weights again writes nothing: every file of the approved set is the same file, byte for byte
     code, out, _ = run(capsys, "golden", "approve", "model.pth", *ARCH, "--golden", "golden")
-    assert code == 0 and "nothing to approve" in out and (project / "golden" / MANIFEST).read_bytes() != before
+    assert code == 0 and "nothing to approve" in out and "approved:" not in out
+    assert _files(project / "golden") == approved
 
 
 def test_verify_says_missing_undecodable_and_notes_stray_files(project: Path, capsys) -> None:

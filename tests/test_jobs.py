@@ -21,13 +21,28 @@ import torch
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, process_gone
 from exporter import observe, pipeline
-from exporter.build import builds, isolation
 from exporter.artifacts import BUILD_ORDER, KIND_NAMES, KINDS_BY_NAME, BuildContext
 from exporter.artifacts._common import captured_warnings
+from exporter.build import builds, isolation
 from exporter.config import RunConfig
 from exporter.golden.batches import GoldenBatches
 
 MODES = ("jobs2", "jobs1", "streamed")
+
+
+def _recording(events: list[tuple[str, tuple[str, ...]]]):
+    """Stand-ins for builds.start_build and observe.Replay.run that log each call into ``events``, then do the real thing."""
+    real_start, real_run = builds.start_build, observe.Replay.run
+
+    def start(kind, *args, **kwargs):
+        events.append(("build", (kind.name,)))
+        return real_start(kind, *args, **kwargs)
+
+    def run(self, runners, notes, with_eager):
+        events.append(("replay", tuple(runners)))
+        return real_run(self, runners, notes, with_eager)
+
+    return start, run
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +51,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, li
     out: dict[str, tuple[object, list[tuple[str, tuple[str, ...]]]]] = {}
     for mode in MODES:
         events: list[tuple[str, tuple[str, ...]]] = []
-        real_start, real_run = builds.start_build, observe.Replay.run
-
-        def start(kind, *args, **kwargs):
-            events.append(("build", (kind.name,)))
-            return real_start(kind, *args, **kwargs)
-
-        def run(self, runners, notes, with_eager):
-            events.append(("replay", tuple(runners)))
-            return real_run(self, runners, notes, with_eager)
-
+        start, run = _recording(events)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(builds, "start_build", start)
             mp.setattr(observe.Replay, "run", run)

@@ -151,7 +151,31 @@ def test_plugin_is_registered_and_loads_nothing_heavy(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['exporter.pytest_plugin'] []"
-    help_text = subprocess.run([sys.executable, "-m", "pytest", "--help"], capture_output=True, text=True, timeout=60, cwd=tmp_path).stdout
+    # `pytest --help` in one process: the plugin is loaded through its entry point, and still nothing heavy is
+    probe = (
+        "import contextlib, io, json, sys, pytest\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    code = pytest.main(['--help'])\n"
+        "heavy = sorted(m for m in ('torch', 'numpy', 'onnx', 'onnxruntime', 'PIL') if m in sys.modules)\n"
+        "loaded = 'exporter.pytest_plugin' in sys.modules\n"
+        "print(json.dumps({'code': int(code), 'plugin': loaded, 'heavy': heavy, 'help': out.getvalue()}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["code"] == 0 and shown["plugin"] and shown["heavy"] == []
+    help_text = shown["help"]
     assert "export-check: exported-model regression checks:" in help_text and "--export-check-regen" in help_text
-    assert "export_check_models" in help_text
-    json.dumps(help_text)  # plain text
+    assert "export_check_models (linelist):" in help_text
+    # plain text: no terminal escapes or other control characters, only printable lines
+    assert [c for c in help_text if c != "\n" and not c.isprintable()] == []
+    # both help texts in full (pytest wraps them at the terminal width, so compare without whitespace)
+    squashed = "".join(help_text.split())
+    for text in (
+        "re-approve each golden set from the current checkpoint (record missing ones), then fail those tests "
+        "so that a regeneration never passes silently",
+        "export-check: checkpoints to check, relative to the ini file; each (model, artifact) pair is a test item. "
+        "Settings come from [tool.export-check] or export-check.toml beside the checkpoint.",
+    ):
+        assert "".join(text.split()) in squashed, text

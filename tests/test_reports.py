@@ -151,9 +151,8 @@ def test_html_renders_in_headless_chromium_with_the_plot_colours(passing, tmp_pa
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0 and shot.is_file(), result.stderr[-2000:]
-    from PIL import Image
-
     import numpy as np
+    from PIL import Image
 
     pixels = np.asarray(Image.open(shot).convert("RGB"))
     assert pixels.shape == (2000, 1200, 3)

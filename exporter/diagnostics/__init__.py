@@ -2,8 +2,9 @@
 determinism, cost, and where in the network an artifact departs from eager.
 
 This module holds only the typed results (frozen dataclasses, no heavy imports). Measuring lives in
-``shapes``, ``determinism``, ``latency`` and ``divergence``; ``run`` is the one hook the pipeline
-calls. Running and judging stay apart: measurements go into these records, and each module's pure
+``shapes``, ``divergence`` and ``run`` (the rerun and the latency, from the replay's own outputs and
+timings, compared and judged by ``determinism``); ``run`` is the one hook the pipeline calls.
+Running and judging stay apart: measurements go into these records, and each module's pure
 ``judge`` turns a record into reasons.
 
 Bounds, decided once here (and documented in docs/reports-and-diagnostics.md):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
@@ -19,12 +18,6 @@ def max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
     diff = np.where(same, 0.0, np.abs(a64 - b64))
     diff = np.where(np.isnan(diff), np.inf, diff)
     return float(diff.max()) if diff.size else 0.0
-
-
-def measure(infer: Callable[[np.ndarray], np.ndarray], batch: np.ndarray, runs: int = RUNS) -> float:
-    """Run ``batch`` ``runs`` times; the largest difference of any later run from the first."""
-    first = infer(batch)
-    return max((max_abs_difference(first, infer(batch)) for _ in range(runs - 1)), default=0.0)
 
 
 def judge(max_abs: float, bound: float, runs: int = RUNS) -> tuple[str, ...]:

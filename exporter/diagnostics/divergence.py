@@ -112,7 +112,9 @@ def capture_eager(model: Any, batch: np.ndarray) -> EagerTrace:
     return trace
 
 
-def layer_delta(module: str, ops: str, reference: np.ndarray, got: np.ndarray, threshold: float, merged: tuple[str, ...] = ()) -> LayerDelta:
+def layer_delta(
+    module: str, ops: str, reference: np.ndarray, got: np.ndarray, threshold: float, merged: tuple[str, ...] = ()
+) -> LayerDelta:
     """Compare one module's artifact output with its eager output."""
     ref = reference.astype(np.float64).ravel()
     cand = got.astype(np.float64).ravel()
@@ -221,7 +223,9 @@ def _session(proto: Any, threads: int) -> Iterator[Any]:
     yield ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def onnx_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int = 1, start: int = 0) -> LayerComparison:
+def onnx_layers(
+    path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int = 1, start: int = 0
+) -> LayerComparison:
     """Cumulative comparison: every module's value read out of one run of the whole graph."""
     import onnx
 
@@ -241,7 +245,7 @@ def onnx_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, pur
             proto.graph.output.append(onnx.ValueInfoProto(name=name))
     with _session(proto, threads) as session:
         names = [o.name for o in session.get_outputs()]
-        results = dict(zip(names, session.run(None, {session.get_inputs()[0].name: batch})))
+        results = dict(zip(names, session.run(None, {session.get_inputs()[0].name: batch}), strict=True))  # one value per output
     scoped = {scope for _, scope, _ in values}
     has_nodes = {m for m in modules if any(_inside(s, m) for s in scoped)}
 

@@ -94,11 +94,13 @@ def _reduced(values: tuple[float, ...]) -> list[tuple[int, float]]:
 def per_image_chart(report: Report) -> str:
     """Every image's MAE (log scale) per row, with the gates as dashed lines."""
     width, height, x0, y0, right, top = 1100, 320, 60, 290, 1080, 48
-    series = [(row, colours(report)[row.name]) for row in report.rows if row.metrics is not None and row.metrics.per_image_mae]
-    images = max((row.metrics.images for row, _ in series), default=1)
+    palette = colours(report)
+    # (row, its metrics, its colour) for every row with per-image numbers
+    series = [(row, m, palette[row.name]) for row in report.rows if (m := row.metrics) is not None and m.per_image_mae]
+    images = max((m.images for _, m, _ in series), default=1)
     t = report.thresholds
     gates = sorted({gate.max_mae for _, gate in t.gates})
-    peak = max([_log(v) for row, _ in series for v in row.metrics.per_image_mae] + [_log(g) for g in gates] + [-1.0])
+    peak = max([_log(v) for _, m, _ in series for v in m.per_image_mae] + [_log(g) for g in gates] + [-1.0])
     lo, hi = int(LOG_FLOOR), math.ceil(peak)
 
     def y_of(v: float) -> float:
@@ -107,9 +109,10 @@ def per_image_chart(report: Report) -> str:
     def x_of(i: float) -> float:
         return x0 + (i + 0.5) / images * (right - x0)
 
-    body = ['<text x="0" y="14" font-weight="bold" font-size="12">MAE of every image against its reference (log scale; 0 drawn at the bottom)</text>']
+    title = "MAE of every image against its reference (log scale; 0 drawn at the bottom)"
+    body = [f'<text x="0" y="14" font-weight="bold" font-size="12">{title}</text>']
     legend_x = x0
-    for row, colour in series:  # the legend: later series are drawn on top of earlier ones
+    for row, _, colour in series:  # the legend: later series are drawn on top of earlier ones
         body.append(f'<rect x="{legend_x}" y="22" width="9" height="9" fill="{colour}"/>')
         body.append(f'<text x="{legend_x + 12}" y="31">{_e(row.name)}</text>')
         legend_x += 18 + 6 * len(row.name)
@@ -119,8 +122,8 @@ def per_image_chart(report: Report) -> str:
         body.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="{GATE_COLOUR}" stroke-dasharray="6,4"/>')
         body.append(f'<text x="{right}" y="{y - 3:.1f}" text-anchor="end" fill="{GATE_COLOUR}">gate {gate:g}</text>')
     body.append(f'<text x="{(x0 + right) / 2}" y="{height - 4}" text-anchor="middle" fill="#59636e">image index (0..{images - 1})</text>')
-    for row, colour in series:
-        points = _reduced(row.metrics.per_image_mae)
+    for _, m, colour in series:
+        points = _reduced(m.per_image_mae)
         path = " ".join(f"{x_of(i):.1f},{y_of(_log(v)):.1f}" for i, v in points)
         body.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1" opacity="0.6"/>')
         body += [f'<rect x="{x_of(i) - 2.5:.1f}" y="{y_of(_log(v)) - 2.5:.1f}" width="5" height="5" fill="{colour}"/>' for i, v in points]

@@ -54,14 +54,18 @@ def metric_lines(row: Row) -> list[str]:
     d = row.diagnostics
     if d is not None:
         if d.latency is not None:
-            lines.append(f"latency_ms_per_image: {d.latency.ms_per_image:.4g} (median of {d.latency.repeats}, batch {d.latency.batch}, {d.latency.threads} threads)")
+            lat = d.latency
+            lines.append(f"latency_ms_per_image: {lat.ms_per_image:.4g} "
+                         f"(median of {lat.repeats}, batch {lat.batch}, {lat.threads} threads)")
         if d.shapes is not None and row.family != "eager":
             runs = ", ".join(
                 f"{r.size}: {'error' if r.error else _num(r.max_image_mae, '.3g')}" for r in d.shapes.runs
             )
-            lines.append(f"batch_sizes: {'pass' if d.shapes.passed else 'fail'} (max per-image MAE vs batch {d.shapes.main_size}: {runs}; bound {d.shapes.bound:g})")
+            verdict = "pass" if d.shapes.passed else "fail"
+            lines.append(f"batch_sizes: {verdict} (max per-image MAE vs batch {d.shapes.main_size}: {runs}; bound {d.shapes.bound:g})")
         if d.rerun is not None:
-            lines.append(f"determinism: {'pass' if d.rerun.passed else 'fail'} (run-to-run max abs {_num(d.rerun.max_abs, '.3g')}, bound {d.rerun.bound:g})")
+            verdict = "pass" if d.rerun.passed else "fail"
+            lines.append(f"determinism: {verdict} (run-to-run max abs {_num(d.rerun.max_abs, '.3g')}, bound {d.rerun.bound:g})")
         if d.layers is not None:
             lines.append(f"{d.layers.purpose}: {d.layers.summary}")
         lines += [f"note: {n}" for n in d.notes]

@@ -86,3 +86,21 @@ class OutlierMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc3(self.relu2(self.fc2(self.relu1(self.fc1(self.features(x))))))
+
+
+class NoisyWhenScripted(nn.Module):
+    """Deterministic in eager and under ``torch.jit.trace``; under ``torch.jit.script`` it adds fresh
+    uniform noise of up to 4e-6 to every logit on every call. Small enough to pass the drift gate (MAE
+    1e-5) and the batch-size check, but two runs of the same batch differ by more than the determinism
+    bound (a tenth of the float gate, 1e-6): only the rerun can catch it."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(in_channels, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fc(self.features(x))
+        if torch.jit.is_scripting():
+            out = out + 4e-6 * torch.rand_like(out)
+        return out
