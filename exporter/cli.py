@@ -10,10 +10,11 @@ Exit codes: 0 every row passed; 1 any drift or artifact error; 2 bad usage or ba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from . import __version__
 from .errors import ExportCheckError, UsageError
@@ -24,7 +25,7 @@ SUBCOMMANDS = ("check", "golden", "history")
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every other user error
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other user error
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"export-check {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{check,golden,history}", parser_class=_Parser)
 
-    check = sub.add_parser("check", help="export, replay and gate (the default command)", formatter_class=argparse.RawDescriptionHelpFormatter, epilog="artifact kinds:\n" + _kinds_help())
+    check = sub.add_parser("check", help="export, replay and gate (the default command)",
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog="artifact kinds:\n" + _kinds_help())
     add_arguments(check, CHECK)
 
     golden = sub.add_parser("golden", help="record, verify or approve a golden set")
@@ -205,8 +207,6 @@ def _exit(code: int) -> None:
 
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(code)

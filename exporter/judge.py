@@ -12,6 +12,8 @@ observer asks :func:`wants_layers` whether a per-layer table is worth measuring 
 
 from __future__ import annotations
 
+from typing import Any
+
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
 from .diagnostics import RERUN_FRACTION_OF_FLOAT_GATE, BatchSizeRun, Diagnostics, Rerun, ShapeCheck
@@ -139,8 +141,8 @@ def _eager_notes(measured: Measured, bound: float) -> tuple[str, ...]:
 
 def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     gate = thresholds.gate_for(EAGER)
-    common = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
-              "notes": obs.notes, "cache": obs.cache}
+    common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
+                              "notes": obs.notes, "cache": obs.cache}
     if obs.error or obs.metrics is None:
         return Row(status=FAIL, metrics=None, reasons=(obs.error or "no metrics",), **common)
     reasons = gate_reasons(obs.metrics, gate)
@@ -161,9 +163,9 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False) 
     if obs.family == EAGER:
         return _eager_row(obs, thresholds)
     gate = thresholds.gate_for(obs.family)
-    common = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
-              "build_seconds": obs.build_seconds, "details": obs.details, "notes": obs.notes, "artifact": obs.artifact,
-              "cache": obs.cache}
+    common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
+                              "build_seconds": obs.build_seconds, "details": obs.details, "notes": obs.notes, "artifact": obs.artifact,
+                              "cache": obs.cache}
     if obs.error is not None or obs.metrics is None:
         return Row(status=ERROR, metrics=None, reasons=(obs.error or "no metrics",), **common)
     reasons = gate_reasons(obs.metrics, gate)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .compare import Metrics
-from .diagnostics import BatchSizeRun, LayerComparison, Latency
+from .diagnostics import BatchSizeRun, Latency, LayerComparison
 from .results import FileInfo
 
 

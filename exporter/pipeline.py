@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import __version__, observe
@@ -119,7 +119,7 @@ def _report(
     recorded_ckpt = golden.model.get("checkpoint_sha256")
     return Report(
         tool_version=__version__,
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
         checkpoint=checkpoint_info,
         golden=GoldenSummary(
             path=str(config.golden),

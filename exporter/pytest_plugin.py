@@ -125,7 +125,7 @@ class _Session:
         missing = not golden.exists() or (golden.is_dir() and not any(golden.iterdir()))
         if not missing and not self.regen:
             return None
-        common = dict(
+        common: dict[str, Any] = dict(
             checkpoint=config.checkpoint, arch=config.arch, arch_kwargs=config.arch_kwargs, arch_root=config.arch_root,
             golden_dir=config.golden, threads=config.threads, batch_size=config.batch_size,
         )
@@ -369,7 +369,7 @@ class CheckpointFile(pytest.File):
             options["artifacts"] = list(self.selected) or None
         return _session(self.config).outcome(self.path, options)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         from .errors import ExportCheckError
 
         if isinstance(excinfo.value, ExportCheckError):
@@ -388,7 +388,7 @@ class ExportCheckItem(pytest.Item):
         if text:
             raise ExportCheckFailure(text)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ExportCheckFailure):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))

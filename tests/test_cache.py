@@ -15,9 +15,9 @@ from exporter import pipeline
 from exporter.build import builds
 from exporter.cache.key import arch_source_sha256
 from exporter.cache.store import EAGER, ArtifactCache, open_cache
-from exporter.files import sha256_file
 from exporter.cli import main
 from exporter.config import Gate, RunConfig, Thresholds
+from exporter.files import sha256_file
 from exporter.settings import parse_settings
 
 KINDS = ("torchscript-trace", "onnx")

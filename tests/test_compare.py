@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from exporter.compare import ErrorAccumulator, ShapeMismatch, compare
-from exporter.judge import gate_reasons
 from exporter.config import Gate
+from exporter.judge import gate_reasons
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
 

@@ -71,7 +71,7 @@ def test_each_subcommand_has_exactly_its_rows_as_arguments_with_their_help(monke
         actions = [a for a in subs[command]._actions if not isinstance(a, argparse._HelpAction)]
         rows = for_command(command)
         assert [a.dest for a in actions] == [o.python for o in rows], command
-        for action, row in zip(actions, rows):
+        for action, row in zip(actions, rows, strict=True):
             assert action.help == row.help_text()
             if not row.positional:
                 assert f"--{row.name}" in action.option_strings

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..config import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
-from ..files import replacing
 from ..errors import ArtifactError
+from ..files import replacing
 from .base import named_outputs, single_input
 
 
@@ -147,7 +147,7 @@ class OnnxRunner:
     def __init__(self, path: Path, threads: int) -> None:
         self.path = path
         self.threads = threads
-        self.session = None
+        self.session: Any = None  # an onnxruntime.InferenceSession inside the with-block
         self.input_name = ""
         self.output_names: list[str] = []
 
@@ -198,7 +198,7 @@ def onnx_batch_dims(path: Path) -> tuple[str | int | None, str | int | None]:
 
 def require_dynamic_batch(path: Path, what: str) -> None:
     """Raise when the file's batch axis is not symbolic on both its input and its output."""
-    for side, dim in zip(("input", "output"), onnx_batch_dims(path)):
+    for side, dim in zip(("input", "output"), onnx_batch_dims(path), strict=True):
         if not isinstance(dim, str) or not dim:
             raise ArtifactError(
                 f"{what}: the {side} batch axis is fixed to {dim!r}, not dynamic; the file only accepts that batch size"

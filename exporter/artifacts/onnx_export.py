@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ArtifactError
-from .base import BuildContext
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
+from .base import BuildContext
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
@@ -45,6 +45,8 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
                 dynamic_shapes=({0: batch},),
                 external_data=False,
             )
+            if program is None:  # torch returns the program when no file is given
+                raise ArtifactError("the dynamo ONNX exporter returned no program")
             program.save(str(tmp), external_data=False)
         onnx.checker.check_model(str(tmp), full_check=True)
         require_dynamic_batch(tmp, "onnx export")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import BuildContext
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
+from .base import BuildContext
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:

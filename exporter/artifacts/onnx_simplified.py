@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ArtifactError
-from .base import BuildContext
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
+from .base import BuildContext
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:

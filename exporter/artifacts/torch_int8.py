@@ -10,8 +10,8 @@ import copy
 from pathlib import Path
 
 from ..errors import ArtifactError
-from .base import BuildContext
 from ._common import TorchScriptRunner, atomic_path
+from .base import BuildContext
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:

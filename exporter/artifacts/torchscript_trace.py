@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import BuildContext
 from ._common import TorchScriptRunner, atomic_path
+from .base import BuildContext
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:

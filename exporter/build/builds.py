@@ -105,7 +105,7 @@ class Builds:
                  cache: ArtifactCache | None, ahead: bool) -> None:
         wanted = set(config.selected_kinds)
         # A derived kind needs its source built first, even if the source itself is not reported.
-        wanted |= {KINDS_BY_NAME[name].source for name in config.selected_kinds if KINDS_BY_NAME[name].source}
+        wanted |= {source for name in config.selected_kinds if (source := KINDS_BY_NAME[name].source) is not None}
         self.order = [k for k in BUILD_ORDER if k.name in wanted]
         self.ctx, self.out_dir, self.progress, self.timeout = ctx, out_dir, progress, config.build_timeout or None
         self.outcomes: dict[str, BuildOutcome] = {}

@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,7 @@ def write_golden(
     manifest = {
         "format": FORMAT,
         "version": VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "preprocess": preprocess.to_json() if preprocess else None,
         "inputs": entries,
         "reference": {"file": ref_rel, "sha256": sha256_bytes(ref_bytes), "shape": list(reference.shape), "dtype": "float32"},
