@@ -373,7 +373,7 @@ def render(results: dict[str, Any], command: str) -> str:
         "",
         "Every warm run had every row from the cache: "
         + ("yes" if all(c["warm_cache_states"] == ["hit"] for c in configs) else "**no**")
-        + "; verdicts were the same as the cold runs' (checked by tests/test_cache.py).",
+        + "; verdicts were the same as the cold runs' (checked by tests/integration/test_cache.py).",
         "",
         "## Targets",
         "",

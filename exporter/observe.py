@@ -4,7 +4,7 @@ measure each row's diagnostics. Measurements only (``measurements.Observation``)
 With ``by_artifact`` (eager's outputs held in memory, ``--jobs 2``), each artifact is replayed and
 diagnosed on its own as soon as its build is done, while the next ones build on the other core;
 otherwise one pass over the golden set runs every artifact after all the builds (a streamed set is
-decoded once). The observations are the same either way (tests/test_jobs.py).
+decoded once). The observations are the same either way (tests/integration/test_jobs.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Two processes share the work (``--jobs 2``, the default on two cores or more): t
 (exporter/build/isolation.py) builds the artifacts one after another, while this process runs eager
 over the golden set and then replays and diagnoses each artifact as soon as its file is written.
 With ``--jobs 1``, or a golden set too large to hold in memory, one thing happens at a time. The
-rows, their numbers and the report's order are the same either way (tests/test_jobs.py).
+rows, their numbers and the report's order are the same either way (tests/integration/test_jobs.py).
 """
 
 from __future__ import annotations

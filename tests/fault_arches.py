@@ -1,4 +1,4 @@
-"""Architectures for the bad-input and fault tests (tests/test_bad_input.py, tests/test_faults.py)."""
+"""Architectures for the bad-input and fault tests (tests/integration/test_bad_input.py, tests/integration/test_faults.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An artifact builder for tests/test_jobs.py that never finishes on its own: it writes its pid
+"""An artifact builder for tests/integration/test_jobs.py that never finishes on its own: it writes its pid
 beside the artifact's path and sleeps, so a test can stop a run while this build is in flight."""
 
 from __future__ import annotations

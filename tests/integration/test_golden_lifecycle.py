@@ -243,7 +243,7 @@ def test_record_refuses_inputs_it_cannot_batch(tmp_path: Path, monkeypatch, caps
     np.save(tmp_path / "in" / "b.npy", np.zeros(65, np.float32))
     code, _, err = run(capsys, "golden", "record", "mlp.pth", "--arch", "netdef.py:DigitsMLP", "--inputs", "in", "--golden", "g")
     assert code == 2 and "b.npy: decodes to shape (65,) but a.npy to (64,)" in err
-    shutil.copy(Path(__file__).resolve().parents[1] / "golden" / "PROVENANCE.md", tmp_path / "in" / "x.md")
+    shutil.copy(Path(__file__).resolve().parents[2] / "golden" / "PROVENANCE.md", tmp_path / "in" / "x.md")
     (tmp_path / "in" / "b.npy").unlink()
     from PIL import Image
 
