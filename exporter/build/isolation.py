@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import errno
 import importlib
 import importlib.util
@@ -303,10 +304,8 @@ def _remove_partial(path: Path, pid: int | None) -> None:
     # A child killed mid-write leaves its atomic_path temporary (named after its pid) behind.
     if pid:
         for leftover in path.parent.glob(f".{path.stem}.partial-{pid}*"):
-            try:
+            with contextlib.suppress(OSError):
                 leftover.unlink()
-            except OSError:
-                pass
 
 
 # --- the parent's handle on the server ---------------------------------------------------------
@@ -369,10 +368,8 @@ class _Server:
         if stop:
             self._proc.terminate()
         for stream in (self._out, self._in):
-            try:
+            with contextlib.suppress(OSError):
                 stream.close()
-            except OSError:
-                pass
         try:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -433,10 +430,8 @@ class _Forked:
         self._signal(signal.SIGTERM)
 
     def _signal(self, signum: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signum)
-        except ProcessLookupError:
-            pass
 
 
 @atexit.register
@@ -503,23 +498,19 @@ _CHILD: int | None = None  # the pid of the child building now
 def _stop(signum: int, frame: Any) -> None:
     """SIGTERM from the parent: it stopped early; end the build under way too, and leave."""
     if _CHILD is not None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(_CHILD, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     os._exit(0)
 
 
-_CONTEXT: tuple[str, Any, dict[str, Any] | None] | None = None  # (key, unpickled build context, or the refusal), held by the server
+_CONTEXT: tuple[Any, Any, Any] | None = None  # (key, unpickled build context, or the refusal), held by the server
 _BUILT: dict[str, str] = {}  # artifact path -> reply status, for the builds of the current context
 _PENDING: list[str] = []  # modules of PRELOAD the server has yet to import
 
 
 def _import(name: str) -> None:
-    try:
+    with contextlib.suppress(ImportError):
         importlib.import_module(name)
-    except ImportError:
-        pass
 
 
 def _preload_until_readable(fd: int) -> None:
@@ -583,7 +574,7 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     result_r, result_w = os.pipe()
     # The child's stderr goes to a file: passed on when it reports back, summed up when it crashes
     # (a native abort prints a long C++ stack there).
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (shared with the forked child; closed by `with log` once it exits)
     global _CHILD
     began = time.perf_counter()
     # SIGTERM (the parent stopping early) waits until _CHILD names the child, so _stop never misses it.
@@ -596,10 +587,10 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             os.close(result_r)
             os.dup2(log.fileno(), 2)
-            reply = _build_here(request, ctx)
+            built = _build_here(request, ctx)
             sys.stderr.flush()  # into the log, before os._exit skips it
             with os.fdopen(result_w, "wb") as out:
-                out.write(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+                out.write(pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL))
         except BaseException:
             code = 70
         finally:
@@ -611,10 +602,8 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     timeout = request.get("timeout")
     data, timed_out = _read_until_eof(result_r, None if not timeout else began + float(timeout))
     if timed_out:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     _, status = os.waitpid(pid, 0)
     _CHILD = None
     seconds = time.perf_counter() - began
@@ -623,7 +612,7 @@ def _run_in_child(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
         stderr = log.read(_STDERR_KEEP).decode("utf-8", "replace")
     reply: dict[str, Any] = {"pid": pid, "stderr": stderr, "seconds": seconds}
     if timed_out:
-        reply.update(status="timeout", timeout=float(timeout))
+        reply.update(status="timeout", timeout=float(timeout or 0))
         return reply
     if data:
         try:
@@ -642,7 +631,7 @@ def _read_until_eof(fd: int, deadline: float | None) -> tuple[bytes, bool]:
     """All of ``fd`` up to EOF (then closed), or what came before ``deadline`` (perf_counter) and ``True``."""
     import select
 
-    chunks = []
+    chunks: list[bytes] = []
     try:
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
