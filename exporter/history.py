@@ -87,25 +87,27 @@ def summary(report: Any) -> dict[str, Any]:
 
 
 def append(report: Any, path: Path) -> None:
-    """Append the report's summary as one line, under an exclusive lock, fsynced."""
-    import fcntl
+    """Append the report's summary as one line, under an exclusive lock, fsynced.
+
+    The lock is ``PATH.lock`` beside the history file (filelock's, as for the output directory): a
+    lock file is the lock library's to create and rewrite, and the history file is the user's.
+    """
+    from filelock import FileLock
 
     line = (json.dumps(summary(report), sort_keys=True, allow_nan=False) + "\n").encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        with FileLock(f"{path}.lock"):
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size and not _ends_with_newline(fd):
+                    line = b"\n" + line  # a killed writer left a partial last line: keep ours on a line of its own
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     except OSError as exc:
         raise HistoryError(f"{path}: cannot append to the history file ({exc.strerror or exc}); choose a writable --history path") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        if os.fstat(fd).st_size and not _ends_with_newline(fd):
-            line = b"\n" + line  # a killed writer left a partial last line: keep ours on a line of its own
-        os.write(fd, line)
-        os.fsync(fd)
-    except OSError as exc:
-        raise HistoryError(f"{path}: cannot append to the history file ({exc.strerror or exc}); choose a writable --history path") from None
-    finally:
-        os.close(fd)
 
 
 def _ends_with_newline(fd: int) -> bool:

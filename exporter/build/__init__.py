@@ -1,1 +1,4 @@
-"""Building the artifacts: the ordered builds (``builds``) and their isolation in child processes (``isolation``)."""
+"""Building the artifacts: each in a child process of a build server (isolation), in build order (builds).
+
+A regular package (not a namespace one) so that setuptools' ``packages.find`` ships it in a wheel.
+"""

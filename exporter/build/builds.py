@@ -1,7 +1,7 @@
-"""The run's builds, in ``BUILD_ORDER``: restored from the cache, or built in the build server.
+"""The run's artifact builds on top of the build isolation: outcomes, jobs and their order.
 
-Each build runs isolated (``isolation``): a crash, an exception or a hang becomes that row's
-``BuildOutcome.error``, never the run's. Nothing here judges.
+A failure to build is the artifact's own ``error`` (never the run's); the builds of a run go in
+``BUILD_ORDER`` (a derived kind after its source), restored from the cache when it has them.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ class BuildOutcome:
 class BuildJob:
     """One artifact's build: sent to the build server at construction, its outcome on :meth:`result`.
 
-    Isolated builds run in a child of the build server (exporter/build/isolation.py), one after another
-    in the order they were started, while this process goes on. A failure becomes ``error``.
+    Isolated builds run in a child of the build server (exporter/build/isolation.py), one after
+    another in the order they were started, while this process goes on. A failure becomes ``error``.
     """
 
     def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> None:

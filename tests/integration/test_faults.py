@@ -83,6 +83,19 @@ if _FAULTS:
                 return _real_write(path, data)
 
             _golden._write_atomic = _write
+        elif _what == "flag-lock-wait":  # say so when the out-dir lock is found taken (filelock polls: no kernel waiter to see)
+            import filelock
+
+            _real_acquire = filelock.FileLock.acquire
+
+            def _acquire(self, *args, **kwargs):
+                try:
+                    return _real_acquire(self, timeout=0)
+                except filelock.Timeout:
+                    Path(_FLAG).write_text(str(self.lock_file))
+                return _real_acquire(self, *args, **kwargs)
+
+            filelock.FileLock.acquire = _acquire
         elif _what == "hang-golden-gc":
             import exporter.golden.store as _golden
 
@@ -444,30 +457,23 @@ def test_two_runs_at_once_on_one_out_dir_both_get_correct_verdicts(hook_dir: Pat
     assert partial_files(out) == []
 
 
-def _blocked_flock_pids() -> set[int]:
-    pids = set()
-    for line in Path("/proc/locks").read_text().splitlines():
-        parts = line.split()
-        if "->" in parts and "FLOCK" in parts:
-            pids.add(int(parts[parts.index("FLOCK") + 3]))
-    return pids
-
-
 def test_the_out_dir_lock_really_makes_a_second_run_wait(hook_dir: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out"
+    out, flag = tmp_path / "out", tmp_path / "waiting"
     out.mkdir()
     with open(out / ".export-check.lock", "a+") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # as if another run were building
         proc = subprocess.Popen(
             cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--artifacts", "onnx",
                 "--no-cache", "-q"),
-            env=cli_env(hook_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=cli_env(hook_dir, "flag-lock-wait", EXPORT_CHECK_TEST_FLAG=str(flag)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
         )
         deadline = time.monotonic() + 300
-        while proc.pid not in _blocked_flock_pids():  # the kernel's own list of waiters
+        while not (flag.is_file() and flag.read_text()):  # the run tried the lock, found it taken, and went on to wait for it
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the second run never waited for the lock"
             time.sleep(0.05)
+        assert flag.read_text().endswith(".export-check.lock")
         time.sleep(0.5)
         assert proc.poll() is None and not (out / "onnx.onnx").exists()  # waiting, nothing written
         fcntl.flock(lock.fileno(), fcntl.LOCK_UN)

@@ -118,12 +118,12 @@ def test_settle_stops_the_build_in_flight_and_fails_the_queued_ones(tmp_path: Pa
         assert time.monotonic() < deadline, "the slow build never started"
         time.sleep(0.05)
     child = int(pid_file.read_text())
-    server = isolation._SERVER
+    server = isolation.SERVICE.server
     assert server is not None and server.in_flight() and not process_gone(child)
 
     isolation.settle()
 
-    assert server._proc.poll() is not None  # the build server has exited
+    assert server.process.poll() is not None  # the build server has exited
     assert process_gone(child, wait=10), f"the build child {child} outlived its server"
     for pending in (slow, queued):
         with pytest.raises(isolation.BuildCrashed, match="the build server died"):
@@ -153,7 +153,7 @@ def test_a_run_interrupted_mid_replay_leaves_no_build_behind_and_the_next_run_is
         mp.setattr(observe.Replay, "run", interrupted)
         with pytest.raises(KeyboardInterrupt):
             pipeline.run_check(config)
-    assert isolation._SERVER is None or not isolation._SERVER.in_flight()
+    assert not isolation.SERVICE.in_flight()
     report = pipeline.run_check(config)
     assert [(row.name, row.status) for row in report.rows] == [("eager", "pass"), ("torchscript-trace", "pass"), ("onnx", "pass")]
     assert report.rows[2].metrics.mae <= 1e-5 and os.path.getsize(report.rows[2].artifact.path) > 100_000
