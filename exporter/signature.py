@@ -1,0 +1,254 @@
+"""A model's signature: its named inputs and outputs, their batch axes, dynamic axes and kinds.
+
+A golden set records the signature it was recorded with (format 2; a format-1 set has the implied
+``SINGLE``: one float input ``input``, one output ``logits``). Every layer speaks in these names:
+runners take ``{input name: array}`` and return ``{output name: array}``, the replay compares each
+output on its own, the judge gates each one, and the reports show each one.
+
+Output names are stable: dict keys as they are, ``output_0``, ``output_1``, ... for positions, and
+dotted paths for nestings (``boxes.0``). Axes are numbered on the batched array (batch axis included).
+
+>>> flatten_outputs({"boxes": 1, "extra": (2, 3)})
+{'boxes': 1, 'extra.0': 2, 'extra.1': 3}
+>>> default_kind(2, "float32")
+'logits'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .errors import UsageError
+
+OUTPUT_KINDS = ("logits", "sequence-logits", "values")
+INPUT_DTYPES = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One named input: its dtype, the axis that holds the samples, and the axes whose size may change."""
+
+    name: str
+    dtype: str = "float32"
+    batch_axis: int = 0
+    dynamic_axes: tuple[tuple[int, str], ...] = ()  # (axis, symbol), e.g. ((1, "sequence"),)
+    keyword: bool = False  # passed as ``name=value`` rather than by position
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "batch_axis": self.batch_axis,
+                "dynamic_axes": {str(a): s for a, s in self.dynamic_axes}, "keyword": self.keyword}
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One named output: where its samples are, what agreement means for it, whether it is compared."""
+
+    name: str
+    batch_axis: int = 0
+    kind: str = "logits"  # OUTPUT_KINDS: logits (top-1 per sample), sequence-logits (per position), values
+    class_axis: int = -1  # the axis an argmax runs over, for the logits kinds
+    dynamic_axes: tuple[tuple[int, str], ...] = ()
+    compared: bool = True  # False: recorded and shown as not compared (a setting excludes it)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "batch_axis": self.batch_axis, "kind": self.kind, "class_axis": self.class_axis,
+                "dynamic_axes": {str(a): s for a, s in self.dynamic_axes}, "compared": self.compared}
+
+
+@dataclass(frozen=True)
+class Signature:
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.outputs)
+
+    def output(self, name: str) -> OutputSpec:
+        for spec in self.outputs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def compared_outputs(self) -> tuple[OutputSpec, ...]:
+        return tuple(o for o in self.outputs if o.compared)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"inputs": [i.to_json() for i in self.inputs], "outputs": [o.to_json() for o in self.outputs]}
+
+
+# The signature every format-1 golden set (and the bundled default) has.
+SINGLE = Signature(inputs=(InputSpec("input"),), outputs=(OutputSpec("logits"),))
+
+
+def flatten_outputs(out: Any, prefix: str = "") -> dict[str, Any]:
+    """A model's output structure as ``{stable name: leaf}``, in a deterministic order.
+
+    A bare leaf is ``{"": leaf}`` at the top; callers name it (``logits`` for format 1).
+    """
+    if isinstance(out, Mapping):
+        items: list[tuple[str, Any]] = [(str(k), v) for k, v in out.items()]
+    elif isinstance(out, (tuple, list)):
+        items = [(f"output_{i}" if not prefix else str(i), v) for i, v in enumerate(out)]
+    else:
+        return {prefix: out}
+    flat: dict[str, Any] = {}
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, (Mapping, tuple, list)):
+            flat.update(flatten_outputs(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def default_kind(ndim: int, dtype: str) -> str:
+    """What agreement means for an output nobody described: a 2-D float output is logits (top-1 per
+    sample), a 3-D float output sequence logits (argmax per position), anything else values."""
+    if not dtype.startswith("float"):
+        return "values"
+    return {2: "logits", 3: "sequence-logits"}.get(ndim, "values")
+
+
+def _axes(value: Any, where: str) -> tuple[tuple[int, str], ...]:
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{where} must be a table of axis = \"symbol\", e.g. {{ 1 = \"sequence\" }}, got {value!r}")
+    out = []
+    for axis, symbol in value.items():
+        try:
+            number = int(axis)
+        except (TypeError, ValueError):
+            raise UsageError(f"{where}: axis {axis!r} is not an integer") from None
+        if number < 0 or not isinstance(symbol, str) or not symbol.isidentifier():
+            raise UsageError(f"{where}: axis {axis!r} needs a non-negative number and a symbol name, got {symbol!r}")
+        out.append((number, symbol))
+    return tuple(sorted(out))
+
+
+def _int(value: Any, where: str, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UsageError(f"{where} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class SignatureSettings:
+    """What a settings file says about inputs and outputs (``[tool.export-check.model-inputs.NAME]``,
+    ``[tool.export-check.outputs.NAME]``): applied over what recording discovers."""
+
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def apply_output(self, spec: OutputSpec) -> OutputSpec:
+        given = self.outputs.get(spec.name, {})
+        return replace(spec, **given) if given else spec
+
+    def apply_input(self, spec: InputSpec) -> InputSpec:
+        given = self.inputs.get(spec.name, {})
+        return replace(spec, **given) if given else spec
+
+
+def parse_signature_settings(inputs: Any, outputs: Any, source: str) -> SignatureSettings:
+    """Validate the ``model-inputs`` and ``outputs`` tables of a settings file; every problem names the key."""
+    parsed_in: dict[str, dict[str, Any]] = {}
+    for name, table in _tables(inputs, f"{source}: model-inputs").items():
+        where = f"{source}: model-inputs.{name}"
+        entry: dict[str, Any] = {}
+        for key, value in table.items():
+            if key == "dtype":
+                if value not in INPUT_DTYPES:
+                    raise UsageError(f"{where}.dtype must be one of {', '.join(INPUT_DTYPES)}, got {value!r}")
+                entry["dtype"] = value
+            elif key == "batch-axis":
+                entry["batch_axis"] = _int(value, f"{where}.batch-axis")
+            elif key == "dynamic-axes":
+                entry["dynamic_axes"] = _axes(value, f"{where}.dynamic-axes")
+            elif key == "keyword":
+                if not isinstance(value, bool):
+                    raise UsageError(f"{where}.keyword must be true or false, got {value!r}")
+                entry["keyword"] = value
+            else:
+                raise UsageError(f"{where}: unknown key {key!r}; known keys: dtype, batch-axis, dynamic-axes, keyword")
+        parsed_in[name] = entry
+    parsed_out: dict[str, dict[str, Any]] = {}
+    for name, table in _tables(outputs, f"{source}: outputs").items():
+        where = f"{source}: outputs.{name}"
+        entry = {}
+        for key, value in table.items():
+            if key == "batch-axis":
+                entry["batch_axis"] = _int(value, f"{where}.batch-axis")
+            elif key == "kind":
+                if value not in OUTPUT_KINDS:
+                    raise UsageError(f"{where}.kind must be one of {', '.join(OUTPUT_KINDS)}, got {value!r}")
+                entry["kind"] = value
+            elif key == "class-axis":
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise UsageError(f"{where}.class-axis must be an integer, got {value!r}")
+                entry["class_axis"] = value
+            elif key == "dynamic-axes":
+                entry["dynamic_axes"] = _axes(value, f"{where}.dynamic-axes")
+            elif key == "compare":
+                if not isinstance(value, bool):
+                    raise UsageError(f"{where}.compare must be true or false, got {value!r}")
+                entry["compared"] = value
+            else:
+                raise UsageError(f"{where}: unknown key {key!r}; known keys: batch-axis, kind, class-axis, dynamic-axes, compare")
+        parsed_out[name] = entry
+    return SignatureSettings(inputs=parsed_in, outputs=parsed_out)
+
+
+def _tables(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        raise UsageError(f"{where} must be a table of tables, one per name (e.g. [tool.export-check.outputs.logits])")
+    return {str(k): dict(v) for k, v in value.items()}
+
+
+def signature_from_json(data: Any, where: str) -> Signature:
+    """The signature a format-2 manifest records; raises ``ValueError`` naming what is wrong."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("inputs"), list) or not isinstance(data.get("outputs"), list):
+        raise ValueError(f"{where}: signature must hold lists of inputs and outputs")
+    inputs = []
+    for item in data["inputs"]:
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or item.get("dtype") not in INPUT_DTYPES:
+            raise ValueError(f"{where}: an input needs a name and a dtype of {', '.join(INPUT_DTYPES)}")
+        inputs.append(InputSpec(name=item["name"], dtype=item["dtype"], batch_axis=_json_int(item.get("batch_axis", 0), where),
+                                dynamic_axes=_json_axes(item.get("dynamic_axes", {}), where), keyword=bool(item.get("keyword", False))))
+    outputs = []
+    for item in data["outputs"]:
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or item.get("kind") not in OUTPUT_KINDS:
+            raise ValueError(f"{where}: an output needs a name and a kind of {', '.join(OUTPUT_KINDS)}")
+        class_axis = item.get("class_axis", -1)
+        if isinstance(class_axis, bool) or not isinstance(class_axis, int):
+            raise ValueError(f"{where}: class_axis of {item['name']} must be an integer")
+        outputs.append(OutputSpec(name=item["name"], batch_axis=_json_int(item.get("batch_axis", 0), where), kind=item["kind"],
+                                  class_axis=class_axis, dynamic_axes=_json_axes(item.get("dynamic_axes", {}), where),
+                                  compared=bool(item.get("compared", True))))
+    names = [i.name for i in inputs] + [o.name for o in outputs]
+    if not inputs or not outputs or len(set(i.name for i in inputs)) != len(inputs) or len(set(o.name for o in outputs)) != len(outputs):
+        raise ValueError(f"{where}: signature needs at least one input and one output, each name once ({names})")
+    return Signature(inputs=tuple(inputs), outputs=tuple(outputs))
+
+
+def _json_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 32:
+        raise ValueError(f"{where}: an axis must be an integer in 0..31, got {value!r}")
+    return value
+
+
+def _json_axes(value: Any, where: str) -> tuple[tuple[int, str], ...]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: dynamic_axes must be an object of axis -> symbol")
+    out = []
+    for axis, symbol in value.items():
+        if not isinstance(axis, str) or not axis.isdigit() or int(axis) >= 32 or not isinstance(symbol, str) or not symbol.isidentifier():
+            raise ValueError(f"{where}: dynamic axis {axis!r} -> {symbol!r} is not a small axis number and a symbol name")
+        out.append((int(axis), symbol))
+    return tuple(sorted(out))
