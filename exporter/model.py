@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from .artifacts.base import named_outputs, single_input
+from .artifacts.base import INPUT, named_outputs, output_arrays, single_input
 from .config import TORCH_INTEROP_THREADS
+from .errors import ArtifactError
+from .signature import SINGLE, InputSpec, Signature
 
 
 @contextlib.contextmanager
@@ -44,12 +46,18 @@ def load_model(checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_ro
 
 
 class EagerRunner:
-    """The eager model as a runner: ``infer({"input": batch}) -> {"logits": ...}`` under inference mode."""
+    """The eager model as a runner: named inputs in (by position in the signature's order, or by
+    keyword), named outputs out (``signature.flatten_outputs``), under inference mode.
+
+    With the format-1 signature (``SINGLE``) a bare tensor is ``logits``; with a signature of one
+    output it takes that output's name; recording a new set (``signature=None``) names it ``output``.
+    """
 
     name = "the eager model"
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, signature: Signature | None = SINGLE) -> None:
         self.model = model
+        self.signature = signature
 
     def __enter__(self) -> EagerRunner:
         return self
@@ -57,15 +65,28 @@ class EagerRunner:
     def __exit__(self, *exc: object) -> None:
         pass
 
-    def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def call(self, feeds: Mapping[str, np.ndarray]) -> Any:
+        """The model's raw output for ``feeds`` (tensors in, whatever structure it returns out)."""
         import torch
 
+        specs = self.signature.inputs if self.signature is not None else tuple(InputSpec(n) for n in feeds)
+        missing = [s.name for s in specs if s.name not in feeds]
+        if missing or len(feeds) != len(specs):
+            raise ArtifactError(f"{self.name} takes inputs {', '.join(s.name for s in specs)}; got {', '.join(feeds)}")
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in specs if not s.keyword]
+        kwargs = {s.name: torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in specs if s.keyword}
         with torch.inference_mode():
-            return named_outputs(self.model(torch.from_numpy(single_input(feeds))), self.name)
+            return self.model(*args, **kwargs)
+
+    def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.signature is SINGLE:
+            return named_outputs(self.call({INPUT: single_input(feeds)}), self.name)
+        bare = self.signature.outputs[0].name if self.signature is not None and len(self.signature.outputs) == 1 else "output"
+        return output_arrays(self.call(feeds), self.name, bare)
 
 
 def eager_logits(model: Any, batch: np.ndarray) -> np.ndarray:
     """Eager's logits for one batch (the one eager-inference helper)."""
     from .artifacts.base import logits_of
 
-    return logits_of(EagerRunner(model).infer({"input": batch}), EagerRunner.name)
+    return logits_of(EagerRunner(model).infer({INPUT: batch}), EagerRunner.name)

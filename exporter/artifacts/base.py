@@ -113,6 +113,25 @@ def named_outputs(out: object, what: str) -> dict[str, np.ndarray]:
     return {OUTPUT: value}
 
 
+def output_arrays(out: object, what: str, bare: str = "output") -> dict[str, np.ndarray]:
+    """Any output structure (tensor, tuple, list, dict, nestings) as ``{stable name: float or int array}``;
+    a bare tensor is named ``bare``. Anything that is not a tensor or array is refused, naming it."""
+    import numpy as np
+
+    from ..signature import flatten_outputs
+
+    flat = flatten_outputs(out)
+    named: dict[str, np.ndarray] = {}
+    for name, leaf in flat.items():
+        value = _array(leaf)
+        if not isinstance(value, np.ndarray):
+            shown = name or "the output"
+            raise ArtifactError(f"{what} returned {type(leaf).__name__} at {shown}; export-check compares tensors only "
+                                "(return tensors, or tuples, lists and dicts of them)")
+        named[name or bare] = value
+    return named
+
+
 def logits_of(outputs: Mapping[str, np.ndarray], what: str) -> np.ndarray:
     """The first output as a 2-D float32 array (one row per input), the array every row is judged on."""
     import numpy as np
