@@ -23,16 +23,31 @@ class ShapeMismatch(ValueError):
 
 @dataclass(frozen=True)
 class Metrics:
-    """How far candidate logits are from reference logits over a whole set."""
+    """How far a candidate output is from a reference output over a whole set.
+
+    ``agreement`` says what ``top1_agreement`` counts: ``top-1`` (samples whose argmax over the class
+    axis matches: logits), ``per-position`` (positions whose argmax matches: sequence logits) or
+    ``none`` (values: boxes, embeddings, masks; then it is 1.0 and never gates).
+    ``relative_mae`` is the MAE over the mean absolute reference value: the scale-free error the
+    non-float gates (int8) are judged by.
+    """
 
     images: int
     mae: float
     max_abs: float
     median_abs: float  # median of the per-image MAE
-    top1_agreement: float  # fraction of images whose argmax matches
-    top1_changed: tuple[int, ...]  # indices of images whose argmax differs
+    top1_agreement: float  # fraction of samples (or positions) whose argmax matches
+    top1_changed: tuple[int, ...]  # indices of samples whose argmax differs (anywhere, for sequences)
     nonfinite: int  # NaN or Inf values in the candidate
     per_image_mae: tuple[float, ...] = field(repr=False)
+    reference_mean_abs: float = 0.0
+    agreement: str = "top-1"
+
+    @property
+    def relative_mae(self) -> float:
+        if self.reference_mean_abs > 0:
+            return self.mae / self.reference_mean_abs
+        return 0.0 if self.mae == 0 else float("inf")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,24 +59,38 @@ class Metrics:
             "top1_changed": list(self.top1_changed),
             "nonfinite": self.nonfinite,
             "per_image_mae": list(self.per_image_mae),
+            "relative_mae": self.relative_mae,
+            "reference_mean_abs": self.reference_mean_abs,
+            "agreement": self.agreement,
         }
 
 
-class ErrorAccumulator:
-    """Streams batches of (reference, candidate) logits into :class:`Metrics`."""
+AGREEMENT = {"logits": "top-1", "sequence-logits": "per-position", "values": "none"}
 
-    def __init__(self) -> None:
+
+class ErrorAccumulator:
+    """Streams batches of (reference, candidate) outputs into :class:`Metrics`. Arrays have their
+    samples on axis 0 (``to_samples_first`` moves a declared batch axis there); ``kind`` and
+    ``class_axis`` (of the sample-first array) say what agreement means."""
+
+    def __init__(self, kind: str = "logits", class_axis: int = -1) -> None:
+        self.kind, self.class_axis = kind, class_axis
         self._abs_sum = 0.0
+        self._ref_abs_sum = 0.0
         self._values = 0
         self._max_abs = 0.0
         self._nonfinite = 0
         self._top1_changed: list[int] = []
+        self._positions = 0
+        self._positions_changed = 0
         self._per_image: list[np.ndarray] = []
         self._images = 0
 
     def add(self, reference: np.ndarray, candidate: np.ndarray) -> None:
         if reference.shape != candidate.shape:
             raise ShapeMismatch(f"output shape {tuple(candidate.shape)} != reference {tuple(reference.shape)}")
+        if self.kind == "sequence-logits" and reference.ndim == 3:
+            self._add_positions(reference, candidate)
         ref = reference.astype(np.float64, copy=False).reshape(reference.shape[0], -1)
         cand = candidate.astype(np.float64, copy=False).reshape(candidate.shape[0], -1)
         finite = np.isfinite(cand)
@@ -69,32 +98,54 @@ class ErrorAccumulator:
         # Non-finite values count as infinitely wrong: they can never hide inside an average.
         diff = np.where(finite, np.abs(cand - ref), np.inf)
         self._abs_sum += float(diff.sum())
+        self._ref_abs_sum += float(np.abs(ref).sum())
         self._values += diff.size
         if diff.size:
             self._max_abs = max(self._max_abs, float(diff.max()))
         self._per_image.append(diff.mean(axis=1) if diff.shape[1] else np.zeros(diff.shape[0]))
-        changed = np.flatnonzero(np.argmax(np.where(finite, cand, -np.inf), axis=1) != np.argmax(ref, axis=1))
-        if cand.shape[1]:
+        if self.kind == "logits" and cand.shape[1]:
+            changed = np.flatnonzero(np.argmax(np.where(finite, cand, -np.inf), axis=1) != np.argmax(ref, axis=1))
             self._top1_changed.extend(int(i) + self._images for i in changed)
         self._images += ref.shape[0]
+
+    def _add_positions(self, reference: np.ndarray, candidate: np.ndarray) -> None:
+        axis = self.class_axis if self.class_axis >= 0 else reference.ndim + self.class_axis
+        cand = np.where(np.isfinite(candidate), candidate, -np.inf)
+        moved = np.argmax(cand, axis=axis) != np.argmax(reference, axis=axis)  # (samples, positions)
+        self._positions += moved.size
+        self._positions_changed += int(moved.sum())
+        self._top1_changed.extend(int(i) + self._images for i in np.flatnonzero(moved.reshape(moved.shape[0], -1).any(axis=1)))
 
     def result(self) -> Metrics:
         per_image = np.concatenate(self._per_image) if self._per_image else np.zeros(0)
         mae = self._abs_sum / self._values if self._values else 0.0
+        if self.kind == "sequence-logits":
+            agreement = 1.0 - self._positions_changed / self._positions if self._positions else 1.0
+        elif self.kind == "logits":
+            agreement = 1.0 - len(self._top1_changed) / self._images if self._images else 1.0
+        else:
+            agreement = 1.0
         return Metrics(
             images=self._images,
             mae=float(mae),
             max_abs=float(self._max_abs),
             median_abs=float(np.median(per_image)) if per_image.size else 0.0,
-            top1_agreement=1.0 - len(self._top1_changed) / self._images if self._images else 1.0,
+            top1_agreement=float(agreement),
             top1_changed=tuple(self._top1_changed),
             nonfinite=self._nonfinite,
             per_image_mae=tuple(float(v) for v in per_image),
+            reference_mean_abs=self._ref_abs_sum / self._values if self._values else 0.0,
+            agreement=AGREEMENT.get(self.kind, "top-1"),
         )
 
 
-def compare(reference: np.ndarray, candidate: np.ndarray) -> Metrics:
+def to_samples_first(array: np.ndarray, batch_axis: int) -> np.ndarray:
+    """``array`` with its batch axis moved to the front (a view)."""
+    return array if batch_axis == 0 else np.moveaxis(array, batch_axis, 0)
+
+
+def compare(reference: np.ndarray, candidate: np.ndarray, kind: str = "logits") -> Metrics:
     """Metrics of a whole candidate array against a whole reference array."""
-    acc = ErrorAccumulator()
+    acc = ErrorAccumulator(kind)
     acc.add(reference, candidate)
     return acc.result()

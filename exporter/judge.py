@@ -29,10 +29,14 @@ def gate_reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
     reasons = []
     if metrics.nonfinite:
         reasons.append(f"{metrics.nonfinite} non-finite (NaN/Inf) output values")
-    if not metrics.mae <= gate.max_mae:
+    if gate.max_mae is not None and not metrics.mae <= gate.max_mae:
         reasons.append(f"MAE {metrics.mae:.3g} > {gate.max_mae:g}")
-    if metrics.top1_agreement < gate.min_top1:
-        reasons.append(f"top-1 agreement {metrics.top1_agreement:.1%} < {gate.min_top1:.1%}")
+    if gate.max_relative_mae is not None and not metrics.relative_mae <= gate.max_relative_mae:
+        reasons.append(f"relative MAE {metrics.relative_mae:.3g} > {gate.max_relative_mae:g} (MAE {metrics.mae:.3g} over a mean "
+                       f"|reference| of {metrics.reference_mean_abs:.3g})")
+    if metrics.agreement != "none" and metrics.top1_agreement < gate.min_top1:
+        what = "top-1 agreement" if metrics.agreement == "top-1" else "per-position agreement"
+        reasons.append(f"{what} {metrics.top1_agreement:.1%} < {gate.min_top1:.1%}")
     if gate.max_abs is not None and not metrics.max_abs <= gate.max_abs:
         reasons.append(f"max abs error {metrics.max_abs:.3g} > {gate.max_abs:g}")
     if metrics.images == 0:
@@ -78,14 +82,22 @@ def rerun_reasons(max_abs: float, bound: float, runs: int) -> tuple[str, ...]:
 
 def rerun_bound(thresholds: Thresholds) -> float:
     """What the same input run twice may differ by in any value: a tenth of the float MAE gate."""
-    return thresholds.gate_for("float").max_mae * RERUN_FRACTION_OF_FLOAT_GATE
+    return reference_mae(thresholds) * RERUN_FRACTION_OF_FLOAT_GATE
+
+
+def reference_mae(thresholds: Thresholds) -> float:
+    """The float gate's MAE: every row is shown against it, and the per-layer tables use it."""
+    return thresholds.reference_mae
 
 
 def _checks(obs: Observation, measured: Measured, gate: Gate, thresholds: Thresholds) -> tuple[ShapeCheck | None, Rerun | None]:
     shapes = rerun = None
     if measured.sizes is not None:
         main, runs = measured.sizes.main_size, measured.sizes.runs
-        shapes = ShapeCheck(main_size=main, bound=gate.max_mae, runs=runs, reasons=shape_reasons(runs, main, gate.max_mae))
+        # each image may move with the batch size by the row's own MAE bound (for int8: its relative
+        # gate at this output's scale, since activation scales are computed per batch)
+        bound = gate.mae_bound(obs.metrics.reference_mean_abs if obs.metrics is not None else 0.0)
+        shapes = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=shape_reasons(runs, main, bound))
     if measured.rerun is not None:
         bound, r = rerun_bound(thresholds), measured.rerun
         rerun = Rerun(runs=r.runs, images=r.images, max_abs=r.max_abs, bound=bound, reasons=rerun_reasons(r.max_abs, bound, r.runs))
@@ -119,7 +131,7 @@ def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> 
     if not wants_layers(obs, thresholds, diagnose):
         return False
     layers = obs.diagnostics.layers if obs.diagnostics is not None else None
-    return layers is None or layers.threshold != thresholds.gate_for("float").max_mae
+    return layers is None or layers.threshold != reference_mae(thresholds)
 
 
 def _eager_notes(measured: Measured, bound: float) -> tuple[str, ...]:
@@ -151,7 +163,7 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     diagnostics = None
     m = obs.diagnostics
     if m is not None:
-        bound = thresholds.gate_for("float").max_mae
+        bound = reference_mae(thresholds)
         # eager is the reference of the batch-size check: measured and shown, never gated
         shapes = None if m.sizes is None else ShapeCheck(main_size=m.sizes.main_size, bound=bound, runs=m.sizes.runs, reasons=())
         diagnostics = Diagnostics(shapes=shapes, latency=m.latency, notes=_eager_notes(m, bound) + m.notes, seconds=m.seconds)

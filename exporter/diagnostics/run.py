@@ -132,7 +132,7 @@ class Diagnoser:
         self.probe = trace.probe()
         self.main = min(config.batch_size, len(self.probe))
         self.sizes = shapes.plan_sizes(self.main, len(self.probe))
-        self.layer_threshold = config.thresholds.gate_for("float").max_mae  # the per-layer tables' threshold
+        self.layer_threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
         self.eager_infer = _eager_infer(model)
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)")
         replayed = trace.probe_outputs(EAGER)

@@ -99,7 +99,7 @@ def per_image_chart(report: Report) -> str:
     series = [(row, m, palette[row.name]) for row in report.rows if (m := row.metrics) is not None and m.per_image_mae]
     images = max((m.images for _, m, _ in series), default=1)
     t = report.thresholds
-    gates = sorted({gate.max_mae for _, gate in t.gates})
+    gates = sorted({gate.max_mae for _, gate in t.gates if gate.max_mae is not None})
     peak = max([_log(v) for _, m, _ in series for v in m.per_image_mae] + [_log(g) for g in gates] + [-1.0])
     lo, hi = int(LOG_FLOOR), math.ceil(peak)
 
@@ -244,7 +244,7 @@ def render(report: Report) -> str:
         "<h2>Per-image error</h2>",
         per_image_chart(report),
         "<h2>Error distribution</h2><div class='plots'>",
-        *(histogram(row, palette[row.name], row.gate.max_mae) for row in report.rows if row.metrics is not None),
+        *(histogram(row, palette[row.name], row.gate.mae_bound(row.metrics.reference_mean_abs)) for row in report.rows if row.metrics is not None),
         "</div>",
     ]
     tables = [(row, row.diagnostics.layers) for row in report.rows if row.diagnostics and row.diagnostics.layers]
