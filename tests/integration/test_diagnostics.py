@@ -199,9 +199,12 @@ def test_default_model_is_deterministic_agrees_across_batch_sizes_and_is_timed(t
         assert d.shapes.sizes == (1, 7, 16, 64) and d.shapes.passed
     onnx = report.row("onnx").diagnostics.shapes
     assert max(r.max_image_mae for r in onnx.runs) <= 1e-6
-    # dynamic int8 moves with the batch (per-batch activation scales), within its bound of 0.1
-    int8 = report.row("torch-int8-dynamic").diagnostics
-    assert 1e-4 < max(r.max_image_mae for r in int8.shapes.runs) <= int8.shapes.bound == 0.1
+    # dynamic int8 moves with the batch (per-batch activation scales), within its bound: the relative
+    # int8 gate (5%) at this output's scale (mean |logit| 1.72 here: 0.086)
+    int8_row = report.row("torch-int8-dynamic")
+    int8 = int8_row.diagnostics
+    assert int8.shapes.bound == pytest.approx(0.05 * int8_row.metrics.reference_mean_abs)
+    assert 1e-4 < max(r.max_image_mae for r in int8.shapes.runs) <= int8.shapes.bound
     assert int8.layers.purpose == "int8-layers" and [d.module for d in int8.layers.worst()] == ["fc"]
 
 

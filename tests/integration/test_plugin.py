@@ -105,7 +105,7 @@ def test_fixture_returns_the_report_and_explains_failures(pytester: pytest.Pytes
     result.stdout.fnmatch_lines(
         [
             "*test_strict_int8_gate*",
-            "torch-int8-dynamic FAIL (vs eager, gate MAE<=1e-06 & top1>=98%)",
+            "torch-int8-dynamic FAIL (vs eager, gate MAE<=1e-06 & relMAE<=5% & top1>=98%)",
             "  MAE * > 1e-06",
             "*metrics over 8 inputs*",
             "*artifact: *torch-int8-dynamic.pt (* bytes, sha256 *)",

@@ -103,7 +103,7 @@ def test_markdown_summary_shows_verdicts_thresholds_and_reasons(passing, failing
     assert text.startswith("## ✅ export-check passed: 7 passed, 0 failed, 0 errors")
     table = [line for line in text.splitlines() if line.startswith("| ✅") or line.startswith("| ❌")]
     assert len(table) == 7
-    assert "**Thresholds:** float artifacts MAE≤1e-05 · int8 artifacts MAE≤0.1 & top1≥98%" in text
+    assert "**Thresholds:** float artifacts MAE≤1e-05 · int8 artifacts relMAE≤5% & top1≥98%" in text
     assert "torch-int8-dynamic: int8 error per layer: worst layers (lowest SQNR): fc" in text
     bad = markdown.render(failing)
     assert bad.startswith("## ❌ export-check FAILED: 1 passed, 1 failed, 1 errors")

@@ -18,7 +18,7 @@ DEFAULTS = Thresholds()
 
 def metrics(mae: float, images: int = 4, agreement: float = 1.0) -> Metrics:
     return Metrics(images=images, mae=mae, max_abs=4 * mae, median_abs=mae, top1_agreement=agreement,
-                   top1_changed=(), nonfinite=0, per_image_mae=(mae,) * images)
+                   top1_changed=(), nonfinite=0, per_image_mae=(mae,) * images, reference_mean_abs=1.0)
 
 
 def layers(threshold: float = 1e-5) -> LayerComparison:
@@ -51,8 +51,39 @@ def test_float_row_over_its_gate_fails_with_the_number() -> None:
 
 
 def test_the_same_observation_judged_by_another_family_gets_that_family_gate() -> None:
-    assert judge_row(obs(family="int8", mae=3e-4), DEFAULTS).status == "pass"  # int8: MAE <= 0.1, top-1 >= 98%
+    assert judge_row(obs(family="int8", mae=3e-4), DEFAULTS).status == "pass"  # int8: relative MAE <= 5%, top-1 >= 98%
     assert judge_row(obs(family="int8", mae=3e-4), DEFAULTS.with_gates(int8=Gate(max_mae=1e-4))).status == "fail"
+
+
+@pytest.mark.parametrize("relative, verdict", [(0.01, "pass"), (0.08, "fail")])
+def test_the_int8_gate_gives_the_same_relative_error_the_same_verdict_at_every_logit_scale(relative: float, verdict: str) -> None:
+    """Logits of size ~0.1, ~3 and ~15 quantized with the same relative error: one verdict, where an
+    absolute MAE gate of 0.1 would pass the small model and fail the large one."""
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((64, 10)).astype(np.float32)
+    seen = {}
+    for scale in (0.1, 3.0, 15.0):
+        reference = base * scale
+        noise = rng.choice([-1.0, 1.0], size=reference.shape) * relative * np.abs(reference).mean()
+        m = compare(reference, (reference + noise).astype(np.float32))
+        assert m.relative_mae == pytest.approx(relative, rel=1e-3)
+        seen[scale] = judge_row(obs(family="int8", metrics=dataclasses.replace(m, top1_agreement=1.0, top1_changed=())), DEFAULTS).status
+        absolute = judge_row(obs(family="int8", metrics=m), DEFAULTS.with_gates(int8=Gate(max_mae=0.1))).reasons
+        assert bool([r for r in absolute if r.startswith("MAE")]) == (m.mae > 0.1)
+    assert set(seen.values()) == {verdict}, seen
+
+
+def test_values_outputs_have_no_top1_and_sequence_outputs_agree_per_position() -> None:
+    ref = np.zeros((2, 5, 3), np.float32)
+    ref[:, :, 0] = 1.0
+    cand = ref.copy()
+    cand[1, 4] = [0.0, 2.0, 0.0]  # one position of ten changes its argmax
+    m = compare(ref, cand, kind="sequence-logits")
+    assert (m.agreement, m.top1_agreement, m.top1_changed) == ("per-position", 0.9, (1,))
+    values = compare(ref, cand, kind="values")
+    assert values.agreement == "none" and values.top1_agreement == 1.0
+    row = judge_row(obs(family="int8", metrics=dataclasses.replace(values, reference_mean_abs=100.0)), DEFAULTS)
+    assert row.status == "pass"  # no top-1 gate for values, whatever min_top1 says
 
 
 def test_an_observed_error_is_an_error_row_and_no_metrics_are_invented() -> None:
@@ -111,8 +142,8 @@ def test_eager_row_failing_names_the_weights_and_is_never_failed_by_its_batch_si
 @pytest.mark.parametrize("family", ["float", "int8", "eager"])
 def test_every_family_has_a_gate_and_thresholds_round_trip_their_options(family: str) -> None:
     gate = DEFAULTS.gate_for(family)
-    assert gate.max_mae > 0
-    loosened = Thresholds.from_options({"max-mae": 2e-5, "int8-max-mae": 0.2, "int8-min-top1": 0.5})
+    assert gate.mae_bound(1.0) > 0
+    loosened = Thresholds.from_options({"max-mae": 2e-5, "int8-max-mae": 0.2, "int8-min-top1": 0.5, "int8-max-relative-mae": 0.1})
     assert loosened.gate_for("eager").max_mae == loosened.gate_for("float").max_mae == 2e-5  # eager follows float
-    assert loosened.gate_for("int8") == Gate(max_mae=0.2, min_top1=0.5)
+    assert loosened.gate_for("int8") == Gate(max_mae=0.2, min_top1=0.5, max_relative_mae=0.1)
     assert loosened.to_json().keys() == DEFAULTS.to_json().keys() == {"eager", "float", "int8", "reference_mae"}

@@ -50,7 +50,7 @@ def test_rows_are_unique_per_command_and_name_real_commands() -> None:
 def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
     assert set(SETTINGS) == {
         "arch", "arch-kwargs", "golden", "inputs", "out", "artifacts", "batch-size", "threads", "jobs", "build-timeout",
-        "opset", "onnx-exporter", "max-mae", "int8-max-mae", "int8-min-top1", "preprocess", "cache-dir",
+        "opset", "onnx-exporter", "max-mae", "int8-max-relative-mae", "int8-max-mae", "int8-min-top1", "preprocess", "cache-dir",
     }
 
 
@@ -156,6 +156,7 @@ OPTION_VALUES = {
     "artifacts": st.lists(st.sampled_from(KIND_NAMES), min_size=1, max_size=3),
     "max_mae": floats,
     "int8_max_mae": floats,
+    "int8_max_relative_mae": floats,
     "int8_min_top1": floats,
     "batch_size": st.integers(-1, 64),
     "threads": st.integers(0, 4),
