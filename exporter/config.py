@@ -212,6 +212,7 @@ class RunConfig:
     diagnose: bool = False  # also build the per-layer int8 tables of passing int8 rows (--diagnose)
     jobs: int | None = None  # 1: one artifact at a time; 2: replay each artifact while the next builds; None: by core count
     build_timeout: float = BUILD_TIMEOUT  # seconds one isolated build may run before it is killed; 0: no limit
+    strict: bool = False  # a kind that does not apply to the model fails the run instead of being shown as not applicable
 
     def __post_init__(self) -> None:
         if not self.arch:
@@ -270,6 +271,7 @@ class RunConfig:
             "diagnose": self.diagnose,
             "jobs": self.effective_jobs,
             "build_timeout": self.build_timeout,
+            "strict": self.strict,
         }
 
     def export_settings(self) -> dict[str, Any]:

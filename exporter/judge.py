@@ -18,7 +18,7 @@ from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
 from .diagnostics import RERUN_FRACTION_OF_FLOAT_GATE, BatchSizeRun, Diagnostics, Rerun, ShapeCheck
 from .measurements import Measured, Observation
-from .results import ERROR, FAIL, PASS, Row
+from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Row
 
 EAGER = "eager"
 WRONG_WEIGHTS = "the checkpoint's logits differ from the approved reference: wrong or retrained weights?"
@@ -170,7 +170,7 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     return Row(status=FAIL if reasons else PASS, metrics=obs.metrics, reasons=reasons, diagnostics=diagnostics, **common)
 
 
-def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False) -> Row:
+def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, strict: bool = False) -> Row:
     """One row: its observation judged against its family's gate, its diagnostics, its error."""
     if obs.family == EAGER:
         return _eager_row(obs, thresholds)
@@ -178,6 +178,10 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False) 
     common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
                               "build_seconds": obs.build_seconds, "details": obs.details, "notes": obs.notes, "artifact": obs.artifact,
                               "cache": obs.cache}
+    if obs.not_applicable:
+        if strict:
+            return Row(status=FAIL, metrics=None, reasons=(f"{obs.error} (--strict: a kind that does not apply fails)",), **common)
+        return Row(status=NOT_APPLICABLE, metrics=None, reasons=(obs.error or "not applicable",), **common)
     if obs.error is not None or obs.metrics is None:
         return Row(status=ERROR, metrics=None, reasons=(obs.error or "no metrics",), **common)
     reasons = gate_reasons(obs.metrics, gate)
@@ -198,5 +202,5 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False) 
                diagnostics=diagnostics, **common)
 
 
-def judge_rows(observations: list[Observation], thresholds: Thresholds, diagnose: bool = False) -> list[Row]:
-    return [judge_row(obs, thresholds, diagnose) for obs in observations]
+def judge_rows(observations: list[Observation], thresholds: Thresholds, diagnose: bool = False, strict: bool = False) -> list[Row]:
+    return [judge_row(obs, thresholds, diagnose, strict) for obs in observations]

@@ -62,6 +62,7 @@ class Observation:
     details: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # warnings the exporters and runtimes emitted
     diagnostics: Measured | None = None
+    not_applicable: bool = False  # the kind does not apply to this model; ``error`` says why
     # Where it came from in the artifact cache: "hit" (nothing built or replayed), "artifact" (file
     # reused, replayed afresh), "miss", "rebuilt" (damaged entry); None: no cache.
     cache: str | None = None

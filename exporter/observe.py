@@ -112,7 +112,7 @@ class Replay:
                                   "build_seconds": outcome.seconds, "details": tuple(sorted(outcome.details.items())),
                                   "notes": dedupe(outcome.notes)}
         if kind.name in self.errors or kind.name not in self.accumulators:
-            return Observation(metrics=None, error=self.errors.get(kind.name) or "no metrics", **common)
+            return Observation(metrics=None, error=self.errors.get(kind.name) or "no metrics", not_applicable=outcome.not_applicable, **common)
         return Observation(metrics=self.accumulators[kind.name].result(), replay_seconds=self.seconds[kind.name], **common)
 
     def label_accuracy(self) -> float | None:

@@ -157,6 +157,8 @@ OPTIONS: tuple[Option, ...] = (
            "(default: {default}; 0: no limit)", (CHECK,), default=BUILD_TIMEOUT, metavar="SECONDS", settings=True, field="build_timeout"),
     Option("diagnose", "diagnose", "switch", "also build the per-layer error tables of passing int8 rows (failing rows always get them)",
            (CHECK,), field="diagnose"),
+    Option("strict", "strict", "switch", "a kind that does not apply to the model (e.g. dynamic int8 without Linear or recurrent "
+           "layers) fails the run instead of being shown as not applicable", (CHECK,), settings=True, field="strict"),
     # golden record
     Option("inputs", "inputs", "path", "folder of .png/.jpg/.npy inputs, a labels.json there maps file name to label (default: inputs in "
            "[tool.export-check])", (RECORD,), metavar="DIR", settings=True),
@@ -237,6 +239,10 @@ def coerce(value: Any, kind: str, base: Path | None, where: str) -> Any:
         if not isinstance(value, dict):
             raise UsageError(f"{where} must be a table, got {value!r}")
         return dict(value)
+    if kind == "switch":
+        if not isinstance(value, bool):
+            raise UsageError(f"{where} must be true or false, got {value!r}")
+        return value
     raise AssertionError(kind)
 
 

@@ -133,7 +133,7 @@ def _report(
         thresholds=config.thresholds,
         settings=tuple(sorted(config.settings_json().items())),
         versions=tuple(sorted(library_versions().items())),
-        rows=tuple(judge_rows(observations, config.thresholds, config.diagnose)),
+        rows=tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict)),
         seconds=time.perf_counter() - started,
         out_dir=str(out_dir),
         timings=tuple((stage, round(seconds, 4)) for stage, seconds in timings.items()),

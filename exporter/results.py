@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from .diagnostics import Diagnostics
 
 SCHEMA_VERSION = 1
-PASS, FAIL, ERROR = "pass", "fail", "error"
+PASS, FAIL, ERROR, NOT_APPLICABLE = "pass", "fail", "error", "not-applicable"
+STATUSES = (PASS, FAIL, ERROR, NOT_APPLICABLE)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ class Row:
 
     @property
     def passed(self) -> bool:
-        return self.status == PASS
+        """Whether the row lets the run pass: it passed, or its kind does not apply (``--strict``
+        judges those as failures instead)."""
+        return self.status in (PASS, NOT_APPLICABLE)
 
     def to_json(self, reference_mae: float) -> dict[str, Any]:
         return {
@@ -115,6 +118,15 @@ class Report:
     def exit_code(self) -> int:
         return 0 if self.passed else 1
 
+    def counts(self) -> dict[str, int]:
+        return {s: sum(r.status == s for r in self.rows) for s in STATUSES}
+
+    def counts_text(self) -> str:
+        """``7 passed, 0 failed, 0 errors``, and ``, 1 not applicable`` when a kind does not apply."""
+        c = self.counts()
+        text = f"{c[PASS]} passed, {c[FAIL]} failed, {c[ERROR]} errors"
+        return text + (f", {c[NOT_APPLICABLE]} not applicable" if c[NOT_APPLICABLE] else "")
+
     def row(self, name: str) -> Row:
         for row in self.rows:
             if row.name == name:
@@ -129,7 +141,7 @@ class Report:
             "created": self.created,
             "passed": self.passed,
             "exit_code": self.exit_code,
-            "counts": {s: sum(r.status == s for r in self.rows) for s in (PASS, FAIL, ERROR)},
+            "counts": self.counts(),
             "checkpoint": self.checkpoint.to_json(),
             "golden": self.golden.to_json(),
             "thresholds": self.thresholds.to_json(),

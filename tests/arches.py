@@ -42,3 +42,15 @@ class TinyNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.body(x))
+
+
+class AllConv(nn.Module):
+    """A fully convolutional classifier: no nn.Linear, LSTM or GRU, so dynamic int8 does not apply."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, num_classes, 3, padding=1),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)

@@ -18,7 +18,8 @@ import numpy as np
 from ..config import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
 from ..errors import ArtifactError
 from ..files import replacing
-from .base import named_outputs, single_input
+from ..signature import SINGLE, Signature
+from .base import feeds_to_args, named_outputs, output_arrays, single_input
 
 
 @contextlib.contextmanager
@@ -119,11 +120,12 @@ def load_torchscript(path: Path) -> Any:
 
 
 class TorchScriptRunner:
-    """Runs a TorchScript file reloaded from disk."""
+    """Runs a TorchScript file reloaded from disk: named inputs by position or keyword, named outputs."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, signature: Signature = SINGLE) -> None:
         self.path = path
-        self.module = None
+        self.signature = signature
+        self.module: Any = None
 
     def __enter__(self) -> TorchScriptRunner:
         self.module = load_torchscript(self.path)
@@ -136,19 +138,25 @@ class TorchScriptRunner:
         import torch
 
         assert self.module is not None, "runner used outside its with-block"
+        if self.signature is SINGLE:
+            with torch.inference_mode():
+                return named_outputs(self.module(torch.from_numpy(single_input(feeds))), self.path.name)
+        args, kwargs = feeds_to_args(feeds, self.signature)
         with torch.inference_mode():
-            out = self.module(torch.from_numpy(single_input(feeds)))
-        return named_outputs(out, self.path.name)
+            out = self.module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in args),
+                              **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in kwargs.items()})
+        return output_arrays(out, self.path.name, self.signature.outputs[0].name if len(self.signature.outputs) == 1 else "output")
 
 
 class OnnxRunner:
-    """Runs an ONNX file in an onnxruntime CPU session with pinned threads."""
+    """Runs an ONNX file in an onnxruntime CPU session with pinned threads, fed by input name."""
 
-    def __init__(self, path: Path, threads: int) -> None:
+    def __init__(self, path: Path, threads: int, signature: Signature = SINGLE) -> None:
         self.path = path
         self.threads = threads
+        self.signature = signature
         self.session: Any = None  # an onnxruntime.InferenceSession inside the with-block
-        self.input_name = ""
+        self.input_names: list[str] = []
         self.output_names: list[str] = []
 
     def __enter__(self) -> OnnxRunner:
@@ -163,9 +171,15 @@ class OnnxRunner:
         options.log_severity_level = 3
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         inputs = self.session.get_inputs()
-        if len(inputs) != 1:
-            raise ArtifactError(f"{self.path.name} has {len(inputs)} inputs; export-check feeds exactly one")
-        self.input_name = inputs[0].name
+        if not inputs:
+            raise ArtifactError(f"{self.path.name} has no inputs: the export turned the model's input into a constant")
+        names = [i.name for i in inputs]
+        if self.signature is SINGLE:
+            if len(inputs) != 1:
+                raise ArtifactError(f"{self.path.name} has {len(inputs)} inputs; export-check feeds exactly one")
+        elif sorted(names) != sorted(self.signature.input_names):
+            raise ArtifactError(f"{self.path.name} takes inputs {', '.join(names)}, the golden set has {', '.join(self.signature.input_names)}")
+        self.input_names = names
         self.output_names = [o.name for o in self.session.get_outputs()]
         return self
 
@@ -174,32 +188,47 @@ class OnnxRunner:
 
     def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         assert self.session is not None, "runner used outside its with-block"
-        outputs = self.session.run(None, {self.input_name: single_input(feeds)})
+        if self.signature is SINGLE:
+            feed = {self.input_names[0]: single_input(feeds)}
+        else:
+            missing = [n for n in self.input_names if n not in feeds]
+            if missing or len(feeds) != len(self.input_names):
+                raise ArtifactError(f"{self.path.name} takes inputs {', '.join(self.input_names)}; got {', '.join(feeds)}")
+            feed = {n: np.ascontiguousarray(feeds[n]) for n in self.input_names}
+        outputs = self.session.run(None, feed)
         return dict(zip(self.output_names, outputs, strict=True))
 
 
-def onnx_batch_dims(path: Path) -> tuple[str | int | None, str | int | None]:
-    """The first dimension of the ONNX file's first input and first output: a symbol name when
-    dynamic, an int when fixed, ``None`` when unknown."""
+def onnx_batch_dims(path: Path, signature: Signature = SINGLE) -> list[tuple[str, str, int, str | int | None]]:
+    """(side, name, batch axis, its dimension) for every graph input and output: a symbol name when
+    dynamic, an int when fixed, ``None`` when unknown. Axes come from the signature (default 0)."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
+    axes = {i.name: i.batch_axis for i in signature.inputs} | {o.name: o.batch_axis for o in signature.outputs}
 
-    def first_dim(value) -> str | int | None:
+    def dim(value: Any, axis: int) -> str | int | None:
         dims = value.type.tensor_type.shape.dim
-        if not dims:
+        if len(dims) <= axis:
             return None
-        if dims[0].HasField("dim_param"):
-            return dims[0].dim_param
-        return dims[0].dim_value if dims[0].HasField("dim_value") else None
+        if dims[axis].HasField("dim_param"):
+            return str(dims[axis].dim_param)
+        return int(dims[axis].dim_value) if dims[axis].HasField("dim_value") else None
 
-    return first_dim(model.graph.input[0]), first_dim(model.graph.output[0])
+    found: list[tuple[str, str, int, str | int | None]] = []
+    for side, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for value in values:
+            axis = axes.get(value.name, 0)
+            found.append((side, value.name, axis, dim(value, axis)))
+    return found
 
 
-def require_dynamic_batch(path: Path, what: str) -> None:
-    """Raise when the file's batch axis is not symbolic on both its input and its output."""
-    for side, dim in zip(("input", "output"), onnx_batch_dims(path), strict=True):
-        if not isinstance(dim, str) or not dim:
-            raise ArtifactError(
-                f"{what}: the {side} batch axis is fixed to {dim!r}, not dynamic; the file only accepts that batch size"
-            )
+def require_dynamic_batch(path: Path, what: str, signature: Signature = SINGLE) -> None:
+    """Raise when the batch axis of an input or output of the file is not symbolic."""
+    dims = onnx_batch_dims(path, signature)
+    if not any(side == "input" for side, *_ in dims):
+        raise ArtifactError(f"{what}: the ONNX graph has no inputs: the export turned the model's input into a constant")
+    for side, name, axis, size in dims:
+        if not isinstance(size, str) or not size:
+            where = side if signature is SINGLE else f"{side} {name!r} (axis {axis})"
+            raise ArtifactError(f"{what}: the {where} batch axis is fixed to {size!r}, not dynamic; the file only accepts that batch size")

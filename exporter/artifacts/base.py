@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ArtifactError
+from ..signature import SINGLE, Signature
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,6 +28,22 @@ if TYPE_CHECKING:
 
 INPUT = "input"  # the one input's name while the golden set holds one
 OUTPUT = "logits"  # a single-tensor output's name
+
+
+class NotApplicable(ArtifactError):
+    """The kind does not apply to this model (dynamic int8 on a model with no layer it quantizes, an
+    exporter that cannot take the model's inputs): a row of its own, shown and explained, that does
+    not fail the run unless ``--strict``."""
+
+
+def feeds_to_args(feeds: Mapping[str, Any], signature: Signature) -> tuple[list[Any], dict[str, Any]]:
+    """Named inputs as a model call takes them: by position in the signature's order, or by keyword."""
+    if signature is SINGLE or len(signature.inputs) == 1 and len(feeds) == 1:
+        return [single_input(feeds)], {}
+    missing = [i.name for i in signature.inputs if i.name not in feeds]
+    if missing or len(feeds) != len(signature.inputs):
+        raise ArtifactError(f"takes inputs {', '.join(signature.input_names)}; got {', '.join(feeds)}")
+    return [feeds[i.name] for i in signature.inputs if not i.keyword], {i.name: feeds[i.name] for i in signature.inputs if i.keyword}
 
 
 class Runner(Protocol):
@@ -41,13 +58,32 @@ class Runner(Protocol):
 
 @dataclass(frozen=True)
 class BuildContext:
-    """What every builder may use: the eager model, an example batch and the export settings."""
+    """What every builder may use: the eager model, an example batch of real golden inputs (one
+    tensor, or ``{input name: tensor}``), the model's signature and the export settings."""
 
     model: Any  # torch.nn.Module in eval mode
-    example: Any  # torch.Tensor, a batch of real golden inputs
+    example: Any  # torch.Tensor (the one input) or dict[str, torch.Tensor]
     opset: int
     onnx_exporter: str
     threads: int
+    signature: Signature = SINGLE
+
+    def example_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The example as the model takes it: positional tensors in the signature's order, and keywords."""
+        if not isinstance(self.example, Mapping):
+            return (self.example,), {}
+        args = tuple(self.example[i.name] for i in self.signature.inputs if not i.keyword)
+        kwargs = {i.name: self.example[i.name] for i in self.signature.inputs if i.keyword}
+        return args, kwargs
+
+    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+        """Per input and output name, its batch axis and declared dynamic axes, as torch.onnx.export takes them."""
+        axes: dict[str, dict[int, str]] = {}
+        for name, batch_axis, dynamic in ((s.name, s.batch_axis, s.dynamic_axes) for s in self.signature.inputs):
+            axes[name] = {batch_axis: "batch", **dict(dynamic)}
+        for name, batch_axis, dynamic in ((s.name, s.batch_axis, s.dynamic_axes) for s in self.signature.outputs):
+            axes[name] = {batch_axis: "batch", **dict(dynamic)}
+        return axes
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     assert source is not None
     with atomic_path(path) as tmp:
         quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
-        require_dynamic_batch(tmp, "onnx int8 quantization")
+        require_dynamic_batch(tmp, "onnx int8 quantization", ctx.signature)
     return {"weight_type": "QInt8"}
 
 
 def open_runner(path: Path, ctx: BuildContext) -> OnnxRunner:
-    return OnnxRunner(path, ctx.threads)
+    return OnnxRunner(path, ctx.threads, ctx.signature)

@@ -20,9 +20,9 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
         raise ArtifactError("onnxsim could not validate the simplified model against the original")
     with atomic_path(path) as tmp:
         onnx.save(simplified, str(tmp))
-        require_dynamic_batch(tmp, "onnxsim")
+        require_dynamic_batch(tmp, "onnxsim", ctx.signature)
     return {"onnxsim": str(getattr(onnxsim, "__version__", "?")), "nodes": f"{len(model.graph.node)}->{len(simplified.graph.node)}"}
 
 
 def open_runner(path: Path, ctx: BuildContext) -> OnnxRunner:
-    return OnnxRunner(path, ctx.threads)
+    return OnnxRunner(path, ctx.threads, ctx.signature)

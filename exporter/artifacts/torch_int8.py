@@ -1,7 +1,8 @@
-"""torch-int8-dynamic: ``torch.ao.quantization.quantize_dynamic`` of nn.Linear, traced and saved.
+"""torch-int8-dynamic: ``torch.ao.quantization.quantize_dynamic`` of nn.Linear, nn.LSTM and nn.GRU, traced and saved.
 
 Dynamic quantization stores int8 weights and quantizes activations per batch at run time; it covers
-Linear layers (convolutions stay float), which is what PyTorch's dynamic mode supports.
+Linear and recurrent layers (convolutions stay float), which is what PyTorch's dynamic mode supports; a
+model with none of them gets a ``not applicable`` row.
 """
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..errors import ArtifactError
 from ._common import TorchScriptRunner, atomic_path
-from .base import BuildContext
+from .base import BuildContext, NotApplicable
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
@@ -19,17 +19,24 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     from torch import nn
     from torch.ao.quantization import quantize_dynamic
 
-    linears = sum(isinstance(m, nn.Linear) for m in ctx.model.modules())
-    if linears == 0:
-        raise ArtifactError("the model has no nn.Linear layer, so dynamic int8 quantization changes nothing")
-    quantized = quantize_dynamic(copy.deepcopy(ctx.model), {nn.Linear}, dtype=torch.qint8)
+    QUANTIZED = (nn.Linear, nn.LSTM, nn.GRU)  # what torch's dynamic quantization converts
+    counts = {cls.__name__: sum(isinstance(m, cls) for m in ctx.model.modules()) for cls in QUANTIZED}
+    if not any(counts.values()):
+        raise NotApplicable("not applicable: the model has no nn.Linear, nn.LSTM or nn.GRU layer, the layers dynamic int8 "
+                            "quantization converts, so it would change nothing")
+    quantized = quantize_dynamic(copy.deepcopy(ctx.model), set(QUANTIZED), dtype=torch.qint8)
     quantized.eval()
+    args, kwargs = ctx.example_args()
+    if kwargs:
+        raise NotApplicable("not applicable: the traced int8 model takes positional inputs only, and this model takes keywords")
     with torch.no_grad():
-        traced = torch.jit.trace(quantized, ctx.example, check_trace=False)
+        traced = torch.jit.trace(quantized, args[0] if len(args) == 1 else args, check_trace=False, strict=False)
     with atomic_path(path) as tmp:
         torch.jit.save(traced, str(tmp))
-    return {"quantized_linear_layers": str(linears), "saved_as": "torchscript (trace)"}
+    details = {"quantized_linear_layers": str(counts["Linear"]), "saved_as": "torchscript (trace)"}
+    details.update({f"quantized_{name.lower()}_layers": str(n) for name, n in counts.items() if name != "Linear" and n})
+    return details
 
 
 def open_runner(path: Path, ctx: BuildContext) -> TorchScriptRunner:
-    return TorchScriptRunner(path)
+    return TorchScriptRunner(path, ctx.signature)

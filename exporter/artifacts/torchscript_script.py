@@ -18,4 +18,4 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
 
 
 def open_runner(path: Path, ctx: BuildContext) -> TorchScriptRunner:
-    return TorchScriptRunner(path)
+    return TorchScriptRunner(path, ctx.signature)

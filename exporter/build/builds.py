@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext
 from ..artifacts._common import captured_warnings
+from ..artifacts.base import NotApplicable
 from ..cache.store import RESTORED, restore_artifact
 from ..errors import describe_exception
 from . import isolation
@@ -34,6 +35,7 @@ class BuildOutcome:
     details: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     cache: str | None = None  # cache.RESTORED when the file came from the artifact cache
+    not_applicable: bool = False  # ``error`` says why the kind does not apply (artifacts.base.NotApplicable)
 
 
 class BuildJob:
@@ -66,6 +68,9 @@ class BuildJob:
                 with captured_warnings(outcome.notes):
                     outcome.details = self._pending.wait(outcome.notes)
                 outcome.path = self.path
+            except NotApplicable as exc:  # the kind does not apply to this model: a row of its own
+                self._failed(outcome, str(exc))
+                outcome.not_applicable = True
             except (isolation.BuildCrashed, isolation.SourceFailed) as exc:
                 self._failed(outcome, str(exc))
             except Exception as exc:  # any exporter failure is this artifact's error, not the run's
@@ -136,7 +141,10 @@ class Builds:
                 job.result()  # the server refused it (in-process, it may have built from an earlier run's file)
             with contextlib.suppress(OSError):
                 (self.out_dir / kind.filename()).unlink()  # an earlier run's file must not pass for this run's
-            outcome = BuildOutcome(error=f"not built: it is derived from {kind.source}, which failed")
+            if source.not_applicable:
+                outcome = BuildOutcome(error=f"not applicable: it is derived from {kind.source}, which does not apply", not_applicable=True)
+            else:
+                outcome = BuildOutcome(error=f"not built: it is derived from {kind.source}, which failed")
         elif job is not None:
             outcome = job.result()
         else:

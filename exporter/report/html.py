@@ -12,13 +12,13 @@ import math
 from pathlib import Path
 
 from ..diagnostics import LayerComparison
-from ..results import ERROR, FAIL, PASS, Report, Row
+from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import write_text_atomic
 from .views import checks_description, latency_ms, latency_text, rerun_text, shapes_text, size_text
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 GATE_COLOUR = "#444444"
-STATUS_COLOUR = {PASS: "#1a7f37", FAIL: "#cf222e", ERROR: "#cf222e"}
+STATUS_COLOUR = {PASS: "#1a7f37", FAIL: "#cf222e", ERROR: "#cf222e", NOT_APPLICABLE: "#6e7781"}
 LOG_FLOOR = -9.0  # 1e-9: per-image MAE of exactly 0 is drawn here and labelled "0"
 MAX_POINTS = 1000  # per series in the per-image plot; larger sets are reduced to the max per bucket
 
@@ -213,14 +213,13 @@ def _layer_table(row: Row, layers: LayerComparison) -> str:
 
 
 def render(report: Report) -> str:
-    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, FAIL, ERROR)}
     verdict = "passed" if report.passed else "FAILED"
     palette = colours(report)
     golden = report.golden
     t = report.thresholds
     body = [
         f"<h1 style='color:{STATUS_COLOUR[PASS if report.passed else FAIL]}'>export-check {verdict}: "
-        f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors</h1>",
+        f"{_e(report.counts_text())}</h1>",
         f"<p><code>{_e(report.checkpoint.path)}</code> (sha256 {_e(report.checkpoint.sha256[:12])}) against golden set "
         f"<code>{_e(golden.path)}</code> ({golden.inputs} inputs, manifest {_e(golden.manifest_sha256[:12])})"
         + ("" if golden.label_accuracy is None else f"; eager top-1 accuracy {golden.label_accuracy:.1%}")

@@ -15,7 +15,7 @@ import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..results import ERROR, FAIL, PASS, Report, Row
+from ..results import ERROR, FAIL, NOT_APPLICABLE, Report, Row
 from . import write_text_atomic
 from .views import size_text
 
@@ -78,13 +78,13 @@ def _timestamp(created: str) -> str:
 
 
 def build_tree(report: Report, hostname: str | None = None) -> ET.Element:
-    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, FAIL, ERROR)}
+    counts = report.counts()
     classname = f"{SUITE}.{Path(report.checkpoint.path).stem}"
     root = ET.Element("testsuites", name=SUITE, tests=str(len(report.rows)), failures=str(counts[FAIL]),
                       errors=str(counts[ERROR]), time=f"{report.seconds:.3f}")
     suite = ET.SubElement(
         root, "testsuite", name=classname, tests=str(len(report.rows)), failures=str(counts[FAIL]),
-        errors=str(counts[ERROR]), skipped="0", time=f"{report.seconds:.3f}", timestamp=_timestamp(report.created),
+        errors=str(counts[ERROR]), skipped=str(counts[NOT_APPLICABLE]), time=f"{report.seconds:.3f}", timestamp=_timestamp(report.created),
         hostname=_clean(hostname if hostname is not None else socket.gethostname() or "localhost"),
     )
     properties = ET.SubElement(suite, "properties")
@@ -110,6 +110,8 @@ def build_tree(report: Report, hostname: str | None = None) -> ET.Element:
             ET.SubElement(case, "failure", message=message, type="drift").text = body
         elif row.status == ERROR:
             ET.SubElement(case, "error", message=message, type="artifact-error").text = body
+        elif row.status == NOT_APPLICABLE:
+            ET.SubElement(case, "skipped", message=message)
         ET.SubElement(case, "system-out").text = body
     return root
 

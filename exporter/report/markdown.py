@@ -11,11 +11,11 @@ import math
 from pathlib import Path
 
 from ..diagnostics import LayerComparison
-from ..results import ERROR, FAIL, PASS, Report, Row
+from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import write_text_atomic
 from .views import checks_description, latency_text, rerun_text, shapes_text, size_text
 
-ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌"}
+ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌", NOT_APPLICABLE: "➖"}
 
 
 def cell(text: object) -> str:
@@ -78,13 +78,12 @@ def _layer_table(title: str, layers: LayerComparison) -> list[str]:
 
 
 def render(report: Report) -> str:
-    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, FAIL, ERROR)}
     icon = ICON[PASS] if report.passed else ICON[FAIL]
     verdict = "passed" if report.passed else "FAILED"
     golden = report.golden
     t = report.thresholds
     lines = [
-        f"## {icon} export-check {verdict}: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors",
+        f"## {icon} export-check {verdict}: {report.counts_text()}",
         "",
         f"{code(Path(report.checkpoint.path).name)} (sha256 `{report.checkpoint.sha256[:12]}`) against golden set "
         f"{code(golden.path)} ({golden.inputs} inputs, manifest `{golden.manifest_sha256[:12]}`)"
@@ -99,7 +98,7 @@ def render(report: Report) -> str:
         f"**Checks:** {cell(_gate(checks_description(report)))}.",
         "",
     ]
-    problems = [row for row in report.rows if not row.passed]
+    problems = [row for row in report.rows if row.status != PASS]
     if problems:
         lines += ["### Failures", ""]
         for row in problems:

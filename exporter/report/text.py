@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..results import ERROR, FAIL, PASS, Report, Row
+from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from .views import diagnostic_lines, latency_text, rerun_text, shapes_text
 
-_STATUS = {PASS: "PASS", FAIL: "FAIL", ERROR: "ERROR"}
+_STATUS = {PASS: "PASS", FAIL: "FAIL", ERROR: "ERROR", NOT_APPLICABLE: "N/A"}
 
 
 def _fmt(value: float | None) -> str:
@@ -65,7 +65,7 @@ def render(report: Report) -> str:
         out.append(f"eager top-1 accuracy on the golden labels: {golden.label_accuracy:.1%}")
     out += ["", fmt.format(*header), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*line) for line in lines]
-    problems = [row for row in report.rows if not row.passed]
+    problems = [row for row in report.rows if row.status != PASS]
     if problems:
         out.append("")
         for row in problems:
@@ -74,13 +74,9 @@ def render(report: Report) -> str:
     extra = diagnostic_lines(report)
     out += [""] + extra if extra else []
     out += _cache_lines(report)
-    counts = {s: sum(r.status == s for r in report.rows) for s in (PASS, FAIL, ERROR)}
     out.append("")
     verdict = "PASSED" if report.passed else "FAILED"
-    out.append(
-        f"{verdict}: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[ERROR]} errors "
-        f"in {report.seconds:.1f}s; artifacts in {report.out_dir}"
-    )
+    out.append(f"{verdict}: {report.counts_text()} in {report.seconds:.1f}s; artifacts in {report.out_dir}")
     return "\n".join(out)
 
 

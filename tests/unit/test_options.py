@@ -44,11 +44,12 @@ def test_rows_are_unique_per_command_and_name_real_commands() -> None:
         assert len({o.python for o in rows}) == len(rows), command
     assert all(set(o.commands) <= set(COMMANDS) for o in OPTIONS)
     assert all(o.commands or o.settings for o in OPTIONS), "a row neither a flag nor a settings key"
-    assert all(o.kind != "switch" for o in SETTINGS.values())
+    assert [o.name for o in SETTINGS.values() if o.kind == "switch"] == ["strict"]  # true or false in a settings file
 
 
 def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
     assert set(SETTINGS) == {
+        "strict",
         "arch", "arch-kwargs", "golden", "inputs", "out", "artifacts", "batch-size", "threads", "jobs", "build-timeout",
         "opset", "onnx-exporter", "max-mae", "int8-max-relative-mae", "int8-max-mae", "int8-min-top1", "preprocess", "cache-dir",
     }
@@ -75,8 +76,8 @@ def test_each_subcommand_has_exactly_its_rows_as_arguments_with_their_help(monke
             assert action.help == row.help_text()
             if not row.positional:
                 assert f"--{row.name}" in action.option_strings
-            if row.settings:
-                assert action.default is None  # so that the overlay can tell "not given"
+            if row.settings:  # so that the overlay can tell "not given" (a switch: not set)
+                assert action.default is (False if row.kind == "switch" else None)
         text = " ".join(subs[command].format_help().split())
         assert all(" ".join(row.help_text().split()) in text for row in rows)
 

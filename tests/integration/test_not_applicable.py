@@ -1,0 +1,54 @@
+"""A kind that does not apply to the model is a row of its own: shown, explained, not a failure (unless --strict)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from arches import AllConv
+from conftest import TESTS, save_state, seeded
+from exporter.cli import main
+
+ARCH = f"{TESTS / 'arches.py'}:AllConv"
+
+
+@pytest.fixture(scope="module")
+def all_conv(tmp_path_factory: pytest.TempPathFactory, digit_images: Path) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("allconv")
+    checkpoint = save_state(seeded(AllConv), folder / "allconv.pth")
+    golden = folder / "golden"
+    assert main(["golden", "record", str(checkpoint), "--arch", ARCH, "--inputs", str(digit_images), "--golden", str(golden),
+                 "--size", "32"]) == 0
+    return checkpoint, golden
+
+
+def _check(all_conv: tuple[Path, Path], tmp_path: Path, *extra: str) -> tuple[int, dict]:
+    checkpoint, golden = all_conv
+    code = main(["check", str(checkpoint), "--arch", ARCH, "--golden", str(golden), "--out", str(tmp_path / "out"), "--no-cache", "-q",
+                 "--artifacts", "onnx,torch-int8-dynamic", "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"), *extra])
+    return code, json.loads((tmp_path / "r.json").read_text())
+
+
+def test_dynamic_int8_on_a_model_without_linear_layers_is_not_applicable_and_the_run_passes(all_conv, tmp_path: Path, capsys) -> None:
+    code, report = _check(all_conv, tmp_path)
+    rows = {r["name"]: r for r in report["rows"]}
+    assert code == 0 and report["passed"] and report["counts"]["not-applicable"] == 1
+    assert rows["onnx"]["status"] == "pass"
+    int8 = rows["torch-int8-dynamic"]
+    assert int8["status"] == "not-applicable" and int8["metrics"] is None
+    assert int8["reasons"] == ["not applicable: the model has no nn.Linear, nn.LSTM or nn.GRU layer, the layers dynamic int8 "
+                               "quantization converts, so it would change nothing"]
+    assert not (tmp_path / "out" / "torch-int8-dynamic.pt").exists()
+    out = capsys.readouterr().out
+    assert "N/A torch-int8-dynamic: not applicable: the model has no nn.Linear" in out
+    assert "PASSED: 2 passed, 0 failed, 0 errors, 1 not applicable" in out
+    junit = (tmp_path / "j.xml").read_text()
+    assert 'skipped="1"' in junit and "<skipped message=\"not applicable" in junit
+
+
+def test_strict_makes_a_kind_that_does_not_apply_fail(all_conv, tmp_path: Path) -> None:
+    code, report = _check(all_conv, tmp_path, "--strict")
+    int8 = {r["name"]: r for r in report["rows"]}["torch-int8-dynamic"]
+    assert code == 1 and int8["status"] == "fail" and int8["reasons"][0].endswith("(--strict: a kind that does not apply fails)")
