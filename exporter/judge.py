@@ -18,7 +18,7 @@ from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
 from .diagnostics import RERUN_FRACTION_OF_FLOAT_GATE, BatchSizeRun, Diagnostics, Rerun, ShapeCheck
 from .measurements import Measured, Observation
-from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Row
+from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, OutputRow, Row
 
 EAGER = "eager"
 WRONG_WEIGHTS = "the checkpoint's logits differ from the approved reference: wrong or retrained weights?"
@@ -157,7 +157,9 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
                               "notes": obs.notes, "cache": obs.cache}
     if obs.error or obs.metrics is None:
         return Row(status=FAIL, metrics=None, reasons=(obs.error or "no metrics",), **common)
-    reasons = gate_reasons(obs.metrics, gate)
+    outputs = judge_outputs(obs, gate)
+    common["outputs"], common["not_compared"] = outputs, obs.not_compared
+    reasons = gate_reasons(obs.metrics, gate) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
     if reasons:
         reasons += (WRONG_WEIGHTS,)
     diagnostics = None
@@ -168,6 +170,17 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
         shapes = None if m.sizes is None else ShapeCheck(main_size=m.sizes.main_size, bound=bound, runs=m.sizes.runs, reasons=())
         diagnostics = Diagnostics(shapes=shapes, latency=m.latency, notes=_eager_notes(m, bound) + m.notes, seconds=m.seconds)
     return Row(status=FAIL if reasons else PASS, metrics=obs.metrics, reasons=reasons, diagnostics=diagnostics, **common)
+
+
+def judge_outputs(obs: Observation, gate: Gate) -> tuple[OutputRow, ...]:
+    """Each compared output of a model with several, against the row's gate (empty for one output)."""
+    if len(obs.outputs) < 2:
+        return ()
+    judged = []
+    for name, metrics in obs.outputs:
+        reasons = gate_reasons(metrics, gate)
+        judged.append(OutputRow(name=name, status=FAIL if reasons else PASS, metrics=metrics, reasons=reasons))
+    return tuple(judged)
 
 
 def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, strict: bool = False) -> Row:
@@ -184,7 +197,9 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
         return Row(status=NOT_APPLICABLE, metrics=None, reasons=(obs.error or "not applicable",), **common)
     if obs.error is not None or obs.metrics is None:
         return Row(status=ERROR, metrics=None, reasons=(obs.error or "no metrics",), **common)
-    reasons = gate_reasons(obs.metrics, gate)
+    outputs = judge_outputs(obs, gate)
+    common["outputs"], common["not_compared"] = outputs, obs.not_compared
+    reasons = gate_reasons(obs.metrics, gate) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
     status = FAIL if reasons else PASS
     m = obs.diagnostics
     if m is None:

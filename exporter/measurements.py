@@ -62,6 +62,10 @@ class Observation:
     details: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # warnings the exporters and runtimes emitted
     diagnostics: Measured | None = None
+    # With several compared outputs: each one's metrics, the first one's also in ``metrics`` (which
+    # the diagnostics are about); empty for a single output. And the outputs a setting excluded.
+    outputs: tuple[tuple[str, Metrics], ...] = ()
+    not_compared: tuple[str, ...] = ()
     not_applicable: bool = False  # the kind does not apply to this model; ``error`` says why
     # Where it came from in the artifact cache: "hit" (nothing built or replayed), "artifact" (file
     # reused, replayed afresh), "miss", "rebuilt" (damaged entry); None: no cache.

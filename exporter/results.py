@@ -27,6 +27,19 @@ class FileInfo:
 
 
 @dataclass(frozen=True)
+class OutputRow:
+    """One named output of a row, judged on its own: a model with several outputs gets one each."""
+
+    name: str
+    status: str  # PASS or FAIL
+    metrics: Metrics
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "metrics": self.metrics.to_json(), "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True)
 class Row:
     """One line of the verdict: the eager model against the golden logits, or one artifact against eager."""
 
@@ -35,7 +48,7 @@ class Row:
     compared_with: str  # "golden" or "eager"
     status: str  # PASS, FAIL or ERROR
     gate: Gate
-    metrics: Metrics | None  # None when the artifact could not be built or run
+    metrics: Metrics | None  # the first compared output's; None when the artifact could not be built or run
     reasons: tuple[str, ...]  # why it failed, or the error
     artifact: FileInfo | None = None
     build_seconds: float | None = None
@@ -47,6 +60,10 @@ class Row:
     cache: str | None = None
     # Batch-size agreement, determinism, latency and per-layer comparison (exporter/diagnostics/).
     diagnostics: Diagnostics | None = None
+    # Every compared output, each judged (a model with several outputs; empty for one output, whose
+    # numbers are ``metrics``), and the outputs a setting left out of the comparison.
+    outputs: tuple[OutputRow, ...] = ()
+    not_compared: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -71,6 +88,8 @@ class Row:
             "notes": list(self.notes),
             "cache": self.cache,
             "diagnostics": None if self.diagnostics is None else self.diagnostics.to_json(),
+            "outputs": [o.to_json() for o in self.outputs],
+            "not_compared": list(self.not_compared),
         }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..results import ERROR, FAIL, NOT_APPLICABLE, Report, Row
 from . import write_text_atomic
-from .views import size_text
+from .views import output_lines, size_text
 
 SUITE = "export-check"
 # XML 1.0 forbids most control characters even escaped; exception texts can carry them.
@@ -48,6 +48,7 @@ def metric_lines(row: Row) -> list[str]:
             f"top1_changed: {list(m.top1_changed)}",
             f"nonfinite: {m.nonfinite}",
         ]
+    lines += [f"output: {line}" for line in output_lines(row)]
     if row.artifact is not None:
         lines += [f"artifact: {row.artifact.path}", f"size: {row.artifact.size_bytes} bytes ({size_text(row.artifact.size_bytes)})",
                   f"sha256: {row.artifact.sha256}"]

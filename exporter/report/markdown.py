@@ -13,7 +13,7 @@ from pathlib import Path
 from ..diagnostics import LayerComparison
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import write_text_atomic
-from .views import checks_description, latency_text, rerun_text, shapes_text, size_text
+from .views import checks_description, latency_text, output_lines, rerun_text, shapes_text, size_text
 
 ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌", NOT_APPLICABLE: "➖"}
 
@@ -98,6 +98,9 @@ def render(report: Report) -> str:
         f"**Checks:** {cell(_gate(checks_description(report)))}.",
         "",
     ]
+    per_output = [line for row in report.rows for line in output_lines(row)]
+    if per_output:
+        lines += ["### Outputs", "", *(f"- {cell(line)}" for line in per_output), ""]
     problems = [row for row in report.rows if row.status != PASS]
     if problems:
         lines += ["### Failures", ""]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
-from .views import diagnostic_lines, latency_text, rerun_text, shapes_text
+from .views import diagnostic_lines, latency_text, output_lines, rerun_text, shapes_text
 
 _STATUS = {PASS: "PASS", FAIL: "FAIL", ERROR: "ERROR", NOT_APPLICABLE: "N/A"}
 
@@ -71,6 +71,8 @@ def render(report: Report) -> str:
         for row in problems:
             for reason in row.reasons:
                 out.append(f"{_STATUS[row.status]} {row.name}: {reason}")
+    per_output = [line for row in report.rows for line in output_lines(row)]
+    out += [""] + per_output if per_output else []
     extra = diagnostic_lines(report)
     out += [""] + extra if extra else []
     out += _cache_lines(report)

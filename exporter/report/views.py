@@ -46,6 +46,19 @@ def rerun_text(row: Row) -> str:
     return text if d.rerun.passed else f"{text} FAIL"
 
 
+def output_lines(row: Row) -> list[str]:
+    """One line per output of a model with several outputs (and the ones a setting left out)."""
+    lines = []
+    for o in row.outputs:
+        m = o.metrics
+        agreement = "" if m.agreement == "none" else f", {m.agreement} agreement {m.top1_agreement:.1%}"
+        lines.append(f"{row.name} / {o.name}: {o.status.upper()} MAE {m.mae:.2e}, max {m.max_abs:.2e}, relative MAE "
+                     f"{m.relative_mae:.2%}{agreement}" + ("" if not o.reasons else f" ({'; '.join(o.reasons)})"))
+    if row.not_compared:
+        lines.append(f"{row.name}: outputs not compared (excluded by a setting): {', '.join(row.not_compared)}")
+    return lines
+
+
 def diagnostic_lines(report: Report) -> list[str]:
     """Findings that do not gate but a release engineer wants to read: int8 per-layer error, notes."""
     lines = []
