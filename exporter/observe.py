@@ -17,7 +17,7 @@ import numpy as np
 
 from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import captured_warnings, dedupe
-from .artifacts.base import INPUT, logits_of
+from .artifacts.base import INPUT, OUTPUT, logits_of
 from .build.builds import BuildOutcome, Builds, Progress
 from .compare import ErrorAccumulator, ShapeMismatch
 from .config import RunConfig
@@ -61,10 +61,12 @@ class Replay:
 
     def _eager(self, index: int, start: int, batch: np.ndarray, record: bool) -> np.ndarray:
         try:
-            ahead = self.batches.eager(index)
-            if ahead is None:
+            held = self.batches.eager(index)
+            if held is None:
                 began = time.perf_counter()
                 ahead = (eager_logits(self.model, batch), time.perf_counter() - began)
+            else:
+                ahead = (held[0][OUTPUT], held[1])
         except Exception as exc:
             raise ArchitectureError(
                 f"{self.config.checkpoint}: the eager model fails on the golden inputs ({describe_exception(exc)}); "
@@ -88,7 +90,8 @@ class Replay:
         for name in runners:
             self.accumulators.setdefault(name, ErrorAccumulator())
             self.seconds.setdefault(name, 0.0)
-        for index, (start, batch) in enumerate(self.batches):
+        for index, (start, feeds) in enumerate(self.batches):
+            batch = feeds[INPUT]
             eager = self._eager(index, start, batch, with_eager)
             for name, runner in list(runners.items()):
                 began = time.perf_counter()
@@ -177,4 +180,4 @@ def observe_all(
 def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:
     """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
     probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
-    return None if probe is None else eager_sizes_at(model, probe, config.batch_size)
+    return None if probe is None else eager_sizes_at(model, probe[INPUT], config.batch_size)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import __version__, observe
 from .artifacts import KINDS_BY_NAME, BuildContext
+from .artifacts.base import INPUT, OUTPUT
 from .build import isolation
 from .build.builds import Builds
 from .cache.store import cached_observations, open_cache, store_observations
@@ -76,7 +77,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
         ctx = BuildContext(
             model=model,
-            example=torch.from_numpy(batches.first),
+            example=torch.from_numpy(batches.first[INPUT]),
             opset=config.opset,
             onnx_exporter=config.onnx_exporter,
             threads=config.threads,
@@ -87,7 +88,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         ahead = config.effective_jobs > 1 and batches.held is not None and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
-            batches.precompute_eager(lambda batch: eager_logits(model, batch))
+            batches.precompute_eager(lambda feeds: {OUTPUT: eager_logits(model, feeds[INPUT])})
             eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)

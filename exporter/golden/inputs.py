@@ -223,6 +223,101 @@ def decode_input(data: bytes, name: str, preprocess: Preprocess | None, shown: P
         raise GoldenError(f"{shown}: cannot convert image ({type(exc).__name__}: {exc}); replace it or re-record the golden set") from None
 
 
+# --- format-2 samples: every named input of one sample in one archive --------------------------
+
+SAMPLE_SUFFIXES = (".npz", ".safetensors")
+SAMPLE_DTYPES = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")  # signature.INPUT_DTYPES
+
+
+def is_sample_archive(name: str) -> bool:
+    return name.lower().endswith(SAMPLE_SUFFIXES)
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+
+
+def read_npz(data: bytes, shown: Path, what: str = "sample") -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` archive (untrusted bytes), in the archive's order, loaded without
+    pickles; anything else (a pickle, an object array, a plain ``.npy``, a damaged zip) is a one-line
+    GoldenError naming ``shown``."""
+    try:
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise GoldenError(f"{shown}: not an .npz archive (holds one bare array); save the {what} with numpy.savez(name=array, ...)")
+        with loaded:
+            arrays = {str(key): loaded[key] for key in loaded.files}
+    except GoldenError:
+        raise
+    except Exception as exc:  # a crafted zip or header can raise more than ValueError (MemoryError, BadZipFile, ...)
+        raise GoldenError(f"{shown}: not a readable .npz archive of arrays ({_reason(exc)}); replace it or re-record") from None
+    return arrays
+
+
+def read_safetensors(data: bytes, shown: Path) -> dict[str, np.ndarray]:
+    try:
+        from safetensors.numpy import load
+    except ImportError:
+        raise GoldenError(f"{shown}: reading .safetensors samples needs the safetensors package: pip install safetensors") from None
+    try:
+        return dict(load(data))
+    except Exception as exc:  # SafetensorError, or anything a crafted header provokes
+        raise GoldenError(f"{shown}: not a readable .safetensors file ({_reason(exc)}); replace it or re-record") from None
+
+
+def read_sample(data: bytes, name: str, shown: Path) -> dict[str, np.ndarray]:
+    """One sample archive's arrays by input name, in the file's order (numpy arrays of the dtypes
+    ``SAMPLE_DTYPES``), or a one-line GoldenError naming ``shown``."""
+    arrays = read_safetensors(data, shown) if name.lower().endswith(".safetensors") else read_npz(data, shown)
+    if not arrays:
+        raise GoldenError(f"{shown}: holds no arrays; save one array per model input, named after forward's parameters")
+    for key, array in arrays.items():
+        if not isinstance(array, np.ndarray) or str(array.dtype) not in SAMPLE_DTYPES:
+            what = getattr(array, "dtype", type(array).__name__)
+            raise GoldenError(f"{shown}: input {key!r} holds {what}; a sample holds arrays of {', '.join(SAMPLE_DTYPES)}")
+    return arrays
+
+
+def conform_sample(arrays: dict[str, np.ndarray], inputs: Any, shown: Path) -> dict[str, np.ndarray]:
+    """A sample's arrays checked against the signature's inputs (``signature.InputSpec``s): exactly
+    these names, a dtype that casts to each input's without loss, finite floats, and room for the
+    batch axis; returned cast to the inputs' dtypes, in the signature's order."""
+    names = [spec.name for spec in inputs]
+    missing = [n for n in names if n not in arrays]
+    extra = [n for n in arrays if n not in names]
+    if missing or extra:
+        parts = ([f"no {', '.join(map(repr, missing))}"] if missing else []) + ([f"unexpected {', '.join(map(repr, extra))}"] if extra else [])
+        raise GoldenError(f"{shown}: holds inputs {', '.join(map(repr, arrays))} ({'; '.join(parts)}); the golden set's inputs are "
+                          f"{', '.join(map(repr, names))}; fix the file or re-record")
+    out: dict[str, np.ndarray] = {}
+    for spec in inputs:
+        array = arrays[spec.name]
+        target = np.dtype(spec.dtype)
+        if array.dtype != target:
+            if not np.can_cast(array.dtype, target, casting="same_kind"):
+                raise GoldenError(f"{shown}: input {spec.name!r} holds {array.dtype}, the golden set's input is {spec.dtype}; "
+                                  "fix the file or re-record")
+            cast = array.astype(target)
+            if array.dtype.kind in "iub" and not np.array_equal(cast.astype(array.dtype), array):
+                raise GoldenError(f"{shown}: input {spec.name!r} holds {array.dtype} values that do not fit {spec.dtype}; "
+                                  "fix the file or re-record")
+            array = cast
+        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+            raise GoldenError(f"{shown}: input {spec.name!r} holds NaN or Inf values; replace it or re-record")
+        if spec.batch_axis > array.ndim:
+            raise GoldenError(f"{shown}: input {spec.name!r} has shape {tuple(array.shape)} without its batch axis, so its batch "
+                              f"axis can be 0..{array.ndim}, not {spec.batch_axis}; fix the file or re-record")
+        out[spec.name] = array
+    return out
+
+
+def sample_files(folder: Path) -> list[Path]:
+    """The sample archives (``.npz``, ``.safetensors``) directly in ``folder``, sorted by name; [] when none (or no folder)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_file() and is_sample_archive(p.name))
+
+
 def image_files(folder: Path) -> list[Path]:
     """The images (and .npy tensors) directly in ``folder``, sorted by name."""
     if not folder.is_dir():

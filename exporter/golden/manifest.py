@@ -6,6 +6,18 @@ Layout (all paths in the manifest are relative to the golden directory)::
     inputs/<stem>.<sha12><suffix>   images (PNG/JPEG/…) or raw input tensors (.npy)
     reference-<sha12>.npy           approved logits, float32, one row per input
 
+Format (manifest ``version``) 1 is that: one float input ``input``, one output ``logits`` (the
+signature ``SINGLE``). Format 2 records the model's signature (named inputs of any dtype, named
+outputs, their batch and dynamic axes, the outputs' kinds) and holds::
+
+    inputs/<stem>.<sha12>.npz       one sample: every named input without its batch axis (.safetensors too;
+                                    an image or .npy when the signature has one input)
+    reference-<sha12>.npz           key "<output>/<i>": sample i's approved output without its batch axis
+
+plus ``recording``: the batch size and the model's mode it was recorded with. Both formats offer
+the same reading API: ``signature``, ``feed_batches`` (named inputs, batched along each input's
+batch axis, a batch ending where the input shapes change), ``reference_outputs``, ``labels``.
+
 Everything read from here is untrusted: paths must stay inside the folder, hashes must match.
 Writing a set (content-addressed, manifest replaced last) is :mod:`exporter.golden.store`.
 """
@@ -16,20 +28,38 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from ..errors import GoldenError
-from .inputs import IMAGE_SUFFIXES, TENSOR_SUFFIX, Preprocess, decode_input
+from ..signature import SINGLE, InputSpec, Signature, signature_from_json
+from .inputs import (
+    IMAGE_SUFFIXES,
+    SAMPLE_DTYPES,
+    TENSOR_SUFFIX,
+    Preprocess,
+    conform_sample,
+    decode_input,
+    is_sample_archive,
+    read_npz,
+    read_sample,
+)
 
 MANIFEST = "manifest.json"
 FORMAT = "export-check-golden"
-VERSION = 1
+VERSION_1 = 1  # one float input, one logits output (SINGLE); still written when a set is exactly that
+VERSION_2 = 2  # a recorded signature: named inputs and outputs
+VERSION = VERSION_2  # the newest version this export-check reads
+VERSIONS = (VERSION_1, VERSION_2)
 INPUTS_DIR = "inputs"
+INPUT = "input"  # format 1's one input
+LOGITS = "logits"  # format 1's one output
+MODES = ("eval", "train")
+REFERENCE_GLOBS = ("reference-*.npy", "reference-*.npz")  # the reference files of our own naming
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -42,22 +72,45 @@ class GoldenInput:
 
 
 @dataclass(frozen=True)
+class OutputRecord:
+    """What a format-2 manifest says of one output's reference: its dtype and the distinct shapes of
+    its samples (without the batch axis)."""
+
+    dtype: str
+    shapes: tuple[tuple[int, ...], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "shapes": [list(s) for s in self.shapes]}
+
+
+@dataclass(frozen=True)
 class GoldenSet:
     root: Path
-    preprocess: Preprocess | None  # None: every input is a raw .npy tensor
-    inputs: tuple[GoldenInput, ...]
+    preprocess: Preprocess | None  # None: every input is a raw .npy tensor (format 1) or a sample archive
+    inputs: tuple[GoldenInput, ...]  # one entry per sample
     reference_file: str
     reference_sha256: str
-    reference_shape: tuple[int, ...]
+    reference_shape: tuple[int, ...]  # format 1: the logits array's; format 2: (samples,)
     model: dict[str, Any]  # checkpoint name and hash, arch, arch kwargs it was recorded with
     recorded_with: dict[str, str]
     created: str
     manifest_sha256: str
+    signature: Signature = SINGLE
+    version: int = VERSION_1
+    recording: dict[str, Any] = field(default_factory=dict)  # format 2: {"batch_size": N, "mode": "eval"|"train"}
+    reference_records: dict[str, OutputRecord] = field(default_factory=dict)  # format 2: by output name
+    # Decoded references, read once per set (the set itself is frozen; this holds what was read).
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.inputs)
 
     def reference(self) -> np.ndarray:
+        """Format 1: the approved logits, one row per input (read and checked on every call).
+        Format 2: the first output's references stacked along its batch axis (GoldenError when its
+        samples' shapes differ; use :meth:`reference_outputs`)."""
+        if self.version != VERSION_1:
+            return self.reference_outputs(0, len(self))[self.signature.outputs[0].name]
         data = _read_verified(self.root, self.reference_file, self.reference_sha256)
         try:
             array = np.load(io.BytesIO(data), allow_pickle=False)
@@ -70,13 +123,98 @@ class GoldenSet:
             )
         return array.astype(np.float32, copy=False)
 
+    def reference_samples(self) -> dict[str, list[np.ndarray]]:
+        """Every output's approved value per sample, without the batch axis, by output name; read,
+        hash-checked and validated once per set (every key present, dtype and shape as the manifest
+        says, finite). Format 1: ``{"logits": rows}``."""
+        if "samples" not in self._cache:
+            if self.version == VERSION_1:
+                self._cache["samples"] = {LOGITS: list(self._reference_v1())}
+            else:
+                self._cache["samples"] = self._read_reference_v2()
+        samples: dict[str, list[np.ndarray]] = self._cache["samples"]
+        return samples
+
+    def _reference_v1(self) -> np.ndarray:
+        if "v1" not in self._cache:
+            self._cache["v1"] = self.reference()
+        array: np.ndarray = self._cache["v1"]
+        return array
+
+    def _read_reference_v2(self) -> dict[str, list[np.ndarray]]:
+        path = self.root / self.reference_file
+        arrays = read_npz(_read_verified(self.root, self.reference_file, self.reference_sha256), path, "reference")
+        expected = {f"{o.name}/{i}" for o in self.signature.outputs for i in range(len(self))}
+        extra = sorted(set(arrays) - expected)
+        if extra:
+            raise GoldenError(f"{path}: holds {extra[0]!r}, which is no output of a sample of this set; re-record the golden set")
+        out: dict[str, list[np.ndarray]] = {}
+        for spec in self.signature.outputs:
+            record = self.reference_records[spec.name]
+            values = []
+            for i in range(len(self)):
+                key = f"{spec.name}/{i}"
+                if key not in arrays:
+                    raise GoldenError(f"{path}: has no {key!r} (output {spec.name} of sample {i}); re-record the golden set")
+                array = arrays[key]
+                if str(array.dtype) != record.dtype or tuple(array.shape) not in record.shapes:
+                    raise GoldenError(f"{path}: {key!r} holds {array.dtype} {tuple(array.shape)}, the manifest says {record.dtype} "
+                                      f"of shape {' or '.join(str(s) for s in record.shapes)}; re-record the golden set")
+                if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+                    raise GoldenError(f"{path}: {key!r} (output {spec.name} of sample {i}) holds NaN or Inf; re-record or approve the "
+                                      "golden set from a checkpoint with finite outputs")
+                values.append(array)
+            out[spec.name] = values
+        return out
+
+    def reference_outputs(self, start: int, count: int) -> dict[str, np.ndarray]:
+        """The approved outputs of samples ``start .. start+count-1``, each stacked along its output's
+        batch axis (the batch :meth:`feed_batches` yields at ``start``). Format 1: ``{"logits": rows}``."""
+        if self.version == VERSION_1:
+            return {LOGITS: self._reference_v1()[start : start + count]}
+        samples = self.reference_samples()
+        out = {}
+        for spec in self.signature.outputs:
+            part = samples[spec.name][start : start + count]
+            shapes = {a.shape for a in part}
+            if len(shapes) > 1:
+                raise GoldenError(f"{self.root / self.reference_file}: output {spec.name} of samples {start}..{start + count - 1} has "
+                                  f"shapes {sorted(shapes)}, which do not stack into one batch; re-record the golden set")
+            out[spec.name] = np.stack(part, axis=spec.batch_axis) if part else np.zeros((0,), dtype=np.float32)
+        return out
+
     def load_input(self, item: GoldenInput) -> np.ndarray:
-        """Read one input, check its hash, decode and preprocess it."""
+        """Read one input, check its hash, decode and preprocess it (format 1; format 2: the array of
+        a set with one input)."""
+        if self.version != VERSION_1:
+            if len(self.signature.inputs) != 1:
+                raise ValueError(f"{self.root}: the golden set has inputs {', '.join(self.signature.input_names)}; use load_sample")
+            return self.load_sample(item)[self.signature.inputs[0].name]
         data = _read_verified(self.root, item.file, item.sha256)
         return decode_input(data, item.file, self.preprocess, self.root / item.file)
 
+    def load_sample(self, item: GoldenInput) -> dict[str, np.ndarray]:
+        """One sample's named inputs, without the batch axis, in the signature's dtypes (hash checked, decoded)."""
+        if self.version == VERSION_1:
+            return {INPUT: self.load_input(item)}
+        data = _read_verified(self.root, item.file, item.sha256)
+        shown = self.root / item.file
+        if is_sample_archive(item.file):
+            arrays = read_sample(data, item.file, shown)
+        else:  # an image or .npy tensor: the one input
+            arrays = {self.signature.inputs[0].name: decode_input(data, item.file, self.preprocess, shown)}
+        return conform_sample(arrays, self.signature.inputs, shown)
+
     def batches(self, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
-        """Yield ``(start, batch)`` over the set, decoding one batch at a time."""
+        """Yield ``(start, batch)`` over the set, decoding one batch at a time (the one input's batch;
+        see :meth:`feed_batches` for several)."""
+        if self.version != VERSION_1:
+            if len(self.signature.inputs) != 1:
+                raise ValueError(f"{self.root}: the golden set has inputs {', '.join(self.signature.input_names)}; use feed_batches")
+            name = self.signature.inputs[0].name
+            for start, feeds in self.feed_batches(batch_size):
+                yield start, feeds[name]
+            return
         for start in range(0, len(self.inputs), batch_size):
             chunk = self.inputs[start : start + batch_size]
             arrays = [self.load_input(item) for item in chunk]
@@ -85,8 +223,54 @@ class GoldenSet:
                 raise GoldenError(f"{self.root}: inputs have different shapes {sorted(shapes)}; re-record with one preprocessing")
             yield start, np.stack(arrays).astype(np.float32, copy=False)
 
+    def feed_batches(self, batch_size: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """Yield ``(start, feeds)``: consecutive samples, decoded a batch at a time, each input stacked
+        along its batch axis in its dtype. A batch ends at ``batch_size`` samples or where the next
+        sample's input shapes differ. Format 1: ``{"input": batch}``, the batches of :meth:`batches`."""
+        if self.version == VERSION_1:
+            for start, batch in self.batches(batch_size):
+                yield start, {INPUT: batch}
+            return
+        yield from stack_batches((self.load_sample(item) for item in self.inputs), self.signature.inputs, batch_size)
+
     def labels(self) -> list[int | None]:
         return [item.label for item in self.inputs]
+
+
+def sample_shapes(sample: Mapping[str, np.ndarray], inputs: Sequence[InputSpec]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(sample[spec.name].shape) for spec in inputs)
+
+
+def stack_batches(
+    samples: Iterable[Mapping[str, np.ndarray]], inputs: Sequence[InputSpec], batch_size: int
+) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """Consecutive samples as batches: a batch ends at ``batch_size`` samples or where the next
+    sample's input shapes differ; each input stacked along its batch axis, in its dtype. Recording
+    and replay batch through this one function, so they agree."""
+    pending: list[Mapping[str, np.ndarray]] = []
+    start = index = 0
+    shapes: tuple[tuple[int, ...], ...] = ()
+    for index, sample in enumerate(samples):
+        these = sample_shapes(sample, inputs)
+        if pending and (these != shapes or len(pending) >= batch_size):
+            yield start, stack_samples(pending, inputs)
+            pending, start = [], index
+        shapes = these
+        pending.append(sample)
+    if pending:
+        yield start, stack_samples(pending, inputs)
+
+
+def stack_samples(samples: Sequence[Mapping[str, np.ndarray]], inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
+    return {spec.name: np.stack([s[spec.name] for s in samples], axis=spec.batch_axis).astype(spec.dtype, copy=False) for spec in inputs}
+
+
+def feeds_length(feeds: Mapping[str, np.ndarray], signature: Signature) -> int:
+    """How many samples a batch of ``feeds`` holds (the first input's size on its batch axis)."""
+    spec = signature.inputs[0]
+    array = feeds[spec.name] if spec.name in feeds else next(iter(feeds.values()))
+    return int(array.shape[spec.batch_axis]) if array.ndim > spec.batch_axis else len(array)
+
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -145,13 +329,21 @@ def parse_manifest(root: Path, text: str) -> GoldenSet:
     version = data.get("version")
     if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
         raise GoldenError(f"{manifest}: manifest version {version} is newer than this export-check reads ({VERSION}); upgrade export-check")
-    _require(version == VERSION, manifest, f"unknown manifest version {version!r} (this export-check reads {VERSION})")
+    _require(version in VERSIONS, manifest,
+             f"unknown manifest version {version!r} (this export-check reads {', '.join(map(str, VERSIONS))})")
+    v2 = version == VERSION_2
     preprocess = None
     if data.get("preprocess") is not None:
         try:
             preprocess = Preprocess.from_json(data["preprocess"])
         except ValueError as exc:
             raise GoldenError(f"{manifest}: bad preprocess spec ({exc}); fix it or re-record the golden set") from None
+    signature = SINGLE
+    if v2:
+        try:
+            signature = signature_from_json(data.get("signature"), str(manifest))
+        except ValueError as exc:
+            raise GoldenError(f"{exc}; fix the signature or re-record the golden set with `export-check golden record`") from None
     raw_inputs = data.get("inputs")
     _require(isinstance(raw_inputs, list), manifest, "'inputs' must be a list")
     _require(len(raw_inputs) > 0, manifest, "the golden set has no inputs")
@@ -169,21 +361,36 @@ def parse_manifest(root: Path, text: str) -> GoldenSet:
         _require(label is None or (isinstance(label, int) and not isinstance(label, bool)), manifest, f"inputs[{i}].label must be an integer")
         name = entry.get("name", rel)
         _require(isinstance(name, str), manifest, f"inputs[{i}].name must be a string")
-        is_tensor = rel.lower().endswith(TENSOR_SUFFIX)
-        _require(is_tensor or preprocess is not None, manifest, f"inputs[{i}] is an image but there is no preprocess spec")
-        _require(is_tensor or rel.lower().endswith(IMAGE_SUFFIXES), manifest, f"inputs[{i}].file {rel!r} is neither an image nor .npy")
+        if v2 and is_sample_archive(rel):
+            pass
+        else:
+            _require(not v2 or len(signature.inputs) == 1, manifest,
+                     f"inputs[{i}].file {rel!r} is not a .npz or .safetensors sample, which a set of several inputs needs")
+            is_tensor = rel.lower().endswith(TENSOR_SUFFIX)
+            _require(is_tensor or preprocess is not None, manifest, f"inputs[{i}] is an image but there is no preprocess spec")
+            _require(is_tensor or rel.lower().endswith(IMAGE_SUFFIXES), manifest, f"inputs[{i}].file {rel!r} is neither an image nor .npy")
         inputs.append(GoldenInput(name=name, file=rel, sha256=sha, label=label))
     ref = data.get("reference")
     _require(isinstance(ref, dict), manifest, "'reference' must be an object")
     _safe_relative(root, ref.get("file"), "reference.file")
     _require(isinstance(ref.get("sha256"), str) and bool(_HEX64.match(ref["sha256"])), manifest, "reference.sha256 must be 64 hex digits")
-    shape = ref.get("shape")
-    _require(
-        isinstance(shape, list) and len(shape) >= 1 and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape),
-        manifest,
-        "reference.shape must be a list of non-negative integers",
-    )
-    _require(shape[0] == len(inputs), manifest, f"reference has {shape[0]} rows for {len(inputs)} inputs")
+    records: dict[str, OutputRecord] = {}
+    recording: dict[str, Any] = {}
+    if v2:
+        _require(ref["file"].lower().endswith(".npz"), manifest, "reference.file must be an .npz archive")
+        samples = ref.get("samples")
+        _require(_is_int(samples) and samples == len(inputs), manifest, f"reference has {samples!r} samples for {len(inputs)} inputs")
+        records = _output_records(manifest, ref.get("outputs"), signature)
+        recording = _recording(manifest, data.get("recording"))
+        shape: Any = [len(inputs)]
+    else:
+        shape = ref.get("shape")
+        _require(
+            isinstance(shape, list) and len(shape) >= 1 and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape),
+            manifest,
+            "reference.shape must be a list of non-negative integers",
+        )
+        _require(shape[0] == len(inputs), manifest, f"reference has {shape[0]} rows for {len(inputs)} inputs")
     model = data.get("model", {})
     _require(isinstance(model, dict), manifest, "'model' must be an object")
     recorded_with = data.get("recorded_with", {})
@@ -201,7 +408,44 @@ def parse_manifest(root: Path, text: str) -> GoldenSet:
         recorded_with={str(k): str(v) for k, v in recorded_with.items()},
         created=created,
         manifest_sha256=sha256_bytes(text.encode("utf-8")),
+        signature=signature,
+        version=VERSION_2 if v2 else VERSION_1,
+        recording=recording,
+        reference_records=records,
     )
+
+
+def _is_int(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _output_records(manifest: Path, outputs: Any, signature: Signature) -> dict[str, OutputRecord]:
+    names = signature.output_names
+    _require(isinstance(outputs, dict) and sorted(outputs) == sorted(names), manifest,
+             f"reference.outputs must describe each output of the signature ({', '.join(names)}) once")
+    records = {}
+    for spec in signature.outputs:
+        entry = outputs[spec.name]
+        where = f"reference.outputs[{spec.name!r}]"
+        _require(isinstance(entry, dict) and entry.get("dtype") in SAMPLE_DTYPES, manifest,
+                 f"{where}.dtype must be one of {', '.join(SAMPLE_DTYPES)}")
+        shapes = entry.get("shapes")
+        _require(
+            isinstance(shapes, list) and len(shapes) >= 1
+            and all(isinstance(s, list) and len(s) < 32 and all(_is_int(d) for d in s) for s in shapes),
+            manifest, f"{where}.shapes must be a list of shapes (lists of non-negative integers)",
+        )
+        _require(all(spec.batch_axis <= len(s) for s in shapes), manifest,
+                 f"output {spec.name}'s batch axis {spec.batch_axis} does not fit its shapes {shapes}")
+        records[spec.name] = OutputRecord(dtype=entry["dtype"], shapes=tuple(tuple(s) for s in shapes))
+    return records
+
+
+def _recording(manifest: Path, recording: Any) -> dict[str, Any]:
+    _require(isinstance(recording, dict), manifest, "'recording' must be an object holding batch_size and mode")
+    _require(_is_int(recording.get("batch_size"), 1), manifest, "recording.batch_size must be an integer >= 1")
+    _require(recording.get("mode") in MODES, manifest, f"recording.mode must be one of {', '.join(MODES)}")
+    return {"batch_size": recording["batch_size"], "mode": recording["mode"]}
 
 
 def _raise_constant(manifest: Path, constant: str) -> Any:
@@ -234,7 +478,10 @@ def load_golden(root: Path) -> GoldenSet:
     golden = read_manifest(root)
     for item in golden.inputs:
         _read_verified(root, item.file, item.sha256)
-    golden.reference()
+    if golden.version == VERSION_1:
+        golden.reference()
+    else:
+        golden.reference_samples()  # every key present, as the manifest says, finite
     return golden
 
 
@@ -267,29 +514,37 @@ def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
     problems = []
     for item in golden.inputs:
         try:
-            golden.load_input(item)
+            golden.load_sample(item)
         except GoldenError as exc:
             problems.append(Problem(item.file, str(exc), _classify(root, item.file, item.sha256), item.name))
     try:
-        golden.reference()
+        if golden.version == VERSION_1:
+            golden.reference()
+        else:
+            golden.reference_samples()
     except GoldenError as exc:
         problems.append(Problem(golden.reference_file, str(exc), _classify(root, golden.reference_file, golden.reference_sha256)))
     return golden, problems
 
 
 def unreferenced_files(golden: GoldenSet) -> list[str]:
-    """Data files in the folder's own namespace (``inputs/``, ``reference-*.npy``) that the manifest does not name."""
+    """Data files in the folder's own namespace (``inputs/``, ``reference-*.npy``, ``reference-*.npz``) that the manifest does not name."""
     listed = {item.file for item in golden.inputs} | {golden.reference_file}
     inputs_dir = golden.root / INPUTS_DIR
     found = list(inputs_dir.iterdir()) if inputs_dir.is_dir() and not inputs_dir.is_symlink() else []
-    found += list(golden.root.glob("reference-*.npy")) + list(golden.root.glob(".*.partial"))
+    found += [p for pattern in REFERENCE_GLOBS for p in golden.root.glob(pattern)] + list(golden.root.glob(".*.partial"))
     return sorted(rel for rel in (p.relative_to(golden.root).as_posix() for p in found) if rel not in listed)
 
 
 __all__ = [
     "MANIFEST",
+    "VERSION_1",
+    "VERSION_2",
     "GoldenInput",
     "GoldenSet",
+    "OutputRecord",
+    "feeds_length",
+    "stack_batches",
     "Problem",
     "load_golden",
     "parse_manifest",
