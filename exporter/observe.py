@@ -17,34 +17,41 @@ import numpy as np
 
 from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import captured_warnings, dedupe
-from .artifacts.base import INPUT, OUTPUT, logits_of
+from .artifacts.base import logits_of
 from .build.builds import BuildOutcome, Builds, Progress
 from .compare import ErrorAccumulator, ShapeMismatch
 from .config import RunConfig
 from .diagnostics.run import EAGER, Diagnoser
 from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
 from .diagnostics.trace import ReplayTrace
-from .errors import ArchitectureError, describe_exception
+from .errors import ArchitectureError, ArtifactError, describe_exception
+from .feeds import length, samples_first
 from .files import file_info
 from .golden.batches import GoldenBatches
 from .golden.manifest import GoldenSet
 from .measurements import Observation
-from .model import eager_logits
+from .model import EagerRunner
 
 
 class Replay:
     """Replays the golden set through runners, batch by batch, accumulating each row's errors
-    against eager and what the diagnostics reuse (``trace``)."""
+    against eager per compared output, and what the diagnostics reuse (``trace``)."""
 
-    def __init__(self, config: RunConfig, golden: GoldenSet, batches: GoldenBatches, reference: np.ndarray, model: Any) -> None:
-        self.config, self.golden, self.batches, self.reference, self.model = config, golden, batches, reference, model
-        self.trace = ReplayTrace.for_run(len(golden), config.batch_size)
-        self.accumulators: dict[str, ErrorAccumulator] = {}
+    def __init__(self, config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> None:
+        self.config, self.golden, self.batches, self.model = config, golden, batches, model
+        self.signature = golden.signature
+        self.compared = self.signature.compared_outputs()
+        self.trace = ReplayTrace.for_run(len(golden), config.batch_size, self.signature)
+        self.eager_runner = EagerRunner(model, self.signature)
+        self.accumulators: dict[str, dict[str, ErrorAccumulator]] = {}
         self.seconds: dict[str, float] = {}
         self.errors: dict[str, str] = {}
-        self.eager_acc = ErrorAccumulator()
+        self.eager_acc = self._accumulators()
         self.eager_error: str | None = None
         self.eager_argmax: list[np.ndarray] = []
+
+    def _accumulators(self) -> dict[str, ErrorAccumulator]:
+        return {o.name: ErrorAccumulator(o.kind, o.class_axis) for o in self.compared}
 
     def open(self, kind: ArtifactKind, outcome: BuildOutcome, ctx: BuildContext, stack: contextlib.ExitStack) -> Any | None:
         """The artifact reloaded from its file, as it ships; ``None`` (and the row's error) when it can't be."""
@@ -59,55 +66,76 @@ class Replay:
             self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
             return None
 
-    def _eager(self, index: int, start: int, batch: np.ndarray, record: bool) -> np.ndarray:
+    def _compared(self, outputs: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
+        """The compared outputs, samples first; every one must be there."""
+        missing = [o.name for o in self.compared if o.name not in outputs]
+        if missing:
+            raise ArtifactError(f"{what} returned outputs {', '.join(outputs) or 'none'}; the golden set has "
+                                f"{', '.join(self.signature.output_names)} (missing: {', '.join(missing)})")
+        return samples_first({o.name: outputs[o.name] for o in self.compared}, self.signature)
+
+    def _eager(self, index: int, start: int, feeds: dict[str, np.ndarray], record: bool) -> dict[str, np.ndarray]:
         try:
             held = self.batches.eager(index)
             if held is None:
                 began = time.perf_counter()
-                ahead = (eager_logits(self.model, batch), time.perf_counter() - began)
-            else:
-                ahead = (held[0][OUTPUT], held[1])
+                held = (self.eager_runner.infer(feeds), time.perf_counter() - began)
+            eager = self._compared(held[0], EagerRunner.name)
         except Exception as exc:
             raise ArchitectureError(
                 f"{self.config.checkpoint}: the eager model fails on the golden inputs ({describe_exception(exc)}); "
                 "check that --arch and the golden set's preprocessing match the model"
             ) from None
-        eager = ahead[0]
         if record:
-            self.trace.add_batch(start, batch)
-            self.trace.add_output(EAGER, start, batch, eager, ahead[1])
-            self.eager_argmax.append(np.argmax(eager, axis=1))
+            n = length(feeds, self.signature)
+            primary = logits_of(eager, EagerRunner.name)
+            self.trace.add_batch(start, feeds)
+            self.trace.add_output(EAGER, start, n, primary, held[1])
+            self.eager_argmax.append(np.argmax(primary, axis=1) if primary.shape[1] else np.zeros(n, np.int64))
             if self.eager_error is None:
+                reference = samples_first(self.golden.reference_outputs(start, n), self.signature)
                 try:
-                    self.eager_acc.add(self.reference[start : start + len(batch)], eager)
+                    for name, acc in self.eager_acc.items():
+                        acc.add(reference[name], eager[name])
                 except ShapeMismatch as exc:
                     self.eager_error = f"eager output does not match the golden reference: {exc}"
+                except KeyError as exc:
+                    self.eager_error = f"eager output {exc} has no golden reference"
         return eager
 
     def run(self, runners: dict[str, Any], notes: dict[str, list[str]], with_eager: bool) -> None:
         """One pass over the golden set: eager (recorded when ``with_eager``) and every runner."""
         runners = dict(runners)
         for name in runners:
-            self.accumulators.setdefault(name, ErrorAccumulator())
+            self.accumulators.setdefault(name, self._accumulators())
             self.seconds.setdefault(name, 0.0)
         for index, (start, feeds) in enumerate(self.batches):
-            batch = feeds[INPUT]
-            eager = self._eager(index, start, batch, with_eager)
+            eager = self._eager(index, start, feeds, with_eager)
+            n = length(feeds, self.signature)
             for name, runner in list(runners.items()):
                 began = time.perf_counter()
                 try:
                     with captured_warnings(notes[name]):
-                        out = logits_of(runner.infer({INPUT: batch}), name)
-                    self.trace.add_output(name, start, batch, out, time.perf_counter() - began)
-                    self.accumulators[name].add(eager, out)
+                        out = self._compared(runner.infer(feeds), name)
+                    self.trace.add_output(name, start, n, logits_of(out, name), time.perf_counter() - began)
+                    for output, acc in self.accumulators[name].items():
+                        acc.add(eager[output], out[output])
                 except Exception as exc:
-                    self.errors[name] = f"running failed at inputs {start}..{start + len(batch) - 1}: {describe_exception(exc)}"
+                    self.errors[name] = f"running failed at inputs {start}..{start + n - 1}: {describe_exception(exc)}"
                     del runners[name]
                 self.seconds[name] += time.perf_counter() - began
 
+    def _metrics(self, accs: dict[str, ErrorAccumulator]) -> dict[str, Any]:
+        results = [(name, acc.result()) for name, acc in accs.items()]
+        not_compared = tuple(o.name for o in self.signature.outputs if not o.compared)
+        return {"metrics": results[0][1] if results else None, "outputs": tuple(results) if len(results) > 1 else (),
+                "not_compared": not_compared}
+
     def eager_observation(self) -> Observation:
-        return Observation(name=EAGER, family=EAGER, compared_with="golden",
-                           metrics=None if self.eager_error else self.eager_acc.result(), error=self.eager_error)
+        if self.eager_error or not self.compared:
+            return Observation(name=EAGER, family=EAGER, compared_with="golden", metrics=None,
+                               error=self.eager_error or "every output is excluded from the comparison; compare at least one")
+        return Observation(name=EAGER, family=EAGER, compared_with="golden", **self._metrics(self.eager_acc))
 
     def artifact_observation(self, kind: ArtifactKind, outcome: BuildOutcome) -> Observation:
         artifact = file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
@@ -116,11 +144,12 @@ class Replay:
                                   "notes": dedupe(outcome.notes)}
         if kind.name in self.errors or kind.name not in self.accumulators:
             return Observation(metrics=None, error=self.errors.get(kind.name) or "no metrics", not_applicable=outcome.not_applicable, **common)
-        return Observation(metrics=self.accumulators[kind.name].result(), replay_seconds=self.seconds[kind.name], **common)
+        return Observation(replay_seconds=self.seconds[kind.name], **self._metrics(self.accumulators[kind.name]), **common)
 
     def label_accuracy(self) -> float | None:
         labels = self.golden.labels()
-        if self.eager_argmax and all(label is not None for label in labels):
+        logits = bool(self.compared) and self.compared[0].kind == "logits"
+        if logits and self.eager_argmax and all(label is not None for label in labels):
             return float(np.mean(np.concatenate(self.eager_argmax) == np.asarray(labels)))
         return None
 
@@ -129,7 +158,6 @@ def observe_all(
     config: RunConfig,
     golden: GoldenSet,
     batches: GoldenBatches,
-    reference: np.ndarray,
     model: Any,
     ctx: BuildContext,
     builds: Builds,
@@ -141,7 +169,7 @@ def observe_all(
     is replayed (and diagnosed) on its own as soon as its build is done; otherwise, after every
     build, one pass over the golden set runs every artifact (a streamed set is decoded once)."""
     selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
-    replay = Replay(config, golden, batches, reference, model)
+    replay = Replay(config, golden, batches, model)
     rows: dict[str, Observation] = {}
     with contextlib.ExitStack() as stack:
         if by_artifact:
@@ -180,4 +208,4 @@ def observe_all(
 def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:
     """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
     probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
-    return None if probe is None else eager_sizes_at(model, probe[INPUT], config.batch_size)
+    return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature)

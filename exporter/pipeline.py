@@ -20,9 +20,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
+
 from . import __version__, observe
 from .artifacts import KINDS_BY_NAME, BuildContext
-from .artifacts.base import INPUT, OUTPUT
+from .artifacts.base import INPUT
 from .build import isolation
 from .build.builds import Builds
 from .cache.store import cached_observations, open_cache, store_observations
@@ -33,8 +35,9 @@ from .golden.batches import GoldenBatches
 from .golden.manifest import GoldenSet, load_golden
 from .judge import judge_rows
 from .measurements import Observation
-from .model import eager_logits, load_model, pinned_threads
+from .model import EagerRunner, load_model, pinned_threads
 from .results import FileInfo, GoldenSummary, Report
+from .signature import SINGLE
 from .versions import library_versions
 
 Progress = Callable[[str], None]
@@ -50,7 +53,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     # Validate everything cheap first, so bad input fails before any export starts.
     check_readable_file(config.checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
     golden = load_golden(config.golden)
-    reference = golden.reference()
+    # the approved outputs read and checked now, so a damaged set fails before any export
+    golden.reference() if golden.signature is SINGLE else golden.reference_samples()
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint_info = file_info(config.checkpoint)
     timings = {"verify_inputs": time.perf_counter() - started}
@@ -75,12 +79,15 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         progress("loading checkpoint")
         model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
+        signature = golden.signature
+        first = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batches.first.items()}
         ctx = BuildContext(
             model=model,
-            example=torch.from_numpy(batches.first[INPUT]),
+            example=first[INPUT] if signature is SINGLE else first,
             opset=config.opset,
             onnx_exporter=config.onnx_exporter,
             threads=config.threads,
+            signature=signature,
         )
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next
@@ -88,13 +95,13 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         ahead = config.effective_jobs > 1 and batches.held is not None and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
-            batches.precompute_eager(lambda feeds: {OUTPUT: eager_logits(model, feeds[INPUT])})
+            batches.precompute_eager(EagerRunner(model, signature).infer)
             eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
             observations, label_accuracy = observe.observe_all(
-                config, golden, batches, reference, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held()
+                config, golden, batches, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held()
             )
         finally:
             isolation.settle()  # a run stopped early leaves no build running behind it

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,23 +24,27 @@ import numpy as np
 
 from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._common import captured_warnings, dedupe
-from ..artifacts.base import INPUT, logits_of
+from ..artifacts.base import logits_of
 from ..config import FAMILIES, RunConfig
+from ..errors import ArtifactError
+from ..feeds import Feeds, length, samples_first
 from ..golden.manifest import GoldenSet
 from ..judge import wants_layers
 from ..measurements import Measured, Observation, RerunMeasure, SizeRuns
-from ..model import eager_logits
-from . import LATENCY_REPEATS, Latency, determinism, divergence, shapes
+from ..model import EagerRunner
+from ..signature import SINGLE, Signature
+from . import LATENCY_REPEATS, Latency, LayerComparison, determinism, divergence, shapes
 from .trace import ReplayTrace
 
 EAGER = "eager"  # the trace's name for the eager model's outputs
 
 
 def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:
-    for first, batch in golden.batches(batch_size):
-        if first == start:
-            return batch
-    raise AssertionError(f"no batch starts at {start}")
+    """The one input of the batch the replay ran at ``start`` (per-layer tables take one input)."""
+    for first, feeds in golden.feed_batches(batch_size):
+        if first <= start < first + length(feeds, golden.signature):
+            return next(iter(feeds.values()))
+    raise AssertionError(f"no batch holds sample {start}")
 
 
 def _worst_batch_start(obs: Observation, batch_size: int) -> int:
@@ -50,20 +55,29 @@ def _worst_batch_start(obs: Observation, batch_size: int) -> int:
     return int(np.argmax(per_image)) // batch_size * batch_size
 
 
-def _eager_infer(model: Any):
-    return lambda batch: eager_logits(model, batch)
+def primary_rows(outputs: Mapping[str, np.ndarray], signature: Signature, what: str) -> np.ndarray:
+    """The first compared output, one row per sample: what the diagnostics compare."""
+    spec = signature.compared_outputs()[0] if signature.compared_outputs() else signature.outputs[0]
+    if spec.name not in outputs:
+        raise ArtifactError(f"{what} returned outputs {', '.join(outputs)}; the golden set has {', '.join(signature.output_names)}")
+    return logits_of(samples_first({spec.name: outputs[spec.name]}, signature), what)
 
 
-def _infer_of(runner: Any, name: str):
-    """A runner as the diagnostics call it: one batch in, its logits out."""
-    return lambda batch: logits_of(runner.infer({INPUT: batch}), name)
+def _eager_infer(model: Any, signature: Signature = SINGLE):
+    runner = EagerRunner(model, signature)
+    return lambda feeds: primary_rows(runner.infer(feeds), signature, EagerRunner.name)
 
 
-def _sizes_from(infer, trace: ReplayTrace, name: str, probe: np.ndarray, sizes: tuple[int, ...], main: int) -> dict[int, Any]:
+def _infer_of(runner: Any, name: str, signature: Signature = SINGLE):
+    """A runner as the diagnostics call it: a batch of feeds in, its first compared output's rows out."""
+    return lambda feeds: primary_rows(runner.infer(feeds), signature, name)
+
+
+def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, sizes: tuple[int, ...], main: int) -> dict[int, Any]:
     """Outputs at every planned size: the main size from the replay, the others run now."""
     replayed = trace.probe_outputs(name)
     todo = tuple(s for s in sizes if s != main or replayed is None)
-    out = shapes.run_sizes(infer, probe, todo, main)
+    out = shapes.run_sizes(infer, probe, todo, main, trace.signature)
     if replayed is not None and main in sizes:
         out[main] = replayed
     return out
@@ -86,16 +100,17 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
         seconds.append(time.perf_counter() - began)
         if first is not None:
             max_abs = max(max_abs, determinism.max_abs_difference(first, out))
-    samples = [s * 1000.0 / len(batch) for s in seconds[:LATENCY_REPEATS]]
-    cost = Latency(ms_per_image=float(statistics.median(samples)), batch=len(batch), repeats=len(samples), threads=threads,
+    n = length(batch, trace.signature)
+    samples = [s * 1000.0 / n for s in seconds[:LATENCY_REPEATS]]
+    cost = Latency(ms_per_image=float(statistics.median(samples)), batch=n, repeats=len(samples), threads=threads,
                    samples_ms=tuple(float(s) for s in samples))
     measured = None
     if rerun and first is not None:
-        measured = RerunMeasure(runs=1 + reruns, images=len(batch), max_abs=max_abs)
+        measured = RerunMeasure(runs=1 + reruns, images=n, max_abs=max_abs)
     return measured, cost
 
 
-def _measure(infer, trace: ReplayTrace, name: str, probe: np.ndarray, eager_at: dict[int, Any], sizes: tuple[int, ...],
+def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[int, Any], sizes: tuple[int, ...],
              main: int, threads: int) -> Measured:
     runs = shapes.measure(_sizes_from(infer, trace, name, probe, sizes, main), eager_at, main)
     notes: list[str] = []
@@ -107,14 +122,15 @@ def _measure(infer, trace: ReplayTrace, name: str, probe: np.ndarray, eager_at: 
     return Measured(sizes=SizeRuns(main_size=main, runs=runs), rerun=rerun, latency=cost, notes=tuple(notes))
 
 
-def eager_sizes_ahead(model: Any, probe: np.ndarray, batch_size: int) -> dict[int, Any]:
+def eager_sizes_ahead(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE) -> dict[int, Any]:
     """Eager over the probe at every planned size but the main one (the replay computes that one).
 
     The pipeline calls it before the builds, while the build server is still importing its libraries.
     """
-    main = min(batch_size, len(probe))
-    sizes = shapes.plan_sizes(main, len(probe))
-    return shapes.run_sizes(_eager_infer(model), probe, tuple(s for s in sizes if s != main), main)
+    count = length(probe, signature)
+    main = min(batch_size, count)
+    sizes = shapes.plan_sizes(main, count)
+    return shapes.run_sizes(_eager_infer(model, signature), probe, tuple(s for s in sizes if s != main), main, signature)
 
 
 class Diagnoser:
@@ -129,11 +145,13 @@ class Diagnoser:
     def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, progress, trace: ReplayTrace,
                  eager_ahead: dict[int, Any] | None = None) -> None:
         self.config, self.golden, self.model, self.trace, self.progress = config, golden, model, trace, progress
+        self.signature = trace.signature
         self.probe = trace.probe()
-        self.main = min(config.batch_size, len(self.probe))
-        self.sizes = shapes.plan_sizes(self.main, len(self.probe))
+        count = length(self.probe, self.signature)
+        self.main = min(config.batch_size, count)
+        self.sizes = shapes.plan_sizes(self.main, count)
         self.layer_threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
-        self.eager_infer = _eager_infer(model)
+        self.eager_infer = _eager_infer(model, self.signature)
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)")
         replayed = trace.probe_outputs(EAGER)
         if eager_ahead is not None and replayed is not None and set(eager_ahead) | {self.main} == set(self.sizes):
@@ -158,19 +176,24 @@ class Diagnoser:
             try:
                 with contextlib.ExitStack() as stack:
                     opened = runner or stack.enter_context(kind.open_runner(path, ctx))
-                    measured = _measure(_infer_of(opened, obs.name), self.trace, obs.name, self.probe, self.eager_at, self.sizes,
+                    measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, self.eager_at, self.sizes,
                                         self.main, config.threads)
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
             layers = None
-            if wants_layers(replace(obs, diagnostics=measured), config.thresholds, config.diagnose):
+            if wants_layers(replace(obs, diagnostics=measured), config.thresholds, config.diagnose) and len(self.signature.inputs) > 1:
+                purpose = divergence.DIVERGENCE if FAMILIES[obs.family].layers == "on-fail" else divergence.INT8_LAYERS
+                layers = LayerComparison(purpose=purpose, method="", scope="", batch_start=0, batch_size=0, threshold=self.layer_threshold,
+                                         layers=(), first=None, error="per-layer tables compare models with one input; this one has "
+                                         f"{len(self.signature.inputs)} ({', '.join(self.signature.input_names)})")
+            elif wants_layers(replace(obs, diagnostics=measured), config.thresholds, config.diagnose):
                 if FAMILIES[obs.family].layers == "on-fail":
                     start = _worst_batch_start(obs, config.batch_size)
                     self.progress(f"locating where {obs.name} diverges (batch at {start})")
                     layers = kind.compare_layers(path, self.model, _batch_at(self.golden, config.batch_size, start),
                                                  self.layer_threshold, divergence.DIVERGENCE, config.threads, start)
                 else:
-                    layers = kind.compare_layers(path, self.model, self.probe[: self.main], self.layer_threshold,
+                    layers = kind.compare_layers(path, self.model, next(iter(self.probe.values()))[: self.main], self.layer_threshold,
                                                  divergence.INT8_LAYERS, config.threads, 0)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
         measured = replace(measured, layers=layers, notes=measured.notes + new_notes, seconds=time.perf_counter() - began)

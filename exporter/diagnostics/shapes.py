@@ -16,9 +16,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..feeds import Feeds, length, take
+from ..signature import SINGLE, Signature
 from . import BatchSizeRun
 
-Infer = Callable[[np.ndarray], np.ndarray]
+Infer = Callable[[Feeds], np.ndarray]
 # Images the check runs: the first PROBE_IMAGES of the golden set (or the main batch, if larger).
 PROBE_IMAGES = 64
 
@@ -41,18 +43,20 @@ class RowCountError(ValueError):
     pass
 
 
-def run_sizes(infer: Infer, images: np.ndarray, sizes: tuple[int, ...], main: int) -> dict[int, np.ndarray | str]:
-    """Outputs of ``infer`` over the probe at each size, or the error text when a size fails."""
+def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, signature: Signature = SINGLE) -> dict[int, np.ndarray | str]:
+    """Outputs of ``infer`` (feeds in, one output row per sample out) over the probe at each size,
+    or the error text when a size fails."""
     out: dict[int, np.ndarray | str] = {}
     for size in sizes:
-        count = images_at(size, main, len(images))
+        count = images_at(size, main, length(images, signature))
         try:
             parts = []
             for start in range(0, count, size):
-                chunk = images[start : min(start + size, count)]
+                chunk = take(images, signature, start, min(start + size, count))
                 got = infer(chunk)
-                if got.shape[0] != len(chunk):
-                    raise RowCountError(f"returned {got.shape[0]} output rows for {len(chunk)} inputs")
+                n = length(chunk, signature)
+                if got.shape[0] != n:
+                    raise RowCountError(f"returned {got.shape[0]} output rows for {n} inputs")
                 parts.append(got)
             out[size] = np.concatenate(parts)
         except Exception as exc:  # any failure at a size is this check's finding, not a crash

@@ -17,40 +17,57 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..feeds import Feeds, concat, length, take
+from ..signature import SINGLE, Signature
 from . import shapes
 
 
 @dataclass
 class ReplayTrace:
+    """The probe is the first ``probe_count`` samples, or fewer when the set's first samples change
+    shape sooner (a batch-size check stacks samples, so it runs on the first group of one shape).
+    Outputs are each row's first compared output, one row per sample (``diagnostics.run``)."""
+
     main: int  # the replay's batch size
-    probe_count: int  # the first images the batch-size check and the cost use
-    _images: list[np.ndarray] = field(default_factory=list)
+    probe_count: int  # the first samples the batch-size check and the cost use
+    signature: Signature = SINGLE
+    _images: list[dict[str, np.ndarray]] = field(default_factory=list)
+    _starts: list[int] = field(default_factory=list)
+    _closed: bool = False  # the first group of one shape has ended
     _outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
     _seconds: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
-    def for_run(cls, golden_size: int, batch_size: int) -> ReplayTrace:
-        return cls(main=batch_size, probe_count=min(golden_size, max(batch_size, shapes.PROBE_IMAGES)))
+    def for_run(cls, golden_size: int, batch_size: int, signature: Signature = SINGLE) -> ReplayTrace:
+        return cls(main=batch_size, probe_count=min(golden_size, max(batch_size, shapes.PROBE_IMAGES)), signature=signature)
 
     def wants(self, start: int) -> bool:
-        """Whether the batch starting at ``start`` holds probe images."""
-        return start < self.probe_count
+        """Whether the batch starting at ``start`` holds probe samples."""
+        return start < self.probe_count and (not self._starts or start in self._starts or not self._closed)
 
-    def add_batch(self, start: int, batch: np.ndarray) -> None:
-        if self.wants(start):
-            self._images.append(batch)
+    def add_batch(self, start: int, batch: Feeds) -> None:
+        if start >= self.probe_count or self._closed or start in self._starts:
+            return
+        if self._images and _shapes(batch, self.signature) != _shapes(self._images[0], self.signature):
+            self._closed = True  # another shape: the probe is the group before it
+            return
+        self._images.append(dict(batch))
+        self._starts.append(start)
 
-    def add_output(self, name: str, start: int, batch: np.ndarray, out: np.ndarray, seconds: float) -> None:
-        """One row's output for one replayed batch and the seconds its ``infer`` took."""
-        if self.wants(start):
+    def add_output(self, name: str, start: int, samples: int, out: np.ndarray, seconds: float) -> None:
+        """One row's output for one replayed batch of ``samples`` samples and the seconds its ``infer`` took."""
+        if start in self._starts and self._starts.index(start) == len(self._outputs.get(name, ())):
             self._outputs.setdefault(name, []).append(np.asarray(out))
-        if len(batch) == self.main:  # only full batches time the main batch size
+        if samples == self.main:  # only full batches time the main batch size
             self._seconds.setdefault(name, []).append(seconds)
 
-    def probe(self) -> np.ndarray:
-        return np.concatenate(self._images)[: self.probe_count]
+    def probe_size(self) -> int:
+        return min(self.probe_count, sum(length(b, self.signature) for b in self._images))
 
-    def first_batch(self) -> np.ndarray:
+    def probe(self) -> dict[str, np.ndarray]:
+        return take(concat(self._images, self.signature), self.signature, 0, self.probe_size())
+
+    def first_batch(self) -> dict[str, np.ndarray]:
         return self._images[0]
 
     def first_output(self, name: str) -> np.ndarray | None:
@@ -58,15 +75,20 @@ class ReplayTrace:
         return outs[0] if outs else None
 
     def probe_outputs(self, name: str) -> np.ndarray | None:
-        """``name``'s outputs for the probe images at the main batch size, as the replay computed them."""
+        """``name``'s outputs for the probe samples at the main batch size, as the replay computed them."""
         outs = self._outputs.get(name)
-        if not outs or sum(len(o) for o in outs) < self.probe_count:
+        size = self.probe_size()
+        if not outs or sum(len(o) for o in outs) < size:
             return None
         try:
-            return np.concatenate(outs)[: self.probe_count]
+            return np.concatenate(outs)[:size]
         except ValueError:  # outputs of different shapes: let the check run and say so
             return None
 
     def timed_seconds(self, name: str) -> list[float]:
-        """Seconds per full batch after the first (the first is the warm-up, as in ``latency.measure``)."""
+        """Seconds per full batch after the first (the first is the warm-up)."""
         return list(self._seconds.get(name, ())[1:])
+
+
+def _shapes(feeds: Feeds, signature: Signature) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(a.shape) for a in feeds.values())
