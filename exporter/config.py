@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .signature import SignatureSettings
 
 FLOAT_MAX_MAE = 1e-5
 # Measured on the bundled models: dynamic int8 lands at 1e-4 to 1e-2 logit MAE with top-1 unchanged
@@ -184,6 +185,9 @@ class RunConfig:
     diagnose: bool = False  # also build the per-layer int8 tables of passing int8 rows (--diagnose)
     jobs: int | None = None  # 1: one artifact at a time; 2: replay each artifact while the next builds; None: by core count
     build_timeout: float = BUILD_TIMEOUT  # seconds one isolated build may run before it is killed; 0: no limit
+    # [tool.export-check.model-inputs.*] and [tool.export-check.outputs.*]: what recording a format-2
+    # golden set (the pytest plugin's record and regen) applies over what it discovers
+    signature_settings: SignatureSettings = field(default_factory=SignatureSettings)
 
     def __post_init__(self) -> None:
         if not self.arch:
