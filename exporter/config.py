@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .signature import SignatureSettings
 
 FLOAT_MAX_MAE = 1e-5
 # int8 is judged relative to the output's own size (MAE / mean |reference|), so the same quantization
@@ -213,6 +214,9 @@ class RunConfig:
     jobs: int | None = None  # 1: one artifact at a time; 2: replay each artifact while the next builds; None: by core count
     build_timeout: float = BUILD_TIMEOUT  # seconds one isolated build may run before it is killed; 0: no limit
     strict: bool = False  # a kind that does not apply to the model fails the run instead of being shown as not applicable
+    # [tool.export-check.model-inputs.*] and [tool.export-check.outputs.*]: what recording a format-2
+    # golden set (the pytest plugin's record and regen) applies over what it discovers
+    signature_settings: SignatureSettings = field(default_factory=SignatureSettings)
 
     def __post_init__(self) -> None:
         if not self.arch:

@@ -28,6 +28,7 @@ from typing import Any
 
 from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, default_cache_dir
 from .errors import UsageError
+from .signature import SignatureSettings, parse_signature_settings
 
 CHECK, RECORD, VERIFY, APPROVE, HISTORY = "check", "golden record", "golden verify", "golden approve", "history"
 COMMANDS = (CHECK, RECORD, VERIFY, APPROVE, HISTORY)
@@ -67,6 +68,7 @@ class Option:
     short: str | None = None  # "-q"
     positional: bool = False
     nargs: str | None = None
+    check: Callable[[Any, str], object] | None = None  # a settings value's further validation: check(value, source) raises UsageError
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
@@ -169,6 +171,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("mean", "mean", "str", "per-channel mean after scaling to [0,1] (default: 0.5 each)", (RECORD,), metavar="M,M,M"),
     Option("std", "std", "str", "per-channel std (default: 0.5 each)", (RECORD,), metavar="S,S,S"),
     Option("preprocess", "preprocess", "table", "how `golden record` (and a pytest regen) turns images into tensors", (), settings=True),
+    Option("model-inputs", "model_inputs", "table", "per model input, [tool.export-check.model-inputs.NAME]: dtype, batch-axis, "
+           "dynamic-axes, keyword (a format-2 golden set records them)", (), settings=True,
+           check=lambda value, source: parse_signature_settings(value, None, source)),
+    Option("outputs", "outputs", "table", "per model output, [tool.export-check.outputs.NAME]: batch-axis, kind, class-axis, "
+           "dynamic-axes, compare (a format-2 golden set records them)", (), settings=True,
+           check=lambda value, source: parse_signature_settings(None, value, source)),
     # golden verify
     Option("golden_dir", "golden_dir", "path", "golden set (default: golden in [tool.export-check] of ./pyproject.toml, else {default})",
            (VERIFY,), default=DEFAULT_GOLDEN, metavar="DIR", positional=True, nargs="?"),
@@ -325,7 +333,13 @@ def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     if values.get("no_cache"):
         config["cache_dir"] = None
     thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate})
-    return RunConfig(**config, arch_root=values["arch_root"], thresholds=thresholds)
+    return RunConfig(**config, arch_root=values["arch_root"], thresholds=thresholds,
+                     signature_settings=values.get("signature_settings") or SignatureSettings())
+
+
+def signature_settings(settings: Mapping[str, Any]) -> SignatureSettings:
+    """The ``model-inputs`` and ``outputs`` tables of the settings read (validated when they were read)."""
+    return parse_signature_settings(settings.get("model_inputs"), settings.get("outputs"), str(settings.get("_source", "settings")))
 
 
 def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | None = None) -> tuple[RunConfig, dict[str, Any]]:
@@ -333,6 +347,7 @@ def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | 
     ``default_out`` makes the out folder when neither the explicit values nor the settings name one."""
     settings = load_settings(explicit["checkpoint"], explicit.get("config"))
     values = overlay(CHECK, explicit, settings, None if default_out is None else {"out": default_out})
+    values["signature_settings"] = signature_settings(settings)
     return to_run_config(values), settings
 
 
@@ -343,6 +358,7 @@ class GoldenParams:
     common: dict[str, Any]  # the keyword arguments golden.lifecycle.record_golden and approve_golden share
     inputs: Path | None  # record's inputs folder, if given or set
     settings: dict[str, Any]  # as read (record takes its [tool.export-check.preprocess] from here)
+    signature: SignatureSettings = SignatureSettings()  # [tool.export-check.model-inputs.*] and [...outputs.*]: record and approve take it
 
 
 def golden_params(command: str, explicit: Mapping[str, Any]) -> GoldenParams:
@@ -354,4 +370,4 @@ def golden_params(command: str, explicit: Mapping[str, Any]) -> GoldenParams:
         checkpoint=values["checkpoint"], arch=values["arch"], arch_kwargs=values["arch_kwargs"], arch_root=values["arch_root"],
         golden_dir=values["golden"], threads=values["threads"], batch_size=values["batch_size"],
     )
-    return GoldenParams(common=common, inputs=values.get("inputs"), settings=settings)
+    return GoldenParams(common=common, inputs=values.get("inputs"), settings=settings, signature=signature_settings(settings))

@@ -128,6 +128,7 @@ class _Session:
         common: dict[str, Any] = dict(
             checkpoint=config.checkpoint, arch=config.arch, arch_kwargs=config.arch_kwargs, arch_root=config.arch_root,
             golden_dir=config.golden, threads=config.threads, batch_size=config.batch_size,
+            signature_settings=config.signature_settings,
         )
         if missing:
             inputs = settings.get("inputs")

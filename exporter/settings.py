@@ -35,6 +35,8 @@ def parse_settings(table: Any, base: Path, source: str) -> dict[str, Any]:
             raise UsageError(f"{source}: unknown key {key!r} in [tool.{TABLE}]; known keys: {', '.join(SETTINGS)}")
         option = SETTINGS[key]
         out[option.python] = coerce(value, option.kind, base, f"{source}: {key}")
+        if option.check is not None:
+            option.check(out[option.python], source)
     if "arch" in out:
         out["arch"], out["arch_root"] = anchor_arch(out["arch"], base)
     return out

@@ -54,3 +54,57 @@ class AllConv(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
+
+
+# --- models of several inputs and outputs (golden format 2) -------------------------------------------
+
+
+class MaskedSequenceNet(nn.Module):
+    """Two inputs: ``x`` (N, T, F) float features and ``mask`` (N, T) int64 (1 = a real position);
+    one output, (N, classes) logits from the masked mean over time. T may change between samples."""
+
+    def __init__(self, features: int = 6, num_classes: int = 5) -> None:
+        super().__init__()
+        self.embed = nn.Linear(features, 16)
+        self.head = nn.Linear(16, num_classes)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        weights = mask.to(x.dtype).unsqueeze(-1)
+        pooled = (torch.tanh(self.embed(x)) * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+        return self.head(pooled)
+
+
+class TupleOutputNet(nn.Module):
+    """One (N, F) input; a tuple out: (N, classes) logits and an (N, 8) embedding."""
+
+    def __init__(self, features: int = 12, num_classes: int = 4) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(features, 8), nn.Tanh())
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        embedding = self.body(x)
+        return self.head(embedding), embedding
+
+
+class DictOutputNet(nn.Module):
+    """One (N, F) input; a dict out: ``scores`` (N, classes) and ``boxes`` (N, 3, 4)."""
+
+    def __init__(self, features: int = 12, num_classes: int = 4) -> None:
+        super().__init__()
+        self.scores = nn.Linear(features, num_classes)
+        self.boxes = nn.Linear(features, 12)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"scores": self.scores(x), "boxes": torch.sigmoid(self.boxes(x)).reshape(-1, 3, 4)}
+
+
+class TimeMajorNet(nn.Module):
+    """Batch-first (N, T, F) in, time-major (T, N, classes) per-step logits out, as CTC heads return them."""
+
+    def __init__(self, features: int = 6, num_classes: int = 5) -> None:
+        super().__init__()
+        self.step = nn.Linear(features, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.step(x).transpose(0, 1)

@@ -1,27 +1,43 @@
 """The golden set lifecycle behind ``export-check golden record|verify|approve``, as typed results.
 
 Golden data changes only here, on an explicit command, through :func:`exporter.golden.store.write_golden`
-(content-addressed files, manifest replaced last and atomically). Nothing here prints: the
-command line (``exporter.cli``) and the pytest plugin show the results.
+or ``write_golden_v2`` (content-addressed files, manifest replaced last and atomically). Nothing here
+prints: the command line (``exporter.cli``) and the pytest plugin show the results.
+
+Recording writes format 1, exactly as it always has, for a folder of images or ``.npy`` tensors and a
+model returning one tensor, with no ``model-inputs``/``outputs`` settings; otherwise format 2 (sample
+archives, several outputs, or a declared signature; ``exporter.golden.discover`` learns the signature).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
-from ..errors import GoldenError, UsageError
+from ..errors import ArtifactError, GoldenError, UsageError, describe_exception
 from ..files import sha256_file
-from ..model import eager_logits, load_model, pinned_threads
+from ..model import EagerRunner, eager_logits, load_model, pinned_threads
+from ..signature import InputSpec, OutputSpec, Signature, SignatureSettings
 from ..versions import library_versions
-from .inputs import Preprocess, decode_input, finite_or_raise, image_files
-from .manifest import MANIFEST, GoldenSet, load_golden, unreferenced_files, verify_golden
-from .store import NewInput, write_golden
+from .discover import LOGITS_KINDS, input_specs, run_outputs, sample_axis
+from .inputs import (
+    IMAGE_SUFFIXES,
+    TENSOR_SUFFIX,
+    Preprocess,
+    conform_sample,
+    decode_input,
+    finite_or_raise,
+    image_files,
+    read_sample,
+    sample_files,
+)
+from .manifest import INPUT, MANIFEST, VERSION_1, GoldenSet, load_golden, unreferenced_files, verify_golden
+from .store import NewInput, write_golden, write_golden_v2
 
 
 def _eager_logits(model: Any, arrays: Iterable[np.ndarray], batch_size: int) -> np.ndarray:
@@ -87,9 +103,18 @@ def check_record_target(golden_dir: Path, inputs_dir: Path, force: bool) -> None
 def record_golden(
     checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, inputs_dir: Path,
     preprocess: Preprocess | None, threads: int, batch_size: int, force: bool = False,
+    signature_settings: SignatureSettings | None = None,
 ) -> GoldenSet:
-    """Decode every input, run the eager model on it and write a new golden set atomically."""
+    """Decode every input, run the eager model on it and write a new golden set atomically.
 
+    Format 2 when ``inputs_dir`` holds sample archives (``.npz``/``.safetensors``), when the model
+    returns anything but one tensor, or when ``signature_settings`` declares inputs or outputs;
+    format 1 otherwise, exactly as before format 2 existed.
+    """
+    settings = signature_settings or SignatureSettings()
+    archives = sample_files(inputs_dir)
+    if archives:
+        return _record_samples(checkpoint, arch, arch_kwargs, arch_root, golden_dir, inputs_dir, archives, threads, batch_size, force, settings)
     files = image_files(inputs_dir)
     check_record_target(golden_dir, inputs_dir, force)
     labels = _labels(inputs_dir)
@@ -106,11 +131,79 @@ def record_golden(
                 f"{inputs_dir / item.name}: decodes to shape {array.shape} but {new_inputs[0].name} to {arrays[0].shape}; "
                 "every input must have one shape"
             )
+    declared = bool(settings.inputs or settings.outputs)
     with pinned_threads(threads):
         model = load_model(checkpoint, arch, arch_kwargs, arch_root)
-        reference = _eager_logits(model, arrays, batch_size)
+        if not declared and _returns_one_tensor(model, arrays[:batch_size], checkpoint):
+            reference = _eager_logits(model, arrays, batch_size)
+        else:  # format 2 with the one input of format 1
+            unknown = [n for n in settings.inputs if n != INPUT]
+            if unknown:
+                raise GoldenError(f"[tool.export-check.model-inputs.{unknown[0]}]: the inputs are images or .npy tensors, so the model "
+                                  f"has one input, named {INPUT!r}; fix the name")
+            inputs = (settings.apply_input(InputSpec(INPUT)),)
+            samples = [conform_sample({INPUT: a}, inputs, inputs_dir / item.name) for item, a in zip(new_inputs, arrays, strict=True)]
+            return _write_v2(golden_dir, model, samples, inputs, new_inputs, preprocess, settings, checkpoint, arch, arch_kwargs, batch_size)
     finite_or_raise(reference, str(checkpoint))
     return write_golden(golden_dir, new_inputs, preprocess, reference, _model_info(checkpoint, arch, arch_kwargs), library_versions())
+
+
+def _returns_one_tensor(model: Any, arrays: Sequence[np.ndarray], checkpoint: Path) -> bool:
+    """Whether the model's output for the first batch is one tensor (format 1 holds exactly that)."""
+    try:
+        out = EagerRunner(model).call({INPUT: np.stack(arrays)})
+    except ArtifactError as exc:
+        raise GoldenError(f"{checkpoint}: {exc}") from None
+    except Exception as exc:
+        raise GoldenError(f"{checkpoint}: the model fails on the golden inputs ({describe_exception(exc)}); "
+                          "check that --arch and the inputs match the model") from None
+    return hasattr(out, "detach") or isinstance(out, np.ndarray)
+
+
+def _recording(model: Any, batch_size: int) -> dict[str, Any]:
+    # load_model returns the module after .eval(): the mode the eager model ran in while recording
+    return {"batch_size": batch_size, "mode": "train" if getattr(model, "training", False) else "eval"}
+
+
+def _write_v2(
+    golden_dir: Path, model: Any, samples: Sequence[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], new_inputs: Sequence[NewInput],
+    preprocess: Preprocess | None, settings: SignatureSettings, checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], batch_size: int,
+) -> GoldenSet:
+    outputs, reference = run_outputs(model, samples, inputs, settings, checkpoint, batch_size)
+    signature = Signature(inputs=inputs, outputs=outputs)
+    return write_golden_v2(golden_dir, new_inputs, preprocess, signature, reference, _recording(model, batch_size),
+                           _model_info(checkpoint, arch, arch_kwargs), library_versions())
+
+
+def _record_samples(
+    checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, inputs_dir: Path,
+    archives: list[Path], threads: int, batch_size: int, force: bool, settings: SignatureSettings,
+) -> GoldenSet:
+    """Format 2 from a folder of sample archives, one per sample, each holding every named input."""
+    others = sorted(p.name for p in inputs_dir.iterdir() if p.is_file() and p.suffix.lower() in (*IMAGE_SUFFIXES, TENSOR_SUFFIX))
+    if others:
+        raise GoldenError(f"{inputs_dir}: holds sample archives ({archives[0].name}) and images or .npy tensors ({others[0]}); "
+                          "keep one kind of sample per folder (an .npz per sample holds every input)")
+    check_record_target(golden_dir, inputs_dir, force)
+    labels = _labels(inputs_dir)
+    new_inputs = [NewInput(name=f.name, data=f.read_bytes(), label=labels.get(f.name)) for f in archives]
+    raw = [read_sample(item.data, item.name, inputs_dir / item.name) for item in new_inputs]
+    with pinned_threads(threads):
+        model = load_model(checkpoint, arch, arch_kwargs, arch_root)
+        inputs = input_specs(model, raw, archives, settings)
+        samples = [conform_sample(arrays, inputs, path) for arrays, path in zip(raw, archives, strict=True)]
+        return _write_v2(golden_dir, model, samples, inputs, new_inputs, None, settings, checkpoint, arch, arch_kwargs, batch_size)
+
+
+def describe_outputs(golden: GoldenSet) -> str:
+    """A format-2 set's reference for people: ``outputs boxes float32 (4, 5), scores float32 (10,)``
+    (each output's dtype and per-sample shapes, without the batch axis)."""
+    parts = []
+    for spec in golden.signature.outputs:
+        record = golden.reference_records[spec.name]
+        shown = " or ".join(str(shape) for shape in record.shapes)
+        parts.append(f"{spec.name} {record.dtype} {shown}" + ("" if spec.compared else " (not compared)"))
+    return "outputs " + ", ".join(parts)
 
 
 _KIND_TEXT = {"missing": "MISSING", "changed": "CHANGED", "undecodable": "UNDECODABLE", "broken": "BROKEN"}
@@ -128,8 +221,10 @@ def verify(golden_dir: Path) -> tuple[bool, list[str]]:
             shown = f"{problem.name} ({problem.file})" if problem.name and problem.name != problem.file else problem.file
             what = problem.what.removeprefix(f"{golden_dir / problem.file}: ")  # the line names the file already
             lines.append(f"  {_KIND_TEXT.get(problem.kind, problem.kind.upper()):<11} {shown}: {what}")
-    else:
+    elif golden.version == VERSION_1:
         lines.append(f"golden set {golden_dir}: OK ({len(golden)} inputs, reference {golden.reference_shape}, every hash matches)")
+    else:
+        lines.append(f"golden set {golden_dir}: OK ({len(golden)} inputs, {describe_outputs(golden)}, every hash matches)")
     for extra in unreferenced_files(golden):
         lines.append(f"  note: {extra} is not listed in {MANIFEST}; it is ignored (delete it, or re-record to include it)")
     return not problems, lines
@@ -180,7 +275,98 @@ class ApproveDiff:
         return out
 
 
-def diff_references(golden: GoldenSet, old: np.ndarray, new: np.ndarray, new_checkpoint_sha256: str) -> ApproveDiff:
+@dataclass(frozen=True)
+class SampleChange:
+    """One sample whose top-1 (per position, for sequence logits) changes in one output."""
+
+    name: str
+    old: tuple[int, ...]
+    new: tuple[int, ...]
+    positions: int  # how many positions changed (1 for a logits output)
+    label: int | None
+    mae: float
+
+    def line(self) -> str:
+        tail = f", label {self.label}" if self.label is not None else ""
+        if len(self.old) == 1:
+            return f"  {self.name}: top-1 {self.old[0]} -> {self.new[0]} (MAE {self.mae:.3e}{tail})"
+        return f"  {self.name}: top-1 changes at {self.positions} of {len(self.old)} positions (MAE {self.mae:.3e}{tail})"
+
+
+@dataclass(frozen=True)
+class OutputChange:
+    """What adopting the new outputs changes in one output of a format-2 set."""
+
+    name: str
+    kind: str
+    status: str  # "compared", "reshaped" (a sample's shape or the dtype changes), "new", "removed"
+    mae: float | None = None
+    max_abs: float | None = None
+    changes: tuple[SampleChange, ...] | None = None  # the logits kinds: samples whose top-1 changes
+    old: str = ""  # "float32 (10,)" when reshaped
+    new: str = ""
+    compared: bool = True
+
+    @property
+    def unchanged(self) -> bool:
+        return self.status == "compared" and self.max_abs == 0.0
+
+    def lines(self, samples: int) -> list[str]:
+        head = f"output {self.name} [{self.kind}{'' if self.compared else ', not compared'}]"
+        if self.status == "new":
+            return [f"{head}: new ({self.new})"]
+        if self.status == "removed":
+            return [f"{head}: removed (was {self.old})"]
+        if self.status == "reshaped":
+            return [f"{head}: changes {self.old} -> {self.new}; every sample's value is replaced"]
+        line = f"{head}: MAE {self.mae:.3e} (max |diff| {self.max_abs:.3e})"
+        if self.changes is None:
+            return [line]
+        return [f"{line}; top-1 changes on {len(self.changes)} of {samples} inputs", *(c.line() for c in self.changes)]
+
+
+@dataclass(frozen=True)
+class OutputsDiff:
+    """What adopting a new checkpoint's outputs changes in a format-2 golden set, output by output."""
+
+    golden_dir: Path
+    inputs: int
+    outputs: tuple[OutputChange, ...]
+    signature_changes: tuple[str, ...]  # e.g. "output scores: kind logits -> values"
+    accuracy: tuple[float, float] | None  # old -> new top-1 accuracy of the first compared logits output, when every input has a label
+    old_checkpoint_sha256: str | None
+    new_checkpoint_sha256: str
+
+    @property
+    def unchanged(self) -> bool:
+        return not self.signature_changes and all(o.unchanged for o in self.outputs)
+
+    def lines(self) -> list[str]:
+        old_sha = (self.old_checkpoint_sha256 or "unknown")[:12]
+        out = [f"checkpoint sha256 {old_sha} -> {self.new_checkpoint_sha256[:12]}"]
+        for change in self.outputs:
+            out.extend(change.lines(self.inputs))
+        out.extend(self.signature_changes)
+        if self.accuracy is not None:
+            out.append(f"accuracy on labels: {self.accuracy[0]:.1%} -> {self.accuracy[1]:.1%}")
+        return out
+
+
+@overload
+def diff_references(golden: GoldenSet, old: np.ndarray, new: np.ndarray, new_checkpoint_sha256: str,
+                    signature: None = None) -> ApproveDiff: ...
+
+
+@overload
+def diff_references(golden: GoldenSet, old: Mapping[str, Sequence[np.ndarray]], new: Mapping[str, Sequence[np.ndarray]],
+                    new_checkpoint_sha256: str, signature: Signature) -> OutputsDiff: ...
+
+
+def diff_references(golden: GoldenSet, old: Any, new: Any, new_checkpoint_sha256: str, signature: Signature | None = None) -> Any:
+    """The diff approving ``new`` would make: format 1, the logits arrays (:class:`ApproveDiff`);
+    format 2, every output's per-sample values with the new ``signature`` (:class:`OutputsDiff`)."""
+    if signature is not None:
+        return _diff_outputs(golden, old, new, new_checkpoint_sha256, signature)
     recorded = golden.model.get("checkpoint_sha256")
     common: dict[str, Any] = dict(
         golden_dir=golden.root, inputs=len(golden), old_shape=tuple(old.shape), new_shape=tuple(new.shape),
@@ -203,13 +389,85 @@ def diff_references(golden: GoldenSet, old: np.ndarray, new: np.ndarray, new_che
     return ApproveDiff(mae=float(diff.mean()), max_abs=float(diff.max()), changes=changes, accuracy=accuracy, **common)
 
 
+def _shapes_text(values: Sequence[np.ndarray]) -> str:
+    shapes = sorted({tuple(v.shape) for v in values})
+    return f"{values[0].dtype} {' or '.join(str(s) for s in shapes)}" if values else "nothing"
+
+
+def _top1(value: np.ndarray, spec: OutputSpec) -> np.ndarray:
+    """A sample's top-1 class per position (one position for a logits output)."""
+    axis = sample_axis(spec.class_axis, value.ndim + 1, spec.batch_axis)
+    return np.asarray(value.argmax(axis=axis)).reshape(-1)
+
+
+def _diff_outputs(golden: GoldenSet, old: Mapping[str, Sequence[np.ndarray]], new: Mapping[str, Sequence[np.ndarray]],
+                  new_checkpoint_sha256: str, signature: Signature) -> OutputsDiff:
+    labels = golden.labels()
+    changes: list[OutputChange] = []
+    accuracy = None
+    for spec in signature.outputs:
+        values = new[spec.name]
+        if spec.name not in old:
+            changes.append(OutputChange(spec.name, spec.kind, "new", new=_shapes_text(values), compared=spec.compared))
+            continue
+        before = old[spec.name]
+        if len(before) != len(values) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(before, values, strict=False)):
+            changes.append(OutputChange(spec.name, spec.kind, "reshaped", old=_shapes_text(before), new=_shapes_text(values),
+                                        compared=spec.compared))
+            continue
+        total, count, peak = 0.0, 0, 0.0
+        per_sample = []
+        for a, b in zip(before, values, strict=True):
+            diff = np.abs(b.astype(np.float64) - a.astype(np.float64))
+            total, count = total + float(diff.sum()), count + diff.size
+            peak = max(peak, float(diff.max()) if diff.size else 0.0)
+            per_sample.append(float(diff.mean()) if diff.size else 0.0)
+        top: tuple[SampleChange, ...] | None = None
+        if spec.kind in LOGITS_KINDS:
+            found = []
+            old_tops, new_tops = [_top1(a, spec) for a in before], [_top1(b, spec) for b in values]
+            for i, (a, b) in enumerate(zip(old_tops, new_tops, strict=True)):
+                moved = int(np.count_nonzero(a != b))
+                if moved:
+                    found.append(SampleChange(golden.inputs[i].name, tuple(int(x) for x in a), tuple(int(x) for x in b), moved, labels[i],
+                                              per_sample[i]))
+            top = tuple(found)
+            if (accuracy is None and spec.compared and spec.kind == "logits" and labels and all(label is not None for label in labels)
+                    and all(t.size == 1 for t in old_tops + new_tops)):
+                truth = np.asarray(labels)
+                accuracy = (float(np.mean(np.concatenate(old_tops) == truth)), float(np.mean(np.concatenate(new_tops) == truth)))
+        changes.append(OutputChange(spec.name, spec.kind, "compared", mae=total / max(count, 1), max_abs=peak, changes=top,
+                                    compared=spec.compared))
+    for name, before in old.items():
+        if name not in signature.output_names:
+            changes.append(OutputChange(name, golden.signature.output(name).kind, "removed", old=_shapes_text(before)))
+    signature_changes = []
+    if signature.inputs != golden.signature.inputs:
+        signature_changes.append("inputs: " + ", ".join(str(i.to_json()) for i in signature.inputs))
+    for spec in signature.outputs:
+        if spec.name in golden.signature.output_names:
+            was = golden.signature.output(spec.name)
+            for key, value in spec.to_json().items():
+                if was.to_json()[key] != value:
+                    signature_changes.append(f"output {spec.name}: {key.replace('_', ' ')} {was.to_json()[key]} -> {value}")
+    recorded = golden.model.get("checkpoint_sha256")
+    return OutputsDiff(golden_dir=golden.root, inputs=len(golden), outputs=tuple(changes), signature_changes=tuple(signature_changes),
+                       accuracy=accuracy, old_checkpoint_sha256=recorded if isinstance(recorded, str) else None,
+                       new_checkpoint_sha256=new_checkpoint_sha256)
+
+
 def approve_golden(
     checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, threads: int, batch_size: int,
-    dry_run: bool = False,
-) -> tuple[ApproveDiff, bool]:
-    """Compute the new checkpoint's logits on the (verified) golden inputs; unless ``dry_run`` or
-    nothing changed, write them as the new reference. Returns the diff and whether it was written."""
+    dry_run: bool = False, signature_settings: SignatureSettings | None = None,
+) -> tuple[ApproveDiff | OutputsDiff, bool]:
+    """Compute the new checkpoint's logits (format 2: outputs) on the (verified) golden inputs; unless
+    ``dry_run`` or nothing changed, write them as the new reference. Returns the diff and whether it
+    was written. A format-2 set keeps its inputs; its outputs' specs are kept, with the
+    ``outputs`` settings applied over them (new outputs get their defaults)."""
     golden = load_golden(golden_dir)
+    if golden.version != VERSION_1:
+        return _approve_v2(golden, checkpoint, arch, arch_kwargs, arch_root, threads, batch_size, dry_run,
+                           signature_settings or SignatureSettings())
     old = golden.reference()
     with pinned_threads(threads):
         model = load_model(checkpoint, arch, arch_kwargs, arch_root)
@@ -224,4 +482,25 @@ def approve_golden(
     return diff, True
 
 
-__all__ = ["record_golden", "check_record_target", "verify", "approve_golden", "diff_references", "ApproveDiff", "TopChange"]
+def _approve_v2(golden: GoldenSet, checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, threads: int,
+                batch_size: int, dry_run: bool, settings: SignatureSettings) -> tuple[OutputsDiff, bool]:
+    old = golden.reference_samples()
+    samples = [golden.load_sample(item) for item in golden.inputs]
+    inputs = golden.signature.inputs
+    with pinned_threads(threads):
+        model = load_model(checkpoint, arch, arch_kwargs, arch_root)
+        outputs, new = run_outputs(model, samples, inputs, SignatureSettings(outputs=settings.outputs), checkpoint, batch_size,
+                                   existing=golden.signature)
+        recording = _recording(model, batch_size)
+    signature = Signature(inputs=inputs, outputs=outputs)
+    info = _model_info(checkpoint, arch, arch_kwargs)
+    diff = diff_references(golden, old, new, info["checkpoint_sha256"], signature)
+    if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256):
+        return diff, False
+    new_inputs = [NewInput(name=item.name, data=(golden.root / item.file).read_bytes(), label=item.label) for item in golden.inputs]
+    write_golden_v2(golden.root, new_inputs, golden.preprocess, signature, new, recording, info, library_versions())
+    return diff, True
+
+
+__all__ = ["record_golden", "check_record_target", "verify", "approve_golden", "diff_references", "describe_outputs", "ApproveDiff",
+           "OutputsDiff", "OutputChange", "SampleChange", "TopChange"]

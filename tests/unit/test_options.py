@@ -24,8 +24,9 @@ from exporter.pytest_plugin import run_config
 from exporter.settings import parse_settings
 
 # RunConfig fields no option sets directly: arch_root goes with arch (the folder of the settings file
-# that named it); thresholds are set by the gate rows.
-DERIVED = {"arch_root", "thresholds"}
+# that named it); thresholds are set by the gate rows; signature_settings by the settings-only
+# model-inputs and outputs tables.
+DERIVED = {"arch_root", "thresholds", "signature_settings"}
 
 
 def test_every_user_settable_runconfig_field_has_exactly_one_row() -> None:
@@ -52,6 +53,7 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
         "strict",
         "arch", "arch-kwargs", "golden", "inputs", "out", "artifacts", "batch-size", "threads", "jobs", "build-timeout",
         "opset", "onnx-exporter", "max-mae", "int8-max-relative-mae", "int8-max-mae", "int8-min-top1", "preprocess", "cache-dir",
+        "model-inputs", "outputs",  # golden format 2: [tool.export-check.model-inputs.NAME], [tool.export-check.outputs.NAME]
     }
 
 
@@ -135,7 +137,9 @@ def test_random_settings_tables_validate_or_fail_with_one_line_naming_the_key(ta
                 parse_settings({key: value}, Path("/base"), "pyproject.toml")
             except UsageError as alone:
                 assert str(alone) == message
-                assert message.startswith(f"pyproject.toml: {key} must") or f"unknown key {key!r}" in message
+                # a table of tables (model-inputs, outputs) names the key inside it: "pyproject.toml: outputs.boxes.kind must"
+                assert (message.startswith(f"pyproject.toml: {key} must") or f"unknown key {key!r}" in message
+                        or message.startswith(f"pyproject.toml: {key}."))
                 return
         raise AssertionError(f"no key of {table!r} fails alone, yet the table fails: {message}") from None
     kinds = {o.python: o.kind for o in SETTINGS.values()}
@@ -295,3 +299,26 @@ def test_golden_params_overlay(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "export-check.toml").write_text("")
     with pytest.raises(UsageError, match="no architecture given"):
         options.golden_params(options.APPROVE, {"checkpoint": ckpt})
+
+
+def test_model_inputs_and_outputs_tables_reach_record_approve_and_the_runconfig(tmp_path: Path, monkeypatch) -> None:
+    from exporter.signature import SignatureSettings
+
+    monkeypatch.chdir(tmp_path)
+    ckpt = tmp_path / "m.pth"
+    ckpt.write_bytes(b"x")
+    (tmp_path / "export-check.toml").write_text('arch = "net.py:Net"\n[model-inputs.mask]\ndtype = "int64"\nkeyword = true\n'
+                                                '[outputs.scores]\nbatch-axis = 1\nkind = "values"\n')
+    expected = SignatureSettings(inputs={"mask": {"dtype": "int64", "keyword": True}}, outputs={"scores": {"batch_axis": 1, "kind": "values"}})
+    params = options.golden_params(options.RECORD, {"checkpoint": ckpt})
+    assert params.signature == expected and "signature_settings" not in params.common
+    cli, plugin = _both(ckpt, {})
+    assert isinstance(cli, RunConfig) and cli == plugin and cli.signature_settings == expected
+    assert "signature_settings" not in cli.settings_json()  # the report's settings do not change
+    (tmp_path / "export-check.toml").write_text('arch = "net.py:Net"\n[outputs.scores]\nbatch_axis = 1\n')
+    with pytest.raises(UsageError, match=r"export-check.toml: outputs.scores: unknown key 'batch_axis'; known keys: batch-axis"):
+        options.golden_params(options.RECORD, {"checkpoint": ckpt})
+    (tmp_path / "export-check.toml").write_text('arch = "net.py:Net"\noutputs = 3\n')
+    with pytest.raises(UsageError, match=r"export-check.toml: outputs must be a table, got 3"):
+        options.golden_params(options.RECORD, {"checkpoint": ckpt})
+    assert RunConfig(checkpoint=ckpt, arch="m:F", golden=Path("g"), out_dir=Path("o")).signature_settings == SignatureSettings()

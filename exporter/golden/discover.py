@@ -1,0 +1,260 @@
+"""What recording a format-2 golden set learns about the model: its signature and its outputs.
+
+- :func:`input_specs`: the named inputs from the sample files (names, order, dtypes, varying axes),
+  checked against ``forward``'s parameters, with ``[tool.export-check.model-inputs.NAME]`` applied.
+- :func:`run_outputs`: eager over the samples, batched as the replay batches them
+  (``manifest.stack_batches``): the output names, each output's spec (default kind, settings
+  applied, batch axis validated on at least two batch sizes, varying axes) and every sample's
+  output without its batch axis (the reference).
+
+Every problem is one :class:`GoldenError` line naming the file or the checkpoint and the fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArtifactError, GoldenError, describe_exception
+from ..model import EagerRunner
+from ..signature import InputSpec, OutputSpec, Signature, SignatureSettings, default_kind
+from .inputs import SAMPLE_DTYPES
+from .manifest import feeds_length, stack_batches, stack_samples
+
+LOGITS_KINDS = ("logits", "sequence-logits")
+
+
+def _symbol(name: str, axis: int) -> str:
+    """A dynamic axis's symbol nobody named: ``<name>_<axis>`` as an identifier."""
+    return re.sub(r"\W|^(?=\d)", "_", f"{name}_{axis}")
+
+
+def batched_axis(sample_axis: int, batch_axis: int) -> int:
+    """A sample's axis numbered on the batched array (the batch axis inserted at ``batch_axis``)."""
+    return sample_axis if sample_axis < batch_axis else sample_axis + 1
+
+
+def sample_axis(axis: int, ndim: int, batch_axis: int) -> int:
+    """A batched array's axis (negative counts from the end) numbered on one sample (batch axis removed)."""
+    axis = axis % ndim
+    return axis if axis < batch_axis else axis - 1
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _forward_parameters(model: Any) -> list[inspect.Parameter] | None:
+    try:
+        return list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _check_forward(model: Any, names: list[str], keyword: set[str], shown: Path) -> None:
+    """The positional inputs must be forward's positional parameters, in order; the keyword ones its
+    parameters too; every parameter without a default must be given."""
+    params = _forward_parameters(model)
+    if params is None:
+        return
+    kinds = inspect.Parameter
+    takes = f"{type(model).__name__}.forward({', '.join(str(p) for p in params)})"
+    fix = ("name the arrays after forward's parameters, in its order, or mark an input keyword = true in "
+           "[tool.export-check.model-inputs.NAME]")
+    if any(p.kind is kinds.VAR_POSITIONAL for p in params):
+        return  # forward(*args): any names, in the file's order
+    positional = [p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    given = [n for n in names if n not in keyword]
+    if given != [p.name for p in positional[: len(given)]] or len(given) > len(positional):
+        raise GoldenError(f"{shown}: holds inputs {', '.join(names)} (passed by position: {', '.join(given) or 'none'}), "
+                          f"but the model takes {takes}; {fix}")
+    by_name = {p.name: p for p in params}
+    any_keyword = any(p.kind is kinds.VAR_KEYWORD for p in params)
+    for name in keyword:
+        param = by_name.get(name)
+        if (param is None and not any_keyword) or (param is not None and param.kind is kinds.POSITIONAL_ONLY):
+            raise GoldenError(f"{shown}: input {name} is passed by keyword, but the model takes {takes}; {fix}")
+    missing = [p.name for p in params[len(given):] if p.default is kinds.empty and p.name not in keyword
+               and p.kind not in (kinds.VAR_KEYWORD, kinds.VAR_POSITIONAL)]
+    if missing:
+        raise GoldenError(f"{shown}: holds no input {', '.join(missing)}, which the model takes ({takes}); add it to every sample")
+
+
+def input_specs(model: Any, samples: Sequence[Mapping[str, np.ndarray]], files: Sequence[Path],
+                settings: SignatureSettings) -> tuple[InputSpec, ...]:
+    """The named inputs of samples read from ``files`` (raw arrays, file order): every file holds the
+    first file's names, one dtype and one number of axes per name; the order is the first file's
+    (a ``.safetensors`` file has none of its own: forward's), checked against ``forward``."""
+    first, shown = samples[0], files[0]
+    names = list(first)
+    params = _forward_parameters(model) or []
+    if shown.suffix.lower() == ".safetensors":
+        order = {p.name: i for i, p in enumerate(params)}
+        names.sort(key=lambda n: order.get(n, len(order)))
+    unknown = [n for n in settings.inputs if n not in names]
+    if unknown:
+        raise GoldenError(f"[tool.export-check.model-inputs.{unknown[0]}]: the samples hold no input {unknown[0]!r} "
+                          f"(they hold {', '.join(names)}); fix the name")
+    for sample, path in zip(samples, files, strict=True):
+        if set(sample) != set(names):
+            missing = [n for n in names if n not in sample]
+            extra = [n for n in sample if n not in names]
+            what = "; ".join(([f"no {', '.join(missing)}"] if missing else []) + ([f"unexpected {', '.join(extra)}"] if extra else []))
+            raise GoldenError(f"{path}: holds inputs {', '.join(sample)} ({what}), but {shown.name} holds {', '.join(names)}; "
+                              "every sample holds the same named inputs")
+        for name in names:
+            a, b = sample[name], first[name]
+            if a.dtype != b.dtype and "dtype" not in settings.inputs.get(name, {}):
+                raise GoldenError(f"{path}: input {name} holds {a.dtype} but {shown.name} holds {b.dtype}; save every sample's {name} "
+                                  f"as one dtype, or set dtype in [tool.export-check.model-inputs.{name}]")
+            if a.ndim != b.ndim:
+                raise GoldenError(f"{path}: input {name} has shape {tuple(a.shape)} but {shown.name} has {tuple(b.shape)}; "
+                                  "every sample's input has the same number of axes")
+    keyword_only = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    specs = []
+    symbols: dict[tuple[int, ...], str] = {}  # an axis's size per sample -> its symbol: axes that change in step share one
+    for name in names:
+        spec = settings.apply_input(InputSpec(name=name, dtype=str(first[name].dtype), keyword=name in keyword_only))
+        ndim = first[name].ndim
+        if spec.batch_axis > ndim:
+            raise GoldenError(f"{shown}: input {name} has shape {tuple(first[name].shape)} without its batch axis, so its batch axis "
+                              f"is one of 0..{ndim}, not {spec.batch_axis}; fix batch-axis in [tool.export-check.model-inputs.{name}]")
+        if "dynamic_axes" not in settings.inputs.get(name, {}):
+            dynamic = []
+            for j in range(ndim):
+                sizes = tuple(int(s[name].shape[j]) for s in samples)
+                if len(set(sizes)) > 1:
+                    axis = batched_axis(j, spec.batch_axis)
+                    dynamic.append((axis, symbols.setdefault(sizes, _symbol(name, axis))))
+            spec = replace(spec, dynamic_axes=tuple(dynamic))
+        specs.append(spec)
+    _check_forward(model, [s.name for s in specs], {s.name for s in specs if s.keyword}, shown)
+    return tuple(specs)
+
+
+# --- outputs ---------------------------------------------------------------------------------------
+
+
+def _axis_error(checkpoint: Path, name: str, shape: tuple[int, ...], n: int, batch_axis: int) -> GoldenError:
+    candidates = [axis for axis, size in enumerate(shape) if size == n]
+    head = f"{checkpoint}: output {name} has shape {shape} for a batch of {n}: its axis {batch_axis} is not the batch"
+    if len(candidates) == 1:
+        k = candidates[0]
+        return GoldenError(f"{head}; if the batch is axis {k}, set batch-axis = {k} in [tool.export-check.outputs.{name}]")
+    return GoldenError(f"{head}; set batch-axis in [tool.export-check.outputs.{name}] to the axis that holds the samples")
+
+
+def _infer(runner: EagerRunner, feeds: Mapping[str, np.ndarray], checkpoint: Path, start: int, n: int) -> dict[str, np.ndarray]:
+    try:
+        return runner.infer(feeds)
+    except ArtifactError as exc:
+        raise GoldenError(f"{checkpoint}: {exc}") from None
+    except Exception as exc:
+        raise GoldenError(f"{checkpoint}: the model fails on golden samples {start}..{start + n - 1} ({describe_exception(exc)}); "
+                          "check that --arch and the samples match the model") from None
+
+
+def run_outputs(
+    model: Any, samples: Sequence[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], settings: SignatureSettings,
+    checkpoint: Path, batch_size: int, existing: Signature | None = None,
+) -> tuple[tuple[OutputSpec, ...], dict[str, list[np.ndarray]]]:
+    """Eager over ``samples`` (conformed to ``inputs``) in the replay's batches: the outputs' specs
+    (``existing``'s where it has the output, else the default kind; the settings over either) and
+    every sample's output without its batch axis.
+
+    Each output's batch axis must hold the batch on every run; so that a fixed axis that happens to
+    equal the batch size cannot pass, at least two batch sizes are run (the first sample alone, or
+    twice, when the batches have one size).
+    """
+    runner = EagerRunner(model, Signature(inputs=inputs, outputs=()))
+    runs: list[tuple[int, int, dict[str, np.ndarray], dict[str, np.ndarray]]] = []  # (start, n, feeds, outputs)
+    for start, feeds in stack_batches(samples, inputs, batch_size):
+        n = feeds_length(feeds, Signature(inputs=inputs, outputs=()))
+        out = _infer(runner, feeds, checkpoint, start, n)
+        if runs and list(out) != list(runs[0][3]):
+            raise GoldenError(f"{checkpoint}: the model returns outputs {', '.join(out)} on samples {start}.., but {', '.join(runs[0][3])} "
+                              "on the first; export-check records one output structure")
+        runs.append((start, n, feeds, out))
+    sizes = {n for _, n, _, _ in runs}
+    probes = []
+    if len(sizes) < 2:
+        k = 1 if 1 not in sizes else 2
+        out = _infer(runner, stack_samples([samples[0]] * k, inputs), checkpoint, 0, k)
+        if list(out) != list(runs[0][3]):
+            raise GoldenError(f"{checkpoint}: the model returns outputs {', '.join(out)} on a batch of {k}, but {', '.join(runs[0][3])} "
+                              f"on a batch of {runs[0][1]}; export-check records one output structure")
+        probes.append((k, out))
+    names = list(runs[0][3])
+    unknown = [n for n in settings.outputs if n not in names]
+    if unknown:
+        raise GoldenError(f"[tool.export-check.outputs.{unknown[0]}]: the model has no output {unknown[0]!r} "
+                          f"(its outputs: {', '.join(names)}); fix the name")
+    specs = []
+    reference: dict[str, list[np.ndarray]] = {}
+    for name in names:
+        first = runs[0][3][name]
+        dtype = str(first.dtype)
+        if dtype not in SAMPLE_DTYPES:
+            raise GoldenError(f"{checkpoint}: output {name} is {dtype}; export-check records outputs of {', '.join(SAMPLE_DTYPES)}")
+        if existing is not None and name in existing.output_names:
+            base = existing.output(name)
+        else:
+            base = OutputSpec(name=name, kind=default_kind(first.ndim, dtype))
+        spec = settings.apply_output(base)
+        checked = [(n, out[name]) for _, n, _, out in runs] + [(n, out[name]) for n, out in probes]
+        failing = [(n, a) for n, a in checked if a.ndim <= spec.batch_axis or a.shape[spec.batch_axis] != n]
+        if failing:
+            unique = [(n, a) for n, a in failing if sum(1 for size in a.shape if size == n) == 1]
+            n, a = (unique or failing)[0]
+            raise _axis_error(checkpoint, name, tuple(a.shape), n, spec.batch_axis)
+        for _, _, _, out in runs:
+            if str(out[name].dtype) != dtype or out[name].ndim != first.ndim:
+                raise GoldenError(f"{checkpoint}: output {name} is {out[name].dtype} {tuple(out[name].shape)} on one batch and {dtype} "
+                                  f"{tuple(first.shape)} on the first; export-check records one dtype and number of axes per output")
+        if spec.kind in LOGITS_KINDS:
+            ca = spec.class_axis
+            if not -first.ndim <= ca < first.ndim or ca % first.ndim == spec.batch_axis:
+                raise GoldenError(f"{checkpoint}: output {name} of shape {tuple(first.shape)} is {spec.kind} over class axis {ca}, "
+                                  f"which is {'its batch axis' if -first.ndim <= ca < first.ndim else 'not one of its axes'}; set "
+                                  f"class-axis, or kind = \"values\", in [tool.export-check.outputs.{name}]")
+        if "dynamic_axes" not in settings.outputs.get(name, {}):
+            spec = replace(spec, dynamic_axes=_dynamic_axes(name, spec.batch_axis, runs, inputs))
+        values: list[np.ndarray] = []
+        for _, n, _, out in runs:
+            array = out[name]
+            if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+                bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+                raise GoldenError(f"{checkpoint}: the model produced {bad} NaN/Inf values in output {name}; "
+                                  "refusing to record them as the reference")
+            values.extend(np.ascontiguousarray(np.take(array, j, axis=spec.batch_axis)) for j in range(n))
+        specs.append(spec)
+        reference[name] = values
+    return tuple(specs), reference
+
+
+def _dynamic_axes(name: str, batch_axis: int, runs: Sequence[tuple[int, int, Mapping[str, np.ndarray], Mapping[str, np.ndarray]]],
+                  inputs: Sequence[InputSpec]) -> tuple[tuple[int, str], ...]:
+    """The output's axes (but the batch) whose size changes between batches; an axis that changes in
+    step with an input's dynamic axis takes that axis's symbol."""
+    ndim = runs[0][3][name].ndim
+    steps: dict[str, list[int]] = {}  # an input's dynamic axis -> its size per run
+    for spec in inputs:
+        for axis, symbol in spec.dynamic_axes:
+            steps.setdefault(symbol, [f[spec.name].shape[axis] if f[spec.name].ndim > axis else -1 for _, _, f, _ in runs])
+    out = []
+    for axis in range(ndim):
+        if axis == batch_axis:
+            continue
+        sizes = [o[name].shape[axis] for _, _, _, o in runs]
+        if len(set(sizes)) > 1:
+            shared = [symbol for symbol, step in steps.items() if step == sizes]
+            out.append((axis, shared[0] if shared else _symbol(name, axis)))
+    return tuple(out)
+
+
+__all__ = ["input_specs", "run_outputs", "batched_axis", "sample_axis", "LOGITS_KINDS"]
