@@ -1,0 +1,104 @@
+"""Models with several named inputs and outputs, end to end: record a format-2 golden set from .npz
+samples, check every artifact, every output compared on its own; a damaged head fails on that
+output's row, naming it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from arches import DictOutputNet, MaskedSequenceNet, TimeMajorNet, TupleOutputNet
+from conftest import TESTS, save_state, seeded
+from exporter.cli import main
+
+FLOAT = ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified")
+
+
+def _samples(folder: Path, kind: str, count: int = 20) -> Path:
+    """``count`` samples as .npz files (inputs without the batch axis); sequences in two lengths."""
+    rng = np.random.default_rng(1)
+    folder.mkdir(parents=True)
+    for i in range(count):
+        length = 5 if i < count // 2 else 8
+        if kind == "features":
+            arrays = {"x": rng.standard_normal(12).astype(np.float32)}
+        elif kind == "masked":
+            mask = np.ones(length, np.int64)
+            mask[-1] = 0
+            arrays = {"x": rng.standard_normal((length, 6)).astype(np.float32), "mask": mask}
+        else:  # a sequence of features
+            arrays = {"x": rng.standard_normal((length, 6)).astype(np.float32)}
+        np.savez(folder / f"s{i:03d}.npz", **arrays)
+    return folder
+
+
+CASES = {
+    "tuple": (TupleOutputNet, "features", "", ("output_0", "output_1")),
+    "dict": (DictOutputNet, "features", "", ("scores", "boxes")),
+    "two-inputs": (MaskedSequenceNet, "masked", "", ("output",)),
+    "time-major": (TimeMajorNet, "sequence", "[outputs.output]\nbatch-axis = 1\n", ("output",)),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    factory, samples, settings, outputs = CASES[request.param]
+    folder = tmp_path_factory.mktemp(request.param)
+    checkpoint = save_state(seeded(factory), folder / "model.pth")
+    if settings:
+        (folder / "export-check.toml").write_text(settings)
+    arch = f"{TESTS / 'arches.py'}:{factory.__name__}"
+    inputs = _samples(folder / "samples", samples)
+    assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(inputs), "--golden", str(folder / "golden")]) == 0
+    return request.param, factory, folder, checkpoint, arch, outputs
+
+
+def _check(folder: Path, checkpoint: Path, arch: str, tag: str) -> tuple[int, dict]:
+    report = folder / f"{tag}.json"
+    code = main(["check", str(checkpoint), "--arch", arch, "--golden", str(folder / "golden"), "--out", str(folder / f"out-{tag}"),
+                 "--no-cache", "-q", "--artifacts", ",".join(FLOAT), "--json", str(report)])
+    return code, json.loads(report.read_text())
+
+
+def test_every_output_is_recorded_compared_and_passes(recorded) -> None:
+    name, factory, folder, checkpoint, arch, outputs = recorded
+    manifest = json.loads((folder / "golden" / "manifest.json").read_text())
+    assert manifest["version"] == 2 and [o["name"] for o in manifest["signature"]["outputs"]] == list(outputs)
+    code, report = _check(folder, checkpoint, arch, "clean")
+    rows = {r["name"]: r for r in report["rows"]}
+    assert code == 0, [(r["name"], r["reasons"]) for r in report["rows"]]
+    for row in rows.values():
+        assert row["status"] == "pass" and row["metrics"]["images"] == 20
+        assert row["metrics"]["mae"] <= 1e-5
+        if len(outputs) > 1:  # each output compared on its own, all 20 samples
+            assert [o["name"] for o in row["outputs"]] == list(outputs)
+            assert all(o["metrics"]["images"] == 20 and o["status"] == "pass" for o in row["outputs"])
+    if name == "time-major":
+        assert manifest["signature"]["outputs"][0]["batch_axis"] == 1
+        assert manifest["signature"]["outputs"][0]["kind"] == "sequence-logits"
+        assert rows["onnx"]["metrics"]["agreement"] == "per-position"
+
+
+def test_a_damaged_head_fails_the_eager_row_on_that_output_only(recorded) -> None:
+    name, factory, folder, checkpoint, arch, outputs = recorded
+    state = torch.load(checkpoint, weights_only=True)
+    head = {"tuple": "head.weight", "dict": "boxes.weight", "two-inputs": "head.weight", "time-major": "step.weight"}[name]
+    state[head] = state[head] + 0.5
+    damaged = folder / "damaged.pth"
+    torch.save(state, damaged)
+    code, report = _check(folder, damaged, arch, "damaged")
+    eager = report["rows"][0]
+    assert code == 1 and eager["name"] == "eager" and eager["status"] == "fail"
+    damaged_output = {"tuple": "output_0", "dict": "boxes", "two-inputs": "output", "time-major": "output"}[name]
+    if len(outputs) > 1:
+        by_name = {o["name"]: o for o in eager["outputs"]}
+        assert by_name[damaged_output]["status"] == "fail"
+        assert all(o["status"] == "pass" for n, o in by_name.items() if n != damaged_output)
+        assert eager["reasons"][0].startswith(f"{damaged_output}: MAE ")
+    assert eager["reasons"][-1].endswith("wrong or retrained weights?")
+    # the artifacts still follow the (damaged) eager model: the drift is the weights', not the export's
+    assert all(r["status"] == "pass" for r in report["rows"][1:])
