@@ -15,6 +15,7 @@ rows, their numbers and the report's order are the same either way (tests/integr
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,7 +30,7 @@ from .build import isolation
 from .build.builds import Builds
 from .cache.store import cached_observations, open_cache, store_observations
 from .config import RunConfig
-from .errors import ExportCheckError
+from .errors import ExportCheckError, UsageError
 from .files import check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .golden.batches import GoldenBatches
 from .golden.manifest import GoldenSet, load_golden
@@ -53,13 +54,20 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     # Validate everything cheap first, so bad input fails before any export starts.
     check_readable_file(config.checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
     golden = load_golden(config.golden)
+    unknown = [n for n in config.signature_settings.outputs if n not in golden.signature.output_names]
+    if unknown:
+        raise UsageError(f"{config.golden}: settings name outputs {', '.join(unknown)}, the golden set has "
+                         f"{', '.join(golden.signature.output_names)}; fix [tool.export-check.outputs.NAME]")
+    checked = config.signature_settings.at_check(golden.signature)
+    if checked != golden.signature:  # a setting changes an output's kind or leaves it out of the comparison
+        golden = dataclasses.replace(golden, signature=checked)
     # the approved outputs read and checked now, so a damaged set fails before any export
     golden.reference() if golden.signature is SINGLE else golden.reference_samples()
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint_info = file_info(config.checkpoint)
     timings = {"verify_inputs": time.perf_counter() - started}
 
-    cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256)
+    cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256, golden.signature.to_json())
     if cache is not None:
         with locked_out_dir(out_dir):
             # Every row's artifact and observation cached and intact, and enough to judge with today's

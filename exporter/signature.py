@@ -149,6 +149,17 @@ class SignatureSettings:
         given = self.outputs.get(spec.name, {})
         return replace(spec, **given) if given else spec
 
+    def at_check(self, signature: Signature) -> Signature:
+        """The recorded signature with what a check may change: each output's kind, class axis and
+        whether it is compared (its batch and dynamic axes are the recording's, which the reference holds)."""
+        if signature is SINGLE and not self.outputs.get("logits"):
+            return signature
+        outputs = []
+        for spec in signature.outputs:
+            given = {k: v for k, v in self.outputs.get(spec.name, {}).items() if k in ("kind", "class_axis", "compared")}
+            outputs.append(replace(spec, **given) if given else spec)
+        return replace(signature, outputs=tuple(outputs))
+
     def apply_input(self, spec: InputSpec) -> InputSpec:
         given = self.inputs.get(spec.name, {})
         return replace(spec, **given) if given else spec

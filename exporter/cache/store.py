@@ -243,7 +243,8 @@ class _Changed(Exception):
 # -- the pipeline's side ----------------------------------------------------------------------
 
 
-def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256: str) -> ArtifactCache | None:
+def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256: str,
+               signature: dict[str, Any] | None = None) -> ArtifactCache | None:
     """The cache for this run's key, or ``None`` when the run has no cache (``--no-cache``)."""
     if config.cache_dir is None:
         return None
@@ -256,6 +257,8 @@ def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256
         export_settings=config.export_settings(),
         inference_settings=config.inference_settings(),
     )
+    if signature is not None:  # outputs' kinds and which are compared shape the observations
+        inputs["signature"] = signature
     return ArtifactCache(config.cache_dir, inputs)
 
 

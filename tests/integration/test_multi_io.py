@@ -46,15 +46,24 @@ CASES = {
 
 @pytest.fixture(scope="module", params=list(CASES))
 def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    factory, samples, settings, outputs = CASES[request.param]
-    folder = tmp_path_factory.mktemp(request.param)
+    return _record(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def dict_recorded(tmp_path_factory: pytest.TempPathFactory):
+    return _record("dict", tmp_path_factory)
+
+
+def _record(case: str, tmp_path_factory: pytest.TempPathFactory):
+    factory, samples, settings, outputs = CASES[case]
+    folder = tmp_path_factory.mktemp(case)
     checkpoint = save_state(seeded(factory), folder / "model.pth")
     if settings:
         (folder / "export-check.toml").write_text(settings)
     arch = f"{TESTS / 'arches.py'}:{factory.__name__}"
     inputs = _samples(folder / "samples", samples)
     assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(inputs), "--golden", str(folder / "golden")]) == 0
-    return request.param, factory, folder, checkpoint, arch, outputs
+    return case, factory, folder, checkpoint, arch, outputs
 
 
 def _check(folder: Path, checkpoint: Path, arch: str, tag: str) -> tuple[int, dict]:
@@ -102,3 +111,21 @@ def test_a_damaged_head_fails_the_eager_row_on_that_output_only(recorded) -> Non
     assert eager["reasons"][-1].endswith("wrong or retrained weights?")
     # the artifacts still follow the (damaged) eager model: the drift is the weights', not the export's
     assert all(r["status"] == "pass" for r in report["rows"][1:])
+
+
+def test_a_setting_leaves_an_output_out_and_every_view_says_so(dict_recorded, capsys) -> None:
+    name, factory, folder, checkpoint, arch, outputs = dict_recorded
+    config = folder / "exclude.toml"
+    config.write_text("[outputs.boxes]\ncompare = false\n")
+    report_path = folder / "exclude.json"
+    code = main(["check", str(checkpoint), "--arch", arch, "--golden", str(folder / "golden"), "--out", str(folder / "out-x"),
+                 "--no-cache", "-q", "--artifacts", "onnx", "--config", str(config), "--json", str(report_path)])
+    report = json.loads(report_path.read_text())
+    assert code == 0
+    for row in report["rows"]:
+        assert row["not_compared"] == ["boxes"] and row["outputs"] == []
+    assert "onnx: outputs not compared (excluded by a setting): boxes" in capsys.readouterr().out
+    config.write_text("[outputs.nope]\ncompare = false\n")
+    assert main(["check", str(checkpoint), "--arch", arch, "--golden", str(folder / "golden"), "--out", str(folder / "out-x"),
+                 "--no-cache", "-q", "--artifacts", "onnx", "--config", str(config)]) == 2
+    assert "settings name outputs nope, the golden set has scores, boxes" in capsys.readouterr().err
