@@ -530,3 +530,28 @@ def test_random_signature_json_is_a_golden_error_or_a_signature(v2_manifest: str
         parse_manifest(tmp_path, json.dumps(manifest))
     except GoldenError as exc:
         assert "\n" not in str(exc)
+
+
+def test_a_single_tensor_model_on_npy_inputs_still_records_format_1(tmp_path: Path, monkeypatch, rng, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    save_state(torch.nn.Linear(12, 3), tmp_path / "linear.pth")
+    (tmp_path / "export-check.toml").write_text("")
+    (tmp_path / "vectors").mkdir()
+    for i in range(4):
+        np.save(tmp_path / "vectors" / f"v{i}.npy", rng.standard_normal(12).astype(np.float32))
+    argv = ["golden", "record", tmp_path / "linear.pth", "--arch", "torch.nn:Linear", "--arch-kwargs", '{"in_features": 12, "out_features": 3}',
+            "--inputs", tmp_path / "vectors", "-q"]
+    code, out, _ = run(capsys, *argv, "--golden", tmp_path / "g1")
+    assert code == 0 and "recorded 4 inputs and their reference logits (4, 3) into" in out
+    manifest = json.loads((tmp_path / "g1" / MANIFEST).read_text())
+    assert manifest["version"] == 1 and list(manifest) == ["format", "version", "created", "preprocess", "inputs", "reference", "model",
+                                                            "recorded_with"]
+    assert list(manifest["reference"]) == ["file", "sha256", "shape", "dtype"] and manifest["reference"]["file"].endswith(".npy")
+    # declaring an output makes it format 2, with format 1's one input
+    (tmp_path / "export-check.toml").write_text('[outputs.output]\nkind = "values"\n')
+    code, out, err = run(capsys, *argv, "--golden", tmp_path / "g2")
+    assert code == 0, err
+    golden = load_golden(tmp_path / "g2")
+    assert golden.version == 2 and golden.signature == Signature((InputSpec("input"),), (OutputSpec("output", kind="values"),))
+    np.testing.assert_allclose(golden.reference_outputs(0, 4)["output"], load_golden(tmp_path / "g1").reference(), atol=1e-6)
