@@ -108,3 +108,24 @@ class TimeMajorNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.step(x).transpose(0, 1)
+
+
+class KeywordMaskNet(MaskedSequenceNet):
+    """``MaskedSequenceNet`` whose mask is keyword-only: ``forward(x, *, mask)``."""
+
+    def forward(self, x: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(x, mask)
+
+
+class NoneInTupleNet(TupleOutputNet):
+    """Returns ``(logits, None)``: an output structure export-check cannot record."""
+
+    def forward(self, x: torch.Tensor):  # type: ignore[override]
+        return super().forward(x)[0], None
+
+
+class StringOutputNet(TupleOutputNet):
+    """Returns ``{"logits": tensor, "label": "cat"}``: a string among the outputs."""
+
+    def forward(self, x: torch.Tensor):  # type: ignore[override]
+        return {"logits": super().forward(x)[0], "label": "cat"}

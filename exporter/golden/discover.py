@@ -56,6 +56,20 @@ def _forward_parameters(model: Any) -> list[inspect.Parameter] | None:
         return None
 
 
+def _parameters_text(params: list[inspect.Parameter]) -> str:
+    """forward's parameters as people read them: names, ``*`` before keyword-only ones, ``=...`` for defaults."""
+    kinds = inspect.Parameter
+    parts, star = [], False
+    for p in params:
+        if p.kind is kinds.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        prefix = "*" if p.kind is kinds.VAR_POSITIONAL else "**" if p.kind is kinds.VAR_KEYWORD else ""
+        star = star or p.kind is kinds.VAR_POSITIONAL
+        parts.append(f"{prefix}{p.name}" + ("=..." if p.default is not kinds.empty else ""))
+    return ", ".join(parts)
+
+
 def _check_forward(model: Any, names: list[str], keyword: set[str], shown: Path) -> None:
     """The positional inputs must be forward's positional parameters, in order; the keyword ones its
     parameters too; every parameter without a default must be given."""
@@ -63,7 +77,7 @@ def _check_forward(model: Any, names: list[str], keyword: set[str], shown: Path)
     if params is None:
         return
     kinds = inspect.Parameter
-    takes = f"{type(model).__name__}.forward({', '.join(str(p) for p in params)})"
+    takes = f"{type(model).__name__}.forward({_parameters_text(params)})"
     fix = ("name the arrays after forward's parameters, in its order, or mark an input keyword = true in "
            "[tool.export-check.model-inputs.NAME]")
     if any(p.kind is kinds.VAR_POSITIONAL for p in params):

@@ -249,6 +249,11 @@ def read_npz(data: bytes, shown: Path, what: str = "sample") -> dict[str, np.nda
             arrays = {str(key): loaded[key] for key in loaded.files}
     except GoldenError:
         raise
+    except ValueError as exc:
+        if "pickle" in str(exc).lower() or "object arrays" in str(exc).lower():
+            raise GoldenError(f"{shown}: holds pickled data or object arrays, which export-check never loads; save plain numeric "
+                              f"arrays with numpy.savez(name=array, ...)") from None
+        raise GoldenError(f"{shown}: not a readable .npz archive of arrays ({_reason(exc)}); replace it or re-record") from None
     except Exception as exc:  # a crafted zip or header can raise more than ValueError (MemoryError, BadZipFile, ...)
         raise GoldenError(f"{shown}: not a readable .npz archive of arrays ({_reason(exc)}); replace it or re-record") from None
     return arrays

@@ -124,3 +124,58 @@ def test_fuzzed_manifests_fail_only_with_golden_error(tmp_path: Path, mutation, 
 def test_garbage_manifest_text(text: str) -> None:
     with pytest.raises(GoldenError):
         parse_manifest(Path("/g"), text)
+
+
+# --- the format-2 API on a format-1 set: the same batches, the same logits ----------------------------
+
+
+def test_format_1_set_offers_the_format_2_api_unchanged() -> None:
+    from exporter.golden.batches import GoldenBatches
+    from exporter.signature import SINGLE
+
+    golden = load_golden(DEFAULT_GOLDEN)
+    assert golden.version == 1 and golden.signature == SINGLE and golden.recording == {}
+    reference = golden.reference()
+    batches = list(golden.batches(10))
+    feeds = list(golden.feed_batches(10))
+    assert [start for start, _ in feeds] == [start for start, _ in batches]
+    for (_, batch), (start, fed) in zip(batches, feeds, strict=True):
+        assert list(fed) == ["input"]
+        np.testing.assert_array_equal(fed["input"], batch)
+        out = golden.reference_outputs(start, len(batch))
+        assert list(out) == ["logits"]
+        np.testing.assert_array_equal(out["logits"], reference[start : start + len(batch)])
+    assert golden.load_sample(golden.inputs[0]).keys() == {"input"}
+    samples = golden.reference_samples()
+    assert list(samples) == ["logits"] and len(samples["logits"]) == len(golden)
+    held = GoldenBatches(golden, 10)
+    assert list(held.first) == ["input"] and held.first["input"].shape == (10, 3, 32, 32)
+    head = held.head(25)
+    assert head is not None and list(head) == ["input"]
+    np.testing.assert_array_equal(head["input"], np.concatenate([b for _, b in batches])[:25])
+    np.testing.assert_array_equal(held.at(20)["input"], batches[2][1])
+
+
+def test_stack_batches_end_at_the_batch_size_or_a_change_of_shape() -> None:
+    from exporter.golden.manifest import stack_batches
+    from exporter.signature import InputSpec
+
+    inputs = (InputSpec("x", "float32", batch_axis=1), InputSpec("ids", "int64"))
+    lengths = [3, 3, 3, 5, 3, 3]
+    samples = [{"x": np.full((n, 2), i, np.float64), "ids": np.arange(n)} for i, n in enumerate(lengths)]
+    got = [(start, feeds["x"].shape, feeds["x"].dtype, feeds["ids"].shape) for start, feeds in stack_batches(samples, inputs, 2)]
+    assert got == [(0, (3, 2, 2), np.float32, (2, 3)), (2, (3, 1, 2), np.float32, (1, 3)), (3, (5, 1, 2), np.float32, (1, 5)),
+                   (4, (3, 2, 2), np.float32, (2, 3))]
+    first = next(stack_batches(samples, inputs, 2))[1]
+    np.testing.assert_array_equal(first["x"][:, 1], samples[1]["x"])  # the batch axis is axis 1
+
+
+def test_reference_archives_are_content_addressed() -> None:
+    from exporter.golden.inputs import read_npz
+    from exporter.golden.store import npz_bytes
+
+    arrays = {"boxes/0": np.arange(6, dtype=np.float32).reshape(2, 3), "boxes/1": np.zeros((1, 3), np.float32), "a.b/0": np.array([1, 2])}
+    data = npz_bytes(arrays)
+    assert npz_bytes(dict(arrays)) == data  # no timestamps: the same arrays, the same bytes
+    back = read_npz(data, Path("r.npz"))
+    assert list(back) == list(arrays) and all(np.array_equal(back[k], v) and back[k].dtype == v.dtype for k, v in arrays.items())
