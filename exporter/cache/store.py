@@ -36,6 +36,7 @@ from ..artifacts import KINDS_BY_NAME
 from ..files import sha256_file
 from ..measurements import Observation
 from ..results import FileInfo
+from ..signature import SINGLE
 from .key import FORMAT, local_module_sources, run_key_inputs
 from .plain import from_plain
 
@@ -257,8 +258,8 @@ def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256
         export_settings=config.export_settings(),
         inference_settings=config.inference_settings(),
     )
-    if signature is not None:  # outputs' kinds and which are compared shape the observations
-        inputs["signature"] = signature
+    # the outputs' kinds and which are compared shape the observations (a format-1 set: SINGLE)
+    inputs["signature"] = signature if signature is not None else SINGLE.to_json()
     return ArtifactCache(config.cache_dir, inputs)
 
 
