@@ -1,0 +1,99 @@
+"""The trained models of models/multi_io.py (a detector returning a tuple and a dict, a CTC text-line
+recogniser with a BiLSTM and a time-major output, a token model with input_ids and attention_mask
+of varying length, a two-input net), each recorded from held-out samples and checked with default
+options: every output compared and passing. A damaged head fails on that output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO
+from exporter.cli import main
+
+MODELS = REPO / "models"
+EXAMPLE = MODELS / "examples" / "sequence_recognizer.toml"
+CASES = {  # case: (class, checkpoint, settings, expected outputs)
+    "detector-tuple": ("DigitDetector", "digit_detector", "[outputs.output_0]\nkind = \"values\"\n", ("output_0", "output_1")),
+    "detector-dict": ("DigitDetectorDict", "digit_detector", "[outputs.boxes]\nkind = \"values\"\n", ("boxes", "scores")),
+    "recognizer": ("SequenceRecognizer", "sequence_recognizer", "[outputs.output]\nbatch-axis = 1\n", ("output",)),
+    "tokens": ("TokenClassifier", "token_classifier", "", ("output",)),
+    "two-inputs": ("TwoInputNet", "two_input_net", "", ("output",)),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def checked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    return _checked(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def detector(tmp_path_factory: pytest.TempPathFactory):
+    return _checked("detector-dict", tmp_path_factory)
+
+
+def _checked(case: str, tmp_path_factory: pytest.TempPathFactory):
+    cls, checkpoint, settings, outputs = CASES[case]
+    folder = tmp_path_factory.mktemp(case)
+    samples = folder / "samples"
+    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", checkpoint, "--count", "16"],
+                   check=True, cwd=REPO, capture_output=True)
+    config = folder / "settings.toml"
+    config.write_text(f"arch = \"{MODELS / 'multi_io.py'}:{cls}\"\ngolden = \"golden\"\nout = \"out\"\n" + settings)
+    weights = MODELS / "checkpoints" / f"{checkpoint}.pth"
+    assert main(["golden", "record", str(weights), "--config", str(config), "--inputs", str(samples)]) == 0
+    code = main(["check", str(weights), "--config", str(config), "--no-cache", "-q", "--json", str(folder / "r.json")])
+    return case, folder, config, weights, outputs, code, json.loads((folder / "r.json").read_text())
+
+
+def test_every_kind_passes_with_every_output_compared(checked) -> None:
+    case, folder, config, weights, outputs, code, report = checked
+    assert code == 0, [(r["name"], r["status"], r["reasons"]) for r in report["rows"]]
+    manifest = json.loads((folder / "golden" / "manifest.json").read_text())
+    assert tuple(o["name"] for o in manifest["signature"]["outputs"]) == outputs
+    assert [r["name"] for r in report["rows"]] == ["eager", "torchscript-trace", "torchscript-script", "onnx", "onnx-simplified",
+                                                   "torch-int8-dynamic", "onnx-int8-dynamic"]
+    for row in report["rows"]:
+        assert row["status"] == "pass" and row["metrics"]["images"] == 16
+        if len(outputs) > 1:
+            assert [o["name"] for o in row["outputs"]] == list(outputs)
+    if case.startswith("detector"):  # boxes are values: no top-1 on them
+        assert report["rows"][3]["outputs"][0]["metrics"]["agreement"] == "none"
+    if case == "recognizer":
+        assert report["rows"][3]["metrics"]["agreement"] == "per-position"
+        assert report["rows"][5]["details"]["quantized_lstm_layers"] == "1"  # the BiLSTM is what torch int8 converts
+
+
+def test_a_damaged_class_head_of_the_real_detector_fails_on_scores_only(detector, tmp_path: Path) -> None:
+    case, folder, config, weights, outputs, code, report = detector
+    state = torch.load(weights, weights_only=True)
+    state["cls_head.weight"] = state["cls_head.weight"] * 1.5
+    damaged = tmp_path / "damaged.pth"
+    torch.save(state, damaged)
+    main(["check", str(damaged), "--config", str(config), "--no-cache", "-q", "--json", str(tmp_path / "d.json"),
+          "--artifacts", "onnx"])
+    eager = json.loads((tmp_path / "d.json").read_text())["rows"][0]
+    by_name = {o["name"]: o["status"] for o in eager["outputs"]}
+    assert eager["status"] == "fail" and by_name == {"boxes": "pass", "scores": "fail"}
+    assert eager["reasons"][0].startswith("scores: MAE")
+
+
+def test_the_time_major_recogniser_without_its_batch_axis_is_one_clear_error(tmp_path: Path, capsys) -> None:
+    samples = tmp_path / "samples"
+    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", "sequence_recognizer",
+                    "--count", "8"], check=True, cwd=REPO, capture_output=True)
+    code = main(["golden", "record", str(MODELS / "checkpoints" / "sequence_recognizer.pth"), "--arch",
+                 f"{MODELS / 'multi_io.py'}:SequenceRecognizer", "--inputs", str(samples), "--golden", str(tmp_path / "g")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "its axis 0 is not the batch; if the batch is axis 1, set batch-axis = 1 in [tool.export-check.outputs.output]" in err[0]
+
+
+def test_the_bundled_second_example_passes() -> None:
+    assert main(["check", str(MODELS / "checkpoints" / "sequence_recognizer.pth"), "--config", str(EXAMPLE), "--no-cache", "-q",
+                 "--artifacts", "onnx,torch-int8-dynamic"]) == 0
