@@ -18,7 +18,8 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .errors import ExportCheckError, UsageError
-from .options import CHECK, DEFAULT_GOLDEN, HISTORY, add_arguments, check_config, from_namespace, golden_params
+from .options import CHECK, DEFAULT_GOLDEN, HISTORY, add_arguments, from_namespace
+from .settings import check_config, golden_params
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 SUBCOMMANDS = ("check", "golden", "history")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, TORCH_INTEROP_THREADS
 from .signature import SignatureSettings
 
 FLOAT_MAX_MAE = 1e-5
@@ -36,12 +37,6 @@ def default_cache_dir() -> Path:
     root = Path(base).expanduser() if base and Path(base).expanduser().is_absolute() else Path.home() / ".cache"
     return root / "export-check"
 
-# Pinned inference settings (see RunConfig.inference_settings): one inter-op thread everywhere, so a
-# run's speed and numbers depend on --threads alone; onnxruntime runs nodes in order, fully optimised.
-TORCH_INTEROP_THREADS = 1
-ORT_INTER_OP_THREADS = 1
-ORT_EXECUTION_MODE = "sequential"  # onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-ORT_GRAPH_OPTIMIZATION = "all"  # onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
 
 
 def _positive_finite(name: str, value: float) -> None:

@@ -13,13 +13,11 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .errors import CheckpointError, ExportCheckError, OutputError
-
-if TYPE_CHECKING:
-    from .results import FileInfo
 
 
 def fsync_dir(path: Path) -> None:
@@ -120,8 +118,18 @@ def prepare_out_dir(out_dir: Path) -> Path:
     return out_dir
 
 
+@dataclass(frozen=True)
+class FileInfo:
+    """A file as the report shows it: where, how big, its sha256."""
+
+    path: str
+    size_bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size_bytes": self.size_bytes, "sha256": self.sha256}
+
+
 def file_info(path: Path) -> FileInfo:
     """Path, size and sha256 of a file, as the report shows it."""
-    from .results import FileInfo
-
     return FileInfo(path=str(path), size_bytes=path.stat().st_size, sha256=sha256_file(path))

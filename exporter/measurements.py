@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .compare import Metrics
 from .diagnostics import BatchSizeRun, Latency, LayerComparison
-from .results import FileInfo
+from .files import FileInfo
 
 
 @dataclass(frozen=True)

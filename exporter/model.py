@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from .artifacts.base import INPUT, named_outputs, output_arrays, single_input
-from .config import TORCH_INTEROP_THREADS
 from .errors import ArtifactError
+from .pinned import TORCH_INTEROP_THREADS
 from .signature import SINGLE, InputSpec, Signature
 
 

@@ -4,10 +4,11 @@ default, help, metavar or choices, the commands taking it, and whether a setting
 From the table: each subcommand's argparse arguments (:func:`add_arguments`), the validation of a
 ``[tool.export-check]`` table (``exporter.settings.parse_settings`` reads :data:`SETTINGS` and
 :func:`coerce`), and the overlay *explicit value > settings file > default* (:func:`overlay`) that
-builds the :class:`~exporter.config.RunConfig` of ``check`` (:func:`check_config`) and the
-parameters of ``golden record``/``approve`` (:func:`golden_params`). The CLI's explicit values are
+builds the :class:`~exporter.config.RunConfig` of ``check`` (:func:`to_run_config`;
+``exporter.settings.check_config`` reads the settings file and overlays) and the parameters of
+``golden record``/``approve`` (``exporter.settings.golden_params``). The CLI's explicit values are
 its parsed flags (:func:`from_namespace`); the pytest plugin's are its keyword options, python
-names, checked here (:func:`from_keywords`): both then go through the same :func:`check_config`.
+names, checked here (:func:`from_keywords`): both then go through the same ``check_config``.
 
 Imports nothing heavy: ``export-check --help`` builds its parser from this table.
 
@@ -315,16 +316,6 @@ def overlay(command: str, explicit: Mapping[str, Any], settings: Mapping[str, An
     return values
 
 
-def load_settings(checkpoint: Path, config: Path | None) -> dict[str, Any]:
-    """The settings that apply to ``checkpoint`` (``--config`` first), once the checkpoint is known to be there."""
-    from .files import check_readable_file
-    from .settings import find_settings
-
-    # The checkpoint is the one thing every command needs: say first when it is not there.
-    check_readable_file(checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
-    return find_settings(checkpoint, config)
-
-
 def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     """The RunConfig of overlaid ``check`` values: each row with a ``field`` sets it; the gate rows
     set the thresholds; ``no-cache`` drops the cache."""
@@ -335,39 +326,3 @@ def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate})
     return RunConfig(**config, arch_root=values["arch_root"], thresholds=thresholds,
                      signature_settings=values.get("signature_settings") or SignatureSettings())
-
-
-def signature_settings(settings: Mapping[str, Any]) -> SignatureSettings:
-    """The ``model-inputs`` and ``outputs`` tables of the settings read (validated when they were read)."""
-    return parse_signature_settings(settings.get("model_inputs"), settings.get("outputs"), str(settings.get("_source", "settings")))
-
-
-def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | None = None) -> tuple[RunConfig, dict[str, Any]]:
-    """``check``'s RunConfig from explicit values (``checkpoint`` among them), and the settings it read.
-    ``default_out`` makes the out folder when neither the explicit values nor the settings name one."""
-    settings = load_settings(explicit["checkpoint"], explicit.get("config"))
-    values = overlay(CHECK, explicit, settings, None if default_out is None else {"out": default_out})
-    values["signature_settings"] = signature_settings(settings)
-    return to_run_config(values), settings
-
-
-@dataclass(frozen=True)
-class GoldenParams:
-    """What ``golden record`` and ``golden approve`` need beyond their own switches."""
-
-    common: dict[str, Any]  # the keyword arguments golden.lifecycle.record_golden and approve_golden share
-    inputs: Path | None  # record's inputs folder, if given or set
-    settings: dict[str, Any]  # as read (record takes its [tool.export-check.preprocess] from here)
-    signature: SignatureSettings = SignatureSettings()  # [tool.export-check.model-inputs.*] and [...outputs.*]: record and approve take it
-
-
-def golden_params(command: str, explicit: Mapping[str, Any]) -> GoldenParams:
-    settings = load_settings(explicit["checkpoint"], explicit.get("config"))
-    values = overlay(command, explicit, settings)
-    if not values["arch"]:
-        raise UsageError("no architecture given: pass --arch module:Factory or path/to/file.py:Factory, or set arch in [tool.export-check]")
-    common = dict(
-        checkpoint=values["checkpoint"], arch=values["arch"], arch_kwargs=values["arch_kwargs"], arch_root=values["arch_root"],
-        golden_dir=values["golden"], threads=values["threads"], batch_size=values["batch_size"],
-    )
-    return GoldenParams(common=common, inputs=values.get("inputs"), settings=settings, signature=signature_settings(settings))

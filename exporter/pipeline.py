@@ -31,13 +31,13 @@ from .build.builds import Builds
 from .cache.store import cached_observations, open_cache, store_observations
 from .config import RunConfig
 from .errors import ExportCheckError, UsageError
-from .files import check_readable_file, file_info, locked_out_dir, prepare_out_dir
+from .files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .golden.batches import GoldenBatches
 from .golden.manifest import GoldenSet, load_golden
 from .judge import judge_rows
 from .measurements import Observation
 from .model import EagerRunner, load_model, pinned_threads
-from .results import FileInfo, GoldenSummary, Report
+from .results import GoldenSummary, Report
 from .signature import SINGLE
 from .versions import library_versions
 

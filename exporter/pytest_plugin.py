@@ -158,14 +158,15 @@ class _Session:
 
 def run_config(checkpoint: Path, options: dict[str, Any], default_out: Any = None) -> tuple[RunConfig, dict[str, Any]]:
     """The config of ``export-check check CHECKPOINT --option value ...``, and the settings it read,
-    built by the function the CLI builds its config with (``exporter.options.check_config``).
+    built by the function the CLI builds its config with (``exporter.settings.check_config``).
 
     Options are the CLI's long flags with ``_`` for ``-``: ``artifacts=["onnx"]``, ``max_mae=1e-4``,
     ``arch_kwargs={"width": 8}``, ``no_cache=True``; None or False leaves one out, a string is read
     as the flag's text, a name the ``check`` command has no flag for is a UsageError. ``out`` defaults
     to a private folder when neither the options nor the settings name one.
     """
-    from .options import CHECK, check_config, from_keywords
+    from .options import CHECK, from_keywords
+    from .settings import check_config
 
     explicit = from_keywords(CHECK, options)
     explicit["checkpoint"] = Path(checkpoint)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .compare import Metrics
 from .config import Gate, Thresholds
+from .files import FileInfo
 
 if TYPE_CHECKING:
     from .diagnostics import Diagnostics
@@ -14,16 +15,6 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 PASS, FAIL, ERROR, NOT_APPLICABLE = "pass", "fail", "error", "not-applicable"
 STATUSES = (PASS, FAIL, ERROR, NOT_APPLICABLE)
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    path: str
-    size_bytes: int
-    sha256: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size_bytes": self.size_bytes, "sha256": self.sha256}
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,15 @@ Settings files come from the repo under test: they are parsed strictly and never
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .config import RunConfig
 from .errors import UsageError
-from .options import SETTINGS, coerce
+from .options import CHECK, SETTINGS, coerce, overlay, to_run_config
+from .signature import SignatureSettings, parse_signature_settings
 
 TABLE = "export-check"
 
@@ -97,3 +101,51 @@ def find_settings(checkpoint: Path | None, explicit: Path | None = None) -> dict
                 if found is not None:
                     return found
     return {}
+
+
+# --- the settings read, overlaid on the explicit values (exporter/options.py's table) ---------------
+
+
+def load_settings(checkpoint: Path, config: Path | None) -> dict[str, Any]:
+    """The settings that apply to ``checkpoint`` (``--config`` first), once the checkpoint is known to be there."""
+    from .files import check_readable_file
+
+    # The checkpoint is the one thing every command needs: say first when it is not there.
+    check_readable_file(checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
+    return find_settings(checkpoint, config)
+
+
+def signature_settings(settings: Mapping[str, Any]) -> SignatureSettings:
+    """The ``model-inputs`` and ``outputs`` tables of the settings read (validated when they were read)."""
+    return parse_signature_settings(settings.get("model_inputs"), settings.get("outputs"), str(settings.get("_source", "settings")))
+
+
+def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | None = None) -> tuple[RunConfig, dict[str, Any]]:
+    """``check``'s RunConfig from explicit values (``checkpoint`` among them), and the settings it read.
+    ``default_out`` makes the out folder when neither the explicit values nor the settings name one."""
+    settings = load_settings(explicit["checkpoint"], explicit.get("config"))
+    values = overlay(CHECK, explicit, settings, None if default_out is None else {"out": default_out})
+    values["signature_settings"] = signature_settings(settings)
+    return to_run_config(values), settings
+
+
+@dataclass(frozen=True)
+class GoldenParams:
+    """What ``golden record`` and ``golden approve`` need beyond their own switches."""
+
+    common: dict[str, Any]  # the keyword arguments golden.lifecycle.record_golden and approve_golden share
+    inputs: Path | None  # record's inputs folder, if given or set
+    settings: dict[str, Any]  # as read (record takes its [tool.export-check.preprocess] from here)
+    signature: SignatureSettings = SignatureSettings()  # [tool.export-check.model-inputs.*] and [...outputs.*]: record and approve take it
+
+
+def golden_params(command: str, explicit: Mapping[str, Any]) -> GoldenParams:
+    settings = load_settings(explicit["checkpoint"], explicit.get("config"))
+    values = overlay(command, explicit, settings)
+    if not values["arch"]:
+        raise UsageError("no architecture given: pass --arch module:Factory or path/to/file.py:Factory, or set arch in [tool.export-check]")
+    common = dict(
+        checkpoint=values["checkpoint"], arch=values["arch"], arch_kwargs=values["arch_kwargs"], arch_root=values["arch_root"],
+        golden_dir=values["golden"], threads=values["threads"], batch_size=values["batch_size"],
+    )
+    return GoldenParams(common=common, inputs=values.get("inputs"), settings=settings, signature=signature_settings(settings))

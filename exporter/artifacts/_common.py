@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
 from ..errors import ArtifactError
 from ..files import replacing
+from ..pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
 from ..signature import SINGLE, Signature
 from .base import feeds_to_args, named_outputs, output_arrays, single_input
 

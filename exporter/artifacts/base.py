@@ -24,8 +24,6 @@ from ..signature import SINGLE, Signature
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..diagnostics import LayerComparison
-
 INPUT = "input"  # the one input's name while the golden set holds one
 OUTPUT = "logits"  # a single-tensor output's name
 
@@ -97,7 +95,7 @@ class ArtifactKind:
     family: str  # the gate family (config.GATE_FAMILIES) its rows are judged by
     module: str
     source: str | None  # the kind whose file this one is derived from
-    runtime: str  # what loads it: "torch" or "onnxruntime" (the per-layer method follows it)
+    runtime: str  # what loads it: "torch" or "onnxruntime" (diagnostics.divergence picks its per-layer method by it)
     description: str
 
     def impl(self) -> ModuleType:
@@ -112,13 +110,6 @@ class ArtifactKind:
     def open_runner(self, path: Path, ctx: BuildContext) -> Runner:
         runner: Runner = self.impl().open_runner(path, ctx)
         return runner
-
-    def compare_layers(self, path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int,
-                       start: int) -> LayerComparison:
-        """Where this artifact departs from eager, layer by layer (never raises: a failure is the table's error)."""
-        from ..diagnostics.divergence import compare_layers
-
-        return compare_layers(self.runtime, path, model, batch, threshold, purpose, threads, start)
 
 
 def single_input(feeds: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -33,9 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import files
 from ..artifacts import KINDS_BY_NAME
-from ..files import sha256_file
+from ..files import FileInfo, sha256_file
 from ..measurements import Observation
-from ..results import FileInfo
 from ..signature import SINGLE
 from .key import FORMAT, local_module_sources, run_key_inputs
 from .plain import from_plain

@@ -190,11 +190,12 @@ class Diagnoser:
                 if FAMILIES[obs.family].layers == "on-fail":
                     start = _worst_batch_start(obs, config.batch_size)
                     self.progress(f"locating where {obs.name} diverges (batch at {start})")
-                    layers = kind.compare_layers(path, self.model, _batch_at(self.golden, config.batch_size, start),
-                                                 self.layer_threshold, divergence.DIVERGENCE, config.threads, start)
+                    layers = divergence.compare_layers(kind.runtime, path, self.model, _batch_at(self.golden, config.batch_size, start),
+                                                       self.layer_threshold, divergence.DIVERGENCE, config.threads, start)
                 else:
-                    layers = kind.compare_layers(path, self.model, next(iter(self.probe.values()))[: self.main], self.layer_threshold,
-                                                 divergence.INT8_LAYERS, config.threads, 0)
+                    first = next(iter(self.probe.values()))[: self.main]
+                    layers = divergence.compare_layers(kind.runtime, path, self.model, first, self.layer_threshold,
+                                                       divergence.INT8_LAYERS, config.threads, 0)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
         measured = replace(measured, layers=layers, notes=measured.notes + new_notes, seconds=time.perf_counter() - began)
         return replace(obs, diagnostics=measured)

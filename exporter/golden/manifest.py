@@ -19,6 +19,8 @@ the same reading API: ``signature``, ``feed_batches`` (named inputs, batched alo
 batch axis, a batch ending where the input shapes change), ``reference_outputs``, ``labels``.
 
 Everything read from here is untrusted: paths must stay inside the folder, hashes must match.
+(Why this module is over 400 lines: it parses and validates both formats' untrusted manifests, and
+every check of a field is kept beside the reading of that field, where a reviewer can see both.)
 Writing a set (content-addressed, manifest replaced last) is :mod:`exporter.golden.store`.
 """
 

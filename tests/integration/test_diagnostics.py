@@ -18,7 +18,7 @@ from exporter.artifacts._common import captured_warnings
 from exporter.cli import main
 from exporter.config import RunConfig
 from exporter.diagnostics import BatchSizeRun, shapes
-from exporter.diagnostics.divergence import INT8_LAYERS, module_of
+from exporter.diagnostics.divergence import INT8_LAYERS, compare_layers, module_of
 from exporter.golden.manifest import load_golden
 from exporter.judge import shape_reasons
 from exporter.pipeline import run_check
@@ -134,7 +134,7 @@ def outlier_artifacts(tmp_path_factory):
 def test_int8_layer_table_ranks_the_layer_with_the_outlier_weight_worst(outlier_artifacts, name: str) -> None:
     model, batch, paths = outlier_artifacts
     with captured_warnings([]):
-        table = KINDS_BY_NAME[name].compare_layers(paths[name], model, batch, 1e-5, INT8_LAYERS, threads=1, start=0)
+        table = compare_layers(KINDS_BY_NAME[name].runtime, paths[name], model, batch, 1e-5, INT8_LAYERS, threads=1, start=0)
     assert table.error is None
     by_module = {d.module: d for d in table.layers}
     assert {"fc1", "fc2", "fc3"} <= set(by_module)

@@ -21,7 +21,7 @@ from exporter.config import GATE_OPTIONS, RunConfig, default_cache_dir
 from exporter.errors import UsageError
 from exporter.options import CHECK, COMMANDS, OPTIONS, SETTINGS, for_command
 from exporter.pytest_plugin import run_config
-from exporter.settings import parse_settings
+from exporter.settings import golden_params, parse_settings
 
 # RunConfig fields no option sets directly: arch_root goes with arch (the folder of the settings file
 # that named it); thresholds are set by the gate rows; signature_settings by the settings-only
@@ -290,15 +290,15 @@ def test_golden_params_overlay(tmp_path: Path, monkeypatch) -> None:
     ckpt = tmp_path / "m.pth"
     ckpt.write_bytes(b"x")
     (tmp_path / "export-check.toml").write_text('arch = "net.py:Net"\ninputs = "photos"\nthreads = 3\n')
-    params = options.golden_params(options.RECORD, {"checkpoint": ckpt, "batch_size": 4})
+    params = golden_params(options.RECORD, {"checkpoint": ckpt, "batch_size": 4})
     assert params.inputs == tmp_path / "photos" and params.settings["threads"] == 3
     assert params.common == dict(checkpoint=ckpt, arch=f"{tmp_path / 'net.py'}:Net", arch_kwargs={}, arch_root=tmp_path,
                                  golden_dir=Path("golden"), threads=3, batch_size=4)
-    approve = options.golden_params(options.APPROVE, {"checkpoint": ckpt, "arch": "m:F"})
+    approve = golden_params(options.APPROVE, {"checkpoint": ckpt, "arch": "m:F"})
     assert approve.inputs is None and approve.common["arch"] == "m:F" and approve.common["arch_root"] is None
     (tmp_path / "export-check.toml").write_text("")
     with pytest.raises(UsageError, match="no architecture given"):
-        options.golden_params(options.APPROVE, {"checkpoint": ckpt})
+        golden_params(options.APPROVE, {"checkpoint": ckpt})
 
 
 def test_model_inputs_and_outputs_tables_reach_record_approve_and_the_runconfig(tmp_path: Path, monkeypatch) -> None:
@@ -310,15 +310,15 @@ def test_model_inputs_and_outputs_tables_reach_record_approve_and_the_runconfig(
     (tmp_path / "export-check.toml").write_text('arch = "net.py:Net"\n[model-inputs.mask]\ndtype = "int64"\nkeyword = true\n'
                                                 '[outputs.scores]\nbatch-axis = 1\nkind = "values"\n')
     expected = SignatureSettings(inputs={"mask": {"dtype": "int64", "keyword": True}}, outputs={"scores": {"batch_axis": 1, "kind": "values"}})
-    params = options.golden_params(options.RECORD, {"checkpoint": ckpt})
+    params = golden_params(options.RECORD, {"checkpoint": ckpt})
     assert params.signature == expected and "signature_settings" not in params.common
     cli, plugin = _both(ckpt, {})
     assert isinstance(cli, RunConfig) and cli == plugin and cli.signature_settings == expected
     assert "signature_settings" not in cli.settings_json()  # the report's settings do not change
     (tmp_path / "export-check.toml").write_text('arch = "net.py:Net"\n[outputs.scores]\nbatch_axis = 1\n')
     with pytest.raises(UsageError, match=r"export-check.toml: outputs.scores: unknown key 'batch_axis'; known keys: batch-axis"):
-        options.golden_params(options.RECORD, {"checkpoint": ckpt})
+        golden_params(options.RECORD, {"checkpoint": ckpt})
     (tmp_path / "export-check.toml").write_text('arch = "net.py:Net"\noutputs = 3\n')
     with pytest.raises(UsageError, match=r"export-check.toml: outputs must be a table, got 3"):
-        options.golden_params(options.RECORD, {"checkpoint": ckpt})
+        golden_params(options.RECORD, {"checkpoint": ckpt})
     assert RunConfig(checkpoint=ckpt, arch="m:F", golden=Path("g"), out_dir=Path("o")).signature_settings == SignatureSettings()
