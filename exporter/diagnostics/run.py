@@ -152,6 +152,11 @@ class Diagnoser:
         self.sizes = shapes.plan_sizes(self.main, count)
         self.layer_threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
         self.eager_infer = _eager_infer(model, self.signature)
+        compared = self.signature.compared_outputs()
+        # Said on every row, so no view implies the other outputs were checked at other batch sizes too.
+        self.scope: tuple[str, ...] = () if len(compared) < 2 else (
+            f"batch-size, determinism and latency checks ran on the first compared output, {compared[0].name}; "
+            f"{', '.join(o.name for o in compared[1:])} compared on the replay only",)
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)")
         replayed = trace.probe_outputs(EAGER)
         if eager_ahead is not None and replayed is not None and set(eager_ahead) | {self.main} == set(self.sizes):
@@ -166,7 +171,7 @@ class Diagnoser:
         if obs.family == EAGER:
             _, cost = _rerun_and_cost(self.eager_infer, self.trace, EAGER, config.threads, False)
             sizes = SizeRuns(main_size=self.main, runs=shapes.measure(self.eager_at, {}, self.main))
-            return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, seconds=time.perf_counter() - began))
+            return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, notes=self.scope, seconds=time.perf_counter() - began))
         if obs.error is not None or obs.metrics is None or obs.artifact is None or obs.name not in KINDS_BY_NAME:
             return obs
         kind = KINDS_BY_NAME[obs.name]
@@ -197,5 +202,5 @@ class Diagnoser:
                     layers = divergence.compare_layers(kind.runtime, path, self.model, first, self.layer_threshold,
                                                        divergence.INT8_LAYERS, config.threads, 0)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
-        measured = replace(measured, layers=layers, notes=measured.notes + new_notes, seconds=time.perf_counter() - began)
+        measured = replace(measured, layers=layers, notes=self.scope + measured.notes + new_notes, seconds=time.perf_counter() - began)
         return replace(obs, diagnostics=measured)

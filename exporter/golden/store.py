@@ -82,11 +82,7 @@ def write_golden(
         "model": model,
         "recorded_with": recorded_with,
     }
-    text = json.dumps(manifest, indent=2, allow_nan=False) + "\n"
-    # The commit point: until this replace, readers see the previous manifest and its files.
-    _write_atomic(root / MANIFEST, text.encode("utf-8"))
-    _collect_garbage(root, {e["file"] for e in entries} | {ref_rel})
-    return parse_manifest(root, text)
+    return _commit(root, manifest, {e["file"] for e in entries} | {ref_rel})
 
 
 def _write_inputs(root: Path, inputs: Sequence[NewInput]) -> list[dict[str, Any]]:
@@ -159,10 +155,15 @@ def write_golden_v2(
         "model": model,
         "recorded_with": recorded_with,
     }
+    return _commit(root, manifest, {e["file"] for e in entries} | {ref_rel})
+
+
+def _commit(root: Path, manifest: dict[str, Any], keep: set[str]) -> GoldenSet:
+    """Write the manifest (the commit point: until this replace, readers see the previous manifest
+    and its files), then remove the earlier set's files it no longer names."""
     text = json.dumps(manifest, indent=2, allow_nan=False) + "\n"
-    # The commit point: until this replace, readers see the previous manifest and its files.
     _write_atomic(root / MANIFEST, text.encode("utf-8"))
-    _collect_garbage(root, {e["file"] for e in entries} | {ref_rel})
+    _collect_garbage(root, keep)
     return parse_manifest(root, text)
 
 

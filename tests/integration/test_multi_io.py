@@ -86,6 +86,9 @@ def test_every_output_is_recorded_compared_and_passes(recorded) -> None:
         if len(outputs) > 1:  # each output compared on its own, all 20 samples
             assert [o["name"] for o in row["outputs"]] == list(outputs)
             assert all(o["metrics"]["images"] == 20 and o["status"] == "pass" for o in row["outputs"])
+            # and the report says which output the batch-size, rerun and latency checks covered
+            assert row["diagnostics"]["notes"][0].startswith(f"batch-size, determinism and latency checks ran on the first "
+                                                             f"compared output, {outputs[0]};")
     if name == "time-major":
         assert manifest["signature"]["outputs"][0]["batch_axis"] == 1
         assert manifest["signature"]["outputs"][0]["kind"] == "sequence-logits"
