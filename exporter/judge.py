@@ -12,16 +12,18 @@ observer asks :func:`wants_layers` whether a per-layer table is worth measuring 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
-from .diagnostics import RERUN_FRACTION_OF_FLOAT_GATE, BatchSizeRun, Diagnostics, Rerun, ShapeCheck
+from .diagnostics import MIN_AGREEMENT_IMAGES, RERUN_FRACTION_OF_FLOAT_GATE, BatchSizeRun, Diagnostics, EagerSelfCheck, Rerun, ShapeCheck
 from .measurements import Measured, Observation
 from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, OutputRow, Row
 
 EAGER = "eager"
 WRONG_WEIGHTS = "the checkpoint's logits differ from the approved reference: wrong or retrained weights?"
+FLOAT_MOVE = 1e-5  # an int8 row "moves with the batch" when an image moves by more than the default float gate
 
 
 def gate_reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
@@ -44,28 +46,86 @@ def gate_reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
     return tuple(reasons)
 
 
-def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, bound: float) -> tuple[str, ...]:
-    """Reasons the artifact fails the batch-size check; empty when every size agrees with the main one."""
-    reasons = []
+def _size_gate(gate: Gate, images: int) -> Gate:
+    """The row's gate at one batch size: agreement is counted only over enough images."""
+    return gate if images >= MIN_AGREEMENT_IMAGES else replace(gate, min_top1=0.0)
+
+
+def size_gate_reasons(run: BatchSizeRun, gate: Gate) -> tuple[str, ...]:
+    """What the artifact at this batch size violates of the row's gate, against eager at the same size."""
+    if run.mae is None:
+        return ()
+    agreement = "none" if run.agreement is None else "top-1"
+    metrics = Metrics(images=run.images, mae=run.mae, max_abs=run.max_abs or 0.0, median_abs=0.0,
+                      top1_agreement=1.0 if run.agreement is None else run.agreement, top1_changed=(), nonfinite=run.nonfinite,
+                      per_image_mae=(), reference_mean_abs=run.reference_mean_abs or 0.0, agreement=agreement)
+    return gate_reasons(metrics, _size_gate(gate, run.images))
+
+
+def _moves(value: float | None, bound: float) -> bool:
+    return value is not None and not value <= bound
+
+
+def _cause(run: BatchSizeRun, bound: float, family: str) -> str:
+    """Why the artifact disagrees with eager at this batch size, from how far each of them moved."""
+    artifact, eager = _moves(run.moved, bound), _moves(run.eager_moved, bound)
+    if eager and not artifact:
+        return (f"the model's own output changes with the batch size (eager moves by MAE {run.eager_moved:.3g}) and the "
+                "artifact's does not follow: the export specialised the model to its example batch (a branch on the "
+                "batch size or a shape that tracing recorded as a constant)")
+    if artifact and not eager:
+        if family == "int8":
+            return (f"its output moves with the batch by design (dynamic int8 computes activation scales per batch; "
+                    f"by MAE {run.moved:.3g} here), but beyond the row's gate")
+        return (f"only the artifact's output changes with the batch size (by MAE {run.moved:.3g}): the export specialised "
+                "the batch size (a shape baked in by tracing, or a graph whose batch axis was fixed)")
+    if artifact and eager:
+        return (f"the model itself depends on the batch (eager moves by MAE {run.eager_moved:.3g}) and the artifact moves "
+                f"differently (by MAE {run.moved:.3g})")
+    return "the artifact differs from eager at this batch size only"
+
+
+def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: float, family: str = "float") -> tuple[str, ...]:
+    """Reasons the artifact fails the batch-size check: at some batch size it fails (while eager
+    runs) or misses its gate against eager at that same size; empty when every size agrees."""
+    reasons: list[str] = []
+    by_size = {run.size: run for run in runs}
+    main_run = by_size.get(main)
+    main_fails = main_run is not None and (main_run.error is not None or bool(size_gate_reasons(main_run, gate)))
     for run in runs:
         if run.error is not None:
             if run.eager_error is not None:
                 continue  # the eager model itself cannot run at this size: not the export's fault
-            if run.error.startswith("fails at the main batch size"):
-                reasons.append(f"batch size check: the artifact {run.error}")
-                break
+            if run.size == main:
+                reasons.append(f"batch size check: the artifact fails at the main batch size {main}: {run.error}")
+                continue
+            works = "" if main_fails else f" while batch size {main} works"
             reasons.append(
-                f"batch size {run.size} fails ({run.error}) while batch size {main} works: the export specialised "
-                "the batch size (a shape baked in by tracing, or a graph whose batch axis was fixed)"
+                f"batch size {run.size} fails ({run.error}){works}: the export specialised the batch size "
+                "(a shape baked in by tracing, or a graph whose batch axis was fixed)"
             )
-        elif run.excess is not None and not run.excess <= bound:
-            eager = "" if not run.eager_max_image_mae else f" (eager itself moves {run.eager_max_image_mae:.3g})"
-            reasons.append(
-                f"batch size {run.size}: image {run.worst_image}'s logits differ from batch size {main} by MAE "
-                f"{run.max_image_mae:.3g} > {bound:g}{eager}: the output depends on the batch size "
-                "(specialised under trace, or a simplified graph that lost the dynamic axis)"
-            )
+            continue
+        found = size_gate_reasons(run, gate)
+        if not found or run.size == main:
+            continue  # the main size is the replay's own batch size: its verdict is the row's drift gate
+        if main_fails and not _moves(run.moved, bound) and not _moves(run.eager_moved, bound):
+            continue  # wrong at every batch size alike: the replay's reasons already say so
+        worst = "" if run.worst_image is None else f"; worst image {run.worst_image}, MAE {run.worst_image_mae:.3g}"
+        reasons.append(f"batch size {run.size}: against eager at the same batch size, {'; '.join(found)} "
+                       f"({run.images} images{worst}): {_cause(run, bound, family)}")
     return tuple(reasons)
+
+
+def shape_notes(runs: tuple[BatchSizeRun, ...], bound: float, family: str, reasons: tuple[str, ...]) -> tuple[str, ...]:
+    """What the batch-size runs show that is not a failure: an int8 row moving with the batch by design."""
+    if reasons or family != "int8":
+        return ()
+    moved = [r for r in runs if _moves(r.moved, FLOAT_MOVE) and not _moves(r.eager_moved, FLOAT_MOVE)]
+    if not moved:
+        return ()
+    worst = max(moved, key=lambda r: r.moved or 0.0)
+    return (f"moves with the batch by design (dynamic int8 activation scales are computed per batch): up to MAE "
+            f"{worst.moved:.3g} at batch size {worst.size}, within its gate against eager at every batch size",)
 
 
 def rerun_reasons(max_abs: float, bound: float, runs: int) -> tuple[str, ...]:
@@ -90,17 +150,20 @@ def reference_mae(thresholds: Thresholds) -> float:
     return thresholds.reference_mae
 
 
-def _checks(obs: Observation, measured: Measured, gate: Gate, thresholds: Thresholds) -> tuple[ShapeCheck | None, Rerun | None]:
+def _checks(obs: Observation, measured: Measured, gate: Gate, thresholds: Thresholds,
+            eager_noisy: bool = False) -> tuple[ShapeCheck | None, Rerun | None]:
     shapes = rerun = None
     if measured.sizes is not None:
         main, runs = measured.sizes.main_size, measured.sizes.runs
         # each image may move with the batch size by the row's own MAE bound (for int8: its relative
         # gate at this output's scale, since activation scales are computed per batch)
         bound = gate.mae_bound(obs.metrics.reference_mean_abs if obs.metrics is not None else 0.0)
-        shapes = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=shape_reasons(runs, main, bound))
+        shapes = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=shape_reasons(runs, main, gate, bound, obs.family))
     if measured.rerun is not None:
         bound, r = rerun_bound(thresholds), measured.rerun
-        rerun = Rerun(runs=r.runs, images=r.images, max_abs=r.max_abs, bound=bound, reasons=rerun_reasons(r.max_abs, bound, r.runs))
+        # an artifact of a model that draws random numbers draws them too: the eager row carries that finding
+        reasons = () if eager_noisy else rerun_reasons(r.max_abs, bound, r.runs)
+        rerun = Rerun(runs=r.runs, images=r.images, max_abs=r.max_abs, bound=bound, reasons=reasons)
     return shapes, rerun
 
 
@@ -137,18 +200,64 @@ def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> 
 def _eager_notes(measured: Measured, bound: float) -> tuple[str, ...]:
     runs = measured.sizes.runs if measured.sizes is not None else ()
     notes = []
-    moved = [r for r in runs if r.max_image_mae is not None and r.max_image_mae > bound]
+    moved = [r for r in runs if _moves(r.moved, bound)]
     if moved:
-        worst = max(moved, key=lambda r: r.max_image_mae or 0.0)
+        worst = max(moved, key=lambda r: r.moved or 0.0)
+        main = measured.sizes.main_size if measured.sizes is not None else 0
         notes.append(
-            f"the eager model's own logits move with the batch size (image {worst.worst_image} by MAE "
-            f"{worst.max_image_mae:.3g} at batch size {worst.size}): it is batch-dependent; artifacts are "
-            "only held to agree as well as eager does"
+            f"the model itself depends on the batch: its outputs at batch size {worst.size} differ from batch size {main} "
+            f"by up to MAE {worst.moved:.3g} per image (batch statistics, or a branch on the batch size); every artifact "
+            "is judged against eager at the same batch size"
         )
     failing = [r for r in runs if r.error]
     if failing:
         notes.append("the eager model itself fails at batch size " + ", ".join(str(r.size) for r in failing))
     return tuple(notes)
+
+
+def eager_check_reasons(check: EagerSelfCheck | None, bound: float) -> tuple[str, ...]:
+    """Why the eager model cannot be the reference: it does not reproduce itself. Empty when it does."""
+    if check is None or check.max_abs <= bound:
+        return ()
+    differ = f"two calls on the same batch of {check.images} differ by up to {check.max_abs:.3g} (MAE {check.mae:.3g}) > {bound:g}"
+    if check.random and check.reproduces_under_seed is not False:
+        return (f"not deterministic: {differ}: forward draws random numbers (dropout left on, e.g. F.dropout without "
+                "training=self.training, or torch.rand*/randn_like in forward); the same seed before each call reproduces it",)
+    if check.state_changes:
+        return (f"stateful forward: {differ}: forward changes the model on every call ({'; '.join(check.state_changes)}): "
+                "a Python-side counter or a buffer updated in forward",)
+    return (f"not deterministic: {differ}: not from torch's random numbers and no attribute changed (threads, or "
+            "state outside the model)",)
+
+
+def eager_check_notes(check: EagerSelfCheck | None, bound: float) -> tuple[str, ...]:
+    if check is None or check.max_abs > bound or not check.state_changes:
+        return ()
+    return (f"forward changes the model on every call ({'; '.join(check.state_changes)}), though two calls gave the same "
+            "outputs: a stateful forward can drift over a long run",)
+
+
+def stateful(check: EagerSelfCheck | None, bound: float) -> bool:
+    """Eager's outputs change from call to call for a reason no seed fixes: no artifact can be compared with it."""
+    return check is not None and check.max_abs > bound and not (check.random and check.reproduces_under_seed is not False)
+
+
+def noisy(check: EagerSelfCheck | None, bound: float) -> bool:
+    """Eager draws random numbers: artifacts are judged with its own noise allowed for."""
+    return check is not None and check.max_abs > bound and not stateful(check, bound)
+
+
+def with_noise(gate: Gate, check: EagerSelfCheck) -> Gate:
+    """``gate`` widened by twice the eager model's own run-to-run noise: an artifact is not failed for
+    differing from one random eager run as much as another eager run would."""
+    agreement = 1.0 if check.agreement is None else check.agreement
+    return replace(
+        gate,
+        max_mae=None if gate.max_mae is None else gate.max_mae + 2 * check.mae,
+        max_abs=None if gate.max_abs is None else gate.max_abs + 2 * check.max_abs,
+        max_relative_mae=None if gate.max_relative_mae is None else gate.max_relative_mae + 2 * check.mae / max(check.reference_mean_abs, 1e-12),
+        min_top1=max(0.0, min(gate.min_top1, 1.0 - 2 * (1.0 - agreement))),
+    )
 
 
 def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
@@ -168,7 +277,12 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
         bound = reference_mae(thresholds)
         # eager is the reference of the batch-size check: measured and shown, never gated
         shapes = None if m.sizes is None else ShapeCheck(main_size=m.sizes.main_size, bound=bound, runs=m.sizes.runs, reasons=())
-        diagnostics = Diagnostics(shapes=shapes, latency=m.latency, notes=_eager_notes(m, bound) + m.notes, seconds=m.seconds)
+        reproduce = eager_check_reasons(m.eager_check, rerun_bound(thresholds))
+        reasons = reproduce + tuple(r for r in reasons if not (reproduce and r == WRONG_WEIGHTS))
+        # a model that does not reproduce itself: its batch-size movement is its noise, not batch dependence
+        moves = () if reproduce else _eager_notes(m, bound)
+        diagnostics = Diagnostics(shapes=shapes, latency=m.latency, notes=moves + eager_check_notes(m.eager_check, rerun_bound(thresholds)) + m.notes,
+                                  seconds=m.seconds, eager_check=m.eager_check)
     return Row(status=FAIL if reasons else PASS, metrics=obs.metrics, reasons=reasons, diagnostics=diagnostics, **common)
 
 
@@ -183,11 +297,16 @@ def judge_outputs(obs: Observation, gate: Gate) -> tuple[OutputRow, ...]:
     return tuple(judged)
 
 
-def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, strict: bool = False) -> Row:
-    """One row: its observation judged against its family's gate, its diagnostics, its error."""
+def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, strict: bool = False,
+              eager_check: EagerSelfCheck | None = None) -> Row:
+    """One row: its observation judged against its family's gate, its diagnostics, its error.
+    ``eager_check``: the eager row's self-check (a noisy eager widens the gate by its own noise; a
+    stateful one leaves nothing to compare with)."""
     if obs.family == EAGER:
         return _eager_row(obs, thresholds)
     gate = thresholds.gate_for(obs.family)
+    bound = rerun_bound(thresholds)
+    noise = eager_check if noisy(eager_check, bound) else None
     common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
                               "build_seconds": obs.build_seconds, "details": obs.details, "notes": obs.notes, "artifact": obs.artifact,
                               "cache": obs.cache}
@@ -195,8 +314,17 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
         if strict:
             return Row(status=FAIL, metrics=None, reasons=(f"{obs.error} (--strict: a kind that does not apply fails)",), **common)
         return Row(status=NOT_APPLICABLE, metrics=None, reasons=(obs.error or "not applicable",), **common)
+    if stateful(eager_check, bound):
+        return Row(status=ERROR, metrics=obs.metrics, reasons=(
+            "not judged: the eager model's outputs change from call to call (see the eager row), so no artifact can be "
+            "compared with it; fix the model's forward and check again",) + ((obs.error,) if obs.error else ()), **common)
     if obs.error is not None or obs.metrics is None:
         return Row(status=ERROR, metrics=None, reasons=(obs.error or "no metrics",), **common)
+    if noise is not None:
+        gate = with_noise(gate, noise)
+        common["gate"] = gate
+        common["notes"] = obs.notes + (f"judged against a non-deterministic eager model: the gate allows twice its own "
+                                       f"run-to-run noise (MAE {noise.mae:.3g}): {gate.describe()}",)
     outputs = judge_outputs(obs, gate)
     common["outputs"], common["not_compared"] = outputs, obs.not_compared
     reasons = gate_reasons(obs.metrics, gate) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
@@ -206,16 +334,19 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
         return Row(status=status, metrics=obs.metrics, reasons=reasons, replay_seconds=obs.replay_seconds, **common)
     if m.error is not None:
         return Row(status=ERROR, metrics=obs.metrics, reasons=reasons + (m.error,), replay_seconds=obs.replay_seconds, **common)
-    shapes, rerun = _checks(obs, m, gate, thresholds)
+    shapes, rerun = _checks(obs, m, gate, thresholds, eager_noisy=noise is not None)
     found = (shapes.reasons if shapes else ()) + (rerun.reasons if rerun else ())
     status = FAIL if found else status
     layers = m.layers if wants_layers(obs, thresholds, diagnose) else None
-    if layers is not None and FAMILIES[obs.family].layers == "on-fail":
+    if layers is not None and FAMILIES[obs.family].layers == "on-fail" and (reasons or found):
         found += (f"where: {layers.summary}",)
-    diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=m.notes, seconds=m.seconds)
+    notes = m.notes + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
+    diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds)
     return Row(status=status, metrics=obs.metrics, reasons=reasons + found, replay_seconds=obs.replay_seconds,
                diagnostics=diagnostics, **common)
 
 
 def judge_rows(observations: list[Observation], thresholds: Thresholds, diagnose: bool = False, strict: bool = False) -> list[Row]:
-    return [judge_row(obs, thresholds, diagnose, strict) for obs in observations]
+    eager = next((o for o in observations if o.family == EAGER), None)
+    check = eager.diagnostics.eager_check if eager is not None and eager.diagnostics is not None else None
+    return [judge_row(obs, thresholds, diagnose, strict, check) for obs in observations]

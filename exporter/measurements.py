@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .compare import Metrics
-from .diagnostics import BatchSizeRun, Latency, LayerComparison
+from .diagnostics import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison
 from .files import FileInfo
 
 
@@ -43,6 +43,7 @@ class Measured:
     notes: tuple[str, ...] = ()  # warnings seen and what could not be measured
     seconds: float = 0.0
     error: str | None = None  # the artifact could not be reopened for its diagnostics
+    eager_check: EagerSelfCheck | None = None  # the eager row's: two calls on the first batch before any build
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ from .artifacts.base import logits_of
 from .build.builds import BuildOutcome, Builds, Progress
 from .compare import ErrorAccumulator, ShapeMismatch
 from .config import RunConfig
+from .diagnostics import EagerSelfCheck
 from .diagnostics.run import EAGER, Diagnoser
+from .diagnostics.run import eager_self_check as self_check_of
 from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
 from .diagnostics.trace import ReplayTrace
 from .errors import ArchitectureError, ArtifactError, describe_exception
@@ -164,6 +166,7 @@ def observe_all(
     progress: Progress,
     eager_ahead: dict[int, Any] | None = None,
     by_artifact: bool = True,
+    eager_check: EagerSelfCheck | None = None,
 ) -> tuple[list[Observation], float | None]:
     """Every row observed: replayed and diagnosed. ``by_artifact``: eager's outputs are held, so each artifact
     is replayed (and diagnosed) on its own as soon as its build is done; otherwise, after every
@@ -174,7 +177,7 @@ def observe_all(
     with contextlib.ExitStack() as stack:
         if by_artifact:
             replay.run({}, {}, with_eager=True)  # eager's pass, from the outputs held
-            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead)
+            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
             rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
             for kind in builds.order:  # build order; a derived kind's source comes first
                 outcome = builds.get(kind.name)
@@ -197,7 +200,7 @@ def observe_all(
                     runners[kind.name] = runner
             progress(f"replaying {len(golden)} inputs through {len(runners)} artifacts")
             replay.run(runners, {name: outcomes[name].notes for name in runners}, with_eager=True)
-            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead)
+            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
             rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
             for kind in selected:
                 runner = runners.get(kind.name) if kind.name not in replay.errors else None
@@ -209,3 +212,8 @@ def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatch
     """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
     probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
     return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature)
+
+
+def eager_self_check(model: Any, golden: GoldenSet, batches: GoldenBatches) -> EagerSelfCheck:
+    """Eager first: the eager model twice on the first golden batch, before anything is built."""
+    return self_check_of(model, batches.first, golden.signature)

@@ -88,6 +88,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
         signature = golden.signature
+        progress("running the eager model twice on the first batch (does it reproduce itself?)")
+        eager_check = observe.eager_self_check(model, golden, batches)  # eager first: before anything is built
         first = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batches.first.items()}
         ctx = BuildContext(
             model=model,
@@ -109,7 +111,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
             observations, label_accuracy = observe.observe_all(
-                config, golden, batches, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held()
+                config, golden, batches, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held(), eager_check=eager_check
             )
         finally:
             isolation.settle()  # a run stopped early leaves no build running behind it

@@ -33,7 +33,7 @@ from ..judge import wants_layers
 from ..measurements import Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
 from ..signature import SINGLE, Signature
-from . import LATENCY_REPEATS, Latency, LayerComparison, determinism, divergence, shapes
+from . import LATENCY_REPEATS, EagerSelfCheck, Latency, LayerComparison, determinism, divergence, shapes
 from .trace import ReplayTrace
 
 EAGER = "eager"  # the trace's name for the eager model's outputs
@@ -111,8 +111,8 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
 
 
 def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[int, Any], sizes: tuple[int, ...],
-             main: int, threads: int) -> Measured:
-    runs = shapes.measure(_sizes_from(infer, trace, name, probe, sizes, main), eager_at, main)
+             main: int, threads: int, output_kind: tuple[str, int] = ("logits", -1)) -> Measured:
+    runs = shapes.measure(_sizes_from(infer, trace, name, probe, sizes, main), eager_at, main, *output_kind)
     notes: list[str] = []
     rerun = cost = None
     try:
@@ -120,6 +120,15 @@ def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[
     except Exception as exc:  # it already failed the batch-size check at the main size; say so once
         notes.append(f"determinism and latency not measured: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
     return Measured(sizes=SizeRuns(main_size=main, runs=runs), rerun=rerun, latency=cost, notes=tuple(notes))
+
+
+def eager_self_check(model: Any, feeds: Feeds, signature: Signature = SINGLE) -> EagerSelfCheck:
+    """Eager first: two calls of the eager model on ``feeds`` (the first golden batch), before any build."""
+    from .eager import check_eager
+
+    compared = signature.compared_outputs()
+    kind, axis = (compared[0].kind, compared[0].class_axis) if compared else ("logits", -1)
+    return check_eager(_eager_infer(model, signature), model, feeds, kind, axis)
 
 
 def eager_sizes_ahead(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE) -> dict[int, Any]:
@@ -143,8 +152,9 @@ class Diagnoser:
     """
 
     def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, progress, trace: ReplayTrace,
-                 eager_ahead: dict[int, Any] | None = None) -> None:
+                 eager_ahead: dict[int, Any] | None = None, eager_check: EagerSelfCheck | None = None) -> None:
         self.config, self.golden, self.model, self.trace, self.progress = config, golden, model, trace, progress
+        self.eager_check = eager_check
         self.signature = trace.signature
         self.probe = trace.probe()
         count = length(self.probe, self.signature)
@@ -153,6 +163,8 @@ class Diagnoser:
         self.layer_threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
         self.eager_infer = _eager_infer(model, self.signature)
         compared = self.signature.compared_outputs()
+        primary = compared[0] if compared else None
+        self.output_kind = (primary.kind, primary.class_axis) if primary is not None else ("logits", -1)
         # Said on every row, so no view implies the other outputs were checked at other batch sizes too.
         self.scope: tuple[str, ...] = () if len(compared) < 2 else (
             f"batch-size, determinism and latency checks ran on the first compared output, {compared[0].name}; "
@@ -170,8 +182,9 @@ class Diagnoser:
         config, began = self.config, time.perf_counter()
         if obs.family == EAGER:
             _, cost = _rerun_and_cost(self.eager_infer, self.trace, EAGER, config.threads, False)
-            sizes = SizeRuns(main_size=self.main, runs=shapes.measure(self.eager_at, {}, self.main))
-            return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, notes=self.scope, seconds=time.perf_counter() - began))
+            sizes = SizeRuns(main_size=self.main, runs=shapes.measure(self.eager_at, self.eager_at, self.main, *self.output_kind))
+            return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, notes=self.scope, seconds=time.perf_counter() - began,
+                                                     eager_check=self.eager_check))
         if obs.error is not None or obs.metrics is None or obs.artifact is None or obs.name not in KINDS_BY_NAME:
             return obs
         kind = KINDS_BY_NAME[obs.name]
@@ -182,7 +195,7 @@ class Diagnoser:
                 with contextlib.ExitStack() as stack:
                     opened = runner or stack.enter_context(kind.open_runner(path, ctx))
                     measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, self.eager_at, self.sizes,
-                                        self.main, config.threads)
+                                        self.main, config.threads, self.output_kind)
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
             layers = None

@@ -1,10 +1,12 @@
-"""Dynamic-shape validation: replay an artifact at several batch sizes and require per-image agreement.
+"""Dynamic-shape validation: replay an artifact at several batch sizes and compare it with eager at each.
 
-An export can silently specialise the batch size: ``torch.jit.trace`` records ``int(x.shape[0])`` or
-``x.view(16, -1)`` as the constant of its example batch, and a simplifier can fold a dynamic axis
-into a fixed one. The golden replay runs at one batch size and never notices; this check runs the
-same images at batch size 1, an odd size, the main size and the whole probe in one batch, and
-compares each image's logits with its logits at the main size.
+An export can silently specialise the batch size: ``torch.jit.trace`` records ``int(x.shape[0])``,
+``x.view(16, -1)`` or ``if x.size(0) > 32`` as it went for its example batch, and a simplifier can
+fold a dynamic axis into a fixed one. The golden replay runs at one batch size and never notices;
+this check runs the same images at batch size 1, an odd size, the main size and the whole probe in
+one batch (above 32 when the set has that many), through the artifact and through eager, and
+compares the artifact with eager at each size (not with itself at the main size: an artifact that
+fails to follow eager's own change with the batch would then look perfect).
 
 >>> plan_sizes(16, 64)
 (1, 7, 16, 64)
@@ -16,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..compare import ErrorAccumulator, ShapeMismatch
 from ..feeds import Feeds, length, take
 from ..signature import SINGLE, Signature
 from . import BatchSizeRun
@@ -74,47 +77,52 @@ def describe_failure(exc: BaseException) -> str:
 
 def _per_image_mae(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.shape != b.shape:
-        raise RowCountError(f"output shape {tuple(a.shape)} != {tuple(b.shape)} at the main batch size")
+        raise RowCountError(f"output shape {tuple(a.shape)} != {tuple(b.shape)}")
     diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).reshape(len(a), -1)
     diff = np.where(np.isfinite(diff), diff, np.inf)
     return diff.mean(axis=1) if diff.shape[1] else np.zeros(len(a))
 
 
-def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int) -> tuple[BatchSizeRun, ...]:
-    """Compare every size with the main size, per image, for the artifact and for eager."""
+def _moved(outputs: dict[int, np.ndarray | str], size: int, main: int) -> float | None:
+    """Worst per-image MAE of the outputs at ``size`` against the same images at the main size."""
+    got, ref = outputs.get(size), outputs.get(main)
+    if not isinstance(got, np.ndarray) or not isinstance(ref, np.ndarray):
+        return None
+    try:
+        dev = _per_image_mae(got, ref[: len(got)])
+    except RowCountError:
+        return None
+    return float(dev.max()) if len(dev) else 0.0
+
+
+def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int,
+            kind: str = "logits", class_axis: int = -1) -> tuple[BatchSizeRun, ...]:
+    """At every size: the artifact against eager at that same size (per image, under the row's
+    gate later), and how far each of them moved from its own output at the main size."""
     main = min(main, max(artifact))
     runs = []
     for size in sorted(artifact):
-        got, reference = artifact[size], artifact[main]
-        eager_got, eager_ref = eager.get(size), eager.get(main)
-        eager_dev = None
-        if isinstance(eager_got, np.ndarray) and isinstance(eager_ref, np.ndarray):
-            eager_dev = _per_image_mae(eager_got, eager_ref[: len(eager_got)])
+        got, eager_got = artifact[size], eager.get(size)
         eager_error = eager_got if isinstance(eager_got, str) else None
-        if isinstance(reference, str):
-            runs.append(BatchSizeRun(size, 0, None, None, None, f"fails at the main batch size {main}: {reference}", eager_error))
-            continue
+        common = {"size": size, "moved": _moved(artifact, size, main), "eager_moved": _moved(eager, size, main), "eager_error": eager_error}
         if isinstance(got, str):
-            runs.append(BatchSizeRun(size, 0, None, None, None if eager_dev is None else float(eager_dev.max()), got, eager_error))
+            runs.append(BatchSizeRun(images=0, error=got, **common))
             continue
+        if not isinstance(eager_got, np.ndarray):
+            runs.append(BatchSizeRun(images=len(got), error=None if eager_error else "eager was not run at this size", **common))
+            continue
+        acc = ErrorAccumulator(kind, class_axis)
         try:
-            dev = _per_image_mae(got, reference[: len(got)])
-        except RowCountError as exc:
-            runs.append(BatchSizeRun(size, len(got), None, None, None, str(exc), eager_error))
+            acc.add(eager_got, got)
+        except ShapeMismatch as exc:
+            runs.append(BatchSizeRun(images=len(got), error=f"{exc} (eager's at this batch size)", **common))
             continue
-        allowance = eager_dev if eager_dev is not None else np.zeros_like(dev)
-        excess = dev - allowance
-        worst = int(np.argmax(excess)) if len(excess) else 0
-        runs.append(
-            BatchSizeRun(
-                size=size,
-                images=len(got),
-                max_image_mae=float(dev.max()) if len(dev) else 0.0,
-                worst_image=worst,
-                eager_max_image_mae=None if eager_dev is None else float(eager_dev.max()),
-                error=None,
-                eager_error=eager_error,
-                excess=float(excess[worst]) if len(excess) else 0.0,
-            )
-        )
+        m = acc.result()
+        per_image = np.asarray(m.per_image_mae, dtype=np.float64)
+        worst = int(np.argmax(per_image)) if per_image.size else None
+        runs.append(BatchSizeRun(
+            images=m.images, mae=m.mae, max_abs=m.max_abs, agreement=None if m.agreement == "none" else m.top1_agreement,
+            reference_mean_abs=m.reference_mean_abs, nonfinite=m.nonfinite, worst_image=worst,
+            worst_image_mae=None if worst is None else float(per_image[worst]), **common,
+        ))
     return tuple(runs)

@@ -91,4 +91,6 @@ class ReplayTrace:
 
 
 def _shapes(feeds: Feeds, signature: Signature) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(a.shape) for a in feeds.values())
+    """Each input's shape without its batch axis: a short last batch is still the same group."""
+    axes = {spec.name: spec.batch_axis for spec in signature.inputs}
+    return tuple(tuple(d for i, d in enumerate(a.shape) if i != axes.get(name, 0) % max(a.ndim, 1)) for name, a in feeds.items())

@@ -1,0 +1,93 @@
+"""Eager first: before anything is built, run the eager model twice on the first golden batch.
+
+A model that does not reproduce itself cannot be the reference of anything: its artifacts would be
+judged against noise. This names why: forward drew random numbers (dropout left on, ``randn_like``:
+torch's generator state moved during the call, and a fixed seed makes two calls agree), or forward
+changed the model's own state (a Python-side counter, a buffer updated in place: the attribute is
+named). The record goes to the eager row's diagnostics; ``judge`` decides what it means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..compare import ErrorAccumulator
+from . import EagerSelfCheck
+
+SEED = 20260101
+
+
+def _plain(value: Any) -> Any:
+    """A comparable snapshot of a plain Python attribute (numbers, strings, small containers)."""
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value
+    if isinstance(value, (list, tuple)) and len(value) <= 64:
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, dict) and len(value) <= 64:
+        return tuple(sorted((str(k), _plain(v)) for k, v in value.items()))
+    return None  # not tracked
+
+
+def _state(model: Any) -> dict[str, Any]:
+    """Every module's plain attributes and buffer checksums, by qualified name."""
+    import torch
+
+    state: dict[str, Any] = {}
+    for prefix, module in model.named_modules():
+        for key, value in vars(module).items():
+            if key.startswith("_") or key == "training":
+                continue
+            snap = _plain(value)
+            if snap is not None:
+                state[f"{prefix}.{key}" if prefix else key] = snap
+        for key, buffer in module.named_buffers(recurse=False):
+            if isinstance(buffer, torch.Tensor) and buffer.numel() and not buffer.is_quantized:
+                state[f"{prefix}.{key}" if prefix else key] = ("buffer", float(buffer.double().sum()), float(buffer.double().abs().sum()))
+    return state
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ...]:
+    out = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if isinstance(old, tuple) and old[:1] == ("buffer",):
+            out.append(f"buffer {key} changed")
+        else:
+            out.append(f"{key}: {str(old)[:40]} -> {str(new)[:40]}")
+    return tuple(out[:8])
+
+
+def check_eager(infer: Callable[[Any], np.ndarray], model: Any, feeds: Any, kind: str = "logits", class_axis: int = -1) -> EagerSelfCheck:
+    """``infer`` (feeds in, the first compared output's rows out) twice on ``feeds``; if the two
+    differ, twice more under the same seed, to tell random numbers from state."""
+    import torch
+
+    rng = torch.get_rng_state()
+    before = _state(model)
+    first = infer(feeds)
+    after_first = _state(model)
+    random = not torch.equal(rng, torch.get_rng_state())
+    second = infer(feeds)
+    changes = _changes(before, after_first)
+    acc = ErrorAccumulator(kind, class_axis)
+    acc.add(first, second)
+    m = acc.result()
+    reproduces = None
+    if m.max_abs > 0:
+        saved = torch.get_rng_state()
+        try:
+            torch.manual_seed(SEED)
+            a = infer(feeds)
+            torch.manual_seed(SEED)
+            b = infer(feeds)
+            reproduces = bool(a.shape == b.shape and np.array_equal(a, b))
+        finally:
+            torch.set_rng_state(saved)
+    return EagerSelfCheck(runs=2, images=m.images, max_abs=m.max_abs, mae=m.mae,
+                          agreement=None if m.agreement == "none" else m.top1_agreement,
+                          random=random, state_changes=changes, reproduces_under_seed=reproduces, reference_mean_abs=m.reference_mean_abs)
