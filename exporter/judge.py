@@ -71,8 +71,8 @@ def _cause(run: BatchSizeRun, bound: float, family: str) -> str:
     artifact, eager = _moves(run.moved, bound), _moves(run.eager_moved, bound)
     if eager and not artifact:
         return (f"the model's own output changes with the batch size (eager moves by MAE {run.eager_moved:.3g}) and the "
-                "artifact's does not follow: the export specialised the model to its example batch (a branch on the "
-                "batch size or a shape that tracing recorded as a constant)")
+                "artifact's does not follow: the export kept what its example batch computed (a branch on the batch's "
+                "size or values, a Python number taken from a tensor, or a shape that tracing recorded as a constant)")
     if artifact and not eager:
         if family == "int8":
             return (f"its output moves with the batch by design (dynamic int8 computes activation scales per batch; "
@@ -85,9 +85,12 @@ def _cause(run: BatchSizeRun, bound: float, family: str) -> str:
     return "the artifact differs from eager at this batch size only"
 
 
-def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: float, family: str = "float") -> tuple[str, ...]:
+def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: float, family: str = "float",
+                  replayed: bool = True) -> tuple[str, ...]:
     """Reasons the artifact fails the batch-size check: at some batch size it fails (while eager
-    runs) or misses its gate against eager at that same size; empty when every size agrees."""
+    runs) or misses its gate against eager at that same size; empty when every size agrees.
+    ``replayed``: the replay judged the main size already (when it failed part way, this says how
+    the main size compares)."""
     reasons: list[str] = []
     by_size = {run.size: run for run in runs}
     main_run = by_size.get(main)
@@ -106,8 +109,11 @@ def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: 
             )
             continue
         found = size_gate_reasons(run, gate)
-        if not found or run.size == main:
+        if not found or (run.size == main and replayed):
             continue  # the main size is the replay's own batch size: its verdict is the row's drift gate
+        if run.size == main:
+            reasons.append(f"batch size {main} (the replay's): against eager, {'; '.join(found)} ({run.images} images)")
+            continue
         if main_fails and not _moves(run.moved, bound) and not _moves(run.eager_moved, bound):
             continue  # wrong at every batch size alike: the replay's reasons already say so
         worst = "" if run.worst_image is None else f"; worst image {run.worst_image}, MAE {run.worst_image_mae:.3g}"
@@ -157,8 +163,10 @@ def _checks(obs: Observation, measured: Measured, gate: Gate, thresholds: Thresh
         main, runs = measured.sizes.main_size, measured.sizes.runs
         # each image may move with the batch size by the row's own MAE bound (for int8: its relative
         # gate at this output's scale, since activation scales are computed per batch)
-        bound = gate.mae_bound(obs.metrics.reference_mean_abs if obs.metrics is not None else 0.0)
-        shapes = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=shape_reasons(runs, main, gate, bound, obs.family))
+        scale = obs.metrics.reference_mean_abs if obs.metrics is not None else max((r.reference_mean_abs or 0.0 for r in runs), default=0.0)
+        bound = gate.mae_bound(scale)
+        reasons = shape_reasons(runs, main, gate, bound, obs.family, replayed=obs.metrics is not None)
+        shapes = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=reasons)
     if measured.rerun is not None:
         bound, r = rerun_bound(thresholds), measured.rerun
         # an artifact of a model that draws random numbers draws them too: the eager row carries that finding
@@ -319,7 +327,15 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
             "not judged: the eager model's outputs change from call to call (see the eager row), so no artifact can be "
             "compared with it; fix the model's forward and check again",) + ((obs.error,) if obs.error else ()), **common)
     if obs.error is not None or obs.metrics is None:
-        return Row(status=ERROR, metrics=None, reasons=(obs.error or "no metrics",), **common)
+        reasons = (obs.error or "no metrics",)
+        m = obs.diagnostics
+        if m is not None and m.error is None and m.sizes is not None:
+            # the replay failed on some batch; if the batch-size check says why, it is the artifact's verdict
+            shapes, _ = _checks(obs, m, gate, thresholds)
+            if shapes is not None and shapes.reasons:
+                return Row(status=FAIL, metrics=None, reasons=reasons + shapes.reasons, replay_seconds=obs.replay_seconds,
+                           diagnostics=Diagnostics(shapes=shapes, latency=m.latency, notes=m.notes, seconds=m.seconds), **common)
+        return Row(status=ERROR, metrics=None, reasons=reasons, **common)
     if noise is not None:
         gate = with_noise(gate, noise)
         common["gate"] = gate

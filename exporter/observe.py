@@ -25,6 +25,7 @@ from .diagnostics import EagerSelfCheck
 from .diagnostics.run import EAGER, Diagnoser
 from .diagnostics.run import eager_self_check as self_check_of
 from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
+from .diagnostics.runtime_errors import runtime_error
 from .diagnostics.trace import ReplayTrace
 from .errors import ArchitectureError, ArtifactError, describe_exception
 from .feeds import length, samples_first
@@ -48,6 +49,7 @@ class Replay:
         self.accumulators: dict[str, dict[str, ErrorAccumulator]] = {}
         self.seconds: dict[str, float] = {}
         self.errors: dict[str, str] = {}
+        self.run_failed: set[str] = set()  # opened, then failed on some batch: the diagnostics still run through it
         self.eager_acc = self._accumulators()
         self.eager_error: str | None = None
         self.eager_argmax: list[np.ndarray] = []
@@ -123,7 +125,8 @@ class Replay:
                     for output, acc in self.accumulators[name].items():
                         acc.add(eager[output], out[output])
                 except Exception as exc:
-                    self.errors[name] = f"running failed at inputs {start}..{start + n - 1}: {describe_exception(exc)}"
+                    self.errors[name] = f"running failed at inputs {start}..{start + n - 1}: {runtime_error(exc)}"
+                    self.run_failed.add(name)
                     del runners[name]
                 self.seconds[name] += time.perf_counter() - began
 
@@ -190,7 +193,7 @@ def observe_all(
                         replay.run({kind.name: runner}, {kind.name: outcome.notes}, with_eager=False)
                     # Batch sizes, determinism, latency, where it diverges: through the runner the
                     # replay used, reusing what it computed (exporter/diagnostics/trace.py).
-                    rows[kind.name] = diagnoser.observe(replay.artifact_observation(kind, outcome), ctx, runner)
+                    rows[kind.name] = diagnoser.observe(replay.artifact_observation(kind, outcome), ctx, runner, kind.name in replay.run_failed)
         else:
             outcomes = {kind.name: builds.get(kind.name) for kind in builds.order}
             runners = {}
@@ -203,8 +206,9 @@ def observe_all(
             diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
             rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
             for kind in selected:
-                runner = runners.get(kind.name) if kind.name not in replay.errors else None
-                rows[kind.name] = diagnoser.observe(replay.artifact_observation(kind, outcomes[kind.name]), ctx, runner)
+                runner = runners.get(kind.name) if kind.name not in replay.errors or kind.name in replay.run_failed else None
+                rows[kind.name] = diagnoser.observe(replay.artifact_observation(kind, outcomes[kind.name]), ctx, runner,
+                                                    kind.name in replay.run_failed)
     return [rows[EAGER], *(rows[kind.name] for kind in selected)], replay.label_accuracy()
 
 

@@ -30,6 +30,26 @@ class OutputRow:
         return {"name": self.name, "status": self.status, "metrics": self.metrics.to_json(), "reasons": list(self.reasons)}
 
 
+# Warnings that say an export may not do what eager does. A TracerWarning is always one ("Converting a
+# tensor to a Python boolean/number/index might cause the trace to be incorrect", "... will be treated
+# as a constant"); so is what an exporter printed. Other categories count when they say so in words.
+_CONCERN_CATEGORIES = ("TracerWarning:", "ExporterOutput:")
+_CONCERN_WORDS = ("might cause the trace to be incorrect", "treated as a constant", "might not generalize",
+                  "trace might", "results may be incorrect", "may produce incorrect", "not be exported correctly")
+
+
+def is_concern(note: str) -> bool:
+    """
+    >>> is_concern("TracerWarning: Converting a tensor to a Python boolean might cause the trace to be incorrect.")
+    True
+    >>> is_concern("DeprecationWarning: `torch.jit.trace` is deprecated. Please switch to `torch.compile` or `torch.export`.")
+    False
+    """
+    if note.startswith(_CONCERN_CATEGORIES):
+        return True
+    return not note.startswith(("DeprecationWarning:", "FutureWarning:")) and any(w in note for w in _CONCERN_WORDS)
+
+
 @dataclass(frozen=True)
 class Row:
     """One line of the verdict: the eager model against the golden logits, or one artifact against eager."""
@@ -57,6 +77,12 @@ class Row:
     not_compared: tuple[str, ...] = ()
 
     @property
+    def concerns(self) -> tuple[str, ...]:
+        """The notes that say this export is probably wrong (shown in every view): tracer warnings
+        about Python values, what an exporter printed. Deprecations stay in the JSON notes only."""
+        return tuple(n for n in self.notes if is_concern(n))
+
+    @property
     def passed(self) -> bool:
         """Whether the row lets the run pass: it passed, or its kind does not apply (``--strict``
         judges those as failures instead)."""
@@ -77,6 +103,7 @@ class Row:
             "replay_seconds": self.replay_seconds,
             "details": dict(self.details),
             "notes": list(self.notes),
+            "concerns": list(self.concerns),
             "cache": self.cache,
             "diagnostics": None if self.diagnostics is None else self.diagnostics.to_json(),
             "outputs": [o.to_json() for o in self.outputs],

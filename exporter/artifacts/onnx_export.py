@@ -6,7 +6,25 @@ from pathlib import Path
 
 from ..errors import ArtifactError
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
+from ._native import stdout_into_notes
 from .base import BuildContext
+
+
+def _legacy_export(ctx: BuildContext, args: tuple, kwargs: dict, tmp: Path, input_names: list[str], output_names: list[str]) -> None:
+    import torch
+
+    torch.onnx.export(
+        ctx.model,
+        args,
+        str(tmp),
+        kwargs=kwargs or None,
+        dynamo=False,
+        opset_version=ctx.opset,
+        input_names=input_names,
+        output_names=output_names,
+        dynamic_axes=ctx.dynamic_axes(),
+        do_constant_folding=True,
+    )
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
@@ -20,18 +38,8 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     output_names = list(ctx.signature.output_names)
     with atomic_path(path) as tmp:
         if ctx.onnx_exporter == "torchscript":
-            torch.onnx.export(
-                ctx.model,
-                args,
-                str(tmp),
-                kwargs=kwargs or None,
-                dynamo=False,
-                opset_version=ctx.opset,
-                input_names=input_names,
-                output_names=output_names,
-                dynamic_axes=ctx.dynamic_axes(),
-                do_constant_folding=True,
-            )
+            with stdout_into_notes("the ONNX exporter"):
+                _legacy_export(ctx, args, kwargs, tmp, input_names, output_names)
         else:
             try:
                 import onnxscript  # noqa: F401  (the dynamo exporter needs it)

@@ -150,15 +150,27 @@ class LayerDelta:
     sqnr_db: float  # 10*log10(signal power / error power); inf when identical
     departs: bool  # beyond the comparison threshold
     merged: tuple[str, ...] = ()  # modules with no nodes of their own whose output this value also is
+    # What departs: "module" (its own computation), "forward-code" (the code of its forward between
+    # its children: .item(), numpy, arithmetic on their outputs), "dropped" (a module with no nodes in
+    # the artifact's graph, whose effect the graph lost: an in-place op on a view, for one)
+    where: str = "module"
 
     @property
     def label(self) -> str:
         return self.module or "<model forward>"
 
+    @property
+    def described(self) -> str:
+        if self.where == "forward-code":
+            return f"the forward code of {self.label} itself ({self.ops}, between its children, which agree)"
+        if self.where == "dropped":
+            return f"{self.label}, which has no nodes in this graph: the export lost what it does (an in-place op on a view?)"
+        return self.label
+
     def to_json(self) -> dict[str, Any]:
         return {"module": self.module, "ops": self.ops, "mae": self.mae, "max_abs": self.max_abs,
                 "sqnr_db": None if not math.isfinite(self.sqnr_db) else self.sqnr_db,
-                "departs": self.departs, "merged": list(self.merged)}
+                "departs": self.departs, "merged": list(self.merged), "where": self.where}
 
 
 @dataclass(frozen=True)
@@ -196,6 +208,9 @@ class LayerComparison:
         if self.first is None:
             return (f"no module departs from eager beyond {self.threshold:g} at batch {self.batch_start}.."
                     f"{self.batch_start + self.batch_size - 1} ({len(self.layers)} modules compared)")
+        if self.first.where != "module":
+            return (f"first departs in {self.first.described}: MAE {self.first.mae:.3g}, "
+                    f"SQNR {self.first.sqnr_db:.1f} dB ({self.scope} comparison)")
         text = (f"first departs at {self.first.label}: MAE {self.first.mae:.3g}, "
                 f"SQNR {self.first.sqnr_db:.1f} dB ({self.scope} comparison, {self.first.ops})")
         if self.suspects:

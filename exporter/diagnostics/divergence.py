@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,11 @@ def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: flo
         if got is None or got.shape != reference.shape:
             continue
         ops = str(getattr(sub, "original_name", type(sub).__name__))
-        layers.append(layer_delta(cap.name, ops, reference, got, threshold))
+        delta = layer_delta(cap.name, ops, reference, got, threshold)
+        if delta.departs and not cap.leaf and not any(d.departs for d in layers):
+            # its children ran first and agree: what departs is the code of its own forward
+            delta = replace(delta, where="forward-code", ops="forward")
+        layers.append(delta)
     method = "each loaded TorchScript submodule run on the eager model's inputs to that module"
     return _finish(purpose, method, "local", start, len(batch), threshold, layers)
 
@@ -259,12 +263,13 @@ def onnx_layers(
             continue
         # Modules without nodes that consumed this module's output directly (a BatchNorm folded
         # into its Conv, an Identity): the ONNX value stands for their output.
-        reference, current, merged = cap.output, cap.output_id, []
+        reference, current, merged, chain = cap.output, cap.output_id, [], []
         for nxt in order[i + 1 :]:
             if nxt.name in has_nodes or nxt.output is None or current not in nxt.input_ids:
                 break
             reference, current = nxt.output, nxt.output_id
             merged.append(nxt.name)
+            chain.append(nxt)
         ref = reference.numpy()
         chosen = None
         for name, scope, op in reversed(values):
@@ -277,9 +282,58 @@ def onnx_layers(
         if chosen is None:
             continue
         ops = ",".join(dict.fromkeys(op for _, scope, op in values if scope == cap.name)) or chosen[1]
-        layers.append(layer_delta(cap.name, ops[:60], ref, chosen[0], threshold, tuple(merged)))
+        delta = layer_delta(cap.name, ops[:60], ref, chosen[0], threshold, tuple(merged))
+        if delta.departs and not any(d.departs for d in layers):
+            found = _first_cause(cap, chain, chosen[0], ops[:60], threshold, proto, results, modules)
+            if found:
+                layers.extend(found)
+                continue
+        layers.append(delta)
     method = "intermediate values of the ONNX graph (node scopes mapped to modules) against eager module outputs"
     return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
+
+
+def _first_cause(cap: Captured, chain: list[Captured], value: np.ndarray, ops: str, threshold: float, proto: Any,
+                 results: dict[str, Any], modules: set[str]) -> list[LayerDelta]:
+    """The first departing ONNX value, looked at more closely: did the module's own output agree,
+    and a module without nodes after it lost its effect (``dropped``)? Or was the module's input
+    already off, so that what departs is the forward code that produced it (``forward-code``)?
+    Empty when neither: the module itself departs."""
+    own = cap.output.numpy()
+    if chain and own.shape == value.shape and not layer_delta(cap.name, ops, own, value, threshold).departs:
+        out = [layer_delta(cap.name, ops, own, value, threshold)]
+        for nxt in chain:
+            ref = nxt.output.numpy()
+            if ref.shape == value.shape:
+                delta = layer_delta(nxt.name, "no nodes", ref, value, threshold)
+                if delta.departs:
+                    return [*out, replace(delta, where="dropped")]
+        return []
+    if cap.inputs is None or not cap.inputs:
+        return []
+    eager_in = cap.inputs[0].numpy()
+    def scope_of(n: Any) -> str | None:
+        return module_of(n.name, modules) if n.name else None
+
+    # the module's first node in graph order, and the value it reads first
+    node = next((n for n in proto.graph.node if cap.name and (scope_of(n) or "").split(".")[: cap.name.count(".") + 1] == cap.name.split(".")), None)
+    if node is None or not node.input:
+        return []
+    got = results.get(node.input[0])
+    if not isinstance(got, np.ndarray) or got.shape != eager_in.shape:
+        return []
+    delta_in = layer_delta(cap.name, "", eager_in, got, threshold)
+    if not delta_in.departs:
+        return []
+    # The code between the module that produced the value and this one belongs to the forward of
+    # their closest common ancestor (for two children of the model: the model's own forward).
+    producer = next((n for n in proto.graph.node if node.input[0] in n.output), None)
+    produced_in = (scope_of(producer) if producer is not None else None) or ""
+    parent = cap.name.rpartition(".")[0]
+    common = [a for a, b in zip(produced_in.split("."), parent.split("."), strict=False) if a == b] if produced_in and parent else []
+    scope = ".".join(common)
+    what = producer.op_type if producer is not None and produced_in == scope else "code the graph does not hold"
+    return [replace(delta_in, module=scope, ops=what, where="forward-code")]
 
 
 METHODS = {"onnxruntime": onnx_layers, "torch": torchscript_layers}

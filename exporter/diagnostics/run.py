@@ -29,7 +29,7 @@ from ..config import FAMILIES, RunConfig
 from ..errors import ArtifactError
 from ..feeds import Feeds, length, samples_first
 from ..golden.manifest import GoldenSet
-from ..judge import wants_layers
+from ..judge import gate_reasons, size_gate_reasons, wants_layers
 from ..measurements import Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
 from ..signature import SINGLE, Signature
@@ -176,16 +176,33 @@ class Diagnoser:
         else:
             self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.sizes, self.main)
 
-    def observe(self, obs: Observation, ctx: BuildContext, runner: Any | None = None) -> Observation:
+    def _failing_size_batch(self, obs: Observation, measured: Measured) -> tuple[int, np.ndarray] | None:
+        """When the replay passes its gate but a batch size does not: the probe batch at that size
+        holding its worst image (where the per-layer comparison can see the difference)."""
+        gate = self.config.thresholds.gate_for(obs.family)
+        if obs.metrics is None or gate_reasons(obs.metrics, gate) or measured.sizes is None:
+            return None
+        images = next(iter(self.probe.values()))
+        for run in measured.sizes.runs:
+            if run.error is None and run.size != self.main and size_gate_reasons(run, gate):
+                worst = run.worst_image or 0
+                start = min(worst // run.size * run.size, max(len(images) - run.size, 0))
+                return start, images[start : start + run.size]
+        return None
+
+    def observe(self, obs: Observation, ctx: BuildContext, runner: Any | None = None, run_failed: bool = False) -> Observation:
         """``obs`` with its diagnostics measured. ``runner`` is the replay's open runner for it
-        (without one, the artifact is reopened from its file)."""
+        (without one, the artifact is reopened from its file). ``run_failed``: the replay failed on
+        some batch; the batch-size check still runs, to say whether the batch size is why."""
         config, began = self.config, time.perf_counter()
         if obs.family == EAGER:
             _, cost = _rerun_and_cost(self.eager_infer, self.trace, EAGER, config.threads, False)
             sizes = SizeRuns(main_size=self.main, runs=shapes.measure(self.eager_at, self.eager_at, self.main, *self.output_kind))
             return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, notes=self.scope, seconds=time.perf_counter() - began,
                                                      eager_check=self.eager_check))
-        if obs.error is not None or obs.metrics is None or obs.artifact is None or obs.name not in KINDS_BY_NAME:
+        if obs.artifact is None or obs.name not in KINDS_BY_NAME:
+            return obs
+        if (obs.error is not None or obs.metrics is None) and not (run_failed and runner is not None):
             return obs
         kind = KINDS_BY_NAME[obs.name]
         path = Path(obs.artifact.path)
@@ -206,9 +223,14 @@ class Diagnoser:
                                          f"{len(self.signature.inputs)} ({', '.join(self.signature.input_names)})")
             elif wants_layers(replace(obs, diagnostics=measured), config.thresholds, config.diagnose):
                 if FAMILIES[obs.family].layers == "on-fail":
-                    start = _worst_batch_start(obs, config.batch_size)
-                    self.progress(f"locating where {obs.name} diverges (batch at {start})")
-                    layers = divergence.compare_layers(kind.runtime, path, self.model, _batch_at(self.golden, config.batch_size, start),
+                    at_size = self._failing_size_batch(obs, measured)
+                    if at_size is not None:  # the replay agrees; one batch size does not: look there
+                        start, batch = at_size
+                    else:
+                        start = _worst_batch_start(obs, config.batch_size)
+                        batch = _batch_at(self.golden, config.batch_size, start)
+                    self.progress(f"locating where {obs.name} diverges (batch of {len(batch)} at {start})")
+                    layers = divergence.compare_layers(kind.runtime, path, self.model, batch,
                                                        self.layer_threshold, divergence.DIVERGENCE, config.threads, start)
                 else:
                     first = next(iter(self.probe.values()))[: self.main]

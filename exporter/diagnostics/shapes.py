@@ -36,10 +36,10 @@ def plan_sizes(main: int, probe: int) -> tuple[int, ...]:
 
 
 def images_at(size: int, main: int, probe: int) -> int:
-    """How many probe images run at ``size``: all at the main and full sizes, a few at the small ones."""
-    if size >= min(main, probe):
-        return probe
-    return min(probe, max(2 * size, 8))
+    """How many probe images run at ``size``: all at the main and full sizes, a few at the small ones;
+    always whole batches of ``size``, so that every call runs at exactly that batch size."""
+    count = probe if size >= min(main, probe) else min(probe, max(2 * size, 8))
+    return max(size, count // size * size) if size <= probe else probe
 
 
 class RowCountError(ValueError):
@@ -68,11 +68,12 @@ def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, si
 
 
 def describe_failure(exc: BaseException) -> str:
-    """One line: a TorchScript interpreter error's last line holds the actual error, so keep that."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    if len(lines) > 1:
-        return lines[-1][:300]
-    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
+    """One line: the line of a TorchScript or onnxruntime error that says what went wrong."""
+    if isinstance(exc, RowCountError):
+        return f"RowCountError: {exc}"
+    from .runtime_errors import runtime_error
+
+    return runtime_error(exc)
 
 
 def _per_image_mae(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -112,8 +113,9 @@ def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray |
             runs.append(BatchSizeRun(images=len(got), error=None if eager_error else "eager was not run at this size", **common))
             continue
         acc = ErrorAccumulator(kind, class_axis)
+        n = min(len(got), len(eager_got))  # the main size from the replay may hold a short last batch more
         try:
-            acc.add(eager_got, got)
+            acc.add(eager_got[:n], got[:n])
         except ShapeMismatch as exc:
             runs.append(BatchSizeRun(images=len(got), error=f"{exc} (eager's at this batch size)", **common))
             continue

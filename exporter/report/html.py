@@ -250,7 +250,12 @@ def render(report: Report) -> str:
     if tables:
         body.append("<h2>Per-layer comparison</h2>")
         body += [_layer_table(row, layers) for row, layers in tables]
-    notes = [(row.name, n) for row in report.rows for n in ((row.diagnostics.notes if row.diagnostics else ()) + row.notes)]
+    concerns = [(row.name, n) for row in report.rows for n in row.concerns]
+    if concerns:
+        body.append("<h2>Warnings that say an export may be wrong</h2><ul>"
+                    + "".join(f"<li class='warn'><b>{_e(name)}</b>: {_e(n)}</li>" for name, n in concerns) + "</ul>")
+    notes = [(row.name, n) for row in report.rows
+             for n in ((row.diagnostics.notes if row.diagnostics else ()) + tuple(x for x in row.notes if x not in row.concerns))]
     if notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li><b>{_e(name)}</b>: {_e(n)}</li>" for name, n in notes) + "</ul>")
     body.append("<h2>Run</h2><table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in report.settings)

@@ -63,13 +63,14 @@ def metric_lines(row: Row) -> list[str]:
                 f"{r.size}: {'error' if r.error else _num(r.max_image_mae, '.3g')}" for r in d.shapes.runs
             )
             verdict = "pass" if d.shapes.passed else "fail"
-            lines.append(f"batch_sizes: {verdict} (max per-image MAE vs batch {d.shapes.main_size}: {runs}; bound {d.shapes.bound:g})")
+            lines.append(f"batch_sizes: {verdict} (worst per-image MAE against eager at the same batch size: {runs})")
         if d.rerun is not None:
             verdict = "pass" if d.rerun.passed else "fail"
             lines.append(f"determinism: {verdict} (run-to-run max abs {_num(d.rerun.max_abs, '.3g')}, bound {d.rerun.bound:g})")
         if d.layers is not None:
             lines.append(f"{d.layers.purpose}: {d.layers.summary}")
         lines += [f"note: {n}" for n in d.notes]
+    lines += [f"warning: {n}" for n in row.concerns]
     return lines
 
 

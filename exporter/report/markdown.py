@@ -108,6 +108,9 @@ def render(report: Report) -> str:
             lines.append(f"- {ICON[row.status]} **{cell(row.name)}** ({row.status})")
             lines += [f"  - {cell(reason)}" for reason in row.reasons]
         lines.append("")
+    warnings = [(row.name, n) for row in report.rows for n in row.concerns]
+    if warnings:
+        lines += ["### Warnings that say an export may be wrong", "", *(f"- ⚠️ **{cell(name)}**: {cell(n)}" for name, n in warnings), ""]
     notes = [(row.name, n) for row in report.rows if row.diagnostics for n in row.diagnostics.notes]
     if notes:
         lines += ["### Notes", "", *(f"- **{cell(name)}**: {cell(n)}" for name, n in notes), ""]

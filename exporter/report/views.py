@@ -63,6 +63,7 @@ def diagnostic_lines(report: Report) -> list[str]:
     """Findings that do not gate but a release engineer wants to read: int8 per-layer error, notes."""
     lines = []
     for row in report.rows:
+        lines += [f"warn {row.name}: {note}" for note in row.concerns]
         d = row.diagnostics
         if d is None:
             continue
@@ -80,7 +81,7 @@ def checks_description(report: Report) -> str:
             rerun = d.rerun.bound if d.rerun is not None else None
             bound = "" if rerun is None else f"; determinism: 2 runs differ by <= {rerun:g}"
             threads = d.latency.threads if d.latency is not None else "?"
-            return (f"batch sizes {', '.join(map(str, d.shapes.sizes))} against {d.shapes.main_size} "
-                    f"(per-image MAE <= the row's MAE gate beyond eager's own movement){bound}; "
+            return (f"batch sizes {', '.join(map(str, d.shapes.sizes))}, each against eager at the same batch size "
+                    f"under the row's gate{bound}; "
                     f"latency: median of {d.latency.repeats if d.latency else '?'} runs, {threads} threads, never gates")
     return "diagnostics did not run"

@@ -136,47 +136,49 @@ class Unscriptable(Clean):
         return self.fc(self.act(self.features(x)))
 
 
-class OddInterpolation(nn.Module):
-    """Downsampling an odd-sized map by a fractional factor with bilinear interpolation: the exporters
-    compute the output size and sampling grid their own way."""
+class AntialiasedResize(nn.Module):
+    """Downsampling with ``antialias=True`` (what image pipelines use): eager and TorchScript run it,
+    the TorchScript-based ONNX exporter has no such operator and prints its graph dump."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, stride=1, padding=0)  # 32 -> 30
-        self.conv2 = nn.Conv2d(8, 8, 3, stride=2, padding=0)  # 30 -> 14... odd after the next one
-        self.fc = nn.Linear(8 * 16, 10)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 15 * 15, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.relu(self.conv2(F.relu(self.conv(x))))  # (N, 8, 14, 14)
-        h = F.pad(h, (0, 1, 0, 1))  # 15x15: odd
-        h = F.interpolate(h, scale_factor=0.3, mode="bilinear", align_corners=False, antialias=False)
-        h = F.adaptive_avg_pool2d(h, 4)
+        h = F.relu(self.conv(x))  # 32x32
+        h = F.interpolate(h, size=(15, 15), mode="bilinear", align_corners=False, antialias=True)  # odd output size
         return self.fc(h.flatten(1))
 
 
 class Int8Collapse(Clean):
-    """One huge weight in a Linear: per-tensor int8 weights crush every other weight of ``fc2``."""
+    """One huge weight in a Linear: per-tensor int8 weights crush every other weight of ``fc2``
+    (the channel it feeds is left out of the head, so the output is the crushed channels')."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc2 = nn.Linear(64, 64)
         with torch.no_grad():
             self.fc2.weight[0, 0] = 80.0 * float(self.fc2.weight.abs().max())
+            self.fc.weight.mul_(20.0)
+            self.fc.weight[:, 0] = 0.0
+            self.fc.bias.zero_()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(F.relu(self.fc2(self.features(x))))
 
 
 class ClampHalf(nn.Module):
-    """Clamps the first half of the channels in place, through a view of its input."""
+    """Clamps the first half of the features in place, through a view of its input (``narrow``).
+    The TorchScript-based ONNX exporter drops the mutation: the graph has no node for it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x[:, :32].clamp_(max=0.05)
+        x.narrow(1, 0, 32).clamp_(max=0.05)
         return x
 
 
 class InplaceOnView(nn.Module):
-    """An in-place op on a view (``x[:, :32].clamp_()``) inside a module ``clamp``."""
+    """An in-place op on a view (``x.narrow(1, 0, 32).clamp_()``) inside a module ``clamp``."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -257,7 +257,7 @@ def test_judge_ignores_sizes_where_eager_fails_too_and_names_the_worst_image() -
     (reason,) = shape_reasons(runs, 16, Gate(max_mae=1e-5, min_top1=0.99), 1e-5)
     # 14 images: too few for the agreement to gate; the MAE does
     assert reason.startswith("batch size 7: against eager at the same batch size, MAE 0.05 > 1e-05 (14 images; worst image 3, MAE 0.2)")
-    assert "the export specialised the model to its example batch" in reason
+    assert "the export kept what its example batch computed" in reason
 
 
 @pytest.mark.parametrize("name, expected", [
