@@ -327,7 +327,7 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
             "not judged: the eager model's outputs change from call to call (see the eager row), so no artifact can be "
             "compared with it; fix the model's forward and check again",) + ((obs.error,) if obs.error else ()), **common)
     if obs.error is not None or obs.metrics is None:
-        reasons = (obs.error or "no metrics",)
+        reasons: tuple[str, ...] = (obs.error or "no metrics",)
         m = obs.diagnostics
         if m is not None and m.error is None and m.sizes is not None:
             # the replay failed on some batch; if the batch-size check says why, it is the artifact's verdict

@@ -160,7 +160,7 @@ def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: flo
     loaded = load_torchscript(path)
     submodules = dict(loaded.named_modules())
     trace = capture_eager(model, batch)
-    layers = []
+    layers: list[LayerDelta] = []
     for cap in trace.order:
         if purpose == INT8_LAYERS and not cap.leaf:
             continue  # the int8 table is per layer; containers only repeat their children's error
@@ -255,7 +255,7 @@ def onnx_layers(
 
     trace = capture_eager(model, batch)
     order = trace.order
-    layers = []
+    layers: list[LayerDelta] = []
     for i, cap in enumerate(order):
         if cap.name not in has_nodes or cap.output is None:
             continue

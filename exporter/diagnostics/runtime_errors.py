@@ -9,7 +9,9 @@ what went wrong, not the interpreter's traceback or the C++ source location befo
 ...                 "Status Message: /onnxruntime_src/core/providers/cpu/tensor/reshape_helper.h:91 onnxruntime::ReshapeHelper::"
 ...                 "ReshapeHelper(const TensorShape&, TensorShapeVector&, bool) input_shape_size == requested_shape_size was false. "
 ...                 "The input tensor cannot be reshaped to the requested shape. Input shape:{12,64}, requested shape:{16,64}"))
-"onnxruntime: Reshape node '/Reshape' failed: The input tensor cannot be reshaped to the requested shape. Input shape:{12,64}, requested shape:{16,64}"
+... # doctest: +NORMALIZE_WHITESPACE
+"onnxruntime: Reshape node '/Reshape' failed: The input tensor cannot be reshaped to the requested shape.
+ Input shape:{12,64}, requested shape:{16,64}"
 """
 
 from __future__ import annotations

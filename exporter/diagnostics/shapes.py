@@ -15,6 +15,7 @@ fails to follow eager's own change with the batch would then look perfect).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -105,7 +106,8 @@ def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray |
     for size in sorted(artifact):
         got, eager_got = artifact[size], eager.get(size)
         eager_error = eager_got if isinstance(eager_got, str) else None
-        common = {"size": size, "moved": _moved(artifact, size, main), "eager_moved": _moved(eager, size, main), "eager_error": eager_error}
+        common: dict[str, Any] = {"size": size, "moved": _moved(artifact, size, main), "eager_moved": _moved(eager, size, main),
+                                  "eager_error": eager_error}
         if isinstance(got, str):
             runs.append(BatchSizeRun(images=0, error=got, **common))
             continue
