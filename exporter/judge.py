@@ -271,13 +271,19 @@ def with_noise(gate: Gate, check: EagerSelfCheck) -> Gate:
 def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     gate = thresholds.gate_for(EAGER)
     common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
-                              "notes": obs.notes, "cache": obs.cache}
+                              "notes": obs.notes, "cache": obs.cache, "details": obs.details}
     if obs.error or obs.metrics is None:
         return Row(status=FAIL, metrics=None, reasons=(obs.error or "no metrics",), **common)
     outputs = judge_outputs(obs, gate)
     common["outputs"], common["not_compared"] = outputs, obs.not_compared
     reasons = gate_reasons(obs.metrics, gate) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
-    if reasons:
+    details = dict(obs.details)
+    recorded, checked = details.get("recorded_batch_size"), details.get("checked_batch_size")
+    batch_dependent = obs.diagnostics is not None and bool(_eager_notes(obs.diagnostics, reference_mae(thresholds)))
+    if reasons and recorded and checked and recorded != checked and batch_dependent:
+        reasons += (f"the golden set was recorded at batch size {recorded} and this check runs at {checked}, and the model's "
+                    f"outputs depend on the batch: check at --batch-size {recorded} (or re-record) before suspecting the weights",)
+    elif reasons:
         reasons += (WRONG_WEIGHTS,)
     diagnostics = None
     m = obs.diagnostics

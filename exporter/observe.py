@@ -140,7 +140,14 @@ class Replay:
         if self.eager_error or not self.compared:
             return Observation(name=EAGER, family=EAGER, compared_with="golden", metrics=None,
                                error=self.eager_error or "every output is excluded from the comparison; compare at least one")
-        return Observation(name=EAGER, family=EAGER, compared_with="golden", **self._metrics(self.eager_acc))
+        return Observation(name=EAGER, family=EAGER, compared_with="golden", details=self.recording_details(), **self._metrics(self.eager_acc))
+
+    def recording_details(self) -> tuple[tuple[str, str], ...]:
+        """How the golden set was recorded (batch size, mode), when its manifest says, and the check's batch size."""
+        rec = getattr(self.golden, "recording", None) or {}
+        out = [("checked_batch_size", str(self.config.batch_size))]
+        out += [(f"recorded_{key}", str(rec[key])) for key in ("batch_size", "mode") if key in rec]
+        return tuple(out)
 
     def artifact_observation(self, kind: ArtifactKind, outcome: BuildOutcome) -> Observation:
         artifact = file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None

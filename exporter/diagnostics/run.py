@@ -176,6 +176,18 @@ class Diagnoser:
         else:
             self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.sizes, self.main)
 
+    def _recording_notes(self) -> tuple[str, ...]:
+        """What the eager row should say about how the golden set was recorded, when it differs from this check."""
+        rec = getattr(self.golden, "recording", None) or {}
+        notes = []
+        recorded, checked = rec.get("batch_size"), self.config.batch_size
+        if isinstance(recorded, int) and recorded != checked:
+            notes.append(f"the golden set was recorded at batch size {recorded}; this check runs at {checked}: a model whose "
+                         "outputs depend on the batch differs from its reference for that reason alone")
+        if rec.get("mode") == "train":
+            notes.append("the golden set was recorded with the model in training mode; the check runs it in eval mode")
+        return tuple(notes)
+
     def _failing_size_batch(self, obs: Observation, measured: Measured) -> tuple[int, np.ndarray] | None:
         """When the replay passes its gate but a batch size does not: the probe batch at that size
         holding its worst image (where the per-layer comparison can see the difference)."""
@@ -198,7 +210,8 @@ class Diagnoser:
         if obs.family == EAGER:
             _, cost = _rerun_and_cost(self.eager_infer, self.trace, EAGER, config.threads, False)
             sizes = SizeRuns(main_size=self.main, runs=shapes.measure(self.eager_at, self.eager_at, self.main, *self.output_kind))
-            return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, notes=self.scope, seconds=time.perf_counter() - began,
+            return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, notes=self.scope + self._recording_notes(),
+                                                     seconds=time.perf_counter() - began,
                                                      eager_check=self.eager_check))
         if obs.artifact is None or obs.name not in KINDS_BY_NAME:
             return obs
