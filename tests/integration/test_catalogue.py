@@ -300,8 +300,9 @@ def test_batch_size_bugs_are_real_artifact_vs_eager_at_the_same_size(checked, si
         # and at the replay's batch size the same artifact agrees: only the batch-size check catches it
         if case == "BatchBranch":
             assert _mae_at(report, root, case, kind, 16, 32) <= 1e-6
-    # scripting keeps the control flow: exact at that size too
-    assert _mae_at(report, root, case, "torchscript-script", size, images) <= 1e-6
+    # scripting keeps the control flow: exact at that size too (it cannot compile numpy at all)
+    if case != "NumpyInForward":
+        assert _mae_at(report, root, case, "torchscript-script", size, images) <= 1e-6
 
 
 @pytest.mark.parametrize("checked", ["ItemInForward", "InplaceOnView"], indirect=True)
