@@ -235,8 +235,11 @@ def resolve_factory(spec: str, root: Path | None = None) -> Callable[..., Any]:
     >>> resolve_factory("models.resnet:ResNet")  # doctest: +SKIP
     <class 'models.resnet.ResNet'>
 
-    Module specs import from ``root`` (the folder of the settings file that named them) and the
-    current directory.
+    Module specs import from the installed libraries first, then ``root`` (the folder of the settings
+    file that named them) and the current directory, which go *after* them on ``sys.path`` so that a
+    stray ``onnxruntime.py`` beside the model cannot stand in for the real library. The factory must
+    be a class or a function, and not one of the standard library's or a builtin (``subprocess:run``,
+    ``os:system``, ``builtins:eval`` are refused before anything is called).
     """
     module_part, sep, attr = spec.rpartition(":")
     if not sep or not module_part or not attr:
@@ -246,6 +249,7 @@ def resolve_factory(spec: str, root: Path | None = None) -> Callable[..., Any]:
     if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
         module = _import_file(Path(module_part), spec)
     else:
+        _refuse_standard_library(module_part.split(".")[0], spec)
         module = _import_module(module_part, spec, root)
     target: Any = module
     for part in attr.split("."):
@@ -255,16 +259,27 @@ def resolve_factory(spec: str, root: Path | None = None) -> Callable[..., Any]:
                 f"{spec}: {module_part} has no attribute {attr!r}; callables there: {', '.join(available[:12]) or 'none'}"
             )
         target = getattr(target, part)
-    if not callable(target):
-        raise ArchitectureError(f"{spec}: {attr} is a {type(target).__name__}, not a class or factory function")
+    if not (inspect.isclass(target) or inspect.isfunction(target) or inspect.ismethod(target)):
+        raise ArchitectureError(f"{spec}: {attr} is a {type(target).__name__}, not a class or factory function that returns an nn.Module")
+    _refuse_standard_library(str(getattr(target, "__module__", None) or "").split(".")[0], spec)
     return target
 
 
+def _refuse_standard_library(top: str, spec: str) -> None:
+    """``arch`` names code that builds a model; the standard library and the builtins build none, and
+    ``subprocess:run`` with ``arch-kwargs`` would run a shell command from a settings file alone."""
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        raise ArchitectureError(
+            f"{spec}: refused: {top} is part of Python's standard library, not a model; arch must name your "
+            "architecture's class or factory function (package.module:Factory or path/to/file.py:Factory)"
+        )
+
+
 def _import_module(name: str, spec: str, root: Path | None = None) -> Any:
-    # The current directory is where users keep their models; `python -m` puts it on sys.path too.
+    # The current directory is where users keep their models, and the settings file's folder where a
+    # repository does; both go after the installed libraries, never ahead of them.
     for folder in (Path.cwd(), root):
-        if folder is not None and str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
+        _append_path(folder)
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -274,6 +289,11 @@ def _import_module(name: str, spec: str, root: Path | None = None) -> Any:
         ) from None
     except Exception as exc:
         raise ArchitectureError(f"{spec}: importing {name} failed: {type(exc).__name__}: {exc}") from None
+
+
+def _append_path(folder: Path | None) -> None:
+    if folder is not None and str(folder) not in sys.path:
+        sys.path.append(str(folder))
 
 
 def _import_file(path: Path, spec: str) -> Any:
@@ -288,9 +308,9 @@ def _import_file(path: Path, spec: str) -> Any:
         package_parts.insert(0, root.name)
         root = root.parent
     if len(package_parts) > 1:
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
+        _append_path(root)
         return _import_module(".".join(package_parts), spec)
+    _append_path(path.parent)  # so that the file's own `from mynet import Block` finds its sibling
     name = f"_export_check_arch_{abs(hash(str(path)))}"
     if name in sys.modules:
         return sys.modules[name]
