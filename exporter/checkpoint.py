@@ -213,7 +213,33 @@ def _unwrap(obj: Any, path: Path) -> dict[str, Any]:
             f"{path}: not a state_dict: {len(bad)} entries are not name->tensor (first: {str(bad[0])[:60]!r}); "
             "save one with torch.save(model.state_dict(), path)"
         )
+    for key, tensor in obj.items():
+        what = _unusual_tensor(tensor)
+        if what is not None:
+            raise CheckpointError(
+                f"{path}: {key[:80]} is {what}, not a dense tensor of real numbers; export-check exports the float model: "
+                "save its state_dict with dense float weights (to_dense(), dequantize(), real values on the CPU)"
+            )
     return dict(obj)
+
+
+def _unusual_tensor(tensor: Any) -> str | None:
+    """What makes ``tensor`` something ``load_state_dict`` cannot copy into a float model, or None."""
+    import torch
+
+    if tensor.is_meta:
+        return "a meta tensor (a shape without data)"
+    if tensor.layout != torch.strided:
+        return f"a sparse tensor ({str(tensor.layout).removeprefix('torch.')})"
+    if tensor.is_quantized:
+        return f"a quantized tensor ({str(tensor.dtype).removeprefix('torch.')})"
+    if getattr(tensor, "is_nested", False):
+        return "a nested tensor"
+    if tensor.is_complex():
+        return f"a complex tensor ({str(tensor.dtype).removeprefix('torch.')})"
+    if tensor.device.type != "cpu":
+        return f"a tensor on {tensor.device.type}"
+    return None
 
 
 def _all_tensors(mapping: Mapping) -> bool:
@@ -347,7 +373,11 @@ def build_model(
     if not isinstance(model, torch.nn.Module):
         raise ArchitectureError(f"{spec}: returned a {type(model).__name__}, not a torch.nn.Module")
     describe_mismatch(model.state_dict(), state, checkpoint, spec)
-    model.load_state_dict(state, strict=True)
+    try:
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, TypeError, ValueError) as exc:  # a tensor torch cannot copy into its parameter
+        reason = " ".join(str(exc).split())[:200]
+        raise CheckpointError(f"{checkpoint}: its weights do not load into {spec} ({reason}); re-save the model's own state_dict") from None
     return model.to("cpu").eval()
 
 

@@ -81,8 +81,10 @@ class ServerProcess:
         for stream in (self._out, self._in):
             with contextlib.suppress(OSError):
                 stream.close()
-        with contextlib.suppress(OSError):
-            os.close(self._life_w)
+        if self._life_w >= 0:  # once: the number may belong to another file after it is closed
+            with contextlib.suppress(OSError):
+                os.close(self._life_w)
+            self._life_w = -1
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
