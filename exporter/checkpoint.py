@@ -213,7 +213,33 @@ def _unwrap(obj: Any, path: Path) -> dict[str, Any]:
             f"{path}: not a state_dict: {len(bad)} entries are not name->tensor (first: {str(bad[0])[:60]!r}); "
             "save one with torch.save(model.state_dict(), path)"
         )
+    for key, tensor in obj.items():
+        what = _unusual_tensor(tensor)
+        if what is not None:
+            raise CheckpointError(
+                f"{path}: {key[:80]} is {what}, not a dense tensor of real numbers; export-check exports the float model: "
+                "save its state_dict with dense float weights (to_dense(), dequantize(), real values on the CPU)"
+            )
     return dict(obj)
+
+
+def _unusual_tensor(tensor: Any) -> str | None:
+    """What makes ``tensor`` something ``load_state_dict`` cannot copy into a float model, or None."""
+    import torch
+
+    if tensor.is_meta:
+        return "a meta tensor (a shape without data)"
+    if tensor.layout != torch.strided:
+        return f"a sparse tensor ({str(tensor.layout).removeprefix('torch.')})"
+    if tensor.is_quantized:
+        return f"a quantized tensor ({str(tensor.dtype).removeprefix('torch.')})"
+    if getattr(tensor, "is_nested", False):
+        return "a nested tensor"
+    if tensor.is_complex():
+        return f"a complex tensor ({str(tensor.dtype).removeprefix('torch.')})"
+    if tensor.device.type != "cpu":
+        return f"a tensor on {tensor.device.type}"
+    return None
 
 
 def _all_tensors(mapping: Mapping) -> bool:
@@ -235,8 +261,11 @@ def resolve_factory(spec: str, root: Path | None = None) -> Callable[..., Any]:
     >>> resolve_factory("models.resnet:ResNet")  # doctest: +SKIP
     <class 'models.resnet.ResNet'>
 
-    Module specs import from ``root`` (the folder of the settings file that named them) and the
-    current directory.
+    Module specs import from the installed libraries first, then ``root`` (the folder of the settings
+    file that named them) and the current directory, which go *after* them on ``sys.path`` so that a
+    stray ``onnxruntime.py`` beside the model cannot stand in for the real library. The factory must
+    be a class or a function, and not one of the standard library's or a builtin (``subprocess:run``,
+    ``os:system``, ``builtins:eval`` are refused before anything is called).
     """
     module_part, sep, attr = spec.rpartition(":")
     if not sep or not module_part or not attr:
@@ -246,6 +275,7 @@ def resolve_factory(spec: str, root: Path | None = None) -> Callable[..., Any]:
     if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
         module = _import_file(Path(module_part), spec)
     else:
+        _refuse_standard_library(module_part.split(".")[0], spec)
         module = _import_module(module_part, spec, root)
     target: Any = module
     for part in attr.split("."):
@@ -255,16 +285,27 @@ def resolve_factory(spec: str, root: Path | None = None) -> Callable[..., Any]:
                 f"{spec}: {module_part} has no attribute {attr!r}; callables there: {', '.join(available[:12]) or 'none'}"
             )
         target = getattr(target, part)
-    if not callable(target):
-        raise ArchitectureError(f"{spec}: {attr} is a {type(target).__name__}, not a class or factory function")
+    if not (inspect.isclass(target) or inspect.isfunction(target) or inspect.ismethod(target)):
+        raise ArchitectureError(f"{spec}: {attr} is a {type(target).__name__}, not a class or factory function that returns an nn.Module")
+    _refuse_standard_library(str(getattr(target, "__module__", None) or "").split(".")[0], spec)
     return target
 
 
+def _refuse_standard_library(top: str, spec: str) -> None:
+    """``arch`` names code that builds a model; the standard library and the builtins build none, and
+    ``subprocess:run`` with ``arch-kwargs`` would run a shell command from a settings file alone."""
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        raise ArchitectureError(
+            f"{spec}: refused: {top} is part of Python's standard library, not a model; arch must name your "
+            "architecture's class or factory function (package.module:Factory or path/to/file.py:Factory)"
+        )
+
+
 def _import_module(name: str, spec: str, root: Path | None = None) -> Any:
-    # The current directory is where users keep their models; `python -m` puts it on sys.path too.
+    # The current directory is where users keep their models, and the settings file's folder where a
+    # repository does; both go after the installed libraries, never ahead of them.
     for folder in (Path.cwd(), root):
-        if folder is not None and str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
+        _append_path(folder)
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -274,6 +315,11 @@ def _import_module(name: str, spec: str, root: Path | None = None) -> Any:
         ) from None
     except Exception as exc:
         raise ArchitectureError(f"{spec}: importing {name} failed: {type(exc).__name__}: {exc}") from None
+
+
+def _append_path(folder: Path | None) -> None:
+    if folder is not None and str(folder) not in sys.path:
+        sys.path.append(str(folder))
 
 
 def _import_file(path: Path, spec: str) -> Any:
@@ -288,9 +334,9 @@ def _import_file(path: Path, spec: str) -> Any:
         package_parts.insert(0, root.name)
         root = root.parent
     if len(package_parts) > 1:
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
+        _append_path(root)
         return _import_module(".".join(package_parts), spec)
+    _append_path(path.parent)  # so that the file's own `from mynet import Block` finds its sibling
     name = f"_export_check_arch_{abs(hash(str(path)))}"
     if name in sys.modules:
         return sys.modules[name]
@@ -327,7 +373,11 @@ def build_model(
     if not isinstance(model, torch.nn.Module):
         raise ArchitectureError(f"{spec}: returned a {type(model).__name__}, not a torch.nn.Module")
     describe_mismatch(model.state_dict(), state, checkpoint, spec)
-    model.load_state_dict(state, strict=True)
+    try:
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, TypeError, ValueError) as exc:  # a tensor torch cannot copy into its parameter
+        reason = " ".join(str(exc).split())[:200]
+        raise CheckpointError(f"{checkpoint}: its weights do not load into {spec} ({reason}); re-save the model's own state_dict") from None
     return model.to("cpu").eval()
 
 

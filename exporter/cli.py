@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__
-from .errors import ExportCheckError, UsageError
+from .errors import ExportCheckError, UsageError, one_line
 from .options import CHECK, DEFAULT_GOLDEN, HISTORY, add_arguments, from_namespace
+from .paths import check_outputs, escaped
 from .settings import check_config, golden_params
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -27,7 +30,8 @@ SUBCOMMANDS = ("check", "golden", "history")
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other user error
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        command = self.prog.removeprefix("export-check").strip()  # main() prints the "export-check: error:" prefix
+        raise UsageError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
 
 
 def _kinds_help() -> str:
@@ -85,16 +89,17 @@ def _progress(quiet: bool):
 
 def _cmd_check(args: argparse.Namespace) -> int:
     config = build_config(args)
-    for flag in ("json", "junit", "markdown", "html", "history"):
-        path = getattr(args, flag)
+    reports = {f"--{flag}": getattr(args, flag) for flag in ("json", "junit", "markdown", "html", "history")}
+    check_outputs(config, reports)
+    for flag, path in reports.items():
         if path is not None and path.is_dir():
-            raise UsageError(f"{path}: is a directory; --{flag} takes a file path")
+            raise UsageError(f"{path}: is a directory; {flag} takes a file path")
     from .pipeline import run_check
     from .report import json_report, text
 
     progress = _progress(args.quiet)
     try:
-        report = run_check(config, progress=progress)
+        report = escaped(run_check(config, progress=progress))  # a name that is not UTF-8 is shown escaped in every view
     finally:
         progress.close()
     print(text.render(report))
@@ -192,15 +197,53 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_history(args)
         return _cmd_golden(args)
     except ExportCheckError as exc:
-        print(f"export-check: error: {exc}", file=sys.stderr)
+        print(f"export-check: error: {str(exc).removeprefix('export-check: ')}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        # a path the up-front checks (exporter/paths.py) did not see, e.g. one built from a long input name
+        name = one_line(os.fsdecode(exc.filename or ""))
+        print(f"export-check: error: {name[:120] + '...' if len(name) > 120 else name}: a file name is too long for the filesystem "
+              "(at most 255 bytes per path component); shorten it", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    """Ctrl-C: stop the build server and the build under way, say so in one line, exit 130."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup with a traceback
+    isolation = sys.modules.get("exporter.build.isolation")
+    if isolation is not None:
+        with contextlib.suppress(Exception):
+            isolation.SERVICE.stop()
+    with contextlib.suppress(OSError, ValueError):
         print("export-check: interrupted", file=sys.stderr)
-        return 130
+    return 130
+
+
+def _installed_libraries_first() -> None:
+    """``python -m exporter`` puts the current directory first on ``sys.path``, ahead of the installed
+    libraries, so an ``onnxruntime.py`` or ``torch.py`` there would run instead of the real one. Move
+    it to the end: the user's model modules there still import (exporter/checkpoint.py)."""
+    if sys.path and not sys.flags.safe_path and sys.path[0] in ("", os.getcwd()):
+        sys.path.append(sys.path.pop(0))
 
 
 def entry() -> None:
-    _exit(main())
+    try:
+        _installed_libraries_first()
+        for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed escaped, never a traceback
+            with contextlib.suppress(AttributeError, ValueError):
+                stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C outside main's own handler: while starting, or while reporting
+        code = _interrupted()
+    try:
+        _exit(code)
+    except KeyboardInterrupt:
+        os._exit(_interrupted())
 
 
 def _exit(code: int) -> None:
@@ -211,6 +254,7 @@ def _exit(code: int) -> None:
         sys.exit(code)
     import atexit
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run is over: Ctrl-C now would only interrupt the exit handlers
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

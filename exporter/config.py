@@ -28,6 +28,7 @@ ONNX_EXPORTERS = ("torchscript", "dynamo")
 # A build still running after this long is killed and becomes its row's error, so a hung exporter
 # cannot hang CI; generous, since a big model's onnxsim pass can take minutes.
 BUILD_TIMEOUT = 1800.0
+MAX_THREADS = 1024  # intra-op threads; torch and onnxruntime would try to start every one of them
 JOBS = (1, 2)  # processes working at once: this one, and the build server (exporter/build/isolation.py)
 
 
@@ -222,6 +223,8 @@ class RunConfig:
         for name, value, low in (("batch size", self.batch_size, 1), ("threads", self.threads, 1), ("opset", self.opset, 7)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise UsageError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.threads > MAX_THREADS:
+            raise UsageError(f"threads must be at most {MAX_THREADS}, got {self.threads}; pass the number of cores to use")
         if self.jobs is not None and (isinstance(self.jobs, bool) or self.jobs not in JOBS):
             raise UsageError(f"jobs must be 1 (build every artifact, then replay) or 2 (replay each artifact while the next "
                              f"one builds), got {self.jobs!r}")

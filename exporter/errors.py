@@ -18,8 +18,25 @@ class ExportCheckError(Exception):
 
 
 def one_line(text: str) -> str:
-    """Escape control characters (a newline in a file name, say) so that a message stays one line."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    """Escape control characters (a newline in a file name, say) so that a message stays one line, and
+    the bytes of a file name that is not UTF-8 (Python holds them as lone surrogates) as ``\\xff``."""
+    return "".join(ch if ch.isprintable() else _escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    if "\udc80" <= ch <= "\udcff":  # os.fsdecode's stand-in for the undecodable byte 0x80-0xff
+        return f"\\x{ord(ch) - 0xDC00:02x}"
+    return repr(ch)[1:-1]
+
+
+def shown(text: str) -> str:
+    """A path or name as a report shows it: the same text, with the bytes of a name that is not UTF-8
+    escaped (``bad\\xffname.pth``), so that every report can be written as UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "".join(_escaped(ch) if "\ud800" <= ch <= "\udfff" else ch for ch in text)
 
 
 class UsageError(ExportCheckError):

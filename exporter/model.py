@@ -23,6 +23,11 @@ from .signature import SINGLE, InputSpec, Signature
 @contextlib.contextmanager
 def pinned_threads(threads: int) -> Iterator[None]:
     """Fix torch's intra-op thread count for the run (it changes both speed and numbers), then restore it."""
+    from .config import MAX_THREADS
+    from .errors import UsageError
+
+    if not 1 <= threads <= MAX_THREADS:  # golden record/approve come here without a RunConfig
+        raise UsageError(f"threads must be an integer from 1 to {MAX_THREADS}, got {threads}")
     import torch
 
     before = torch.get_num_threads()

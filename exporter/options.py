@@ -126,7 +126,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("arch", "arch", "str", "architecture: package.module:Factory or path/to/file.py:Factory", MODEL, default="",
            settings=True, field="arch"),
     Option("arch-kwargs", "arch_kwargs", "table", 'constructor arguments as a JSON object, e.g. \'{"num_classes": 10}\'', MODEL,
-           default=_run_default("arch_kwargs"), metavar="JSON", settings=True, field="arch_kwargs"),
+           default=_run_default("arch_kwargs"), metavar="JSON", settings=True, field="arch_kwargs",
+           check=lambda value, source: json_data(value, f"{source}: arch-kwargs")),
     Option("golden", "golden", "path", "golden set directory (default: {default})", MODEL, default=DEFAULT_GOLDEN, metavar="DIR",
            settings=True, field="golden"),
     Option("config", "config", "path", "settings file (default: export-check.toml beside the checkpoint, else pyproject.toml)", MODEL,
@@ -231,7 +232,7 @@ def coerce(value: Any, kind: str, base: Path | None, where: str) -> Any:
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise UsageError(f"{where} must be an integer, got {value!r}")
-        return value
+        return _bounded_int(value, where)
     if kind == "jobs":
         if isinstance(value, bool) or value not in JOBS:
             raise UsageError(f"{where} must be 1 or 2, got {value!r}")
@@ -285,12 +286,62 @@ def _explicit_value(o: Option, value: Any) -> Any:
             raise UsageError(f"--{o.name} is empty; list kinds separated by commas")
         return kinds
     if o.kind == "table" and isinstance(value, str):
+        if len(value) > JSON_MAX_BYTES:
+            raise UsageError(f"--{o.name} is {len(value):,} characters long; at most {JSON_MAX_BYTES:,}: pass plain constructor arguments")
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             raise UsageError(f"--{o.name} is not valid JSON ({exc.msg}); pass an object like '{{\"num_classes\": 10}}'") from None
+        except RecursionError:
+            raise UsageError(f"--{o.name} is nested too deep to read; at most {JSON_MAX_DEPTH} levels: pass plain constructor arguments") from None
+        except ValueError:  # json's limit on the digits of an integer
+            raise UsageError(f"--{o.name} holds an integer of thousands of digits; at most 64-bit integers") from None
         if not isinstance(value, dict):
             raise UsageError(f"--{o.name} must be a JSON object, got {type(value).__name__}")
+    if o.kind == "int" and isinstance(value, int):
+        _bounded_int(value, f"--{o.name}")
+    if o.python == "arch_kwargs":
+        json_data(value, f"--{o.name}")
+    return value
+
+
+INT_MAX = 2**31 - 1  # what every int option is read into at last (torch, onnxruntime, numpy take C ints)
+JSON_MAX_DEPTH = 32
+JSON_MAX_BYTES = 1 << 20
+
+
+def _bounded_int(value: int, where: str) -> int:
+    if not -INT_MAX <= value <= INT_MAX:
+        raise UsageError(f"{where} is out of range ({len(str(abs(value)))} digits); it must be at most {INT_MAX}")
+    return value
+
+
+def json_data(value: Any, where: str) -> Any:
+    """``value`` when it is JSON data of bounded size (the cache, the golden manifest and every report
+    record ``arch-kwargs`` as JSON): objects with string keys, lists, strings, finite numbers, 64-bit
+    integers, booleans and null, at most ``JSON_MAX_DEPTH`` levels deep and ``JSON_MAX_BYTES`` as text.
+    Anything else (a TOML date, say) is one line naming it. Checked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > JSON_MAX_DEPTH:
+            raise UsageError(f"{where} is nested more than {JSON_MAX_DEPTH} levels deep; pass plain constructor arguments")
+        if isinstance(item, dict):
+            bad = next((k for k in item if not isinstance(k, str)), None)
+            if bad is not None:
+                raise UsageError(f"{where} must have string keys, got {bad!r}")
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, int) and not isinstance(item, bool) and not -(2**63) <= item < 2**63:
+            raise UsageError(f"{where} holds an integer of {len(str(abs(item)))} digits; at most 64-bit integers")
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise UsageError(f"{where} holds {item!r}, which JSON cannot carry; pass a finite number")
+        elif not (item is None or isinstance(item, (str, int, float))):
+            raise UsageError(f"{where} must hold JSON data only (tables, lists, strings, numbers, booleans), "
+                             f"got a {type(item).__name__} ({str(item)[:40]})")
+    if len(json.dumps(value)) > JSON_MAX_BYTES:
+        raise UsageError(f"{where} is more than {JSON_MAX_BYTES:,} bytes as JSON; pass plain constructor arguments")
     return value
 
 

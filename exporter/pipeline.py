@@ -37,6 +37,7 @@ from .golden.manifest import GoldenSet, load_golden
 from .judge import judge_rows
 from .measurements import Observation
 from .model import EagerRunner, load_model, pinned_threads
+from .paths import check_outputs
 from .results import GoldenSummary, Report
 from .signature import SINGLE
 from .versions import library_versions
@@ -51,6 +52,7 @@ def _quiet(_: str) -> None:
 def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     """Run the whole check described by ``config`` and return its report."""
     started = time.perf_counter()
+    check_outputs(config)  # --out must not be, or hold, what the run reads (exporter/paths.py)
     # Validate everything cheap first, so bad input fails before any export starts.
     check_readable_file(config.checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
     golden = load_golden(config.golden)

@@ -2,12 +2,23 @@
 
 A failure to build is the artifact's own ``error`` (never the run's); the builds of a run go in
 ``BUILD_ORDER`` (a derived kind after its source), restored from the cache when it has them.
+
+Builds write into a private folder of the run (``.building-*`` inside ``--out``, so that committing
+is a rename on one filesystem), never into ``--out`` itself: only this process commits a file there
+(:func:`commit`), after its build reported success and the file checked out as a regular, non-empty
+file. A build process that outlived a killed run (lifeline.py makes that rare) can therefore only
+ever write into a folder no one reads, which the next run on that ``--out`` removes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import stat
+import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +28,8 @@ from ..artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext
 from ..artifacts._common import captured_warnings
 from ..artifacts.base import NotApplicable
 from ..cache.store import RESTORED, restore_artifact
-from ..errors import describe_exception
+from ..errors import ArtifactError, describe_exception
+from ..files import fsync_dir
 from . import isolation
 
 if TYPE_CHECKING:
@@ -45,8 +57,10 @@ class BuildJob:
     another in the order they were started, while this process goes on. A failure becomes ``error``.
     """
 
-    def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> None:
-        self.kind, self.path = kind, path
+    def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
+                 target: Path | None = None) -> None:
+        # ``path``: where the build writes; ``target``: where this process commits it once it succeeded (None: ``path`` itself)
+        self.kind, self.path, self.target = kind, path, target
         self._began = time.perf_counter()
         self._outcome: BuildOutcome | None = None
         self._notes: list[str] = []
@@ -67,7 +81,7 @@ class BuildJob:
             try:
                 with captured_warnings(outcome.notes):
                     outcome.details = self._pending.wait(outcome.notes)
-                outcome.path = self.path
+                outcome.path = self.path if self.target is None else commit(self.path, self.target)
             except NotApplicable as exc:  # the kind does not apply to this model: a row of its own
                 self._failed(outcome, str(exc))
                 outcome.not_applicable = True
@@ -81,20 +95,72 @@ class BuildJob:
 
     def _failed(self, outcome: BuildOutcome, error: str) -> BuildOutcome:
         outcome.error = error
-        with contextlib.suppress(OSError):
-            self.path.unlink()  # never leave a stale file from an earlier run looking like this one's
+        for path in (self.path, self.target):
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    path.unlink()  # never leave a stale file from an earlier run looking like this one's
         outcome.seconds = time.perf_counter() - self._began
         return outcome
 
 
-def start_build(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> BuildJob:
-    """Start building one artifact file (in the build server when isolated); ``.result()`` waits for it."""
-    return BuildJob(kind, ctx, path, source, timeout)
+def start_build(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
+                target: Path | None = None) -> BuildJob:
+    """Start building one artifact file (in the build server when isolated); ``.result()`` waits for it
+    and, given a ``target``, commits the file there."""
+    return BuildJob(kind, ctx, path, source, timeout, target)
 
 
-def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None) -> BuildOutcome:
+def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
+                   target: Path | None = None) -> BuildOutcome:
     """Build one artifact file and wait for it, capturing its exporter's warnings; a failure becomes ``error``."""
-    return start_build(kind, ctx, path, source, timeout).result()
+    return start_build(kind, ctx, path, source, timeout, target).result()
+
+
+PRIVATE_PREFIX = ".building-"
+
+
+def commit(built: Path, target: Path) -> Path:
+    """Put the file a build wrote at ``built`` (in the run's private folder) at ``target`` atomically.
+
+    Only a regular, non-empty file is committed (never a link). It is hard-linked (copied where the
+    filesystem has no hard links) to a temporary sibling of ``target``, then renamed onto it: the
+    private file stays whole for a derived kind that is building from it at this moment, and
+    ``target`` is the previous file or the complete new one. (A builder replaces its file, never
+    rewrites it in place, so the link cannot change after this.)
+    """
+    info = os.lstat(built)
+    if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+        raise ArtifactError(f"the build reported success but left no artifact file ({built.name} is not a non-empty regular file)")
+    tmp = target.with_name(f".{target.name}.commit-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    try:
+        try:
+            os.link(built, tmp, follow_symlinks=False)
+        except OSError:
+            shutil.copyfile(built, tmp, follow_symlinks=False)
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    fsync_dir(target.parent)
+    return target
+
+
+def private_folder(out_dir: Path) -> Path:
+    """A fresh private build folder in ``out_dir``, after removing any an earlier run left behind.
+
+    Called with the out-dir lock held (files.locked_out_dir) and every run's builds happen under that
+    lock, so a ``.building-*`` folder found now belongs to a run that is gone. Only real folders are
+    removed (a link of that name is unlinked, never followed).
+    """
+    for stale in out_dir.glob(f"{PRIVATE_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            if stale.is_symlink() or not stale.is_dir():
+                stale.unlink()
+            else:
+                shutil.rmtree(stale)
+    return Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=out_dir))
 
 
 class Builds:
@@ -116,15 +182,26 @@ class Builds:
         self.outcomes: dict[str, BuildOutcome] = {}
         self.jobs: dict[str, BuildJob] = {}
         self.waited = 0.0
+        self.private = private_folder(out_dir)
+        # removed once every build is in; at the latest when this object goes, or at exit
+        self._remove_private = weakref.finalize(self, shutil.rmtree, self.private, ignore_errors=True)
         for kind in self.order:
             restored = restore_artifact(cache, kind.name, out_dir / kind.filename()) if cache is not None else None
             if restored is not None:
                 self.outcomes[kind.name] = BuildOutcome(path=restored.path, details=restored.details, notes=list(restored.notes), cache=RESTORED)
             elif ahead:
-                self.jobs[kind.name] = start_build(kind, ctx, out_dir / kind.filename(), self._source_path(kind), self.timeout)
+                self.jobs[kind.name] = self._start(kind)
+
+    def _start(self, kind: ArtifactKind) -> BuildJob:
+        return start_build(kind, self.ctx, self.private / kind.filename(), self._source_path(kind), self.timeout,
+                           target=self.out_dir / kind.filename())
 
     def _source_path(self, kind: ArtifactKind) -> Path | None:
-        return None if kind.source is None else self.out_dir / KINDS_BY_NAME[kind.source].filename()
+        """The file ``kind`` derives from: the cache's copy, committed in ``--out``, or the private one its build wrote."""
+        if kind.source is None:
+            return None
+        folder = self.out_dir if self.outcomes.get(kind.source, BuildOutcome()).cache == RESTORED else self.private
+        return folder / KINDS_BY_NAME[kind.source].filename()
 
     def get(self, name: str) -> BuildOutcome:
         """``name``'s outcome, waiting for (or running) its build."""
@@ -148,7 +225,9 @@ class Builds:
         elif job is not None:
             outcome = job.result()
         else:
-            outcome = build_artifact(kind, self.ctx, self.out_dir / kind.filename(), self._source_path(kind), self.timeout)
+            outcome = self._start(kind).result()
         self.waited += time.perf_counter() - began
         self.outcomes[name] = outcome
+        if all(k.name in self.outcomes for k in self.order):
+            self._remove_private()
         return outcome

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -30,11 +31,18 @@ class ServerProcess:
     def __init__(self, fork: bool = False) -> None:
         request_r, self._request_w = os.pipe()
         self._reply_r, reply_w = os.pipe()
+        # The lifeline (lifeline.py): only this process holds its write end, and never writes to it.
+        life_r, self._life_w = os.pipe()
+        # The parent-death signal is tied to the thread that forks: ask for it only from the main thread,
+        # which lives as long as this process (a test session's worker thread may end first).
+        pdeathsig = threading.current_thread() is threading.main_thread()
+        ends = (request_r, reply_w, life_r, os.getpid(), pdeathsig)
         try:
-            self.process: Any = _fork_server(request_r, reply_w, (self._request_w, self._reply_r)) if fork else _spawn_server(request_r, reply_w)
+            self.process: Any = _fork_server(ends, (self._request_w, self._reply_r, self._life_w)) if fork else _spawn_server(ends)
         finally:
             os.close(request_r)
             os.close(reply_w)
+            os.close(life_r)
         self._out = os.fdopen(self._request_w, "wb")
         self._in = os.fdopen(self._reply_r, "rb")
 
@@ -73,6 +81,10 @@ class ServerProcess:
         for stream in (self._out, self._in):
             with contextlib.suppress(OSError):
                 stream.close()
+        if self._life_w >= 0:  # once: the number may belong to another file after it is closed
+            with contextlib.suppress(OSError):
+                os.close(self._life_w)
+            self._life_w = -1
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -80,13 +92,15 @@ class ServerProcess:
             self.process.wait()
 
 
-def _spawn_server(request_r: int, reply_w: int) -> subprocess.Popen:
+def _spawn_server(ends: tuple[int, int, int, int, bool]) -> subprocess.Popen:
+    # -P: no current directory first on sys.path, so that an onnxruntime.py there cannot stand in for
+    # the real library while the server preloads it; this package's root goes last, for a source tree.
     package_root = str(Path(__file__).resolve().parents[2])
-    code = f"import sys; sys.path.insert(0, {package_root!r}); from exporter.build.server import serve; serve({request_r}, {reply_w})"
-    return subprocess.Popen([sys.executable, "-c", code], pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, close_fds=True)
+    code = f"import sys; sys.path.append({package_root!r}); from exporter.build.server import serve; serve(*{ends!r})"
+    return subprocess.Popen([sys.executable, "-P", "-c", code], pass_fds=ends[:3], stdin=subprocess.DEVNULL, close_fds=True)
 
 
-def _fork_server(request_r: int, reply_w: int, parent_ends: tuple[int, int]) -> _Forked:
+def _fork_server(ends: tuple[int, int, int, int, bool], parent_ends: tuple[int, ...]) -> _Forked:
     from .server import serve
 
     with warnings.catch_warnings():
@@ -97,7 +111,7 @@ def _fork_server(request_r: int, reply_w: int, parent_ends: tuple[int, int]) -> 
         try:
             for fd in parent_ends:
                 os.close(fd)
-            serve(request_r, reply_w)
+            serve(*ends)
         except BaseException:
             code = 1
         finally:

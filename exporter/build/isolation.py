@@ -253,6 +253,13 @@ class BuildService:
             if self.server is not None and self.server.in_flight():
                 self.server.close(stop=True)
 
+    def stop(self) -> None:
+        """End the server and the build it is running now, whatever is in flight (Ctrl-C): without the
+        lock, which the interrupted thread may have held."""
+        server, self.server = self.server, None
+        if server is not None:
+            server.close(stop=True)
+
     def in_flight(self) -> bool:
         """Whether a build was sent whose reply has not been read."""
         with self.lock:

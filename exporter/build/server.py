@@ -20,22 +20,36 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import protocol
+from . import lifeline, protocol
 from .crash import disk_full
 
 
-def serve(request_fd: int, reply_fd: int) -> None:
-    """Serve build requests from ``request_fd`` until EOF, replying on ``reply_fd``, in order."""
-    BuildServer().serve(request_fd, reply_fd)
+def serve(request_fd: int, reply_fd: int, life_fd: int | None = None, parent_pid: int | None = None, pdeathsig: bool = False) -> None:
+    """Serve build requests from ``request_fd`` until EOF, replying on ``reply_fd``, in order.
+
+    ``life_fd``: the lifeline (lifeline.py), at EOF once the parent ``parent_pid`` is gone;
+    ``pdeathsig``: also ask the kernel to kill this server when its parent dies.
+    """
+    if parent_pid is not None:
+        if pdeathsig:
+            lifeline.die_with_parent(parent_pid)
+        elif os.getppid() != parent_pid:
+            os._exit(0)
+    # Ctrl-C at a terminal signals the whole process group: the parent alone decides (it stops this
+    # server and the build under way), so neither this server nor its children print a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    BuildServer(life_fd).serve(request_fd, reply_fd)
 
 
 class BuildServer:
     """One build server's state: the child building now, the context it holds, what it built."""
 
-    def __init__(self) -> None:
+    def __init__(self, life_fd: int | None = None) -> None:
+        self.life_fd = life_fd  # the lifeline: readable (EOF) once the parent is gone
         self.child: int | None = None  # the pid of the child building now
         self.context: tuple[Any, Any, Any] | None = None  # (key, unpickled build context, or the refusal)
         self.built: dict[str, str] = {}  # artifact path -> reply status, for the builds of the current context
@@ -124,12 +138,16 @@ class BuildServer:
         began = time.perf_counter()
         # SIGTERM (the parent stopping early) waits until self.child names the child, so _stop never misses it.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child: build, report, and leave without running any of the server's cleanup
             code = 0
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+                lifeline.die_with_parent(server)  # this server is single-threaded: the signal is tied to it
+                if self.life_fd is not None:
+                    lifeline.watch(self.life_fd)
                 os.close(result_r)
                 os.dup2(log.fileno(), 2)
                 built = build_here(request, ctx)
@@ -145,7 +163,9 @@ class BuildServer:
         os.close(result_w)
         self._preload_until_readable(result_r)  # while the child builds, on the other core
         timeout = request.get("timeout")
-        data, timed_out = _read_until_eof(result_r, None if not timeout else began + float(timeout))
+        data, timed_out = _read_until_eof(result_r, None if not timeout else began + float(timeout), self.life_fd)
+        if self.life_fd is not None and lifeline.parent_gone(self.life_fd):
+            self._stop(signal.SIGTERM, None)  # the parent died while the child built: end both now
         if timed_out:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -189,14 +209,19 @@ def warm_up() -> None:
         pickle.loads(pickle.dumps(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), torch.nn.BatchNorm2d(1), torch.nn.Linear(1, 1))))
 
 
-def _read_until_eof(fd: int, deadline: float | None) -> tuple[bytes, bool]:
-    """All of ``fd`` up to EOF (then closed), or what came before ``deadline`` (perf_counter) and ``True``."""
+def _read_until_eof(fd: int, deadline: float | None, life_fd: int | None = None) -> tuple[bytes, bool]:
+    """All of ``fd`` up to EOF (then closed), or what came before ``deadline`` (perf_counter) and ``True``;
+    returns early, too, when the lifeline ``life_fd`` says the parent is gone."""
     chunks: list[bytes] = []
+    watched = [fd] if life_fd is None else [fd, life_fd]
     try:
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
-            if not select.select([fd], [], [], wait)[0]:
+            ready = select.select(watched, [], [], wait)[0]
+            if not ready:
                 return b"".join(chunks), True
+            if fd not in ready:
+                return b"".join(chunks), False  # the lifeline: the caller ends the child
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 return b"".join(chunks), False
@@ -219,6 +244,8 @@ def build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
         source = None if request["source"] is None else Path(request["source"])
         with captured_warnings(notes):
             details = module.build(ctx, path, source)
+        with captured_warnings([]):  # the parent's reload reports the runtime's warnings, once
+            probe(module, path, ctx)
         return {"status": "ok", "details": {str(k): str(v) for k, v in dict(details or {}).items()}, "notes": notes}
     except BaseException as exc:  # the parent decides what it means; SystemExit from an exporter included
         exc = disk_full(exc, path)
@@ -229,6 +256,37 @@ def build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
         except Exception:
             reply.pop("exception", None)
         return reply
+
+
+def probe(module: Any, path: Path, ctx: Any) -> None:
+    """The load probe: reload the artifact just built from its file and run the first sample of the
+    example batch (the golden set's first batch) through it, here in the build child and so under the build timeout.
+
+    An artifact that hangs or crashes when loaded or run then costs its row (the build's timeout or
+    crash), never the run: the parent loads and replays it without a time limit of its own, and
+    relies on this probe (and, for a file restored from the cache, on the cache's authentication).
+    An exception is not this probe's to report: the parent's reload raises it again, worded as a
+    reload failure of that row.
+    """
+    example = getattr(ctx, "example", None)
+    if example is None or not hasattr(module, "open_runner"):
+        return
+    from ..artifacts.base import INPUT
+
+    # One sample of it: what hangs or crashes on load or on the first run does so on one sample too, at
+    # a fraction of a large model's batch cost (measured on the bundled ResNet under load: 0.1-0.2 s
+    # per ONNX file, 0.4-0.7 s for int8 ONNX, 0.7-1.6 s per TorchScript file, most of it the first
+    # run's JIT profiling, all on the build core while this process replays).
+    axes = {spec.name: spec.batch_axis for spec in getattr(getattr(ctx, "signature", None), "inputs", ())}
+    if isinstance(example, Mapping):
+        feeds = {name: value.narrow(axes.get(name, 0), 0, 1).numpy() for name, value in example.items()}
+    else:
+        feeds = {INPUT: example[:1].numpy()}
+    try:
+        with module.open_runner(path, ctx) as runner:
+            runner.infer(feeds)
+    except Exception:
+        return
 
 
 def _pin_threads(ctx: Any) -> None:

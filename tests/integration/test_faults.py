@@ -63,10 +63,29 @@ if _FAULTS:
                     ctypes.string_at(0)
         return build
 
+    def _slow_build(real):
+        def build(ctx, path, source):  # say which process builds, take 4 s, then write the real artifact
+            Path(_FLAG).write_text(str(os.getpid()))
+            time.sleep(4)
+            return real(ctx, path, source)
+        return build
+
+    def _hostile_load(how):
+        def open_runner(path, ctx):  # an artifact that hangs or crashes when it is loaded
+            if how == "hang-load":
+                time.sleep(600)
+            ctypes.string_at(0)
+        return open_runner
+
     for _item in _FAULTS.split(","):
         _what, _, _arg = _item.partition(":")
         if _what in ("segv", "abort", "exit", "segv-mid-write", "sleep"):
             importlib.import_module("exporter.artifacts." + _arg).build = _crashing_build(_what)
+        elif _what == "slow":
+            _module = importlib.import_module("exporter.artifacts." + _arg)
+            _module.build = _slow_build(_module.build)
+        elif _what in ("hang-load", "segv-load"):
+            importlib.import_module("exporter.artifacts." + _arg).open_runner = _hostile_load(_what)
         elif _what == "hang-golden-write":
             import exporter.golden.store as _golden
 
@@ -233,6 +252,121 @@ def test_an_interrupted_run_stops_its_build_child_too(hook_dir: Path, tmp_path: 
     assert stderr.strip().splitlines()[-1] == "export-check: interrupted" and "Traceback" not in stderr
     assert process_gone(child, wait=10), f"build child {child} still running after export-check exited"
     assert partial_files(out) == [] and not (out / "onnx-simplified.onnx").exists()
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` now, read from /proc (psutil is not a dependency)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def wait_for_flag(proc: subprocess.Popen, flag: Path, limit: float = 300) -> int:
+    deadline = time.monotonic() + limit
+    while not (flag.is_file() and flag.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the flagged build never started"
+        time.sleep(0.05)
+    return int(flag.read_text())
+
+
+def test_sigkill_of_the_parent_alone_ends_its_builds_and_they_never_write_into_a_later_run(hook_dir: Path, tmp_path: Path) -> None:
+    """SIGKILL export-check alone while a slow build (4 s, then it writes) runs: the build server and
+    the child die with it (parent-death signal, lifeline pipe), and the next run's artifacts in the
+    same --out are the ones its report hashed, also after the dead run's build would have finished."""
+    flag, out, report_path = tmp_path / "flag", tmp_path / "out", tmp_path / "report.json"
+    argv = cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--no-cache", "--jobs", "2", "-q")
+    proc = subprocess.Popen(argv, env=cli_env(hook_dir, "slow:onnx_simplified", EXPORT_CHECK_TEST_FLAG=str(flag)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        child = wait_for_flag(proc, flag)
+        below = descendants(proc.pid)
+        assert child in below and len(below) >= 2, below  # the build server and its child
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed = time.monotonic()
+    survivors = [pid for pid in below if not process_gone(pid, wait=5)]
+    assert survivors == [], f"build processes {survivors} outlived their SIGKILLed parent"
+    result = subprocess.run([*argv, "--json", report_path], env=cli_env(hook_dir), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    time.sleep(max(0.0, killed + 6 - time.monotonic()))  # past the moment the dead run's slow build would have written
+    rows = strict_json(report_path)["rows"]
+    artifacts = {Path(row["artifact"]["path"]).name: row["artifact"]["sha256"] for row in rows if row["artifact"]}
+    assert len(artifacts) == 6 and "onnx-simplified.onnx" in artifacts
+    on_disk = {name: hashlib.sha256((out / name).read_bytes()).hexdigest() for name in artifacts}
+    assert on_disk == artifacts
+    assert [p.name for p in out.iterdir() if p.name.startswith(".building-")] == []  # the dead run's private folder is gone
+    assert partial_files(out) == []
+
+
+@pytest.mark.parametrize("how", ["hang-load", "segv-load"])
+def test_an_artifact_that_hangs_or_crashes_on_load_costs_its_row_not_the_run(hook_dir: Path, tmp_path: Path, how: str) -> None:
+    """The build child reloads what it built and runs one batch (the load probe) under the build
+    timeout: a hang there is killed at the timeout, a crash is the child's, and the parent never loads it."""
+    out, report_path = tmp_path / "out", tmp_path / "report.json"
+    began = time.monotonic()
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", out, "--json", report_path, "--no-cache",
+            "--artifacts", "torchscript-trace,onnx", "--build-timeout", "8", "-q"),
+        env=cli_env(hook_dir, f"{how}:torchscript_trace"), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - began < 120
+    rows = {row["name"]: row for row in strict_json(report_path)["rows"]}
+    bad = rows["torchscript-trace"]
+    assert bad["status"] == "error" and bad["artifact"] is None, bad
+    expected = "build timed out: still running after 8 s" if how == "hang-load" else "build crashed (signal 11, SIGSEGV)"
+    assert bad["reasons"][0].startswith(expected), bad["reasons"]
+    assert rows["eager"]["status"] == "pass" and rows["onnx"]["status"] == "pass"
+    assert not (out / "torchscript-trace.pt").exists()  # never committed into --out
+
+
+@pytest.mark.parametrize("moment", ["importing torch", "loading checkpoint", "building", "replaying"])
+def test_ctrl_c_at_any_moment_exits_130_with_one_line_and_leaves_no_process(tmp_path: Path, moment: str) -> None:
+    """A real Ctrl-C (SIGINT to the whole process group, as a terminal sends it) at several moments of a run."""
+    proc = subprocess.Popen(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out", "--no-cache", "--jobs", "2"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    seen = b""
+    below: set[int] = set()
+    try:
+        if moment == "importing torch":  # its shared libraries are mapped: the import is under way
+            deadline = time.monotonic() + 120
+            while "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text():
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.005)
+        else:
+            os.set_blocking(proc.stderr.fileno(), False)
+            deadline = time.monotonic() + 300
+            while moment.encode() not in seen:
+                assert proc.poll() is None and time.monotonic() < deadline, seen.decode()
+                seen += proc.stderr.read() or b""
+                time.sleep(0.02)
+        below = descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stderr = seen + stderr
+    assert proc.returncode == 130, stderr.decode()
+    assert b"Traceback" not in stderr and stderr.decode().strip().splitlines()[-1] == "export-check: interrupted"
+    assert [pid for pid in below if not process_gone(pid, wait=10)] == []
+    assert descendants(proc.pid) == set()
 
 
 def test_a_hung_build_is_killed_at_the_build_timeout_and_the_rest_passes(hook_dir: Path, tmp_path: Path) -> None:

@@ -103,3 +103,42 @@ def test_architecture_by_module_path_and_kwargs(tmp_path: Path) -> None:
     assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 4)
     with pytest.raises(ArchitectureError, match="cannot construct"):
         build_model("models.simple_cnn:SimpleCNN", {"no_such_arg": 1}, {}, tmp_path / "x.pth")
+
+
+@pytest.mark.parametrize("spec", ["subprocess:run", "os:system", "builtins:eval", "posix:system", "collections:OrderedDict",
+                                  "importlib:import_module", "os.path:join"])
+def test_standard_library_and_builtin_factories_are_refused_before_they_are_called(spec: str) -> None:
+    with pytest.raises(ArchitectureError, match="refused: .* standard library"):
+        resolve_factory(spec)
+
+
+def test_a_module_arch_imports_after_the_installed_libraries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings folder and the current directory go at the end of sys.path: a `json.py` there
+    cannot replace the standard library's, while the model module there imports."""
+    (tmp_path / "json.py").write_text("raise ImportError('the fake json')\n")
+    (tmp_path / "usernet.py").write_text("import json\nimport torch\n\n\ndef Net():\n    return torch.nn.Linear(2, 2)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(__import__("sys").modules, "usernet", raising=False)
+    factory = resolve_factory("usernet:Net", tmp_path)
+    import sys
+
+    assert sys.path[-1] == str(tmp_path) and sys.path.index(str(tmp_path)) > max(i for i, p in enumerate(sys.path) if "site-packages" in p)
+    assert isinstance(factory(), torch.nn.Linear)
+    assert sys.modules["json"].__file__ != str(tmp_path / "json.py")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("make, says", [
+    (lambda t: t.to_sparse(), "sparse tensor (sparse_coo)"),
+    (lambda t: torch.empty_like(t, device="meta"), "meta tensor"),
+    (lambda t: torch.quantize_per_tensor(t, 0.1, 0, torch.quint8), "quantized tensor (quint8)"),
+    (lambda t: t.to(torch.complex64), "complex tensor (complex64)"),
+])
+def test_non_dense_tensors_are_one_checkpoint_error_naming_the_key(tmp_path: Path, make, says: str) -> None:
+    state = seeded(TinyNet).state_dict()
+    key = next(iter(state))
+    state[key] = make(state[key])
+    torch.save(state, tmp_path / "m.pth")
+    with pytest.raises(CheckpointError, match=rf"m\.pth: {key.replace('.', '[.]')} is a {says.replace('(', '[(]').replace(')', '[)]')}"):
+        load_state_dict(tmp_path / "m.pth")

@@ -1,0 +1,104 @@
+"""Where a run may write: ``--out`` and the report paths are checked before anything is written.
+
+A report path that is the checkpoint, the golden set's manifest or a file inside the golden set, an
+``--out`` that is the golden folder or a folder holding the checkpoint or the golden set: each would
+overwrite (or mix artifacts into) what the run is checking, so each is refused with one line. Paths
+are compared after resolving links (``os.path.realpath``), so a link or a ``..`` does not hide one.
+A path component longer than the filesystem allows is refused here too, before any work.
+
+>>> check_lengths({"--json": Path("report.json")})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError, shown
+
+if TYPE_CHECKING:
+    from .config import RunConfig
+
+NAME_MAX = 255  # bytes per path component on every filesystem Linux and macOS use (ext4, xfs, btrfs, apfs, tmpfs)
+MANIFEST = "manifest.json"  # exporter/golden/manifest.py's name for it, without importing numpy for it
+
+
+def check_lengths(paths: Mapping[str, Path | None]) -> None:
+    """Refuse a path with a component over ``NAME_MAX`` bytes, naming the option (``{"--json": path}``)."""
+    for what, path in paths.items():
+        if path is None:
+            continue
+        for part in Path(path).parts:
+            size = len(os.fsencode(part))
+            if size > NAME_MAX:
+                raise UsageError(f"{what} {shown(str(path))[:120]}...: a name in it is {size} bytes long, the filesystem "
+                                 f"allows at most {NAME_MAX}; shorten it")
+
+
+def check_outputs(config: RunConfig, reports: Mapping[str, Path | None] | None = None) -> None:
+    """Refuse an ``--out`` or a report path (``{"--json": path}``) that would overwrite what the run reads."""
+    given: dict[str, Path] = {flag: path for flag, path in (reports or {}).items() if path is not None}
+    check_lengths({"checkpoint": config.checkpoint, "--golden": config.golden, "--out": config.out_dir,
+                   "--cache-dir": config.cache_dir, **given})
+    checkpoint, golden = _real(config.checkpoint), _real(config.golden)
+    protected = {checkpoint: "the checkpoint", golden: "the golden set", golden / MANIFEST: "the golden set's manifest"}
+    arch_file = _arch_file(config.arch)
+    if arch_file is not None:
+        protected[_real(arch_file)] = "the architecture's source file"
+
+    out = _real(config.out_dir)
+    for path, what in protected.items():
+        if out in (path, path.parent):  # artifacts are written into --out, never below it
+            raise UsageError(f"--out {shown(str(config.out_dir))}: {'is' if out == path else 'holds'} {what} ({shown(str(path))}); "
+                             "artifacts go into --out: pass a folder of its own, e.g. --out export-check-out")
+
+    from .artifacts import KINDS
+
+    protected.update({out / kind.filename(): f"the {kind.name} artifact" for kind in KINDS})
+    seen: dict[Path, str] = {}
+    for flag, report in given.items():
+        path = _real(report)
+        where = f"{flag} {shown(str(report))}"
+        if path in protected:
+            raise UsageError(f"{where}: is {protected[path]}; writing the report there would overwrite it: choose another path")
+        if golden in path.parents:
+            raise UsageError(f"{where}: is inside the golden set {shown(str(config.golden))}; write reports elsewhere")
+        held = next((what for p, what in protected.items() if path in p.parents), None)
+        if held is not None:
+            raise UsageError(f"{where}: is a folder holding {held}; {flag} takes a file path")
+        if path in seen:
+            raise UsageError(f"{where}: {seen[path]} writes there too; give each report its own path")
+        seen[path] = flag
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _arch_file(arch: str) -> Path | None:
+    module_part = arch.rpartition(":")[0]
+    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
+        return Path(module_part).expanduser()
+    return None
+
+
+def escaped(value: Any) -> Any:
+    """``value`` (a report: frozen dataclasses, tuples, dicts, strings) with every string :func:`shown`:
+    the bytes of a file name that is not UTF-8 escaped, so that every view can write it as UTF-8.
+    What holds no such string is returned as it is (the same object)."""
+    if isinstance(value, str):
+        return shown(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: new for f in dataclasses.fields(value) if f.init
+                   and (new := escaped(old := getattr(value, f.name))) is not old}
+        return dataclasses.replace(value, **changes) if changes else value
+    if isinstance(value, (tuple, list)):
+        items = [escaped(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else type(value)(items)
+    if isinstance(value, dict):
+        pairs = [(escaped(k), escaped(v)) for k, v in value.items()]
+        return value if all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items(), strict=True)) else dict(pairs)
+    return value
