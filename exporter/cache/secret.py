@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ExportCheckError
-from .nofollow import Refused, check_regular
+from .nofollow import describe
 
 KEY_ENV = "EXPORT_CHECK_CACHE_KEY_FILE"
 KEY_BYTES = 32
@@ -88,11 +88,10 @@ def load_key(cache_root: Path) -> CacheKey:
 
 
 def _read_checked(fd: int, path: Path) -> bytes:
-    try:
-        st = check_regular(fd, path)
-    except Refused as exc:
-        raise CacheKeyError(f"{exc}; the cache key must be a file of {KEY_BYTES} random bytes: delete it "
-                            "(export-check makes a new one)") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise CacheKeyError(f"{path}: the cache key is {describe(st.st_mode)}, not a regular file of {KEY_BYTES} random "
+                            "bytes; remove it (export-check makes a new one)")
     if st.st_uid != os.geteuid():
         raise CacheKeyError(f"{path}: the cache key is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}), so "
                             f"it proves nothing about who wrote the cache; use a copy of your own (cp, then chmod 600)")
