@@ -57,7 +57,7 @@ def unseal(key: CacheKey, entry_key: str, data: bytes) -> dict[str, Any]:
         raise NotSealed("meta.json carries no MAC")
     body = data[start:len(data) - len(_TAIL)]
     if not hmac.compare_digest(mac.decode(), key.mac(_message(entry_key, body))):
-        raise NotSealed(f"its MAC does not match the key {key.path}")
+        raise NotSealed("its MAC does not match this user's key")
     meta = loads_bounded(body)
     if not isinstance(meta, dict):
         raise ValueError("meta.json holds no object")

@@ -206,7 +206,10 @@ class ArtifactCache:
             with self._folder(entry.name, create=False) as folder:
                 if folder is None:
                     raise Damaged("the entry folder disappeared")
-                src, _ = folder.open_file(entry.file.name)
+                try:
+                    src, _ = folder.open_file(entry.file.name)
+                except OSError as exc:
+                    raise Damaged(f"{entry.file.name} cannot be read ({exc.strerror or exc})") from None
                 try:
                     out = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
                     try:
@@ -417,7 +420,7 @@ def store_observations(
                             notes=obs.notes, build_seconds=obs.build_seconds, observation=obs)
         notes = obs.notes
         if obs.name in cache.untrusted:
-            notes += (f"{UNTRUSTED_NOTE} ({cache.untrusted[obs.name]}; key {cache.key.path})",)
+            notes += (f"{UNTRUSTED_NOTE} ({cache.untrusted[obs.name]}; the key: {cache.key.path})",)
         if obs.name in cache.damaged:
             notes += (f"cache: the cached entry was damaged ({cache.damaged[obs.name]}); rebuilt and stored again",)
         if obs.name in cache.stale:
