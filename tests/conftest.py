@@ -33,10 +33,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Each test gets its own empty artifact cache (the CLI's default honours XDG_CACHE_HOME), so
-    no test reuses another's artifacts and none writes to the real home directory."""
+    """Each test gets its own empty artifact cache (the CLI's default honours XDG_CACHE_HOME) and
+    its own cache key (XDG_CONFIG_HOME), so no test reuses another's artifacts and none writes to
+    the real home directory."""
     folder = tmp_path_factory.mktemp("xdg-cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    monkeypatch.delenv("EXPORT_CHECK_CACHE_KEY_FILE", raising=False)
     return folder / "export-check"
 
 

@@ -17,7 +17,7 @@ from .. import __version__
 from ..files import sha256_file
 from ..versions import library_versions
 
-FORMAT = 2  # 2: entries hold observations (1 held judged rows)
+FORMAT = 3  # 3: meta.json sealed with an HMAC (2: unsealed observations; 1: judged rows)
 
 
 def arch_source_sha256(spec: str, root: Path | None = None) -> str:

@@ -1,43 +1,54 @@
-"""Content-addressed cache of built artifacts and their replay metrics.
+"""Content-addressed cache of built artifacts and their replay metrics, trusted only when sealed.
 
 A run's key is the sha256 of everything that can change an artifact or its numbers: the checkpoint's
 sha256, the golden manifest's sha256 (which pins every input and the reference logits), the
 architecture spec, its kwargs and its source file's sha256, the export and inference settings, the
-library versions, export-check's version and the sha256 of its own source. Each artifact kind (and the eager model) has one
-entry under ``sha256(run key, kind)``::
+library versions, export-check's version and the sha256 of its own source. Each artifact kind (and
+the eager model) has one entry under ``sha256(run key, kind)``::
 
-    <cache-dir>/v1/<2 hex>/<entry key>/meta.json             committed last, atomically
-    <cache-dir>/v1/<2 hex>/<entry key>/<sha256[:16]><suffix>  the artifact file, named by content
+    <cache-dir>/v3/<2 hex>/<entry key>/meta.json             sealed (HMAC), committed last, atomically
+    <cache-dir>/v3/<2 hex>/<entry key>/<sha256[:16]><suffix>  the artifact file, named by content
 
 Thresholds are not in the key: an entry holds what was observed (``measurements.Observation``:
 metrics, diagnostics, notes), never a row or a verdict, and ``judge`` applies today's gates to it on
 every run, as it does on a cold run. A run is served whole from the cache when every observation is
 enough to judge with today's thresholds; one whose verdict asks for a per-layer table the entry
-lacks (or holds at another threshold) reuses the files and replays. An entry records the hashes of the local source files imported when it was built
-and is a miss when one changed. It is checked against the sha256 and size in its ``meta.json``
-before use; a damaged one is removed, rebuilt, and the rebuild is noted in the report. The cache is
-best effort: failing to write it only adds a note, it never fails a check. See docs/performance.md.
+lacks (or holds at another threshold) reuses the files and replays. An entry records the hashes of
+the local source files imported when it was built and is a miss when one changed.
+
+Trust (docs/trust-model.md, "The artifact cache"): an entry is used only if its ``meta.json`` is
+sealed with this user's cache key (``secret``, ``sealed``), which binds the artifact's sha256 and
+size, the observation and the key inputs; anything else is "not written by this user's
+export-check" and rebuilt. A hit's artifact is copied into ``--out`` and the copy's bytes re-hashed
+against the sealed sha256 before its observation is used. Nothing below the cache root is reached
+through a link (``nofollow``); storing removes only the file the entry's previous sealed
+``meta.json`` named. A damaged or untrusted entry is left where it is (never deleted), rebuilt, and
+the rebuild is noted in the report. The cache is best effort: failing to write it only adds a
+note, it never fails a check. See docs/performance.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
+import re
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import files
 from ..artifacts import KINDS_BY_NAME
-from ..files import FileInfo, sha256_file
+from ..files import FileInfo, fsync_dir
 from ..measurements import Observation
 from ..signature import SINGLE
 from .key import FORMAT, local_module_sources, run_key_inputs
+from .nofollow import Folder, Refused, copy_fd, open_regular, sha256_fd, sha256_regular
 from .plain import from_plain
+from .sealed import MAX_META_BYTES, NotSealed, seal, unseal
+from .secret import CacheKey, load_key
 
 if TYPE_CHECKING:
     from ..build.builds import BuildOutcome
@@ -46,12 +57,15 @@ if TYPE_CHECKING:
 LAYOUT = f"v{FORMAT}"
 META = "meta.json"
 EAGER = "eager"
+_ARTIFACT_NAME = re.compile(r"[0-9a-f]{16}\.[A-Za-z0-9]{1,16}")
 
 # Per-row cache states, as the report shows them.
 HIT = "hit"  # artifact and metrics from the cache: nothing was built or replayed
 RESTORED = "artifact"  # artifact file from the cache, replayed afresh
 MISS = "miss"  # built and replayed, then stored
-REBUILT = "rebuilt"  # the entry was damaged: built and replayed again, then stored
+REBUILT = "rebuilt"  # the entry was damaged or not written by this user's export-check: built again, then stored
+
+UNTRUSTED_NOTE = "cache entry not written by this user's export-check: rebuilt"
 
 
 def _canonical(data: Any) -> str:
@@ -60,11 +74,12 @@ def _canonical(data: Any) -> str:
 
 @dataclass(frozen=True)
 class Entry:
-    """One verified cache entry: an artifact file (none for the eager row) and what was measured."""
+    """One sealed cache entry: an artifact file (none for the eager row) and what was measured."""
 
     name: str
-    file: Path | None
+    file: Path | None  # where the artifact is in the cache (shown; reached only through ``nofollow``)
     sha256: str | None
+    size: int | None
     details: dict[str, str]
     notes: tuple[str, ...]
     build_seconds: float | None
@@ -77,74 +92,94 @@ class Damaged(Exception):
 
 
 class ArtifactCache:
-    """The entries of one run key under ``root``. Lookups verify; stores are atomic and best effort."""
+    """The entries of one run key under ``root``, sealed with ``key``. Lookups verify; stores are
+    atomic and best effort."""
 
-    def __init__(self, root: Path, key_inputs: dict[str, Any]) -> None:
+    def __init__(self, root: Path, key_inputs: dict[str, Any], key: CacheKey) -> None:
         self.root = root
         self.key_inputs = key_inputs
+        self.key = key
         self.run_key = hashlib.sha256(_canonical(key_inputs).encode()).hexdigest()
-        self.damaged: dict[str, str] = {}  # name -> why its entry was thrown away
+        self.damaged: dict[str, str] = {}  # name -> why its sealed entry could not be used
+        self.untrusted: dict[str, str] = {}  # name -> why its entry is not one this user's export-check wrote
         self.stale: dict[str, str] = {}  # name -> which local source changed since it was stored
         self._source_hashes: dict[str, str] = {}
         self._local_sources: dict[str, str] | None = None
         self.problems: dict[str, str] = {}  # name -> why storing it failed
 
+    def entry_key(self, name: str) -> str:
+        return hashlib.sha256(f"{self.run_key}\0{name}".encode()).hexdigest()
+
     def entry_dir(self, name: str) -> Path:
-        key = hashlib.sha256(f"{self.run_key}\0{name}".encode()).hexdigest()
+        key = self.entry_key(name)
         return self.root / LAYOUT / key[:2] / key
+
+    @contextmanager
+    def _folder(self, name: str, *, create: bool) -> Iterator[Folder | None]:
+        key = self.entry_key(name)
+        with Folder.walk(self.root, (LAYOUT, key[:2], key), create=create) as folder:
+            yield folder
 
     # -- reading ------------------------------------------------------------------------------
 
     def lookup(self, name: str) -> Entry | None:
-        """The verified entry of ``name``, or ``None``; a damaged entry is removed and remembered."""
-        folder = self.entry_dir(name)
-        meta_path = folder / META
-        if not meta_path.is_file():
+        """The sealed, intact entry of ``name``, or ``None``. An entry that is damaged or not
+        sealed with this user's key is remembered (the report says why) and left in place."""
+        if name in self.damaged or name in self.untrusted:
             return None
         try:
-            entry, sources = self._read(name, folder, meta_path)
-            changed = self._changed_source(sources)
-            if changed is None:
-                return entry
-            self.stale[name] = changed
-            return None  # not damaged: built from other code; the rebuild overwrites it
+            with self._folder(name, create=False) as folder:
+                if folder is None or folder.lstat(META) is None:
+                    return None
+                entry, sources = self._read(name, folder)
+        except (Refused, NotSealed) as exc:
+            self.untrusted[name] = str(exc)
+            return None
         except Damaged as exc:
             self.damaged[name] = str(exc)
+            return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self.damaged[name] = f"unreadable entry ({type(exc).__name__}: {exc})"
-        with contextlib.suppress(OSError):
-            shutil.rmtree(folder)
-        return None
+            return None
+        changed = self._changed_source(sources)
+        if changed is None:
+            return entry
+        self.stale[name] = changed
+        return None  # not damaged: built from other code; the rebuild overwrites it
 
     def _changed_source(self, sources: dict[str, str]) -> str | None:
         for path, expected in sources.items():
             if path not in self._source_hashes:
                 try:
-                    self._source_hashes[path] = sha256_file(Path(path))
-                except OSError:
+                    self._source_hashes[path] = sha256_regular(Path(path))
+                except (OSError, Refused):
                     self._source_hashes[path] = "missing"
             if self._source_hashes[path] != expected:
                 return path
         return None
 
-    def _read(self, name: str, folder: Path, meta_path: Path) -> tuple[Entry, dict[str, str]]:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("name") != name:
+    def _meta(self, name: str, folder: Folder) -> dict[str, Any]:
+        meta = unseal(self.key, self.entry_key(name), folder.read(META, MAX_META_BYTES))
+        if meta.get("format") != FORMAT or meta.get("name") != name or meta.get("run_key") != self.run_key:
             raise Damaged("meta.json does not describe this entry")
-        if meta.get("run_key") != self.run_key:
-            raise Damaged("meta.json belongs to another key")
-        file = sha = None
+        return meta
+
+    def _read(self, name: str, folder: Folder) -> tuple[Entry, dict[str, str]]:
+        meta = self._meta(name, folder)
+        file = sha = size = None
         artifact = meta.get("artifact")
         if artifact is not None:
-            file = folder / str(artifact["file"])
-            if file.parent != folder or not file.is_file():
-                raise Damaged(f"{file.name} is missing")
-            size = file.stat().st_size
-            if size != artifact["size"]:
-                raise Damaged(f"{file.name} is truncated or grew ({size} bytes, expected {artifact['size']})")
-            sha = sha256_file(file)
-            if sha != artifact["sha256"]:
-                raise Damaged(f"{file.name} changed (sha256 {sha[:12]}… != {str(artifact['sha256'])[:12]}…)")
+            file_name, sha, size = str(artifact["file"]), str(artifact["sha256"]), artifact["size"]
+            if not _ARTIFACT_NAME.fullmatch(file_name) or not isinstance(size, int):
+                raise Damaged(f"meta.json names no artifact file ({file_name!r})")
+            file = folder.path / file_name
+            st = folder.lstat(file_name)
+            if st is None:
+                raise Damaged(f"{file_name} is missing")
+            if not stat.S_ISREG(st.st_mode):
+                raise Damaged(f"{file_name} is {folder.what(file_name)}, not a regular file; not followed")
+            if st.st_size != size:
+                raise Damaged(f"{file_name} is truncated or grew ({st.st_size} bytes, expected {size})")
         observation = meta.get("observation")
         sources = meta.get("sources") or {}
         if not isinstance(sources, dict):
@@ -153,6 +188,7 @@ class ArtifactCache:
             name=name,
             file=file,
             sha256=sha,
+            size=size,
             details={str(k): str(v) for k, v in dict(meta.get("details") or {}).items()},
             notes=tuple(str(n) for n in meta.get("notes") or ()),
             build_seconds=meta.get("build_seconds"),
@@ -160,11 +196,44 @@ class ArtifactCache:
             label_accuracy=meta.get("label_accuracy"),
         ), {str(k): str(v) for k, v in sources.items()}
 
-    def restore(self, entry: Entry, dest: Path) -> None:
-        """Copy the entry's artifact to ``dest`` atomically."""
-        assert entry.file is not None
-        with files.replacing(dest) as tmp:
-            shutil.copyfile(entry.file, tmp)
+    def restore(self, entry: Entry, dest: Path) -> bool:
+        """Copy the entry's artifact to ``dest`` atomically, if the copy's bytes in ``dest`` have the
+        sealed sha256 and size; ``False`` (and the entry is damaged) if they do not. ``OSError``
+        when ``dest`` cannot be written."""
+        assert entry.file is not None and entry.sha256 is not None and entry.size is not None
+        temp = dest.parent / f".{dest.name}.{os.urandom(8).hex()}.partial"
+        try:
+            with self._folder(entry.name, create=False) as folder:
+                if folder is None:
+                    raise Damaged("the entry folder disappeared")
+                try:
+                    src, _ = folder.open_file(entry.file.name)
+                except OSError as exc:
+                    raise Damaged(f"{entry.file.name} cannot be read ({exc.strerror or exc})") from None
+                try:
+                    out = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+                    try:
+                        copy_fd(src, out, limit=entry.size)
+                        os.fsync(out)
+                        os.lseek(out, 0, os.SEEK_SET)
+                        sha, size = sha256_fd(out)  # the bytes in --out, as they will ship
+                    finally:
+                        os.close(out)
+                finally:
+                    os.close(src)
+            if size != entry.size:
+                raise Damaged(f"{entry.file.name} is truncated or grew ({size} bytes, expected {entry.size})")
+            if sha != entry.sha256:
+                raise Damaged(f"{entry.file.name} changed (sha256 {sha[:12]}… != {entry.sha256[:12]}…)")
+            os.replace(temp, dest)
+        except (Damaged, Refused) as exc:
+            self.damaged[entry.name] = str(exc)
+            return False
+        finally:
+            if temp.exists():
+                temp.unlink()
+        fsync_dir(dest.parent)
+        return True
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -185,55 +254,66 @@ class ArtifactCache:
         observation: Observation | None = None,
         label_accuracy: float | None = None,
     ) -> None:
-        """Write one entry: the artifact file by content name, then ``meta.json`` last."""
-        folder = self.entry_dir(name)
+        """Write one entry: the artifact file by content name, then the sealed ``meta.json``, then
+        remove the file the previous sealed ``meta.json`` named (if another); nothing else."""
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            artifact_meta = None
-            if artifact is not None:
-                artifact_meta = self._store_file(folder, artifact, expected_sha256)
-            meta = {
-                "format": FORMAT,
-                "name": name,
-                "run_key": self.run_key,
-                "key_inputs": self.key_inputs,
-                "artifact": artifact_meta,
-                "details": details or {},
-                "notes": list(notes),
-                "build_seconds": build_seconds,
-                "observation": None if observation is None else asdict(observation),
-                "label_accuracy": label_accuracy,
-                "sources": self.local_sources(),
-            }
-            files.write_bytes(folder / META, json.dumps(meta, indent=1).encode("utf-8"))
-        except (OSError, _Changed, TypeError, ValueError) as exc:  # TypeError/ValueError: not JSON-able
+            with self._folder(name, create=True) as folder:
+                assert folder is not None
+                previous = self._previous_file(name, folder)
+                artifact_meta = None
+                if artifact is not None:
+                    artifact_meta = self._store_file(folder, artifact, expected_sha256)
+                meta = {
+                    "format": FORMAT,
+                    "name": name,
+                    "run_key": self.run_key,
+                    "key_inputs": self.key_inputs,
+                    "artifact": artifact_meta,
+                    "details": details or {},
+                    "notes": list(notes),
+                    "build_seconds": build_seconds,
+                    "observation": None if observation is None else asdict(observation),
+                    "label_accuracy": label_accuracy,
+                    "sources": self.local_sources(),
+                }
+                folder.write_atomic(META, seal(self.key, self.entry_key(name), meta))
+                if previous is not None and (artifact_meta is None or previous != artifact_meta["file"]):
+                    folder.remove_file(previous)
+                    folder.fsync()
+        except (OSError, Refused, _Changed, TypeError, ValueError) as exc:  # TypeError/ValueError: not JSON-able
             self.problems[name] = f"cache: could not store the entry in {self.root} ({exc}); the next run rebuilds it"
 
-    def _store_file(self, folder: Path, artifact: Path, expected_sha256: str | None) -> dict[str, Any]:
-        digest = hashlib.sha256()
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".artifact.", suffix=".partial")
+    def _previous_file(self, name: str, folder: Folder) -> str | None:
+        """The artifact file name the entry's current sealed meta.json gives, if it is sealed."""
+        if folder.lstat(META) is None:
+            return None
         try:
-            with os.fdopen(fd, "wb") as out, open(artifact, "rb") as src:
-                while block := src.read(1 << 20):
-                    digest.update(block)
-                    out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
-            sha = digest.hexdigest()
-            if expected_sha256 is not None and sha != expected_sha256:
-                raise _Changed(f"{artifact.name} changed while being stored")
-            target = folder / f"{sha[:16]}{artifact.suffix}"
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        # Earlier content of this entry, if any, is garbage now.
-        for old in folder.iterdir():
-            if old != target and old.name != META and not old.name.startswith("."):
-                with contextlib.suppress(OSError):
-                    old.unlink()
-        return {"file": target.name, "sha256": sha, "size": target.stat().st_size}
+            artifact = self._meta(name, folder).get("artifact")
+        except (Refused, NotSealed, Damaged, OSError, ValueError):
+            return None
+        file_name = artifact.get("file") if isinstance(artifact, dict) else None
+        return file_name if isinstance(file_name, str) and _ARTIFACT_NAME.fullmatch(file_name) else None
+
+    def _store_file(self, folder: Folder, artifact: Path, expected_sha256: str | None) -> dict[str, Any]:
+        src = open_regular(artifact, follow=False)
+        try:
+            temp, out = folder.new_temp("artifact")
+            try:
+                try:
+                    sha, size = copy_fd(src, out)
+                    os.fsync(out)
+                finally:
+                    os.close(out)
+                if expected_sha256 is not None and sha != expected_sha256:
+                    raise _Changed(f"{artifact.name} changed while being stored")
+                target = f"{sha[:16]}{artifact.suffix}"
+                folder.commit(temp, target)
+            except BaseException:
+                folder.discard(temp)
+                raise
+        finally:
+            os.close(src)
+        return {"file": target, "sha256": sha, "size": size}
 
 
 class _Changed(Exception):
@@ -245,7 +325,8 @@ class _Changed(Exception):
 
 def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256: str,
                signature: dict[str, Any] | None = None) -> ArtifactCache | None:
-    """The cache for this run's key, or ``None`` when the run has no cache (``--no-cache``)."""
+    """The cache for this run's key, or ``None`` when the run has no cache (``--no-cache``);
+    ``CacheKeyError`` when this user's cache key cannot be trusted (``secret``)."""
     if config.cache_dir is None:
         return None
     inputs = run_key_inputs(
@@ -259,7 +340,7 @@ def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256
     )
     # the outputs' kinds and which are compared shape the observations (a format-1 set: SINGLE)
     inputs["signature"] = signature if signature is not None else SINGLE.to_json()
-    return ArtifactCache(config.cache_dir, inputs)
+    return ArtifactCache(config.cache_dir, inputs, load_key(config.cache_dir))
 
 
 @dataclass(frozen=True)
@@ -275,7 +356,8 @@ def restore_artifact(cache: ArtifactCache, name: str, dest: Path) -> Restored | 
     if entry is None or entry.file is None:
         return None
     try:
-        cache.restore(entry, dest)
+        if not cache.restore(entry, dest):
+            return None
     except OSError:
         return None
     return Restored(dest, entry.details, entry.notes)
@@ -292,17 +374,21 @@ def cached_observations(cache: ArtifactCache, config: RunConfig, out_dir: Path) 
     entries = {}
     for name in config.selected_kinds:
         entry = cache.lookup(name)
-        if entry is None or entry.observation is None or entry.observation.metrics is None or entry.file is None or entry.sha256 is None:
+        if entry is None or entry.observation is None or entry.observation.metrics is None or entry.file is None:
             return None
         entries[name] = entry
     if any(layers_missing(e.observation, config.thresholds, config.diagnose) for e in (*entries.values(), eager) if e.observation):
         return None  # the verdict wants a per-layer table the entry does not hold: reuse the files, replay
     observations = [replace(eager.observation, cache=HIT)]
     for name, entry in entries.items():
-        assert entry.observation is not None
+        assert entry.observation is not None and entry.sha256 is not None and entry.size is not None
         dest = out_dir / KINDS_BY_NAME[name].filename()
-        cache.restore(entry, dest)
-        artifact = FileInfo(path=str(dest), size_bytes=dest.stat().st_size, sha256=str(entry.sha256))
+        try:
+            if not cache.restore(entry, dest):  # the bytes in --out are not the ones measured: build
+                return None
+        except OSError:
+            return None  # --out cannot take it: the build path reports why
+        artifact = FileInfo(path=str(dest), size_bytes=entry.size, sha256=entry.sha256)
         observations.append(replace(entry.observation, artifact=artifact, build_seconds=None, replay_seconds=None, cache=HIT))
     return observations, eager.label_accuracy
 
@@ -323,15 +409,18 @@ def store_observations(
         if obs.name == EAGER:
             if obs.metrics is not None:
                 cache.store(EAGER, artifact=None, observation=obs, label_accuracy=label_accuracy)
-            state = REBUILT if EAGER in cache.damaged else MISS
+            state = REBUILT if EAGER in cache.damaged or EAGER in cache.untrusted else MISS
         else:
             outcome = built[obs.name]
-            state = RESTORED if outcome.cache == RESTORED else REBUILT if obs.name in cache.damaged else MISS
+            rebuilt = obs.name in cache.damaged or obs.name in cache.untrusted
+            state = RESTORED if outcome.cache == RESTORED else REBUILT if rebuilt else MISS
             if _storable(obs):
                 assert obs.artifact is not None
                 cache.store(obs.name, artifact=Path(obs.artifact.path), expected_sha256=obs.artifact.sha256, details=dict(obs.details),
                             notes=obs.notes, build_seconds=obs.build_seconds, observation=obs)
         notes = obs.notes
+        if obs.name in cache.untrusted:
+            notes += (f"{UNTRUSTED_NOTE} ({cache.untrusted[obs.name]}; the key: {cache.key.path})",)
         if obs.name in cache.damaged:
             notes += (f"cache: the cached entry was damaged ({cache.damaged[obs.name]}); rebuilt and stored again",)
         if obs.name in cache.stale:

@@ -14,6 +14,7 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 from exporter import pipeline
 from exporter.build import builds
 from exporter.cache.key import arch_source_sha256
+from exporter.cache.secret import CacheKey
 from exporter.cache.store import EAGER, ArtifactCache, open_cache
 from exporter.cli import main
 from exporter.config import Gate, RunConfig, Thresholds
@@ -127,7 +128,9 @@ def test_damaged_entries_are_detected_and_rebuilt(tmp_path: Path, build_calls: l
     assert build_calls == [*KINDS, *KINDS]
     assert cache_states(report) == {"eager": "miss", "torchscript-trace": "rebuilt", "onnx": "rebuilt"}
     assert any("damaged" in note and "changed (sha256" in note for note in report.row("onnx").notes)
-    assert any("damaged" in note and "unreadable" in note for note in report.row("torchscript-trace").notes)
+    # a meta.json that is not sealed with this user's key is not theirs, whatever it holds
+    assert any("cache entry not written by this user's export-check: rebuilt (meta.json carries no MAC" in note
+               for note in report.row("torchscript-trace").notes)
     assert numbers(report, with_files=False) == numbers(cold, with_files=False)
 
     # Truncated: caught by size before hashing; after the rebuild the next run is a clean hit again.
@@ -290,9 +293,11 @@ def test_cache_dir_setting_is_a_path_relative_to_the_settings_file() -> None:
     st.none() | st.integers() | st.text(max_size=8) | st.lists(st.integers(), max_size=3),
 ))
 def test_any_damaged_meta_is_a_miss_never_a_crash(tmp_path_factory: pytest.TempPathFactory, meta) -> None:
-    cache = ArtifactCache(tmp_path_factory.mktemp("fuzz"), {"k": 1})
+    cache = ArtifactCache(tmp_path_factory.mktemp("fuzz"), {"k": 1}, CacheKey(Path("k"), b"k" * 32))
     folder = cache.entry_dir(EAGER)
     folder.mkdir(parents=True)
-    (folder / "meta.json").write_bytes(meta if isinstance(meta, bytes) else json.dumps(meta).encode())
+    data = meta if isinstance(meta, bytes) else json.dumps(meta).encode()
+    (folder / "meta.json").write_bytes(data)
     assert cache.lookup(EAGER) is None
-    assert EAGER in cache.damaged and not folder.exists()
+    assert EAGER in cache.untrusted  # not sealed: not this user's export-check's
+    assert (folder / "meta.json").read_bytes() == data  # and left alone, not deleted

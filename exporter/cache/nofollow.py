@@ -1,0 +1,256 @@
+"""Files inside the cache, reached without following a symbolic link anywhere below its root.
+
+A cache folder may be writable by someone else (a shared runner cache, a CI cache restored from
+another branch, a repository that sets ``cache-dir``), who can put a link, a FIFO or a folder where
+an entry folder or file is expected. So every level below the cache root is opened relative to its
+parent's descriptor with ``O_NOFOLLOW | O_DIRECTORY``: a link is refused, never followed, and a
+folder checked once cannot be swapped under a later open, rename or unlink, which all take that
+folder's descriptor. Files are opened with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO cannot block the
+open) and must be regular files on the open descriptor (``fstat``); reads are bounded. The cache
+root itself is the user's choice and may be a link (``~/.cache`` on another disk, say).
+
+``pathlib`` and ``shutil`` cannot do this (they resolve every path again from the top and follow
+links), hence this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+CHUNK = 1 << 20
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Refused(Exception):
+    """Something in the cache is not what export-check writes there (a link, a FIFO, too large)."""
+
+
+def describe(mode: int) -> str:
+    """What a file of this ``st_mode`` is, for a message: 'a symbolic link', 'a FIFO', ..."""
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _plain(name: str) -> str:
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise Refused(f"{name!r} is not a plain file name")
+    return name
+
+
+def check_regular(fd: int, shown: Path | str) -> os.stat_result:
+    """``fstat`` of an open descriptor, which must be a regular file."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise Refused(f"{shown} is {describe(st.st_mode)}, not a regular file")
+    return st
+
+
+def open_regular(path: Path, *, follow: bool = True) -> int:
+    """A read descriptor on ``path``, which must be a regular file (checked on the descriptor; a
+    FIFO does not block the open). ``follow=False`` refuses a symbolic link at ``path`` itself."""
+    try:
+        fd = os.open(path, _FILE if not follow else _FILE & ~os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise Refused(f"{path} is a symbolic link; not followed") from None
+        raise
+    try:
+        check_regular(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def sha256_fd(fd: int, limit: int | None = None) -> tuple[str, int]:
+    """sha256 and size of what ``fd`` reads from its current position; ``Refused`` beyond ``limit`` bytes."""
+    digest, size = hashlib.sha256(), 0
+    while block := os.read(fd, CHUNK):
+        size += len(block)
+        if limit is not None and size > limit:
+            raise Refused(f"more than the {limit} bytes expected")
+        digest.update(block)
+    return digest.hexdigest(), size
+
+
+def sha256_regular(path: Path) -> str:
+    """sha256 of a regular file (a link to one is followed: used for the user's own source files)."""
+    fd = open_regular(path)
+    try:
+        return sha256_fd(fd)[0]
+    finally:
+        os.close(fd)
+
+
+def copy_fd(src: int, dst: int, limit: int | None = None) -> tuple[str, int]:
+    """Copy ``src`` to ``dst`` to the end; the sha256 and size of the bytes read. ``Refused`` beyond ``limit``."""
+    digest, size = hashlib.sha256(), 0
+    while block := os.read(src, CHUNK):
+        size += len(block)
+        if limit is not None and size > limit:
+            raise Refused(f"more than the {limit} bytes expected")
+        digest.update(block)
+        view = memoryview(block)
+        while view:
+            view = view[os.write(dst, view):]
+    return digest.hexdigest(), size
+
+
+class Folder:
+    """An open folder below the cache root: every name in it is opened, replaced and removed
+    through this descriptor, never through a path."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd, self.path = fd, path
+
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    @classmethod
+    @contextlib.contextmanager
+    def walk(cls, root: Path, parts: tuple[str, ...], *, create: bool) -> Iterator[Folder | None]:
+        """The folder ``root/part/part/...``, every part opened without following links and made
+        when ``create``; ``None`` when one is missing (and not ``create``). A part that is a link,
+        a file or anything but a folder is ``Refused``."""
+        if create:
+            root.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if create:
+                raise
+            yield None
+            return
+        folder: Folder | None = cls(fd, root)
+        try:
+            for part in parts:
+                assert folder is not None
+                child = folder.child(part, create=create)
+                folder.close()
+                folder = child
+                if folder is None:
+                    break
+            yield folder
+        finally:
+            if folder is not None:
+                folder.close()
+
+    def child(self, name: str, *, create: bool = False) -> Folder | None:
+        """The sub-folder ``name``, opened without following a link; made when ``create``."""
+        _plain(name)
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o777, dir_fd=self.fd)
+        try:
+            fd = os.open(name, _DIR, dir_fd=self.fd)
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise Refused(f"{self.path / name} is {self.what(name)}, not a folder export-check made; not followed") from None
+            raise
+        return Folder(fd, self.path / name)
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(_plain(name), dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def what(self, name: str) -> str:
+        st = self.lstat(name)
+        return "missing" if st is None else describe(st.st_mode)
+
+    def open_file(self, name: str) -> tuple[int, os.stat_result]:
+        """A read descriptor on the regular file ``name`` (not a link, not a FIFO) and its ``fstat``."""
+        try:
+            fd = os.open(_plain(name), _FILE, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Refused(f"{name} is a symbolic link; not followed") from None
+            raise
+        try:
+            return fd, check_regular(fd, name)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def read(self, name: str, limit: int) -> bytes:
+        """The bytes of the regular file ``name``, at most ``limit`` of them (``Refused`` if larger)."""
+        fd, st = self.open_file(name)
+        try:
+            if st.st_size > limit:
+                raise Refused(f"{name} is {st.st_size} bytes, more than the {limit} it may hold")
+            data = bytearray()
+            while len(data) <= limit and (block := os.read(fd, min(CHUNK, limit + 1 - len(data)))):
+                data += block
+            if len(data) > limit:
+                raise Refused(f"{name} grew beyond the {limit} bytes it may hold")
+            return bytes(data)
+        finally:
+            os.close(fd)
+
+    def new_temp(self, label: str) -> tuple[str, int]:
+        """A fresh hidden ``.partial`` file in this folder (its umask-honouring mode), open for writing."""
+        name = f".{label}.{secrets.token_hex(8)}.partial"
+        return name, os.open(name, _NEW, 0o666, dir_fd=self.fd)
+
+    def commit(self, temp: str, name: str) -> None:
+        """Rename ``temp`` onto ``name`` atomically (a link at ``name`` is replaced, not followed)."""
+        os.replace(temp, _plain(name), src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def discard(self, temp: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=self.fd)
+
+    def write_atomic(self, name: str, data: bytes) -> None:
+        """Write ``name`` whole or not at all: a temporary file, fsynced, renamed onto it, folder fsynced."""
+        temp, fd = self.new_temp(name)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self.commit(temp, name)
+        except BaseException:
+            self.discard(temp)
+            raise
+        self.fsync()
+
+    def remove_file(self, name: str) -> bool:
+        """Unlink ``name`` if it is a regular file (a link, folder or FIFO there is left alone)."""
+        st = self.lstat(name)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            return False
+        os.unlink(name, dir_fd=self.fd)
+        return True
+
+    def fsync(self) -> None:
+        with contextlib.suppress(OSError):  # some filesystems refuse a directory fsync
+            os.fsync(self.fd)
