@@ -283,6 +283,9 @@ def test_a_meta_json_edited_to_claim_better_metrics_cannot_turn_a_fail_into_a_pa
     def better(meta: dict) -> None:
         metrics = meta["observation"]["metrics"]
         metrics.update(mae=1e-9, max_abs=1e-9, median_abs=1e-9, per_image_mae=[1e-9] * len(metrics["per_image_mae"]))
+        # the batch-size runs hold their own comparison with eager, judged by the same gate
+        for run in meta["observation"]["diagnostics"]["sizes"]["runs"]:
+            run.update(mae=1e-9, max_abs=1e-9, worst_image_mae=1e-9)
 
     edit_meta(meta_path, better)
     before, sealed = world.snapshot(), world.sealed_files()
