@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GoldenError, UsageError
+from .reading import load_npy, load_npz
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 TENSOR_SUFFIX = ".npy"
@@ -203,12 +204,8 @@ def preprocess_file(path: Path, spec: Preprocess) -> np.ndarray:
 def decode_input(data: bytes, name: str, preprocess: Preprocess | None, shown: Path) -> np.ndarray:
     """Decode one golden input (untrusted bytes) into the model's input, or raise a one-line GoldenError."""
     if name.lower().endswith(TENSOR_SUFFIX):
-        try:
-            array = np.load(io.BytesIO(data), allow_pickle=False)
-        except Exception as exc:  # a crafted header can raise more than ValueError (MemoryError, ...)
-            reason = " ".join(str(exc).split())[:120]
-            raise GoldenError(f"{shown}: not a readable .npy tensor ({type(exc).__name__}: {reason}); replace it or re-record") from None
-        if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":  # no bool, complex, strings
+        array = load_npy(data, shown, "tensor")  # header checked before anything is allocated
+        if array.dtype.kind not in "iuf":  # no bool, complex, strings
             what = getattr(array, "dtype", type(array).__name__)
             raise GoldenError(f"{shown}: holds {what}, not real numbers; replace it or re-record")
         if not np.all(np.isfinite(array)):
@@ -241,22 +238,7 @@ def read_npz(data: bytes, shown: Path, what: str = "sample") -> dict[str, np.nda
     """Every array of an ``.npz`` archive (untrusted bytes), in the archive's order, loaded without
     pickles; anything else (a pickle, an object array, a plain ``.npy``, a damaged zip) is a one-line
     GoldenError naming ``shown``."""
-    try:
-        loaded = np.load(io.BytesIO(data), allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise GoldenError(f"{shown}: not an .npz archive (holds one bare array); save the {what} with numpy.savez(name=array, ...)")
-        with loaded:
-            arrays = {str(key): loaded[key] for key in loaded.files}
-    except GoldenError:
-        raise
-    except ValueError as exc:
-        if "pickle" in str(exc).lower() or "object arrays" in str(exc).lower():
-            raise GoldenError(f"{shown}: holds pickled data or object arrays, which export-check never loads; save plain numeric "
-                              f"arrays with numpy.savez(name=array, ...)") from None
-        raise GoldenError(f"{shown}: not a readable .npz archive of arrays ({_reason(exc)}); replace it or re-record") from None
-    except Exception as exc:  # a crafted zip or header can raise more than ValueError (MemoryError, BadZipFile, ...)
-        raise GoldenError(f"{shown}: not a readable .npz archive of arrays ({_reason(exc)}); replace it or re-record") from None
-    return arrays
+    return load_npz(data, shown, what)
 
 
 def read_safetensors(data: bytes, shown: Path) -> dict[str, np.ndarray]:
