@@ -43,7 +43,7 @@ from .inputs import (
 from .lock import LOCK_NAME, golden_lock, lock_path
 from .manifest import INPUT, MANIFEST, VERSION_1, GoldenSet, read_manifest, unreferenced_files, verify_golden
 from .reading import FILE_MAX_BYTES, LABELS_MAX_BYTES, load_json, read_user_file
-from .store import NewInput, check_distinct_names, previous_set, write_golden, write_golden_v2, writing
+from .store import NewInput, check_distinct_names, write_golden, write_golden_v2, writing
 
 
 def _eager_logits(model: Any, arrays: Iterable[np.ndarray], batch_size: int) -> np.ndarray:
@@ -101,11 +101,14 @@ def check_record_target(golden_dir: Path, inputs_dir: Path, force: bool) -> None
             f"{golden_dir}: not empty and holds no {MANIFEST}, so it is not a golden set; refusing to write into it, "
             "pass --golden a new or empty folder"
         )
-    if previous_set(golden_dir) is None:  # only a set export-check wrote is ever replaced
+    try:  # only a set export-check wrote is ever replaced
+        read_manifest(golden_dir)
+    except GoldenError as exc:
+        reason = str(exc).removeprefix(f"{golden_dir / MANIFEST}: ").split("; ")[0]
         raise GoldenError(
-            f"{golden_dir}: its {MANIFEST} is not a golden set export-check can read, so the folder is not ours; refusing to write "
-            "into it (nothing was changed), pass --golden a new or empty folder"
-        )
+            f"{golden_dir}: its {MANIFEST} is not a golden set export-check can read ({reason}), so the folder is not ours; refusing "
+            "to write into it (nothing was changed), pass --golden a new or empty folder"
+        ) from None
     if not force:
         raise GoldenError(
             f"{golden_dir}: already holds a golden set; to adopt a new checkpoint's logits run `export-check golden approve`, "

@@ -44,10 +44,12 @@ def _busy(golden_dir: Path, timeout: float) -> GoldenError:
 
 
 @contextlib.contextmanager
-def golden_lock(golden_dir: Path, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
-    """Hold the golden folder's write lock (waiting up to ``timeout`` seconds), creating the folder
-    if need be and removing it again if the block fails and leaves it empty."""
+def golden_lock(golden_dir: Path, timeout: float | None = None) -> Iterator[None]:
+    """Hold the golden folder's write lock (waiting up to ``timeout`` seconds, ``LOCK_TIMEOUT`` by
+    default), creating the folder if need be and removing it again if the block fails and leaves it empty."""
     import fcntl
+
+    timeout = LOCK_TIMEOUT if timeout is None else timeout
 
     created = not os.path.lexists(golden_dir)
     try:
