@@ -3,14 +3,22 @@
 Atomic writes, shared by artifacts, golden sets, the cache and reports: a reader of ``path`` sees
 the previous file (or none) or the complete new one, never half of one. The data goes to a
 temporary sibling, is fsynced, then ``os.replace``-d onto ``path``, and the directory entry is
-fsynced. A failure removes the temporary file and re-raises.
+fsynced. A failure removes the temporary file and re-raises. The file gets the mode a plain
+``open(path, "w")`` would give (``0o666`` less the umask), not ``mkstemp``'s private ``0o600``.
+
+Reading untrusted files (``read_regular``, ``open_beneath``): only regular files are read (checked
+with ``fstat`` on the open descriptor, opened ``O_NONBLOCK`` so a FIFO cannot block the open),
+never through a symbolic link (``O_NOFOLLOW`` at every level below the folder the caller trusts),
+and never more than the caller's limit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,12 +52,24 @@ def replacing(path: Path, tmp: Path | None = None) -> Iterator[Path]:
     try:
         yield tmp
         with open(tmp, "rb+") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~current_umask())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     fsync_dir(path.parent)
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the system says it (Linux ``/proc``)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but nothing here writes in threads)
+    os.umask(mask)
+    return mask
 
 
 def write_bytes(path: Path, data: bytes) -> None:
@@ -64,6 +84,94 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+class UnsafeFile(OSError):
+    """A file that is not read: not a regular file, a symbolic link, or larger than allowed."""
+
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _refuse_link(exc: OSError, shown: Path) -> OSError:
+    if exc.errno in (errno.ELOOP, errno.EMLINK):
+        return UnsafeFile(exc.errno, "is a symbolic link", str(shown))
+    if exc.errno == errno.ENOTDIR:
+        return UnsafeFile(exc.errno, "a folder on the way is not a directory (or is a symbolic link)", str(shown))
+    return exc
+
+
+def open_beneath(root: Path, rel: str) -> int:
+    """A read descriptor of the regular file ``root/rel`` (``rel`` a POSIX relative path), following
+    no symbolic link below ``root``: every folder is opened ``O_NOFOLLOW|O_DIRECTORY`` from the one
+    above, the file ``O_NOFOLLOW|O_NONBLOCK``, and its type is checked on the descriptor.
+
+    Raises ``FileNotFoundError``, :class:`UnsafeFile` (a link, a FIFO, a device, a directory) or
+    another ``OSError``. ``root`` itself is the caller's choice and may be a link.
+    """
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise UnsafeFile(errno.EINVAL, "not a path inside the folder", rel)
+    shown = root.joinpath(*parts)
+    fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for part in parts[:-1]:
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                raise _refuse_link(exc, shown) from None
+            os.close(fd)
+            fd = nxt
+        try:
+            file_fd = os.open(parts[-1], _READ_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            raise _refuse_link(exc, shown) from None
+    finally:
+        os.close(fd)
+    _require_regular(file_fd, shown)
+    return file_fd
+
+
+def _require_regular(fd: int, shown: Path) -> None:
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise UnsafeFile(errno.EINVAL, f"is {kind}, not a regular file", str(shown))
+
+
+def open_regular(path: Path, follow: bool = False) -> int:
+    """A read descriptor of ``path`` if it is a regular file (checked on the descriptor), opened
+    non-blocking; a symbolic link is refused unless ``follow``."""
+    flags = _READ_FLAGS & ~getattr(os, "O_NOFOLLOW", 0) if follow else _READ_FLAGS
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise _refuse_link(exc, path) from None
+    _require_regular(fd, path)
+    return fd
+
+
+def read_fd(fd: int, limit: int, shown: Path) -> bytes:
+    """All of the open file ``fd`` (closed afterwards), refusing more than ``limit`` bytes: the size
+    is checked before reading, and a file growing meanwhile is cut at ``limit + 1`` and refused."""
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise UnsafeFile(errno.EFBIG, f"is {size:,} bytes, more than the {limit:,} allowed", str(shown))
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise UnsafeFile(errno.EFBIG, f"grew past the {limit:,} bytes allowed while being read", str(shown))
+    return data
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (no symbolic link, no FIFO), at most ``limit`` of them."""
+    return read_fd(open_regular(path), limit, path)
 
 
 def check_readable_file(path: Path, what: str, fix: str, error: type[ExportCheckError] = CheckpointError) -> None:

@@ -10,6 +10,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from ..errors import one_line
 from ..signature import OutputSpec, Signature
 from .discover import LOGITS_KINDS, sample_axis
 from .manifest import GoldenSet
@@ -164,7 +165,7 @@ def diff_references(golden: GoldenSet, old: Any, new: Any, new_checkpoint_sha256
     old_top, new_top = old.reshape(len(old), -1).argmax(axis=1), new.reshape(len(new), -1).argmax(axis=1)
     labels = golden.labels()
     changes = tuple(
-        TopChange(golden.inputs[i].name, int(old_top[i]), int(new_top[i]), labels[i], float(per_image[i]))
+        TopChange(one_line(golden.inputs[i].name), int(old_top[i]), int(new_top[i]), labels[i], float(per_image[i]))
         for i in np.flatnonzero(old_top != new_top)
     )
     accuracy = None
@@ -214,7 +215,7 @@ def _diff_outputs(golden: GoldenSet, old: Mapping[str, Sequence[np.ndarray]], ne
             for i, (a, b) in enumerate(zip(old_tops, new_tops, strict=True)):
                 moved = int(np.count_nonzero(a != b))
                 if moved:
-                    found.append(SampleChange(golden.inputs[i].name, tuple(int(x) for x in a), tuple(int(x) for x in b), moved, labels[i],
+                    found.append(SampleChange(one_line(golden.inputs[i].name), tuple(int(x) for x in a), tuple(int(x) for x in b), moved, labels[i],
                                               per_sample[i]))
             top = tuple(found)
             if (accuracy is None and spec.compared and spec.kind == "logits" and labels and all(label is not None for label in labels)

@@ -20,12 +20,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import GoldenError, UsageError
+from .reading import load_npy, load_npz
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 TENSOR_SUFFIX = ".npy"
 _MODES = {"RGB": 3, "L": 1}
 _INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
-MAX_SIDE = 16384  # pixels: a manifest asking for more is damaged (and would exhaust memory)
+# Memory bounds (docs/trust-model.md): a preprocessed input is at most MAX_SIDE on a side and
+# MAX_PIXELS in all (2048² RGB float32 is 48 MiB); a decoded image, and the resized image before its
+# crop, at most MAX_IMAGE_PIXELS (checked from the header, before decoding; a 16-bit image of that
+# size peaks near 0.5 GB while converted).
+MAX_SIDE = 4096
+MAX_PIXELS = 2048 * 2048
+MAX_IMAGE_PIXELS = 50_000_000
 MIN_STD = 1e-6
 
 
@@ -51,6 +58,9 @@ class Preprocess:
             raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {self.interpolation!r}")
         if len(self.size) != 2 or any(int(s) != s or not 1 <= s <= MAX_SIDE for s in self.size):
             raise ValueError(f"size must be two integers in 1..{MAX_SIDE}, got {self.size!r}")
+        if self.size[0] * self.size[1] > MAX_PIXELS:
+            raise ValueError(f"size {self.size[0]}x{self.size[1]} is over {MAX_PIXELS:,} pixels (2048x2048), more than a golden "
+                             "input needs; pick a smaller size")
         channels = _MODES[self.mode]
         if len(self.mean) != channels or len(self.std) != channels:
             raise ValueError(f"mode {self.mode} needs {channels} mean and std values")
@@ -125,8 +135,14 @@ def open_image(source: Any, shown: Path):  # -> PIL.Image.Image
             # A header claiming a huge image is an error here, not a warning line on stderr.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(source, formats=IMAGE_FORMATS) as img:
+                width, height = img.size  # from the header: nothing is decoded yet
+                if width * height > MAX_IMAGE_PIXELS:
+                    raise GoldenError(f"{shown}: a {width}x{height} image, over the {MAX_IMAGE_PIXELS:,} pixels export-check decodes; "
+                                      "scale it down or replace it")
                 img.load()
                 return ImageOps.exif_transpose(img)
+    except GoldenError:
+        raise
     except FileNotFoundError:
         raise GoldenError(f"{shown}: image not found; restore it or re-record the golden set") from None
     except UnidentifiedImageError:
@@ -152,9 +168,15 @@ def _to_mode(img, mode: str):
 
     if img.mode in ("I;16", "I;16B", "I;16L", "I"):
         # 16/32-bit grayscale: scale to 8 bits rather than clip.
-        arr = np.asarray(img, dtype=np.float64)
+        # float32 for 16 bits (exact enough: x/257 is never within 2e-3 of a rounding boundary) keeps
+        # the peak at ~7 bytes a pixel; 32-bit values need float64.
+        arr: Any = np.asarray(img, dtype=np.float32 if img.mode.startswith("I;16") else np.float64)
         peak = 65535.0 if img.mode.startswith("I;16") else max(float(arr.max()), 1.0)
-        img = Image.fromarray(np.clip(arr / peak * 255.0 + 0.5, 0, 255).astype(np.uint8), mode="L")
+        arr *= 255.0 / peak
+        arr += 0.5
+        np.clip(arr, 0, 255, out=arr)
+        img = Image.fromarray(arr.astype(np.uint8), mode="L")
+        del arr
     if img.mode == "P":
         img = img.convert("RGBA")
     if img.mode in ("RGBA", "LA", "PA"):
@@ -181,6 +203,9 @@ def preprocess_image(img, spec: Preprocess) -> np.ndarray:
     else:
         scale = spec.resize / min(img.size)
         new_w, new_h = max(width, round(img.size[0] * scale)), max(height, round(img.size[1] * scale))
+        if new_w * new_h > MAX_IMAGE_PIXELS:
+            raise ValueError(f"resizing its {img.size[0]}x{img.size[1]} pixels to a shorter side of {spec.resize} makes "
+                             f"{new_w}x{new_h}, over {MAX_IMAGE_PIXELS:,} pixels")
         img = img.resize((new_w, new_h), resample)
         left, top = (new_w - width) // 2, (new_h - height) // 2
         img = img.crop((left, top, left + width, top + height))
@@ -203,12 +228,8 @@ def preprocess_file(path: Path, spec: Preprocess) -> np.ndarray:
 def decode_input(data: bytes, name: str, preprocess: Preprocess | None, shown: Path) -> np.ndarray:
     """Decode one golden input (untrusted bytes) into the model's input, or raise a one-line GoldenError."""
     if name.lower().endswith(TENSOR_SUFFIX):
-        try:
-            array = np.load(io.BytesIO(data), allow_pickle=False)
-        except Exception as exc:  # a crafted header can raise more than ValueError (MemoryError, ...)
-            reason = " ".join(str(exc).split())[:120]
-            raise GoldenError(f"{shown}: not a readable .npy tensor ({type(exc).__name__}: {reason}); replace it or re-record") from None
-        if not isinstance(array, np.ndarray) or array.dtype.kind not in "iuf":  # no bool, complex, strings
+        array = load_npy(data, shown, "tensor")  # header checked before anything is allocated
+        if array.dtype.kind not in "iuf":  # no bool, complex, strings
             what = getattr(array, "dtype", type(array).__name__)
             raise GoldenError(f"{shown}: holds {what}, not real numbers; replace it or re-record")
         if not np.all(np.isfinite(array)):
@@ -241,22 +262,7 @@ def read_npz(data: bytes, shown: Path, what: str = "sample") -> dict[str, np.nda
     """Every array of an ``.npz`` archive (untrusted bytes), in the archive's order, loaded without
     pickles; anything else (a pickle, an object array, a plain ``.npy``, a damaged zip) is a one-line
     GoldenError naming ``shown``."""
-    try:
-        loaded = np.load(io.BytesIO(data), allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise GoldenError(f"{shown}: not an .npz archive (holds one bare array); save the {what} with numpy.savez(name=array, ...)")
-        with loaded:
-            arrays = {str(key): loaded[key] for key in loaded.files}
-    except GoldenError:
-        raise
-    except ValueError as exc:
-        if "pickle" in str(exc).lower() or "object arrays" in str(exc).lower():
-            raise GoldenError(f"{shown}: holds pickled data or object arrays, which export-check never loads; save plain numeric "
-                              f"arrays with numpy.savez(name=array, ...)") from None
-        raise GoldenError(f"{shown}: not a readable .npz archive of arrays ({_reason(exc)}); replace it or re-record") from None
-    except Exception as exc:  # a crafted zip or header can raise more than ValueError (MemoryError, BadZipFile, ...)
-        raise GoldenError(f"{shown}: not a readable .npz archive of arrays ({_reason(exc)}); replace it or re-record") from None
-    return arrays
+    return load_npz(data, shown, what)
 
 
 def read_safetensors(data: bytes, shown: Path) -> dict[str, np.ndarray]:

@@ -1,24 +1,28 @@
 """The golden set lifecycle behind ``export-check golden record|verify|approve``, as typed results.
 
-Golden data changes only here, on an explicit command, through :func:`exporter.golden.store.write_golden`
-or ``write_golden_v2`` (content-addressed files, manifest replaced last and atomically). Nothing here
-prints: the command line (``exporter.cli``) and the pytest plugin show the results.
+Golden data changes only here, on an explicit command, through :mod:`exporter.golden.store`
+(content-addressed files, manifest replaced last and atomically, only the previous set's own files
+collected), under the folder's exclusive lock (:mod:`exporter.golden.lock`) held around the whole
+read-modify-commit. Every input is read once: the bytes hashed are the bytes decoded and stored.
+Nothing here prints: the command line (``exporter.cli``) and the pytest plugin show the results.
 
 Recording writes format 1, exactly as it always has, for a folder of images or ``.npy`` tensors and a
 model returning one tensor, with no ``model-inputs``/``outputs`` settings; otherwise format 2 (sample
 archives, several outputs, or a declared signature; ``exporter.golden.discover`` learns the signature).
+Format 1 records streaming, a batch at a time (memory flat in the number of inputs); format 2 holds
+every sample's outputs, which it needs to learn the signature.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ArtifactError, GoldenError, UsageError, describe_exception
+from ..errors import ArtifactError, GoldenError, UsageError, describe_exception, one_line
 from ..files import sha256_file
 from ..model import EagerRunner, eager_logits, load_model, pinned_threads
 from ..signature import InputSpec, Signature, SignatureSettings
@@ -36,8 +40,10 @@ from .inputs import (
     read_sample,
     sample_files,
 )
-from .manifest import INPUT, MANIFEST, VERSION_1, GoldenSet, load_golden, unreferenced_files, verify_golden
-from .store import NewInput, write_golden, write_golden_v2
+from .lock import LOCK_NAME, golden_lock, lock_path
+from .manifest import INPUT, MANIFEST, VERSION_1, GoldenSet, read_manifest, unreferenced_files, verify_golden
+from .reading import FILE_MAX_BYTES, LABELS_MAX_BYTES, load_json, read_user_file
+from .store import NewInput, check_distinct_names, write_golden, write_golden_v2, writing
 
 
 def _eager_logits(model: Any, arrays: Iterable[np.ndarray], batch_size: int) -> np.ndarray:
@@ -63,10 +69,12 @@ def _labels(inputs_dir: Path) -> dict[str, int]:
     path = inputs_dir / "labels.json"
     if not path.is_file():
         return {}
+    raw = read_user_file(path, LABELS_MAX_BYTES, "labels file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise GoldenError(f"{path}: not a readable JSON object of file name -> label ({exc}); fix or remove it") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise GoldenError(f"{path}: not UTF-8 text; fix or remove it") from None
+    data = load_json(text, path, "fix or remove it")
     if not isinstance(data, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in data.values()):
         raise GoldenError(f"{path}: must map file names to integer labels; fix or remove it")
     return data
@@ -86,13 +94,21 @@ def check_record_target(golden_dir: Path, inputs_dir: Path, force: bool) -> None
     inputs_real, golden_real = inputs_dir.resolve(), golden_dir.resolve()
     if inputs_real == golden_real or golden_real in inputs_real.parents:
         raise GoldenError(f"{inputs_dir}: the inputs are inside the golden folder {golden_dir}; keep them in a folder of their own")
-    if not golden_dir.is_dir() or not any(golden_dir.iterdir()):
-        return
+    if not golden_dir.is_dir() or not any(p.name != LOCK_NAME for p in golden_dir.iterdir()):
+        return  # new, or empty but for our lock file
     if not (golden_dir / MANIFEST).is_file():
         raise GoldenError(
             f"{golden_dir}: not empty and holds no {MANIFEST}, so it is not a golden set; refusing to write into it, "
             "pass --golden a new or empty folder"
         )
+    try:  # only a set export-check wrote is ever replaced
+        read_manifest(golden_dir)
+    except GoldenError as exc:
+        reason = str(exc).removeprefix(f"{golden_dir / MANIFEST}: ").split("; ")[0]
+        raise GoldenError(
+            f"{golden_dir}: its {MANIFEST} is not a golden set export-check can read ({reason}), so the folder is not ours; refusing "
+            "to write into it (nothing was changed), pass --golden a new or empty folder"
+        ) from None
     if not force:
         raise GoldenError(
             f"{golden_dir}: already holds a golden set; to adopt a new checkpoint's logits run `export-check golden approve`, "
@@ -115,37 +131,68 @@ def record_golden(
     archives = sample_files(inputs_dir)
     if archives:
         return _record_samples(checkpoint, arch, arch_kwargs, arch_root, golden_dir, inputs_dir, archives, threads, batch_size, force, settings)
-    files = image_files(inputs_dir)
+    paths = image_files(inputs_dir)
     check_record_target(golden_dir, inputs_dir, force)
+    check_distinct_names((p.name for p in paths), inputs_dir)
     labels = _labels(inputs_dir)
-    if preprocess is None and any(not f.name.lower().endswith(".npy") for f in files):
+    if preprocess is None and any(not f.name.lower().endswith(".npy") for f in paths):
         raise UsageError(
             f"{inputs_dir}: holds images, so say how to preprocess them: --size (and --resize/--mode/--mean/--std) "
             "or a preprocess table in [tool.export-check]"
         )
-    new_inputs = [NewInput(name=f.name, data=f.read_bytes(), label=labels.get(f.name)) for f in files]
-    arrays = [decode_input(item.data, item.name, preprocess, inputs_dir / item.name) for item in new_inputs]
-    for item, array in zip(new_inputs, arrays, strict=True):
-        if array.shape != arrays[0].shape:
-            raise GoldenError(
-                f"{inputs_dir / item.name}: decodes to shape {array.shape} but {new_inputs[0].name} to {arrays[0].shape}; "
-                "every input must have one shape"
-            )
     declared = bool(settings.inputs or settings.outputs)
-    with pinned_threads(threads):
+    with golden_lock(golden_dir), pinned_threads(threads):
+        check_record_target(golden_dir, inputs_dir, force)  # again, now that no other writer can change it
         model = load_model(checkpoint, arch, arch_kwargs, arch_root)
-        if not declared and _returns_one_tensor(model, arrays[:batch_size], checkpoint):
-            reference = _eager_logits(model, arrays, batch_size)
-        else:  # format 2 with the one input of format 1
-            unknown = [n for n in settings.inputs if n != INPUT]
-            if unknown:
-                raise GoldenError(f"[tool.export-check.model-inputs.{unknown[0]}]: the inputs are images or .npy tensors, so the model "
-                                  f"has one input, named {INPUT!r}; fix the name")
-            inputs = (settings.apply_input(InputSpec(INPUT)),)
-            samples = [conform_sample({INPUT: a}, inputs, inputs_dir / item.name) for item, a in zip(new_inputs, arrays, strict=True)]
-            return _write_v2(golden_dir, model, samples, inputs, new_inputs, preprocess, settings, checkpoint, arch, arch_kwargs, batch_size)
-    finite_or_raise(reference, str(checkpoint))
-    return write_golden(golden_dir, new_inputs, preprocess, reference, _model_info(checkpoint, arch, arch_kwargs), library_versions())
+        decoded = _decoded_inputs(paths, labels, preprocess, inputs_dir)
+        first = list(islice(decoded, batch_size))
+        if not declared and _returns_one_tensor(model, [a for _, a in first], checkpoint):
+            return _record_streaming(golden_dir, model, first, decoded, preprocess, batch_size,
+                                     _model_info(checkpoint, arch, arch_kwargs))
+        # format 2 with the one input of format 1
+        unknown = [n for n in settings.inputs if n != INPUT]
+        if unknown:
+            raise GoldenError(f"[tool.export-check.model-inputs.{unknown[0]}]: the inputs are images or .npy tensors, so the model "
+                              f"has one input, named {INPUT!r}; fix the name")
+        every = first + list(decoded)
+        inputs = (settings.apply_input(InputSpec(INPUT)),)
+        samples = [conform_sample({INPUT: a}, inputs, inputs_dir / item.name) for item, a in every]
+        return _write_v2(golden_dir, model, samples, inputs, [item for item, _ in every], preprocess, settings, checkpoint, arch,
+                         arch_kwargs, batch_size)
+
+
+def _decoded_inputs(paths: Sequence[Path], labels: Mapping[str, int], preprocess: Preprocess | None,
+                    inputs_dir: Path) -> Iterator[tuple[NewInput, np.ndarray]]:
+    """Each input read once (a regular file, bounded) and decoded from those very bytes; every one
+    must decode to the first one's shape."""
+    shape: tuple[int, ...] | None = None
+    first = ""
+    for path in paths:
+        item = NewInput(name=path.name, data=read_user_file(path, FILE_MAX_BYTES, "input"), label=labels.get(path.name))
+        array = decode_input(item.data, item.name, preprocess, inputs_dir / item.name)
+        if shape is None:
+            shape, first = array.shape, item.name
+        elif array.shape != shape:
+            raise GoldenError(f"{inputs_dir / item.name}: decodes to shape {array.shape} but {first} to {shape}; "
+                              "every input must have one shape")
+        yield item, array
+
+
+def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, np.ndarray]],
+                      rest: Iterator[tuple[NewInput, np.ndarray]], preprocess: Preprocess | None, batch_size: int,
+                      info: dict[str, Any]) -> GoldenSet:
+    """Format 1, a batch at a time: store the batch's inputs, keep its logits, read the next batch."""
+    rows = []
+    with writing(golden_dir) as writer:
+        chunk = first
+        while chunk:
+            for item, _ in chunk:
+                writer.add(item)
+            rows.append(eager_logits(model, np.stack([array for _, array in chunk])))
+            chunk = list(islice(rest, batch_size))
+        reference = np.concatenate(rows)
+        finite_or_raise(reference, str(info["checkpoint"]))
+        return writer.commit_v1(preprocess, reference, _recording(model, batch_size), info, library_versions())
 
 
 def _returns_one_tensor(model: Any, arrays: Sequence[np.ndarray], checkpoint: Path) -> bool:
@@ -185,10 +232,12 @@ def _record_samples(
         raise GoldenError(f"{inputs_dir}: holds sample archives ({archives[0].name}) and images or .npy tensors ({others[0]}); "
                           "keep one kind of sample per folder (an .npz per sample holds every input)")
     check_record_target(golden_dir, inputs_dir, force)
+    check_distinct_names((p.name for p in archives), inputs_dir)
     labels = _labels(inputs_dir)
-    new_inputs = [NewInput(name=f.name, data=f.read_bytes(), label=labels.get(f.name)) for f in archives]
-    raw = [read_sample(item.data, item.name, inputs_dir / item.name) for item in new_inputs]
-    with pinned_threads(threads):
+    with golden_lock(golden_dir), pinned_threads(threads):
+        check_record_target(golden_dir, inputs_dir, force)  # again, now that no other writer can change it
+        new_inputs = [NewInput(name=f.name, data=read_user_file(f, FILE_MAX_BYTES, "sample"), label=labels.get(f.name)) for f in archives]
+        raw = [read_sample(item.data, item.name, inputs_dir / item.name) for item in new_inputs]
         model = load_model(checkpoint, arch, arch_kwargs, arch_root)
         inputs = input_specs(model, raw, archives, settings)
         samples = [conform_sample(arrays, inputs, path) for arrays, path in zip(raw, archives, strict=True)]
@@ -211,6 +260,11 @@ _KIND_TEXT = {"missing": "MISSING", "changed": "CHANGED", "undecodable": "UNDECO
 
 def verify(golden_dir: Path) -> tuple[bool, list[str]]:
     """``(intact, lines)``: one line per problem naming the file, then notes on files the manifest does not list."""
+    intact, lines = _verify_lines(golden_dir)
+    return intact, [one_line(line) for line in lines]  # a file name of any bytes stays one printable line
+
+
+def _verify_lines(golden_dir: Path) -> tuple[bool, list[str]]:
     golden, problems = verify_golden(golden_dir)
     if golden is None:
         return False, [f"golden set {golden_dir}: BROKEN", f"  {problems[0].what}"]
@@ -238,22 +292,24 @@ def approve_golden(
     ``dry_run`` or nothing changed, write them as the new reference. Returns the diff and whether it
     was written. A format-2 set keeps its inputs; its outputs' specs are kept, with the
     ``outputs`` settings applied over them (new outputs get their defaults)."""
-    golden = load_golden(golden_dir)
-    if golden.version != VERSION_1:
-        return _approve_v2(golden, checkpoint, arch, arch_kwargs, arch_root, threads, batch_size, dry_run,
-                           signature_settings or SignatureSettings())
-    old = golden.reference()
-    with pinned_threads(threads):
-        model = load_model(checkpoint, arch, arch_kwargs, arch_root)
-        new = _eager_logits(model, (golden.load_input(item) for item in golden.inputs), batch_size)
-    finite_or_raise(new, str(checkpoint))
-    info = _model_info(checkpoint, arch, arch_kwargs)
-    diff = diff_references(golden, old, new, info["checkpoint_sha256"])
-    if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256):
-        return diff, False
-    new_inputs = [NewInput(name=item.name, data=(golden.root / item.file).read_bytes(), label=item.label) for item in golden.inputs]
-    write_golden(golden_dir, new_inputs, golden.preprocess, new, info, library_versions())
-    return diff, True
+    with golden_lock(golden_dir):  # the whole read-modify-commit: no other writer in between
+        golden = read_manifest(golden_dir)
+        if golden.version != VERSION_1:
+            return _approve_v2(golden, checkpoint, arch, arch_kwargs, arch_root, threads, batch_size, dry_run,
+                               signature_settings or SignatureSettings())
+        old = golden.reference()
+        with pinned_threads(threads):
+            model = load_model(checkpoint, arch, arch_kwargs, arch_root)
+            # each input read once, its hash checked on the bytes that are then decoded
+            new = _eager_logits(model, (golden.load_input(item) for item in golden.inputs), batch_size)
+        finite_or_raise(new, str(checkpoint))
+        info = _model_info(checkpoint, arch, arch_kwargs)
+        diff = diff_references(golden, old, new, info["checkpoint_sha256"])
+        if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256):
+            return diff, False
+        # the inputs are kept as they were verified: a file swapped meanwhile keeps its old hash and fails verify
+        write_golden(golden_dir, list(golden.inputs), golden.preprocess, new, info, library_versions(), _recording(model, batch_size))
+        return diff, True
 
 
 def _approve_v2(golden: GoldenSet, checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, threads: int,
@@ -271,10 +327,9 @@ def _approve_v2(golden: GoldenSet, checkpoint: Path, arch: str, arch_kwargs: dic
     diff = diff_references(golden, old, new, info["checkpoint_sha256"], signature)
     if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256):
         return diff, False
-    new_inputs = [NewInput(name=item.name, data=(golden.root / item.file).read_bytes(), label=item.label) for item in golden.inputs]
-    write_golden_v2(golden.root, new_inputs, golden.preprocess, signature, new, recording, info, library_versions())
+    write_golden_v2(golden.root, list(golden.inputs), golden.preprocess, signature, new, recording, info, library_versions())
     return diff, True
 
 
-__all__ = ["record_golden", "check_record_target", "verify", "approve_golden", "diff_references", "describe_outputs", "ApproveDiff",
+__all__ = ["lock_path", "record_golden", "check_record_target", "verify", "approve_golden", "diff_references", "describe_outputs", "ApproveDiff",
            "OutputsDiff"]

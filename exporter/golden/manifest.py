@@ -27,8 +27,6 @@ Writing a set (content-addressed, manifest replaced last) is :mod:`exporter.gold
 from __future__ import annotations
 
 import hashlib
-import io
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import files
 from ..errors import GoldenError
 from ..signature import SINGLE, InputSpec, Signature, signature_from_json
 from .inputs import (
@@ -50,6 +49,7 @@ from .inputs import (
     read_npz,
     read_sample,
 )
+from .reading import FILE_MAX_BYTES, MANIFEST_MAX_BYTES, load_json, load_npy, npy_header, read_beneath
 
 MANIFEST = "manifest.json"
 FORMAT = "export-check-golden"
@@ -99,13 +99,27 @@ class GoldenSet:
     manifest_sha256: str
     signature: Signature = SINGLE
     version: int = VERSION_1
-    recording: dict[str, Any] = field(default_factory=dict)  # format 2: {"batch_size": N, "mode": "eval"|"train"}
+    # {"batch_size": N, "mode": "eval"|"train"}: how the reference was recorded; {} in a format-1
+    # manifest written before export-check recorded it
+    recording: dict[str, Any] = field(default_factory=dict)
     reference_records: dict[str, OutputRecord] = field(default_factory=dict)  # format 2: by output name
     # Decoded references, read once per set (the set itself is frozen; this holds what was read).
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.inputs)
+
+    @property
+    def recorded_batch_size(self) -> int | None:
+        """The batch size the reference was computed at (None: an older format-1 manifest does not say)."""
+        value = self.recording.get("batch_size")
+        return value if isinstance(value, int) else None
+
+    @property
+    def recorded_mode(self) -> str | None:
+        """``"eval"`` or ``"train"``: the mode the eager model was in while recording (None: not recorded)."""
+        value = self.recording.get("mode")
+        return value if isinstance(value, str) else None
 
     def reference(self) -> np.ndarray:
         """Format 1: the approved logits, one row per input (read and checked on every call).
@@ -114,16 +128,18 @@ class GoldenSet:
         if self.version != VERSION_1:
             return self.reference_outputs(0, len(self))[self.signature.outputs[0].name]
         data = _read_verified(self.root, self.reference_file, self.reference_sha256)
-        try:
-            array = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise GoldenError(f"{self.root / self.reference_file}: not a readable .npy array ({exc}); re-record the golden set") from None
-        if tuple(array.shape) != self.reference_shape or not np.issubdtype(array.dtype, np.floating):
-            raise GoldenError(
-                f"{self.root / self.reference_file}: holds {array.dtype} {tuple(array.shape)}, manifest says float "
-                f"{self.reference_shape}; re-record the golden set"
-            )
-        return array.astype(np.float32, copy=False)
+        shown = self.root / self.reference_file
+        shape, dtype, _ = npy_header(data, shown, "reference")  # before allocating: the manifest's shape, a float dtype
+        if shape != self.reference_shape or dtype.kind != "f":
+            raise GoldenError(f"{shown}: holds {dtype} {shape}, manifest says float {self.reference_shape}; re-record the golden set")
+        array = load_npy(data, shown, "reference")
+        with np.errstate(over="ignore"):
+            array = array.astype(np.float32, copy=False)
+        if not np.all(np.isfinite(array)):
+            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+            raise GoldenError(f"{shown}: the reference holds {bad} NaN, Inf or float32-overflowing values; re-record or approve the "
+                              "golden set from a checkpoint with finite logits")
+        return array
 
     def reference_samples(self) -> dict[str, list[np.ndarray]]:
         """Every output's approved value per sample, without the batch axis, by output name; read,
@@ -162,7 +178,7 @@ class GoldenSet:
                 if str(array.dtype) != record.dtype or tuple(array.shape) not in record.shapes:
                     raise GoldenError(f"{path}: {key!r} holds {array.dtype} {tuple(array.shape)}, the manifest says {record.dtype} "
                                       f"of shape {' or '.join(str(s) for s in record.shapes)}; re-record the golden set")
-                if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+                if array.dtype.kind == "f" and not np.all(np.isfinite(array)):  # (the dtype is the manifest's: no overflow on reading)
                     raise GoldenError(f"{path}: {key!r} (output {spec.name} of sample {i}) holds NaN or Inf; re-record or approve the "
                                       "golden set from a checkpoint with finite outputs")
                 values.append(array)
@@ -297,14 +313,8 @@ def _safe_relative(root: Path, rel: Any, field: str) -> Path:
 
 def _read_verified(root: Path, rel: str, expected: str) -> bytes:
     path = _safe_relative(root, rel, "file")
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise GoldenError(f"{path}: listed in {MANIFEST} but missing; restore it or re-record the golden set") from None
-    except IsADirectoryError:
-        raise GoldenError(f"{path}: is a directory, expected a file; restore it or re-record the golden set") from None
-    except OSError as exc:
-        raise GoldenError(f"{path}: cannot read ({exc.strerror or exc}); check its permissions") from None
+    data = read_beneath(root, rel, FILE_MAX_BYTES, "restore it or re-record the golden set",
+                        f"{path}: listed in {MANIFEST} but missing; restore it or re-record the golden set")
     actual = sha256_bytes(data)
     if actual != expected:
         raise GoldenError(
@@ -322,10 +332,7 @@ def _require(cond: bool, manifest: Path, what: str) -> None:
 def parse_manifest(root: Path, text: str) -> GoldenSet:
     """Parse and validate manifest text (no file contents are read)."""
     manifest = root / MANIFEST
-    try:
-        data = json.loads(text, parse_constant=lambda c: _raise_constant(manifest, c))
-    except json.JSONDecodeError as exc:
-        raise GoldenError(f"{manifest}: not valid JSON ({exc.msg} at line {exc.lineno}); restore it or re-record the golden set") from None
+    data = load_json(text, manifest)
     _require(isinstance(data, dict), manifest, "the manifest must be a JSON object")
     _require(data.get("format") == FORMAT, manifest, f"format is {data.get('format')!r}, expected {FORMAT!r}")
     version = data.get("version")
@@ -393,6 +400,8 @@ def parse_manifest(root: Path, text: str) -> GoldenSet:
             "reference.shape must be a list of non-negative integers",
         )
         _require(shape[0] == len(inputs), manifest, f"reference has {shape[0]} rows for {len(inputs)} inputs")
+        if data.get("recording") is not None:  # written since format 1 records it too; older manifests lack it
+            recording = _recording(manifest, data.get("recording"))
     model = data.get("model", {})
     _require(isinstance(model, dict), manifest, "'model' must be an object")
     recorded_with = data.get("recorded_with", {})
@@ -450,10 +459,6 @@ def _recording(manifest: Path, recording: Any) -> dict[str, Any]:
     return {"batch_size": recording["batch_size"], "mode": recording["mode"]}
 
 
-def _raise_constant(manifest: Path, constant: str) -> Any:
-    raise GoldenError(f"{manifest}: {constant} is not valid in a manifest; restore it or re-record the golden set")
-
-
 def read_manifest(root: Path) -> GoldenSet:
     if not root.exists():
         raise GoldenError(f"{root}: golden set not found; pass --golden DIR or record one with `export-check golden record`")
@@ -462,12 +467,9 @@ def read_manifest(root: Path) -> GoldenSet:
     manifest = root / MANIFEST
     if manifest.is_symlink():
         raise GoldenError(f"{manifest}: is a symbolic link; refused, store the real file instead")
-    try:
-        raw = manifest.read_bytes()
-    except FileNotFoundError:
-        raise GoldenError(f"{manifest}: missing, so {root} is not a golden set; record one with `export-check golden record`") from None
-    except OSError as exc:
-        raise GoldenError(f"{manifest}: cannot read ({exc.strerror or exc}); check its permissions") from None
+    if not manifest.exists():
+        raise GoldenError(f"{manifest}: missing, so {root} is not a golden set; record one with `export-check golden record`")
+    raw = read_beneath(root, MANIFEST, MANIFEST_MAX_BYTES, "restore it or re-record the golden set")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -500,11 +502,10 @@ def _classify(root: Path, rel: str, expected: str) -> str:
     if not path.exists():
         return "missing"
     try:
-        if path.is_file() and not path.is_symlink() and sha256_bytes(path.read_bytes()) != expected:
-            return "changed"
-    except OSError:
+        actual = sha256_bytes(files.read_fd(files.open_beneath(root, rel), FILE_MAX_BYTES, path))
+    except OSError:  # a link, a FIFO, too large, unreadable
         return "broken"
-    return "undecodable" if path.is_file() and not path.is_symlink() else "broken"
+    return "changed" if actual != expected else "undecodable"
 
 
 def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:

@@ -21,7 +21,7 @@ from conftest import TESTS, save_state, seeded
 from exporter.cli import main
 from exporter.errors import GoldenError
 from exporter.golden.batches import GoldenBatches
-from exporter.golden.manifest import MANIFEST, load_golden, parse_manifest, verify_golden
+from exporter.golden.manifest import MANIFEST, load_golden, parse_manifest, read_manifest, verify_golden
 from exporter.model import EagerRunner
 from exporter.signature import InputSpec, OutputSpec, Signature
 
@@ -545,8 +545,10 @@ def test_a_single_tensor_model_on_npy_inputs_still_records_format_1(tmp_path: Pa
     code, out, _ = run(capsys, *argv, "--golden", tmp_path / "g1")
     assert code == 0 and "recorded 4 inputs and their reference logits (4, 3) into" in out
     manifest = json.loads((tmp_path / "g1" / MANIFEST).read_text())
-    assert manifest["version"] == 1 and list(manifest) == ["format", "version", "created", "preprocess", "inputs", "reference", "model",
-                                                            "recorded_with"]
+    assert manifest["version"] == 1 and list(manifest) == ["format", "version", "created", "preprocess", "inputs", "reference", "recording",
+                                                            "model", "recorded_with"]
+    assert manifest["recording"] == {"batch_size": 16, "mode": "eval"}  # format 1 records how it was recorded too (issue 17)
+    assert read_manifest(tmp_path / "g1").recorded_batch_size == 16 and read_manifest(tmp_path / "g1").recorded_mode == "eval"
     assert list(manifest["reference"]) == ["file", "sha256", "shape", "dtype"] and manifest["reference"]["file"].endswith(".npy")
     # declaring an output makes it format 2, with format 1's one input
     (tmp_path / "export-check.toml").write_text('[outputs.output]\nkind = "values"\n')

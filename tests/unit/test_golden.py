@@ -179,3 +179,45 @@ def test_reference_archives_are_content_addressed() -> None:
     assert npz_bytes(dict(arrays)) == data  # no timestamps: the same arrays, the same bytes
     back = read_npz(data, Path("r.npz"))
     assert list(back) == list(arrays) and all(np.array_equal(back[k], v) and back[k].dtype == v.dtype for k, v in arrays.items())
+
+
+# --- shared file primitives (issue 17) ---------------------------------------------------------------
+
+
+def test_open_beneath_follows_no_link_at_any_level_and_reads_only_regular_files(tmp_path: Path) -> None:
+    import errno
+    import os
+
+    from exporter import files
+
+    root = tmp_path / "set"
+    (root / "inputs").mkdir(parents=True)
+    (root / "inputs" / "a.npy").write_bytes(b"12345")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "a.npy").write_bytes(b"secret")
+    assert files.read_fd(files.open_beneath(root, "inputs/a.npy"), 5, root / "inputs/a.npy") == b"12345"
+    with pytest.raises(files.UnsafeFile, match="more than the 4 allowed"):
+        files.read_fd(files.open_beneath(root, "inputs/a.npy"), 4, root / "inputs/a.npy")
+    (root / "linked").symlink_to(tmp_path / "outside")
+    (root / "inputs" / "b.npy").symlink_to(tmp_path / "outside" / "a.npy")
+    os.mkfifo(root / "inputs" / "fifo.npy")
+    for rel, says in (("linked/a.npy", "symbolic link"), ("inputs/b.npy", "symbolic link"), ("inputs/fifo.npy", "FIFO"),
+                      ("inputs", "directory"), ("../outside/a.npy", "not a path inside")):
+        with pytest.raises(files.UnsafeFile, match=says) as info:
+            files.open_beneath(root, rel)
+        assert info.value.errno in (errno.ELOOP, errno.ENOTDIR, errno.EINVAL, errno.EMLINK)
+
+
+def test_garbage_collection_removes_only_named_files_that_still_hash_as_recorded(tmp_path: Path) -> None:
+    import hashlib
+
+    import exporter.golden.store as store
+
+    (tmp_path / "inputs").mkdir()
+    for name, data in (("x.png", b"ours"), ("y.png", b"edited"), ("README.txt", b"mine")):
+        (tmp_path / "inputs" / name).write_bytes(data)
+    (tmp_path / "reference-0123456789ab.npy").symlink_to(tmp_path / "inputs" / "README.txt")
+    sha = {n: hashlib.sha256(d).hexdigest() for n, d in (("x", b"ours"), ("y", b"original"), ("r", b"mine"))}
+    store._collect_garbage(tmp_path, {"inputs/x.png": sha["x"], "inputs/y.png": sha["y"], "reference-0123456789ab.npy": sha["r"]})
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["README.txt", "inputs", "reference-0123456789ab.npy", "y.png"]
+    assert not store._ours("README.md") and not store._ours("inputs/sub/x.png") and store._ours("reference-0123456789ab.npz")

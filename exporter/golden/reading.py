@@ -1,0 +1,218 @@
+"""Bounded reading of a golden set's untrusted files: nothing hangs, nothing unbounded is read.
+
+Every limit a golden set is read under is here, so the docs (docs/trust-model.md) can list them:
+
+- only regular files are opened, never through a symbolic link below the golden folder
+  (:func:`exporter.files.open_beneath`), and opened non-blocking, so a FIFO cannot hang a run;
+- a file is read only up to its limit (``MANIFEST_MAX_BYTES``, ``LABELS_MAX_BYTES``,
+  ``FILE_MAX_BYTES``), checked on the descriptor before reading;
+- JSON is parsed only ``JSON_MAX_DEPTH`` levels deep, with integers of at most
+  ``JSON_MAX_INT_DIGITS`` digits (Python's parser would recurse or spend quadratic time);
+- an ``.npy`` array's header is read and checked (dtype, shape, the bytes it claims against the bytes
+  there are, ``ARRAY_MAX_BYTES``) before numpy allocates anything; ``.npz`` members likewise, with the
+  archive's total held to ``ARRAY_MAX_BYTES``.
+
+Every refusal is one :class:`~exporter.errors.GoldenError` line naming the file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import files
+from ..errors import GoldenError
+
+MANIFEST_MAX_BYTES = 64 << 20  # a manifest of 100,000 inputs is about 25 MB
+LABELS_MAX_BYTES = 16 << 20
+FILE_MAX_BYTES = 1 << 30  # one input file or one reference file
+ARRAY_MAX_BYTES = 1 << 30  # one decoded array, or every array of one .npz, in memory
+JSON_MAX_DEPTH = 32  # a manifest nests 6 levels deep
+JSON_MAX_INT_DIGITS = 24  # int64 has 19 digits
+_NPY_HEADER_MAX = 10_000  # numpy's own default limit for header text
+
+
+def describe(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def read_beneath(root: Path, rel: str, limit: int, fix: str, missing: str = "") -> bytes:
+    """``root/rel``'s bytes, or one GoldenError line: missing (``missing`` says so), a link, not a
+    regular file, too large, unreadable."""
+    shown = root / rel
+    try:
+        return files.read_fd(files.open_beneath(root, rel), limit, shown)
+    except FileNotFoundError:
+        raise GoldenError(missing or f"{shown}: missing; {fix}") from None
+    except files.UnsafeFile as exc:
+        raise GoldenError(f"{shown}: {describe(exc)}; refused, {fix}") from None
+    except IsADirectoryError:
+        raise GoldenError(f"{shown}: is a directory, expected a file; {fix}") from None
+    except OSError as exc:
+        raise GoldenError(f"{shown}: cannot read ({describe(exc)}); check its permissions") from None
+
+
+def read_user_file(path: Path, limit: int, what: str) -> bytes:
+    """A file the user points at (an input to record): a regular file, at most ``limit`` bytes."""
+    try:
+        return files.read_fd(files.open_regular(path, follow=True), limit, path)
+    except FileNotFoundError:
+        raise GoldenError(f"{path}: {what} disappeared while recording; run the command again") from None
+    except files.UnsafeFile as exc:
+        raise GoldenError(f"{path}: {what} {describe(exc)}; refused, replace it with a regular file") from None
+    except OSError as exc:
+        raise GoldenError(f"{path}: cannot read {what} ({describe(exc)}); check its permissions") from None
+
+
+# --- JSON --------------------------------------------------------------------------------------
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+def json_depth(text: str) -> int:
+    """How deeply ``text``'s arrays and objects nest (strings ignored), without parsing it."""
+    skeleton = _STRING.sub("", text).encode("utf-8", "surrogatepass")
+    if not skeleton:
+        return 0
+    codes = np.frombuffer(skeleton, dtype=np.uint8)
+    steps = np.isin(codes, (ord("["), ord("{"))).astype(np.int32) - np.isin(codes, (ord("]"), ord("}"))).astype(np.int32)
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _bounded_int(shown: Path, fix: str):  # -> Callable[[str], int]
+    def parse(digits: str) -> int:
+        if len(digits.lstrip("-")) > JSON_MAX_INT_DIGITS:
+            raise GoldenError(f"{shown}: holds an integer of {len(digits.lstrip('-')):,} digits (at most {JSON_MAX_INT_DIGITS} are "
+                              f"read); {fix}")
+        return int(digits)
+
+    return parse
+
+
+def _no_constant(shown: Path, fix: str):  # -> Callable[[str], Any]
+    def parse(constant: str) -> Any:
+        raise GoldenError(f"{shown}: {constant} is not valid here; {fix}")
+
+    return parse
+
+
+def load_json(text: str, shown: Path, fix: str = "restore it or re-record the golden set") -> Any:
+    """Parse untrusted JSON text with bounded depth and integer size; one GoldenError line otherwise."""
+    depth = json_depth(text)
+    if depth > JSON_MAX_DEPTH:
+        raise GoldenError(f"{shown}: nests {depth} levels deep (at most {JSON_MAX_DEPTH} are read); {fix}")
+    try:
+        return json.loads(text, parse_int=_bounded_int(shown, fix), parse_constant=_no_constant(shown, fix))
+    except json.JSONDecodeError as exc:
+        raise GoldenError(f"{shown}: not valid JSON ({exc.msg} at line {exc.lineno}); {fix}") from None
+    except (RecursionError, ValueError) as exc:  # belt and braces: the bounds above should have refused it
+        raise GoldenError(f"{shown}: not readable JSON ({type(exc).__name__}); {fix}") from None
+
+
+# --- arrays ------------------------------------------------------------------------------------
+
+
+def npy_header(data: bytes, shown: Path, what: str = "array") -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape, dtype, data offset)`` of an ``.npy`` file's bytes, checked before anything is allocated:
+    a readable header, no object dtype, and exactly as many data bytes as the header claims, at most
+    ``ARRAY_MAX_BYTES``."""
+    fmt = np.lib.format
+    buf = io.BytesIO(data)
+    try:
+        version = fmt.read_magic(buf)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(buf, max_header_size=_NPY_HEADER_MAX)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = fmt.read_array_header_2_0(buf, max_header_size=_NPY_HEADER_MAX)
+        else:
+            raise ValueError(f"unknown .npy version {version}")
+    except Exception as exc:  # a crafted header can raise ValueError, SyntaxError, TypeError, ...
+        reason = " ".join(str(exc).split())[:120]
+        raise GoldenError(f"{shown}: not a readable .npy {what} ({type(exc).__name__}: {reason}); replace it or re-record") from None
+    if dtype.hasobject:
+        raise GoldenError(f"{shown}: holds pickled data or object arrays, which export-check never loads; save plain numeric arrays")
+    if not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise GoldenError(f"{shown}: .npy header has shape {shape!r}; replace it or re-record")
+    count = 1
+    for d in shape:
+        count *= d
+    claimed = count * dtype.itemsize
+    if claimed > ARRAY_MAX_BYTES:
+        raise GoldenError(f"{shown}: .npy header claims {dtype} {tuple(shape)}, {claimed:,} bytes, over the {ARRAY_MAX_BYTES:,}-byte "
+                          "memory budget; replace it or re-record")
+    offset = buf.tell()
+    if len(data) - offset != claimed:
+        raise GoldenError(f"{shown}: .npy header claims {dtype} {tuple(shape)} ({claimed:,} bytes) but the file holds "
+                          f"{len(data) - offset:,} bytes of data; replace it or re-record")
+    return tuple(shape), dtype, offset
+
+
+def load_npy(data: bytes, shown: Path, what: str = "array") -> np.ndarray:
+    """An ``.npy`` file's array, its header checked first (:func:`npy_header`), no pickles."""
+    npy_header(data, shown, what)
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as exc:  # the header was checked; a damaged body can still fail
+        reason = " ".join(str(exc).split())[:120]
+        raise GoldenError(f"{shown}: not a readable .npy {what} ({type(exc).__name__}: {reason}); replace it or re-record") from None
+    if not isinstance(array, np.ndarray):
+        raise GoldenError(f"{shown}: not a .npy {what}; replace it or re-record")
+    return array
+
+
+def load_npz(data: bytes, shown: Path, what: str = "sample") -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` archive's bytes, by key (member name less ``.npy``), each member's
+    size and header checked before it is decompressed or allocated; the total held to ``ARRAY_MAX_BYTES``."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except Exception:
+        if data[:1] == b"\x80":  # a pickle's protocol opcode: numpy would have to unpickle it
+            raise GoldenError(f"{shown}: holds pickled data or object arrays, which export-check never loads; save plain numeric arrays "
+                              "with numpy.savez(name=array, ...)") from None
+        if data[:6] == b"\x93NUMPY":
+            raise GoldenError(f"{shown}: not an .npz archive (holds one bare array); save the {what} with numpy.savez(name=array, ...)") \
+                from None
+        raise GoldenError(f"{shown}: not a readable .npz archive of arrays (not a zip file); replace it or re-record") from None
+    arrays: dict[str, np.ndarray] = {}
+    left = ARRAY_MAX_BYTES
+    with archive:
+        for info in archive.infolist():
+            member = f"{shown}: member {info.filename!r}"
+            if not info.filename.endswith(".npy"):
+                raise GoldenError(f"{member} is not an array (an .npz holds .npy members only); replace it or re-record")
+            if info.file_size > left:
+                raise GoldenError(f"{member} is {info.file_size:,} bytes uncompressed, over the {ARRAY_MAX_BYTES:,}-byte memory budget "
+                                  "of one archive; replace it or re-record")
+            try:
+                with archive.open(info) as fh:
+                    raw = fh.read(info.file_size + 1)
+            except Exception as exc:  # bad CRC, unsupported compression, truncated data
+                raise GoldenError(f"{member} cannot be extracted ({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); "
+                                  "replace it or re-record") from None
+            if len(raw) > info.file_size:
+                raise GoldenError(f"{member} holds more than the size its zip header says; replace it or re-record")
+            left -= len(raw)
+            arrays[info.filename[: -len(".npy")]] = load_npy(raw, shown, f"array ({info.filename})")
+    return arrays
+
+
+__all__ = [
+    "ARRAY_MAX_BYTES",
+    "FILE_MAX_BYTES",
+    "JSON_MAX_DEPTH",
+    "JSON_MAX_INT_DIGITS",
+    "LABELS_MAX_BYTES",
+    "MANIFEST_MAX_BYTES",
+    "load_json",
+    "load_npy",
+    "load_npz",
+    "npy_header",
+    "read_beneath",
+    "read_user_file",
+]
