@@ -46,8 +46,17 @@ from .reading import FILE_MAX_BYTES, LABELS_MAX_BYTES, load_json, read_user_file
 from .store import NewInput, check_distinct_names, write_golden, write_golden_v2, writing
 
 
+def _rows_of(model: Any, batch: np.ndarray) -> np.ndarray:
+    """Eager's logits for one batch, which must hold one row per input."""
+    rows = eager_logits(model, batch)
+    if rows.shape[0] != batch.shape[0]:
+        raise GoldenError(f"the model returned {rows.shape[0]} output rows for a batch of {batch.shape[0]} inputs: a golden set "
+                            "needs one output per input along the batch axis (does forward ignore its input's batch size?)")
+    return rows
+
+
 def _eager_logits(model: Any, arrays: Iterable[np.ndarray], batch_size: int) -> np.ndarray:
-    return np.concatenate([eager_logits(model, batch) for batch in _batched(arrays, batch_size)])
+    return np.concatenate([_rows_of(model, batch) for batch in _batched(arrays, batch_size)])
 
 
 def _batched(arrays: Iterable[np.ndarray], size: int) -> Iterator[np.ndarray]:
@@ -188,7 +197,7 @@ def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, 
         while chunk:
             for item, _ in chunk:
                 writer.add(item)
-            rows.append(eager_logits(model, np.stack([array for _, array in chunk])))
+            rows.append(_rows_of(model, np.stack([array for _, array in chunk])))
             chunk = list(islice(rest, batch_size))
         reference = np.concatenate(rows)
         finite_or_raise(reference, str(info["checkpoint"]))

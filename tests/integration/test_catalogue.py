@@ -345,3 +345,14 @@ def test_an_eager_model_that_does_not_reproduce_itself_really_does_not(checked) 
     assert np.abs(a - b).max() > 1e-4
     check = report.row("eager").diagnostics.eager_check
     assert check.random is (case == "DropoutLeftOn") and bool(check.state_changes) is (case == "Counter")
+
+
+def test_recording_a_model_that_ignores_the_batch_size_is_one_line(tmp_path: Path, catalogue_images, capsys) -> None:
+    # NoInputs always returns 16 rows: on 44 inputs the short last batch cannot be recorded
+    checkpoint = save_state(seeded(_module().NoInputs), tmp_path / "model.pth")
+    code = main(["golden", "record", str(checkpoint), "--arch", f"{ARCHES}:NoInputs", "--inputs", str(catalogue_images[44]),
+                 "--golden", str(tmp_path / "golden"), "--size", "32", "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "the model returned 16 output rows for a batch of 12 inputs" in err[0]
+    assert not (tmp_path / "golden" / "manifest.json").exists()
