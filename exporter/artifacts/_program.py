@@ -65,7 +65,36 @@ def export_program(ctx: BuildContext, model: Any = None) -> Any:
         text = " ".join(str(exc).split())[:600]
         raise ArtifactError(f"torch.export failed: {type(exc).__name__}: {text}") from None
     require_dynamic_program(program, ctx)
+    require_guards_hold(program, model, args, kwargs, dynamic_axes_of(ctx), [i.name for i in ctx.signature.inputs if not i.keyword])
     return program
+
+
+def require_guards_hold(program: Any, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], axes: dict[str, list[int]],
+                        positional: list[str]) -> None:
+    """Run the program on the example doubled along every dynamic axis, where eager runs: an axis can be
+    symbolic and still be pinned by a guard (``nn.LSTM`` pins its time steps: ``image.size()[3] // 4 == 12``),
+    and then ``.module()`` refuses every other size."""
+    import torch
+
+    def doubled(tensor: Any, name: str) -> Any:
+        for axis in axes[name]:
+            tensor = torch.cat([tensor, tensor], dim=axis)
+        return tensor
+
+    wide_args = tuple(doubled(a, n) for a, n in zip(args, positional, strict=True))
+    wide_kwargs = {k: doubled(v, k) for k, v in kwargs.items()}
+    with torch.inference_mode():
+        try:
+            model(*wide_args, **wide_kwargs)
+        except Exception:
+            return  # the model itself refuses the doubled sizes: nothing to learn here
+        try:
+            program.module()(*wide_args, **wide_kwargs)
+        except Exception as exc:
+            sizes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in (*zip(positional, wide_args, strict=True), *wide_kwargs.items()))
+            text = " ".join(str(exc).split())[:300]
+            raise ArtifactError(f"torch.export kept the dynamic axes symbolic, but the program refuses inputs of other sizes that eager "
+                                f"takes ({sizes}): {type(exc).__name__}: {text}") from None
 
 
 def require_dynamic_program(program: Any, ctx: BuildContext) -> None:

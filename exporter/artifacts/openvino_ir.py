@@ -70,10 +70,15 @@ def build_ir(ctx: BuildContext, path: Path, f32: bool) -> dict[str, str]:
                 tar.add(Path(folder) / name, arcname=name)
     compiled = ov.Core().compile_model(read_ir(path), "CPU", compile_config(ctx.threads, f32))
     return {"weights": "f32" if f32 else "fp16 (save_model default compress_to_fp16)",
-            "inference_precision": str(compiled.get_property("INFERENCE_PRECISION_HINT")),
+            "inference_precision": _type_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
             "precision_hint": "f32 (pinned)" if f32 else "runtime default",
             "cpu_flags": cpu_flags() or "(none of " + ", ".join(PRECISION_FLAGS) + ")",
             "openvino": str(ov.__version__)}
+
+
+def _type_name(value: Any) -> str:  # an openvino Type as OpenVINO spells it: "f32", "bf16"
+    name = getattr(value, "get_type_name", None)
+    return str(name()) if callable(name) else str(value)
 
 
 def _positional(ctx: BuildContext) -> list[str]:
