@@ -42,8 +42,8 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
         onnx.checker.check_model(str(tmp), full_check=True)
         require_dynamic_batch(tmp, "dynamo onnx export", ctx.signature)
     written = next((o.version for o in onnx.load(str(path), load_external_data=False).opset_import if o.domain in ("", "ai.onnx")), opset)
-    return {"exporter": "dynamo", "opset": str(written) + (f" (asked {ctx.opset}; the dynamo exporter writes >= {DYNAMO_MIN_OPSET})"
-                                                           if ctx.opset < DYNAMO_MIN_OPSET else ""), "onnxscript": str(getattr(onnxscript, "__version__", "?"))}
+    asked = f" (asked {ctx.opset}; the dynamo exporter writes >= {DYNAMO_MIN_OPSET})" if ctx.opset < DYNAMO_MIN_OPSET else ""
+    return {"exporter": "dynamo", "opset": f"{written}{asked}", "onnxscript": str(getattr(onnxscript, "__version__", "?"))}
 
 
 def open_runner(path: Path, ctx: BuildContext) -> OnnxRunner:
