@@ -75,15 +75,15 @@ DEFAULT_KINDS: tuple[str, ...] = GROUPS["default"]
 
 
 def resolve_kinds(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """Kind and group names as the kinds they stand for, in the table's order, each once.
+    """Kind and group names as the kinds they stand for, in the order given (a group in its own
+    order), each once; reports keep the table's order whatever this order is.
 
     >>> resolve_kinds(["aoti", "modern"])
-    ('torch-export', 'onnx-dynamo', 'onnx-fp16', 'torchao-int8-dynamic', 'aoti')
+    ('aoti', 'torch-export', 'onnx-dynamo', 'onnx-fp16', 'torchao-int8-dynamic')
 
     An unknown name is kept, for RunConfig to refuse naming the choices.
     """
     chosen: list[str] = []
     for name in names:
         chosen.extend(GROUPS.get(name, (name,)))
-    known = [k for k in KIND_NAMES if k in chosen]
-    return (*known, *dict.fromkeys(n for n in chosen if n not in KIND_NAMES))
+    return tuple(dict.fromkeys(chosen))

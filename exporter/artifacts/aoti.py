@@ -37,7 +37,9 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
         raise NotApplicable(f"not applicable: AOTInductor compiles the model to C++ and no C++ compiler was found ({looked}); "
                             "install one (Debian/Ubuntu: apt-get install g++; Fedora: dnf install gcc-c++; conda: conda install gxx) "
                             "or set CXX to its path")
-    program = export_program(ctx)
+    # The package runs the compiled graph; it does not enforce .module()'s guards (nn.LSTM's pinned time
+    # steps), and the replay judges it at every size the golden set holds.
+    program = export_program(ctx, check_guards=False)
     with atomic_path(path) as tmp:
         torch._inductor.aoti_compile_and_package(program, package_path=str(tmp))
     return {"compiler": compiler}

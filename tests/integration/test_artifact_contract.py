@@ -131,4 +131,4 @@ def test_groups_resolve_to_kinds_in_table_order() -> None:
     assert resolve_kinds(["all"]) == KIND_NAMES and resolve_kinds(["default"]) == tuple(k for k in KIND_NAMES if k in DEFAULT_KINDS)
     assert "aoti" not in DEFAULT_KINDS and "aoti" not in GROUPS["modern"], "aoti is opt-in: a C++ compile per run"
     assert not {"openvino", "openvino-f32", "onnx-dynamo", "torchao-int8-dynamic"} & set(DEFAULT_KINDS), "optional extras stay opt-in"
-    assert resolve_kinds(["onnx-fp16", "modern", "onnx"]) == ("onnx", "torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic")
+    assert resolve_kinds(["onnx-fp16", "modern", "onnx"]) == ("onnx-fp16", "torch-export", "onnx-dynamo", "torchao-int8-dynamic", "onnx")
