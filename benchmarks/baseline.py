@@ -1,4 +1,4 @@
-"""Straight-line baseline: export one model six ways, replay a golden set through each, compare.
+"""Straight-line baseline: export one model the chosen ways (``--kinds``), replay a golden set through each, compare.
 
 The floor export-check is measured against: the same work with bare library calls in one pass, no
 error handling, no hashing, no caching. "The same work" means the same as ``export-check --no-cache``
@@ -6,7 +6,8 @@ with its defaults: the golden set read from its directory (PNG decode + the reco
 batch size 16, one torch thread and one inter-op thread, onnxruntime with one intra-op and one
 inter-op thread, sequential execution and every graph optimisation, ``torch.jit.trace`` on the first
 golden batch without its re-run check, the TorchScript ONNX exporter at opset 17 with a dynamic batch
-axis, onnxsim, dynamic int8 in torch and in onnxruntime; every artifact saved, reloaded from its file
+axis, onnxsim, dynamic int8 in torch and in onnxruntime, torch.export, the fp16 ONNX file (the default
+group; ``--kinds modern,aoti,openvino`` or ``all`` adds the others in the same bare calls); every artifact saved, reloaded from its file
 and run on every batch; MAE against the eager outputs, and eager against the golden reference.
 Run from the repository root::
 
@@ -34,6 +35,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from PIL import Image
 from torch import nn
 
+from exporter.artifacts import BUILD_ORDER, resolve_kinds
 from exporter.golden.inputs import Preprocess, preprocess_image
 from models import ARCHITECTURES
 
@@ -47,7 +49,9 @@ parser.add_argument("--threads", type=int, default=1, help="torch and onnxruntim
 parser.add_argument("--opset", type=int, default=17)
 parser.add_argument("--out", type=Path, default=Path("build/baseline"))
 parser.add_argument("--json", action="store_true", help="print the result as JSON")
+parser.add_argument("--kinds", default="default", help="kinds or groups, as export-check --artifacts takes them (default: default)")
 args = parser.parse_args()
+BUILD_ORDER_NAMES = [k.name for k in BUILD_ORDER]
 
 torch.set_num_threads(args.threads)
 torch.set_num_interop_threads(1)
@@ -90,41 +94,100 @@ with torch.inference_mode():
 eager_mae = float(np.abs(eager.astype(np.float64) - reference).mean())
 lap("eager")
 
-# Export: six artifacts, each written to a file.
+# Export: every chosen artifact, each written to a file (the bare calls of each kind's module).
 example = batches[0]
-paths = {
-    "torchscript-trace": out / "model.trace.pt",
-    "torchscript-script": out / "model.script.pt",
-    "onnx": out / "model.onnx",
-    "onnx-simplified": out / "model.sim.onnx",
-    "torch-int8-dynamic": out / "model.int8.pt",
-    "onnx-int8-dynamic": out / "model.int8.onnx",
-}
-with torch.no_grad():
-    torch.jit.trace(model, example, check_trace=False).save(str(paths["torchscript-trace"]))
-lap("export/torchscript-trace")
-torch.jit.script(model).save(str(paths["torchscript-script"]))
-lap("export/torchscript-script")
-torch.onnx.export(
-    model,
-    (example,),
-    str(paths["onnx"]),
-    dynamo=False,
-    opset_version=args.opset,
-    input_names=["input"],
-    output_names=["logits"],
-    dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-)
-lap("export/onnx")
-simplified, simplify_check = onnxsim.simplify(onnx.load(str(paths["onnx"])))
-onnx.save(simplified, str(paths["onnx-simplified"]))
-lap("export/onnx-simplified")
-quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
-with torch.no_grad():
-    torch.jit.trace(quantized, example, check_trace=False).save(str(paths["torch-int8-dynamic"]))
-lap("export/torch-int8-dynamic")
-quantize_dynamic(str(paths["onnx"]), str(paths["onnx-int8-dynamic"]), weight_type=QuantType.QInt8)
-lap("export/onnx-int8-dynamic")
+suffixes = {"torchscript-trace": ".trace.pt", "torchscript-script": ".script.pt", "onnx": ".onnx", "onnx-simplified": ".sim.onnx",
+            "torch-int8-dynamic": ".int8.pt", "onnx-int8-dynamic": ".int8.onnx", "torch-export": ".pt2", "onnx-dynamo": ".dynamo.onnx",
+            "onnx-fp16": ".fp16.onnx", "torchao-int8-dynamic": ".torchao.pt2", "aoti": ".aoti.pt2", "openvino": ".ov.xml",
+            "openvino-f32": ".ov32.xml"}
+chosen = resolve_kinds([k.strip() for k in args.kinds.split(",") if k.strip()])
+# the ONNX file the derived ONNX kinds start from is built when any of them is chosen, as export-check does
+needed = [k for k in BUILD_ORDER_NAMES if k in chosen or (k == "onnx" and {"onnx-simplified", "onnx-int8-dynamic", "onnx-fp16"} & set(chosen))]
+paths = {name: out / f"model{suffixes[name]}" for name in needed}
+batch = torch.export.Dim.DYNAMIC
+
+
+def export_program(m: nn.Module):  # batch axis dynamic, from the 16-sample first batch
+    return torch.export.export(m, (example,), dynamic_shapes=({0: batch},), strict=False)
+
+
+def build(name: str, path: Path) -> None:
+    if name == "torchscript-trace":
+        with torch.no_grad():
+            torch.jit.trace(model, example, check_trace=False).save(str(path))
+    elif name == "torchscript-script":
+        torch.jit.script(model).save(str(path))
+    elif name == "onnx":
+        torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=args.opset, input_names=["input"],
+                          output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    elif name == "onnx-simplified":
+        simplified, ok = onnxsim.simplify(onnx.load(str(paths["onnx"])))
+        onnx.save(simplified, str(path))
+    elif name == "torch-int8-dynamic":
+        quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        with torch.no_grad():
+            torch.jit.trace(quantized, example, check_trace=False).save(str(path))
+    elif name == "onnx-int8-dynamic":
+        quantize_dynamic(str(paths["onnx"]), str(path), weight_type=QuantType.QInt8)
+    elif name == "torch-export":
+        torch.export.save(export_program(model), str(path))
+    elif name == "onnx-dynamo":
+        torch.onnx.export(model, (example,), dynamo=True, opset_version=max(args.opset, 18), input_names=["input"], output_names=["logits"],
+                          dynamic_shapes=({0: batch},)).save(str(path), external_data=False)
+    elif name == "onnx-fp16":
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        onnx.save(convert_float_to_float16(onnx.load(str(paths["onnx"])), keep_io_types=True), str(path))
+    elif name == "torchao-int8-dynamic":
+        import copy
+
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        quantized = copy.deepcopy(model)
+        quantize_(quantized, Int8DynamicActivationInt8WeightConfig())
+        torch.export.save(export_program(quantized), str(path))
+    elif name == "aoti":
+        torch._inductor.aoti_compile_and_package(export_program(model), package_path=str(path))
+    elif name in ("openvino", "openvino-f32"):
+        import openvino as ov
+
+        ov.save_model(ov.convert_model(model, example_input=example), str(path), compress_to_fp16=name == "openvino")
+    else:
+        raise SystemExit(f"no baseline for {name}")
+
+
+for name, path in paths.items():
+    build(name, path)
+    lap(f"export/{name}")
+
+
+def load(name: str, path: Path):  # a callable from numpy batch to numpy logits, reloaded from the file
+    if path.suffix == ".pt":
+        loaded = torch.jit.load(str(path), map_location="cpu")
+    elif name in ("torch-export", "torchao-int8-dynamic"):
+        if name == "torchao-int8-dynamic":
+            import torchao  # noqa: F401  (registers its ops)
+        loaded = torch.export.load(str(path)).module()
+    elif name == "aoti":
+        loaded = torch._inductor.aoti_load_package(str(path))
+    elif path.suffix == ".xml":
+        import openvino as ov
+
+        config = {"INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+        if name == "openvino-f32":
+            config["INFERENCE_PRECISION_HINT"] = "f32"
+        compiled = ov.Core().compile_model(str(path), "CPU", config)
+        return lambda b: compiled([b.numpy()])[compiled.outputs[0]]
+    else:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return lambda b: session.run(["logits"], {"input": b.numpy()})[0]
+
+    def run(b: torch.Tensor) -> np.ndarray:
+        with torch.inference_mode():
+            return loaded(b).numpy()
+
+    return run
+
 
 # Replay: reload each artifact from its file and run every batch through it.
 options = ort.SessionOptions()
@@ -134,19 +197,17 @@ options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 artifacts = {}
 for name, path in paths.items():
-    if path.suffix == ".pt":
-        loaded = torch.jit.load(str(path), map_location="cpu")
-        with torch.inference_mode():
-            logits = torch.cat([loaded(b) for b in batches]).numpy()
-    else:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        logits = np.concatenate([session.run(["logits"], {"input": b.numpy()})[0] for b in batches])
+    if name not in chosen:
+        continue
+    run = load(name, path)
+    logits = np.concatenate([run(b) for b in batches])
     error = np.abs(logits.astype(np.float64) - eager.astype(np.float64))
     artifacts[name] = {
         "file": str(path),
-        "bytes": path.stat().st_size,
+        "bytes": path.stat().st_size + (path.with_suffix(".bin").stat().st_size if path.suffix == ".xml" else 0),
         "mae": float(error.mean()),
         "max_abs_err": float(error.max()),
+        "relative_mae": float(error.mean() / np.abs(eager.astype(np.float64)).mean()),
         "top1_agreement": float((logits.argmax(1) == eager.argmax(1)).mean()),
         "accuracy": float((logits.argmax(1) == labels).mean()),
     }
@@ -164,7 +225,7 @@ result = {
                  "onnxsim": onnxsim.__version__},
     "eager_accuracy": float((eager.argmax(1) == labels).mean()),
     "eager_vs_reference_mae": eager_mae,
-    "onnxsim_check": bool(simplify_check),
+    "kinds": list(chosen),
     "artifacts": artifacts,
     "seconds": times,
     "total_seconds": round(sum(times.values()), 4),

@@ -23,6 +23,11 @@ FLOAT_MAX_MAE = 1e-5
 # unchanged. The absolute MAE stays shown against the float 1e-5.
 INT8_MAX_RELATIVE_MAE = 0.05
 INT8_MIN_TOP1 = 0.98
+# fp16 (an ONNX file in float16, OpenVINO's fp16-compressed weights) is judged like int8, relative to
+# the output's size; measured on the bundled models it is 10-100x smaller than int8's error (README,
+# "Artifact groups"), so its gate is tighter: 1% of the mean |reference|, top-1 agreement 99%.
+FP16_MAX_RELATIVE_MAE = 0.01
+FP16_MIN_TOP1 = 0.99
 
 ONNX_EXPORTERS = ("torchscript", "dynamo")
 # A build still running after this long is killed and becomes its row's error, so a hung exporter
@@ -135,6 +140,12 @@ GATE_FAMILIES: tuple[GateFamily, ...] = (
                 GateOption("int8-max-mae", "max_mae", "an absolute MAE gate of int8 artifacts as well (default: none)"),
                 GateOption("int8-min-top1", "min_top1", "top-1 agreement gate of int8 artifacts, a fraction (default: 0.98)", "F")),
                layers="quantization", fix_hint="int8-max-mae / int8-min-top1"),
+    GateFamily("fp16", "fp16 artifacts", "fp16", Gate(max_relative_mae=FP16_MAX_RELATIVE_MAE, min_top1=FP16_MIN_TOP1),
+               (GateOption("fp16-max-relative-mae", "max_relative_mae",
+                           "relative MAE gate of fp16 artifacts: MAE over the mean |reference| of the output (default: 0.01)"),
+                GateOption("fp16-max-mae", "max_mae", "an absolute MAE gate of fp16 artifacts as well (default: none)"),
+                GateOption("fp16-min-top1", "min_top1", "top-1 agreement gate of fp16 artifacts, a fraction (default: 0.99)", "F")),
+               fix_hint="fp16-max-relative-mae / fp16-min-top1"),
     # Eager vs the approved reference logits: is this the approved model?
     GateFamily("eager", "eager vs golden", "eager vs golden", Gate(max_mae=FLOAT_MAX_MAE), follows="float", layers="none"),
 )
@@ -199,7 +210,7 @@ class RunConfig:
     out_dir: Path
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
     arch_root: Path | None = None  # where a module-form arch spec is imported from
-    kinds: tuple[str, ...] = ()  # empty: every kind in the artifact table
+    kinds: tuple[str, ...] = ()  # empty: the default group (artifacts.GROUPS); options.to_run_config resolves group names
     thresholds: Thresholds = field(default_factory=Thresholds)
     batch_size: int = 16
     opset: int = 17
@@ -233,11 +244,12 @@ class RunConfig:
             raise UsageError(f"onnx exporter must be one of {', '.join(ONNX_EXPORTERS)}, got {self.onnx_exporter!r}")
         if not isinstance(self.arch_kwargs, dict):
             raise UsageError(f"arch kwargs must be a JSON object, got {self.arch_kwargs!r}")
-        from .artifacts import KIND_NAMES
+        from .artifacts import GROUPS, KIND_NAMES
 
         unknown = [k for k in self.kinds if k not in KIND_NAMES]
         if unknown:
-            raise UsageError(f"unknown artifact kind(s) {', '.join(unknown)}; choose from {', '.join(KIND_NAMES)}")
+            raise UsageError(f"unknown artifact kind(s) {', '.join(unknown)}; choose from the groups {', '.join(GROUPS)} "
+                             f"or the kinds {', '.join(KIND_NAMES)}")
         if len(set(self.kinds)) != len(self.kinds):
             raise UsageError(f"artifact kinds listed twice: {', '.join(self.kinds)}")
 
@@ -254,9 +266,9 @@ class RunConfig:
 
     @property
     def selected_kinds(self) -> tuple[str, ...]:
-        from .artifacts import KIND_NAMES
+        from .artifacts import DEFAULT_KINDS, KIND_NAMES
 
-        chosen = set(self.kinds) if self.kinds else set(KIND_NAMES)
+        chosen = set(self.kinds) if self.kinds else set(DEFAULT_KINDS)
         return tuple(k for k in KIND_NAMES if k in chosen)
 
     def settings_json(self) -> dict[str, Any]:

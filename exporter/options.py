@@ -140,7 +140,8 @@ OPTIONS: tuple[Option, ...] = (
     # check
     Option("out", "out", "path", "where artifacts are written (default: {default})", (CHECK,), default=DEFAULT_OUT, metavar="DIR",
            settings=True, field="out_dir"),
-    Option("artifacts", "artifacts", "strlist", "comma-separated kinds to build (default: all)", (CHECK,), default=_run_default("kinds"),
+    Option("artifacts", "artifacts", "strlist", "comma-separated kinds or groups to build: default, modern, all, "
+           "or kind names (default: default; README, \"Artifact groups\")", (CHECK,), default=_run_default("kinds"),
            metavar="KINDS", settings=True, field="kinds"),
     *(_gate_row(o) for o in GATE_OPTIONS),
     Option("opset", "opset", "int", "ONNX opset (default: {default})", (CHECK,), default=_run_default("opset"), settings=True, field="opset"),
@@ -370,8 +371,13 @@ def overlay(command: str, explicit: Mapping[str, Any], settings: Mapping[str, An
 def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     """The RunConfig of overlaid ``check`` values: each row with a ``field`` sets it; the gate rows
     set the thresholds; ``no-cache`` drops the cache."""
+    from .artifacts import resolve_kinds
+
     rows = for_command(CHECK)
     config = {o.field: values[o.python] for o in rows if o.field}
+    if len(set(config["kinds"])) != len(config["kinds"]):
+        raise UsageError(f"artifact kinds listed twice: {', '.join(config['kinds'])}")
+    config["kinds"] = resolve_kinds(config["kinds"])  # group names (default, modern, all) as their kinds
     if values.get("no_cache"):
         config["cache_dir"] = None
     thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate})

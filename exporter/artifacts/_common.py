@@ -46,6 +46,11 @@ class _ListHandler(logging.Handler):
         self.sink.append(f"log {record.name}: {record.getMessage().strip()}")
 
 
+# Libraries whose loggers print through their own stderr handler and do not propagate to the root
+# (torch._logging sets "torch" up so): their WARNING records are captured there, their handlers muted.
+OWN_HANDLER_LOGGERS = ("torch", "torchao", "onnxscript")
+
+
 @contextlib.contextmanager
 def captured_warnings(notes: list[str]) -> Iterator[None]:
     """Collect warnings and WARNING log records from exporters into ``notes`` for the report,
@@ -53,12 +58,23 @@ def captured_warnings(notes: list[str]) -> Iterator[None]:
     handler = _ListHandler(notes)
     root = logging.getLogger()
     root.addHandler(handler)
+    muted: list[tuple[logging.Handler, int]] = []
+    own = [logger for name in OWN_HANDLER_LOGGERS if not (logger := logging.getLogger(name)).propagate]
+    for logger in own:
+        logger.addHandler(handler)
+        muted.extend((h, h.level) for h in logger.handlers if h is not handler)
+    for h, _ in muted:
+        h.setLevel(logging.CRITICAL + 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             yield
         finally:
             root.removeHandler(handler)
+            for h, level in muted:
+                h.setLevel(level)
+            for logger in own:
+                logger.removeHandler(handler)
             for w in caught:
                 first_line = str(w.message).strip().splitlines()[0] if str(w.message).strip() else ""
                 notes.append(f"{w.category.__name__}: {first_line}")
@@ -119,16 +135,20 @@ def load_torchscript(path: Path) -> Any:
     return module
 
 
-class TorchScriptRunner:
-    """Runs a TorchScript file reloaded from disk: named inputs by position or keyword, named outputs."""
+class TorchModuleRunner:
+    """Runs a torch callable reloaded from disk (``load(path)``): named inputs by position or keyword,
+    named outputs. The TorchScript, ``torch.export`` and AOTInductor runners differ in the loader only."""
 
     def __init__(self, path: Path, signature: Signature = SINGLE) -> None:
         self.path = path
         self.signature = signature
         self.module: Any = None
 
-    def __enter__(self) -> TorchScriptRunner:
-        self.module = load_torchscript(self.path)
+    def load(self, path: Path) -> Any:
+        raise NotImplementedError
+
+    def __enter__(self) -> TorchModuleRunner:
+        self.module = self.load(self.path)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -140,7 +160,7 @@ class TorchScriptRunner:
         assert self.module is not None, "runner used outside its with-block"
         if self.signature is SINGLE:
             with torch.inference_mode():
-                return named_outputs(self.module(torch.from_numpy(single_input(feeds))), self.path.name)
+                return named_outputs(self.module(torch.from_numpy(np.ascontiguousarray(single_input(feeds)))), self.path.name)
         args, kwargs = feeds_to_args(feeds, self.signature)
         with torch.inference_mode():
             out = self.module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in args),
@@ -148,13 +168,25 @@ class TorchScriptRunner:
         return output_arrays(out, self.path.name, self.signature.outputs[0].name if len(self.signature.outputs) == 1 else "output")
 
 
+class TorchScriptRunner(TorchModuleRunner):
+    """Runs a TorchScript file reloaded from disk with ``torch.jit.load``."""
+
+    def load(self, path: Path) -> Any:
+        return load_torchscript(path)
+
+
+# onnxruntime's graph optimisation levels by the short name a kind pins and its rows record.
+ORT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
 class OnnxRunner:
     """Runs an ONNX file in an onnxruntime CPU session with pinned threads, fed by input name."""
 
-    def __init__(self, path: Path, threads: int, signature: Signature = SINGLE) -> None:
+    def __init__(self, path: Path, threads: int, signature: Signature = SINGLE, graph_optimization: str = ORT_GRAPH_OPTIMIZATION) -> None:
         self.path = path
         self.threads = threads
         self.signature = signature
+        self.graph_optimization = graph_optimization  # a key of ORT_LEVELS, pinned per kind
         self.session: Any = None  # an onnxruntime.InferenceSession inside the with-block
         self.input_names: list[str] = []
         self.output_names: list[str] = []
@@ -167,7 +199,7 @@ class OnnxRunner:
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = ORT_INTER_OP_THREADS
         options.execution_mode = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL}[ORT_EXECUTION_MODE]
-        options.graph_optimization_level = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[ORT_GRAPH_OPTIMIZATION]
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVELS[self.graph_optimization])
         options.log_severity_level = 3
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         inputs = self.session.get_inputs()

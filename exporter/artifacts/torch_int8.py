@@ -9,15 +9,30 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 from ._common import TorchScriptRunner, atomic_path
 from .base import BuildContext, NotApplicable
 
 
+def torch_ao_quantize_dynamic() -> Any:
+    """``torch.ao.quantization.quantize_dynamic``, or ``not applicable`` when this torch no longer has it
+    (PyTorch marks ``torch.ao.quantization`` for removal; torchao-int8-dynamic is the path that stays)."""
+    import torch
+
+    try:
+        from torch.ao.quantization import quantize_dynamic
+    except ImportError:
+        raise NotApplicable(f"not applicable: torch {torch.__version__} has no torch.ao.quantization.quantize_dynamic (PyTorch "
+                            "removed it); check torchao-int8-dynamic instead (pip install \"export-check[modern]\")") from None
+    return quantize_dynamic
+
+
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     import torch
     from torch import nn
-    from torch.ao.quantization import quantize_dynamic
+
+    quantize_dynamic = torch_ao_quantize_dynamic()
 
     QUANTIZED = (nn.Linear, nn.LSTM, nn.GRU)  # what torch's dynamic quantization converts
     counts = {cls.__name__: sum(isinstance(m, cls) for m in ctx.model.modules()) for cls in QUANTIZED}

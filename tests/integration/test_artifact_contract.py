@@ -1,5 +1,6 @@
 """One contract, every artifact kind: build writes a complete file, the runner reloads it from disk
-and maps any batch size to float32 logits, the same on every call."""
+and maps any batch size to float32 logits, the same on every call. The slow kinds (onnx-dynamo, aoti)
+are built once for the module, on a tiny model."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[BuildContext, dict[
     for kind in KINDS:
         source = paths.get(kind.source) if kind.source else None
         outcome = build_artifact(kind, ctx, out / kind.filename(), source)
-        assert outcome.error is None and outcome.path == out / kind.filename()
+        assert outcome.error is None and outcome.path == out / kind.filename(), outcome.error
         paths[kind.name] = outcome.path
     return ctx, paths, model
 
@@ -42,9 +43,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[BuildContext, dict[
 def test_table_is_complete_and_ordered() -> None:
     assert [k.name for k in KINDS] == [
         "torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic",
+        "torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic", "aoti", "openvino", "openvino-f32",
     ]
     for kind in KINDS:
-        assert kind.family in FAMILIES and kind.runtime in METHODS
+        # the runtimes without a per-layer method yet get a diagnosis that says so (compare_layers)
+        assert kind.family in FAMILIES and kind.runtime in {*METHODS, "torch.export", "aoti", "openvino"}
         assert kind.source is None or KINDS.index(KINDS_BY_NAME[kind.source]) < KINDS.index(kind)
         impl = kind.impl()
         assert callable(impl.build) and callable(impl.open_runner)
@@ -77,7 +80,7 @@ def test_every_kind_honours_the_runner_contract(built, name: str) -> None:
             assert np.array_equal(out, runner.infer({INPUT: batch})[OUTPUT]), "same input, same output"
             with torch.inference_mode():
                 eager = model(torch.from_numpy(batch)).numpy()
-            limit = 1e-5 if family == "float" else 0.1
+            limit = {"float": 1e-5, "fp16": 1e-2}.get(family, 0.1)
             assert float(np.abs(out - eager).mean()) <= limit
         with pytest.raises(ArtifactError, match="feeds exactly one"):
             runner.infer({INPUT: batch, "extra": batch})
@@ -120,3 +123,12 @@ def test_native_warnings_without_a_stderr_does_nothing(tmp_path: Path) -> None:
     script = "import os; os.close(2)\nfrom exporter.artifacts._common import native_warnings\nwith native_warnings(): pass\nprint('ok')"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout == "ok\n", result
+
+
+def test_groups_resolve_to_kinds_in_table_order() -> None:
+    from exporter.artifacts import DEFAULT_KINDS, GROUPS, KIND_NAMES, resolve_kinds
+
+    assert resolve_kinds(["all"]) == KIND_NAMES and resolve_kinds(["default"]) == tuple(k for k in KIND_NAMES if k in DEFAULT_KINDS)
+    assert "aoti" not in DEFAULT_KINDS and "aoti" not in GROUPS["modern"], "aoti is opt-in: a C++ compile per run"
+    assert not {"openvino", "openvino-f32", "onnx-dynamo", "torchao-int8-dynamic"} & set(DEFAULT_KINDS), "optional extras stay opt-in"
+    assert resolve_kinds(["onnx-fp16", "modern", "onnx"]) == ("onnx-fp16", "torch-export", "onnx-dynamo", "torchao-int8-dynamic", "onnx")

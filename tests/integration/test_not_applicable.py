@@ -52,3 +52,15 @@ def test_strict_makes_a_kind_that_does_not_apply_fail(all_conv, tmp_path: Path) 
     code, report = _check(all_conv, tmp_path, "--strict")
     int8 = {r["name"]: r for r in report["rows"]}["torch-int8-dynamic"]
     assert code == 1 and int8["status"] == "fail" and int8["reasons"][0].endswith("(--strict: a kind that does not apply fails)")
+
+
+def test_torchao_int8_on_a_model_without_linear_layers_is_not_applicable(tmp_path: Path) -> None:
+    import torch
+
+    from exporter.artifacts import KINDS_BY_NAME, BuildContext
+    from exporter.artifacts.base import NotApplicable
+
+    ctx = BuildContext(model=seeded(AllConv), example=torch.zeros(2, 3, 16, 16), opset=17, onnx_exporter="torchscript", threads=1)
+    with pytest.raises(NotApplicable, match="^not applicable: the model has no nn.Linear layer, the layers torchao's int8 dynamic"):
+        KINDS_BY_NAME["torchao-int8-dynamic"].build(ctx, tmp_path / "torchao-int8-dynamic.pt2", None)
+    assert not list(tmp_path.iterdir())

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO, TESTS
+from exporter.artifacts import DEFAULT_KINDS
 from exporter.cli import main
 from exporter.config import Gate, RunConfig, Thresholds
 from exporter.history import HistoryError, load, parse_line, render_trend
@@ -30,7 +31,7 @@ XSD = TESTS / "data" / "junit-10.xsd"
 
 @pytest.fixture(scope="module")
 def passing(tmp_path_factory):
-    """The bundled default: every kind, everything passes; with --diagnose, so the passing int8 rows
+    """The bundled default: the default kinds, everything passes; with --diagnose, so the passing int8 rows
     carry their per-layer tables too."""
     return run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN,
                                out_dir=tmp_path_factory.mktemp("pass"), diagnose=True))
@@ -69,7 +70,7 @@ def test_junit_of_the_default_run_validates_and_has_one_testcase_per_row(passing
     doc = _validate(junit.render(passing))
     cases = doc.findall(".//testcase")
     assert [c.get("name") for c in cases] == [r.name for r in passing.rows]
-    assert doc.find("testsuite").get("tests") == "7" and doc.find("testsuite").get("failures") == "0"
+    assert doc.find("testsuite").get("tests") == str(1 + len(DEFAULT_KINDS)) and doc.find("testsuite").get("failures") == "0"
     assert not doc.findall(".//failure") and not doc.findall(".//error")
     onnx_out = next(c for c in cases if c.get("name") == "onnx").find("system-out").text
     assert f"mae: {passing.row('onnx').metrics.mae:.6g}" in onnx_out and "latency_ms_per_image:" in onnx_out
@@ -100,9 +101,9 @@ def test_junit_stays_schema_valid_for_any_text(failing, reason: str, name: str) 
 
 def test_markdown_summary_shows_verdicts_thresholds_and_reasons(passing, failing) -> None:
     text = markdown.render(passing)
-    assert text.startswith("## ✅ export-check passed: 7 passed, 0 failed, 0 errors")
+    assert text.startswith(f"## ✅ export-check passed: {1 + len(DEFAULT_KINDS)} passed, 0 failed, 0 errors")
     table = [line for line in text.splitlines() if line.startswith("| ✅") or line.startswith("| ❌")]
-    assert len(table) == 7
+    assert len(table) == 1 + len(DEFAULT_KINDS)
     assert "**Thresholds:** float artifacts MAE≤1e-05 · int8 artifacts relMAE≤5% & top1≥98%" in text
     assert "torch-int8-dynamic: int8 error per layer: worst layers (lowest SQNR): fc" in text
     bad = markdown.render(failing)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.artifacts import KIND_NAMES
+from exporter.artifacts import DEFAULT_KINDS
 from user_project import UserModels, write_settings
 
 pytest_plugins = ["pytester", "user_project_fixtures"]
@@ -50,7 +50,7 @@ def test_cli_and_pytest_give_the_same_verdicts(pytester: pytest.Pytester, user_m
 
     cli_code, cli_rows = _cli_verdicts(folder)
     py_code, py_rows = _pytest_verdicts(pytester)
-    assert list(cli_rows) == ["eager", *KIND_NAMES]
+    assert list(cli_rows) == ["eager", *DEFAULT_KINDS]
     assert py_rows == cli_rows
     assert cli_rows["eager"] == "pass"
     assert all(cli_rows[kind] == "pass" for kind in ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified"))

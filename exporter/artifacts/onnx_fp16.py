@@ -1,0 +1,72 @@
+"""onnx-fp16: the ONNX file with its weights and arithmetic in float16, float32 inputs and outputs kept
+(onnxruntime's own ``transformers.float16`` tool, so no new dependency), run in onnxruntime at a pinned
+graph optimisation level.
+
+The level is pinned per row and recorded in its details, because it changes what runs: an fp16
+graph that loads at ``basic`` can crash onnxruntime at ``all`` (measured on the ViT). The build loads
+the file at that level in a separate process first, so a native crash there is this row's error,
+naming the level, and not the replay's.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from ..errors import ArtifactError
+from ._common import ORT_LEVELS, OnnxRunner, atomic_path, require_dynamic_batch
+from .base import BuildContext
+
+GRAPH_OPTIMIZATION = "all"  # onnxruntime's default, what a deployment gets: pinned, recorded in details
+PROBE_TIMEOUT = 300.0
+
+_PROBE = """
+import sys, numpy as np, onnxruntime as ort
+options = ort.SessionOptions()
+options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, sys.argv[2])
+options.intra_op_num_threads = 1
+options.log_severity_level = 3
+session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
+feeds = {}
+for value in session.get_inputs():
+    shape = [d if isinstance(d, int) and d > 0 else 2 for d in value.shape]
+    dtype = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}.get(value.type, np.float32)
+    feeds[value.name] = np.ones(shape, dtype)
+try:
+    session.run(None, feeds)
+except Exception:
+    pass  # a shape the model refuses is the replay's to judge; only a crash matters here
+"""
+
+
+def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    assert source is not None
+    model = onnx.load(str(source))
+    converted = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
+    level = ORT_LEVELS[GRAPH_OPTIMIZATION]
+    with atomic_path(path) as tmp:
+        onnx.save(converted, str(tmp))
+        require_dynamic_batch(tmp, "fp16 conversion", ctx.signature)
+        probe_load(tmp, level)
+    return {"graph_optimization_level": level, "io_types": "float32 (kept)", "converter": "onnxruntime.transformers.float16"}
+
+
+def probe_load(path: Path, level: str) -> None:
+    """Load and run ``path`` in onnxruntime at ``level`` in a child process; a crash there is an ArtifactError naming the level."""
+    result = subprocess.run([sys.executable, "-c", _PROBE, str(path), level], capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+    if result.returncode < 0:
+        name = signal.Signals(-result.returncode).name
+        raise ArtifactError(f"onnxruntime crashed ({name}) loading and running the fp16 model at graph optimisation level {level}; "
+                            "a lower level (basic) may load it")
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no message"])[-1][:400]
+        raise ArtifactError(f"onnxruntime could not load the fp16 model at graph optimisation level {level}: {last}")
+
+
+def open_runner(path: Path, ctx: BuildContext) -> OnnxRunner:
+    return OnnxRunner(path, ctx.threads, ctx.signature, graph_optimization=GRAPH_OPTIMIZATION)

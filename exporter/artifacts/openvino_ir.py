@@ -1,0 +1,133 @@
+"""openvino: the model converted by OpenVINO (``openvino.convert_model``) and saved as deployed,
+``save_model``'s default fp16-compressed weights, compiled for the CPU at the runtime's default
+inference precision (bf16 on a CPU with avx512_bf16 or AMX, f32 on one without). ``openvino-f32``
+(:mod:`.openvino_f32`) is the same model with f32 weights and f32 precision pinned, so the drift the
+deployed defaults add on this machine, and the CPU flags that decide it, are visible side by side.
+
+The IR is an ``.xml`` and a ``.bin``; the artifact is one uncompressed tar of both, read back from
+memory (``Core.read_model(xml, weights)``), so that it is written atomically and cached as one file.
+An optional extra: ``pip install "export-check[openvino]"``.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..signature import SINGLE
+from ._common import atomic_path
+from .base import OUTPUT, BuildContext, NotApplicable, feeds_to_args, single_input
+
+INSTALL = 'pip install "export-check[openvino]" (or pip install openvino)'
+# /proc/cpuinfo flags that decide the precision OpenVINO's CPU plugin picks (bf16 with avx512_bf16 or
+# AMX, fp16 with avx512_fp16 on recent Xeons) or how fast int8/f32 runs.
+PRECISION_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
+XML, BIN = "model.xml", "model.bin"
+
+
+def openvino() -> Any:
+    try:
+        import openvino as ov
+    except ImportError:
+        raise NotApplicable(f"not applicable: openvino is not installed: {INSTALL}") from None
+    return ov
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The precision-relevant flags this CPU has, space-separated ("" when /proc/cpuinfo is unreadable)."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return ""
+    present: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            present.update(line.partition(":")[2].split())
+    return " ".join(f for f in PRECISION_FLAGS if f in present)
+
+
+def compile_config(threads: int, f32: bool) -> dict[str, Any]:
+    config: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+    if f32:
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+    return config
+
+
+def build_ir(ctx: BuildContext, path: Path, f32: bool) -> dict[str, str]:
+    ov = openvino()
+    args, kwargs = ctx.example_args()
+    example: Any = args[0] if len(args) == 1 and not kwargs else {**dict(zip(_positional(ctx), args, strict=True)), **kwargs}
+    converted = ov.convert_model(ctx.model, example_input=example)
+    with tempfile.TemporaryDirectory() as folder:
+        ov.save_model(converted, str(Path(folder) / XML), compress_to_fp16=not f32)
+        with atomic_path(path) as tmp, tarfile.open(tmp, "w") as tar:
+            for name in (XML, BIN):
+                tar.add(Path(folder) / name, arcname=name)
+    compiled = ov.Core().compile_model(read_ir(path), "CPU", compile_config(ctx.threads, f32))
+    return {"weights": "f32" if f32 else "fp16 (save_model default compress_to_fp16)",
+            "inference_precision": _type_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
+            "precision_hint": "f32 (pinned)" if f32 else "runtime default",
+            "cpu_flags": cpu_flags() or "(none of " + ", ".join(PRECISION_FLAGS) + ")",
+            "openvino": str(ov.__version__)}
+
+
+def _type_name(value: Any) -> str:  # an openvino Type as OpenVINO spells it: "f32", "bf16"
+    name = getattr(value, "get_type_name", None)
+    return str(name()) if callable(name) else str(value)
+
+
+def _positional(ctx: BuildContext) -> list[str]:
+    return [i.name for i in ctx.signature.inputs if not i.keyword]
+
+
+def read_ir(path: Path) -> Any:
+    """The OpenVINO model held in the artifact's tar, read from memory."""
+    ov = openvino()
+    with tarfile.open(path, "r") as tar:
+        members = {m.name: tar.extractfile(m) for m in tar.getmembers()}
+        xml, weights = (members[n].read() if members.get(n) else b"" for n in (XML, BIN))  # type: ignore[union-attr]
+    return ov.Core().read_model(model=xml.decode("utf-8"), weights=ov.Tensor(np.frombuffer(weights, np.uint8).copy()))
+
+
+class OpenVinoRunner:
+    """The IR compiled for the CPU with pinned threads (and, for ``openvino-f32``, f32 precision)."""
+
+    def __init__(self, path: Path, ctx: BuildContext, f32: bool) -> None:
+        self.path, self.ctx, self.f32 = path, ctx, f32
+        self.compiled: Any = None
+
+    def __enter__(self) -> OpenVinoRunner:
+        ov = openvino()
+        self.compiled = ov.Core().compile_model(read_ir(self.path), "CPU", compile_config(self.ctx.threads, self.f32))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.compiled = None
+
+    def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        assert self.compiled is not None, "runner used outside its with-block"
+        signature = self.ctx.signature
+        if signature is SINGLE:
+            inputs = [single_input(feeds)]
+        else:
+            args, kwargs = feeds_to_args(feeds, signature)
+            inputs = [*args, *kwargs.values()]
+        result = self.compiled([np.ascontiguousarray(a) for a in inputs])
+        values = [np.asarray(result[port]) for port in self.compiled.outputs]
+        names = [OUTPUT] if signature is SINGLE else list(signature.output_names)
+        if len(names) != len(values):
+            names = [f"output_{i}" for i in range(len(values))]
+        return dict(zip(names, values, strict=True))
+
+
+def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
+    return build_ir(ctx, path, f32=False)
+
+
+def open_runner(path: Path, ctx: BuildContext) -> OpenVinoRunner:
+    return OpenVinoRunner(path, ctx, f32=False)

@@ -1,0 +1,196 @@
+"""The kinds people deploy from PyTorch today (torch.export, dynamo ONNX, AOTInductor, fp16 ONNX, torchao,
+OpenVINO) on models of several named inputs and outputs, each checked against the artifact run by hand
+beside eager; the rows that cannot apply say why (no C++ compiler, no torch.ao, no openvino); the fp16
+gate fails a model fp16 cannot hold; artifact groups resolve from the command line and settings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from arches import TinyNet
+from conftest import TESTS, save_state, seeded
+from exporter.artifacts import KINDS_BY_NAME, BuildContext
+from exporter.artifacts.base import NotApplicable
+from exporter.cli import build_config, build_parser, main
+from exporter.errors import ArtifactError, UsageError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_multi_io import CASES, _record  # noqa: E402  (the multi-IO models and their recorded golden sets)
+
+MODERN = ("torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic", "openvino", "openvino-f32")
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    return _record(request.param, tmp_path_factory)
+
+
+def _batch(folder: Path, count: int = 4) -> dict[str, np.ndarray]:
+    """The first ``count`` samples as one batch (the first half of each set has one sequence length)."""
+    files = sorted((folder / "samples").glob("*.npz"))[:count]
+    loaded = [np.load(f) for f in files]
+    return {name: np.stack([item[name] for item in loaded]) for name in loaded[0].files}
+
+
+def test_multi_io_models_pass_every_new_kind_and_agree_with_the_files_run_by_hand(recorded) -> None:
+    name, factory, folder, checkpoint, arch, outputs = recorded
+    # every new kind on the dict and two-input models (one AOTInductor compile, on the dict output); the
+    # three torch.export-based and fp16 ones on the tuple and time-major ones, to keep the module short
+    kinds = {"dict": (*MODERN, "aoti"), "two-inputs": MODERN}.get(name, ("torch-export", "onnx-dynamo", "onnx-fp16"))
+    report_path = folder / "modern.json"
+    code = main(["check", str(checkpoint), "--arch", arch, "--golden", str(folder / "golden"), "--out", str(folder / "out-modern"),
+                 "--no-cache", "-q", "--artifacts", ",".join(kinds), "--json", str(report_path)])
+    report = json.loads(report_path.read_text())
+    rows = {r["name"]: r for r in report["rows"]}
+    assert code == 0, [(r["name"], r["reasons"]) for r in report["rows"]]
+    assert list(rows) == ["eager", *(k for k in KINDS_BY_NAME if k in kinds)]
+    for kind in kinds:
+        row = rows[kind]
+        assert row["status"] == "pass" and row["metrics"]["images"] == 20, (kind, row["reasons"])
+        if len(outputs) > 1:
+            assert [o["name"] for o in row["outputs"]] == list(outputs) and all(o["status"] == "pass" for o in row["outputs"])
+        bound = {"float": 1e-5, "fp16": 1e-2 * row["metrics"]["reference_mean_abs"], "int8": 0.05 * row["metrics"]["reference_mean_abs"]}
+        assert row["metrics"]["mae"] <= bound[row["family"]], (kind, row["metrics"]["mae"])
+    assert rows["onnx-fp16"]["details"]["graph_optimization_level"] == "ORT_ENABLE_ALL"
+    if "openvino" in kinds:
+        assert rows["openvino-f32"]["details"]["inference_precision"] == "f32"
+        assert rows["openvino"]["details"]["weights"].startswith("fp16")
+        flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+        assert ("avx2" in rows["openvino"]["details"]["cpu_flags"]) == (" avx2" in flags)
+
+    # Outside the tool: the .pt2 and the dynamo ONNX file run by hand on a batch of real samples, beside eager.
+    import onnxruntime as ort
+
+    model = seeded(factory)
+    model.load_state_dict(torch.load(checkpoint, weights_only=True))
+    model.eval()
+    batch = _batch(folder)
+    tensors = [torch.from_numpy(batch[k]) for k in batch]
+    with torch.inference_mode():
+        eager = model(*tensors)
+        program = torch.export.load(str(folder / "out-modern" / "torch-export.pt2")).module()
+        exported = program(*tensors)
+    flat_eager = eager.values() if isinstance(eager, dict) else eager if isinstance(eager, tuple) else (eager,)
+    flat_exported = exported.values() if isinstance(exported, dict) else exported if isinstance(exported, tuple) else (exported,)
+    for e, x in zip(flat_eager, flat_exported, strict=True):
+        assert float((e - x).abs().mean()) <= 1e-6
+    session = ort.InferenceSession(str(folder / "out-modern" / "onnx-dynamo.onnx"), providers=["CPUExecutionProvider"])
+    ran = session.run(None, {i.name: batch[i.name] for i in session.get_inputs()})
+    for e, x in zip(flat_eager, ran, strict=True):
+        assert float(np.abs(e.numpy() - x).mean()) <= 1e-5
+
+
+# --- rows that cannot apply say why --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny() -> BuildContext:
+    example = torch.from_numpy(np.random.default_rng(0).standard_normal((4, 3, 16, 16), dtype=np.float32))
+    return BuildContext(model=seeded(TinyNet), example=example, opset=17, onnx_exporter="torchscript", threads=1)
+
+
+def test_aoti_without_a_cpp_compiler_is_not_applicable_and_says_how_to_install_one(tiny, tmp_path: Path, monkeypatch) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(NotApplicable, match=r"no C\+\+ compiler was found \(none of g\+\+, c\+\+, clang\+\+ is on PATH\); install one "
+                                            r"\(Debian/Ubuntu: apt-get install g\+\+"):
+        KINDS_BY_NAME["aoti"].build(tiny, tmp_path / "aoti.pt2", None)
+    monkeypatch.setenv("CXX", "/opt/no-such/g++")
+    with pytest.raises(NotApplicable, match=r"CXX=/opt/no-such/g\+\+ is not on PATH"):
+        KINDS_BY_NAME["aoti"].build(tiny, tmp_path / "aoti.pt2", None)
+    assert not list(tmp_path.glob("*.pt2"))
+
+
+@pytest.mark.parametrize(("kind", "module", "hint"), [
+    ("torch-int8-dynamic", "torch.ao.quantization", "has no torch.ao.quantization.quantize_dynamic"),
+    ("torchao-int8-dynamic", "torchao", r'torchao is not installed: pip install "export-check\[modern\]"'),
+    ("openvino", "openvino", r'openvino is not installed: pip install "export-check\[openvino\]"'),
+    ("openvino-f32", "openvino", r'openvino is not installed: pip install "export-check\[openvino\]"'),
+    ("onnx-dynamo", "onnxscript", "the dynamo ONNX exporter needs onnxscript"),
+])
+def test_a_missing_library_makes_its_row_not_applicable(tiny, tmp_path: Path, monkeypatch, kind: str, module: str, hint: str) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError, as when it is not installed
+    with pytest.raises(NotApplicable, match=hint):
+        KINDS_BY_NAME[kind].build(tiny, tmp_path / KINDS_BY_NAME[kind].filename(), None)
+
+
+def test_an_fp16_crash_at_the_pinned_level_is_the_rows_error_naming_the_level(tmp_path: Path, monkeypatch) -> None:
+    from exporter.artifacts import onnx_fp16
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"not an onnx file")
+    with pytest.raises(ArtifactError, match="could not load the fp16 model at graph optimisation level ORT_ENABLE_ALL"):
+        onnx_fp16.probe_load(model, "ORT_ENABLE_ALL")
+    monkeypatch.setattr(onnx_fp16, "_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    with pytest.raises(ArtifactError, match=r"onnxruntime crashed \(SIGSEGV\) loading and running the fp16 model at graph optimisation "
+                                            r"level ORT_ENABLE_BASIC; a lower level \(basic\) may load it"):
+        onnx_fp16.probe_load(model, "ORT_ENABLE_BASIC")
+
+
+# --- the fp16 gate, and the groups -----------------------------------------------------------------------
+
+
+LOUD_NET = """
+import torch
+from torch import nn
+
+
+class LoudNet(nn.Module):
+    \"\"\"A small classifier whose logits are around 1e6: float32 holds them, float16 (max 65504) does not.\"\"\"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) * 1e6
+"""
+
+
+def test_the_fp16_gate_fails_a_model_fp16_cannot_hold_while_float_onnx_passes(digit_images: Path, tmp_path: Path) -> None:
+    (tmp_path / "loud.py").write_text(LOUD_NET)
+    namespace: dict = {}
+    exec(compile(LOUD_NET, "loud.py", "exec"), namespace)
+    checkpoint = save_state(seeded(namespace["LoudNet"]), tmp_path / "loud.pth")
+    arch = f"{tmp_path / 'loud.py'}:LoudNet"
+    golden = tmp_path / "golden"
+    assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(digit_images), "--golden", str(golden), "--size", "32"]) == 0
+    code = main(["check", str(checkpoint), "--arch", arch, "--golden", str(golden), "--out", str(tmp_path / "out"), "--no-cache", "-q",
+                 "--artifacts", "onnx,onnx-fp16", "--max-mae", "0.1", "--json", str(tmp_path / "r.json")])
+    rows = {r["name"]: r for r in json.loads((tmp_path / "r.json").read_text())["rows"]}
+    assert code == 1 and rows["onnx"]["status"] == "pass"
+    fp16 = rows["onnx-fp16"]
+    # float32 rounding at 1e6 is 8e-3 absolute (hence --max-mae 0.1), 5e-8 relative; float16's is off the scale
+    assert rows["onnx"]["metrics"]["relative_mae"] < 1e-6
+    assert fp16["status"] == "fail" and fp16["family"] == "fp16" and fp16["metrics"]["relative_mae"] > 0.5
+    assert fp16["reasons"][0].startswith("relative MAE 0.") and fp16["reasons"][0].split()[2] != "0.01"
+
+
+def test_groups_and_kinds_resolve_from_the_command_line_and_settings(tmp_path: Path, monkeypatch) -> None:
+    from exporter.artifacts import DEFAULT_KINDS, KIND_NAMES
+
+    monkeypatch.chdir(tmp_path)
+    checkpoint = tmp_path / "m.pth"
+    checkpoint.write_bytes(b"x")
+
+    def config(*argv: str):
+        return build_config(build_parser().parse_args(["check", str(checkpoint), "--arch", f"{TESTS / 'arches.py'}:TinyNet", *argv]))
+
+    assert config().selected_kinds == DEFAULT_KINDS
+    assert config("--artifacts", "all").selected_kinds == KIND_NAMES
+    assert config("--artifacts", "aoti,modern").kinds == ("aoti", "torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic")
+    assert config("--artifacts", "aoti,modern").selected_kinds == ("torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic", "aoti")
+    (tmp_path / "export-check.toml").write_text('artifacts = ["default", "aoti"]\n')
+    assert config().kinds == (*DEFAULT_KINDS, "aoti")
+    with pytest.raises(UsageError, match="unknown artifact kind.s. defualt; choose from the groups default, modern, all or the kinds"):
+        config("--artifacts", "defualt")
+    with pytest.raises(UsageError, match="listed twice"):
+        config("--artifacts", "modern,modern")
