@@ -21,11 +21,11 @@ TWO_KINDS = ("torchscript-trace", "onnx")
 @dataclass(frozen=True)
 class Zoo:
     folder: Path
-    names: tuple[str, ...]  # model names, in fleet order; each has <name>.pth and golden-<name>/
+    names: tuple[str, ...]  # model names, in fleet order; each is <name>/model.pth with <name>/export-check.toml
     broken: tuple[str, ...]  # their eager row fails
 
     def checkpoint(self, name: str) -> Path:
-        return self.folder / f"{name}.pth"
+        return self.folder / name / "model.pth"
 
     def expected(self, name: str) -> str:
         return "fail" if name in self.broken else "pass"
@@ -41,9 +41,11 @@ def _save_mlp(netdef: Path, hidden: int, seed: int, out: Path) -> None:
 
 
 def make_zoo(folder: Path, count: int, broken: tuple[int, ...] = (), kinds: tuple[str, ...] = TWO_KINDS,
-             extra: dict[str, str] | None = None) -> Zoo:
-    """``count`` models in ``folder`` with golden sets, one export-check.toml each (arch, golden, artifacts),
-    and ``fleet.toml`` naming them all. ``extra``: more lines of a model's table in fleet.toml, by name."""
+             extra: dict[str, str] | None = None, record: bool = True) -> Zoo:
+    """``count`` models in ``folder``: ``<name>/model.pth`` with its ``export-check.toml`` (arch, golden,
+    inputs, artifacts) and, with ``record``, its golden set recorded by the CLI; ``fleet.toml`` names
+    them all. ``extra``: more lines of a model's table in fleet.toml, by name. A broken model without
+    ``record`` gets its new weights when its golden set is first recorded (:func:`break_model`)."""
     from exporter.cli import main
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -53,17 +55,26 @@ def make_zoo(folder: Path, count: int, broken: tuple[int, ...] = (), kinds: tupl
     fleet = ["[defaults]", f"artifacts = {json.dumps(list(kinds))}", ""]
     for i, name in enumerate(names):
         hidden = 8 + 4 * i
-        _save_mlp(netdef, hidden, seed=i, out=folder / f"{name}.pth")
-        arch_kwargs = json.dumps({"hidden": hidden})
-        code = main(["golden", "record", str(folder / f"{name}.pth"), "--arch", f"{netdef}:DigitsMLP", "--arch-kwargs", arch_kwargs,
-                     "--inputs", str(folder / "digits"), "--golden", str(folder / f"golden-{name}"), "-q"])
-        assert code == 0, name
-        if i in broken:  # retrained after the golden set was approved: its eager row fails
-            _save_mlp(netdef, hidden, seed=100 + i, out=folder / f"{name}.pth")
-        fleet += [f"[models.{name}]", f'checkpoint = "{name}.pth"', 'arch = "netdef.py:DigitsMLP"', f"arch-kwargs = {{ hidden = {hidden} }}",
-                  f'golden = "golden-{name}"', *((extra or {}).get(name, "").splitlines()), ""]
+        (folder / name).mkdir(exist_ok=True)
+        _save_mlp(netdef, hidden, seed=i, out=folder / name / "model.pth")
+        (folder / name / "export-check.toml").write_text(
+            f'arch = "../netdef.py:DigitsMLP"\narch-kwargs = {{ hidden = {hidden} }}\ngolden = "golden"\ninputs = "../digits"\n'
+            f"artifacts = {json.dumps(list(kinds))}\n"
+        )
+        if record:
+            assert main(["golden", "record", str(folder / name / "model.pth"), "-q"]) == 0, name
+            if i in broken:  # retrained after its golden set was approved: its eager row fails
+                break_model(folder, name)
+        fleet += [f"[models.{name}]", f'checkpoint = "{name}/model.pth"', 'arch = "netdef.py:DigitsMLP"',
+                  f"arch-kwargs = {{ hidden = {hidden} }}", f'golden = "{name}/golden"', *((extra or {}).get(name, "").splitlines()), ""]
     (folder / "fleet.toml").write_text("\n".join(fleet))
     return Zoo(folder, names, tuple(names[i] for i in broken))
+
+
+def break_model(folder: Path, name: str) -> None:
+    """New weights for model ``name`` (its golden set keeps the old logits)."""
+    hidden = 8 + 4 * int(name.removeprefix("mlp"))
+    _save_mlp(folder / "netdef.py", hidden, seed=100 + hidden, out=folder / name / "model.pth")
 
 
 KILL_ONCE = textwrap.dedent(

@@ -58,6 +58,8 @@ def problem_lines(fleet: FleetReport) -> list[str]:
     for model in fleet.models:
         if model.report is None:
             lines.append(f"{model.name}: ERROR {model.error}")
+        if model.golden_note is not None:
+            lines.append(f"{model.name}: FAIL {model.golden_note.splitlines()[0]}")
         for row in _rows(model):
             if row["status"] in ("fail", "error"):
                 lines.append(f"{model.name} / {row['name']}: {row['status'].upper()} {'; '.join(row['reasons'])}")
