@@ -31,7 +31,7 @@ class Zoo:
         return "fail" if name in self.broken else "pass"
 
 
-def _save_mlp(netdef: Path, hidden: int, seed: int, out: Path) -> None:
+def save_mlp(netdef: Path, hidden: int, seed: int, out: Path) -> None:
     import torch
 
     from exporter.checkpoint import resolve_factory
@@ -56,9 +56,10 @@ def make_zoo(folder: Path, count: int, broken: tuple[int, ...] = (), kinds: tupl
     for i, name in enumerate(names):
         hidden = 8 + 4 * i
         (folder / name).mkdir(exist_ok=True)
-        _save_mlp(netdef, hidden, seed=i, out=folder / name / "model.pth")
+        save_mlp(netdef, hidden, seed=i, out=folder / name / "model.pth")
         (folder / name / "export-check.toml").write_text(
-            f'arch = "../netdef.py:DigitsMLP"\narch-kwargs = {{ hidden = {hidden} }}\ngolden = "golden"\ninputs = "../digits"\n'
+            # the arch by its absolute path, as the fleet file's "netdef.py" resolves: the same cache key
+            f'arch = "{netdef}:DigitsMLP"\narch-kwargs = {{ hidden = {hidden} }}\ngolden = "golden"\ninputs = "../digits"\n'
             f"artifacts = {json.dumps(list(kinds))}\n"
         )
         if record:
@@ -74,31 +75,40 @@ def make_zoo(folder: Path, count: int, broken: tuple[int, ...] = (), kinds: tupl
 def break_model(folder: Path, name: str) -> None:
     """New weights for model ``name`` (its golden set keeps the old logits)."""
     hidden = 8 + 4 * int(name.removeprefix("mlp"))
-    _save_mlp(folder / "netdef.py", hidden, seed=100 + hidden, out=folder / name / "model.pth")
+    save_mlp(folder / "netdef.py", hidden, seed=100 + hidden, out=folder / name / "model.pth")
 
 
-KILL_ONCE = textwrap.dedent(
+KILLER = textwrap.dedent(
     '''
     import os
     import signal
     from pathlib import Path
 
-    from netdef import DigitsMLP
+    from exporter.checkpoint import resolve_factory
+
+    HERE = Path(__file__).resolve().parent
 
 
     def KillOnce(marker: str, hidden: int = 8, always: bool = False):
-        """DigitsMLP, but the first construction (every one, with always=True) kills its own process
-        with SIGKILL: the worker checking this model is lost mid-check, as a node going down is."""
+        """The user's DigitsMLP, except that its first construction (every one, with always=True) kills
+        its own process with SIGKILL: the worker checking this model is lost mid-check, as when a
+        node goes down. The marker file records the pid that died."""
         path = Path(marker)
         if always or not path.exists():
-            path.write_text(str(os.getpid()))
+            with open(path, "a") as fh:
+                fh.write(f"{os.getpid()}\\n")
             os.kill(os.getpid(), signal.SIGKILL)
-        return DigitsMLP(hidden=hidden)
+        return resolve_factory(f"{HERE / 'netdef.py'}:DigitsMLP")(hidden=hidden)
     '''
 ).lstrip()
 
 
-def write_kill_arch(folder: Path) -> Path:
-    path = folder / "killer.py"
-    path.write_text(KILL_ONCE)
-    return path
+def add_killer(zoo: Zoo, name: str, always: bool, marker: Path | None = None) -> str:
+    """A fleet table for model ``name`` (already in the zoo, golden set recorded) checked through
+    ``killer.py:KillOnce``: its worker dies on the first attempt (on every one, with ``always``)."""
+    (zoo.folder / "killer.py").write_text(KILLER)
+    hidden = 8 + 4 * int(name.removeprefix("mlp"))
+    marker = marker or zoo.folder / f"{name}.killed"
+    return "\n".join([f"[models.{name}-killed]", f'checkpoint = "{name}/model.pth"', 'arch = "killer.py:KillOnce"',
+                      f'arch-kwargs = {{ marker = "{marker}", hidden = {hidden}, always = {str(always).lower()} }}',
+                      f'golden = "{name}/golden"', ""])

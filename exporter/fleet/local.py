@@ -46,7 +46,7 @@ def run_pool(jobs: Sequence[Job], workers: int, on_result: OnResult) -> list[Mod
         if not _pool_pass([job], 1, done, on_result):
             continue
         result = ModelResult(name=job.name, checkpoint=str(job.config.checkpoint), report=None, error_kind=LOST, attempts=2,
-                             error="the worker process checking this model died (a native crash?) twice; no rows")
+                             error="the worker process checking this model died (a native crash?), also when it was checked alone; no rows")
         done[job.name] = result
         on_result(result)
     return [done[job.name] for job in jobs]
