@@ -98,7 +98,8 @@ def _progress(quiet: bool):
 def _several(args: argparse.Namespace) -> bool:
     """Whether this check is a fleet run: several checkpoints, a fleet file, a shard or a cluster."""
     if not args.checkpoint and args.fleet is None:
-        raise UsageError("no checkpoint given: pass CHECKPOINT (or several), or --fleet FILE (see export-check check --help)")
+        raise UsageError("export-check check: the following arguments are required: checkpoint (one or more), or --fleet FILE "
+                         "(see export-check check --help)")
     if args.checkpoint and args.fleet is not None:
         raise UsageError(f"pass checkpoints or --fleet {args.fleet}, not both")
     several = len(args.checkpoint) != 1 or args.fleet is not None or args.shard is not None or args.ray is not None

@@ -28,7 +28,7 @@ def _read(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: report not found; pass the JSON files written by export-check --json") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a directory; pass the JSON files written by export-check --json") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError; so is a NUL in the path
         raise UsageError(f"{path}: not a JSON report of export-check ({type(exc).__name__}); pass the files written by --json") from None
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in (FLEET_SCHEMA, MODEL_SCHEMA):

@@ -59,6 +59,8 @@ def from_checkpoints(paths: Sequence[Path]) -> Fleet:
     """``export-check a.pth b.pth``: one model per checkpoint, named as given."""
     seen: dict[str, Path] = {}
     for path in paths:
+        if "\x00" in str(path):
+            raise UsageError(f"{str(path)!r}: a checkpoint path cannot hold a NUL character; pass the path of a .pth/.pt/.safetensors file")
         key = str(path.expanduser().resolve())
         if key in seen:
             raise UsageError(f"{path}: given twice; list each checkpoint once")
@@ -116,7 +118,7 @@ def _model(name: str, table: Any, defaults: Mapping[str, Any], base: Path, sourc
     for key in ("checkpoint", "config"):
         if key in own:
             value = own[key]
-            if not isinstance(value, str) or not value.strip():
+            if not isinstance(value, str) or not value.strip() or "\x00" in value:
                 raise UsageError(f"{where}: {key} must be a non-empty string (a path), got {value!r}")
             path = Path(value).expanduser()
             paths[key] = path if path.is_absolute() else base / path
@@ -146,8 +148,8 @@ def parse_fleet(path: Path) -> Fleet:
         raise UsageError(f"{path}: is a directory; --fleet takes a TOML file") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc}); fix the fleet file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read the fleet file ({exc}); check it") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise UsageError(f"{str(path)!r}: cannot read the fleet file ({exc}); check it") from None
     source, base = str(path), path.resolve().parent
     unknown = [k for k in data if k not in ("defaults", "models")]
     if unknown:

@@ -206,7 +206,7 @@ def test_bad_fleet_input_is_one_line_before_any_model_runs(zoo: Zoo, tmp_path: P
     assert "--html takes one model's report" in _error_of([ckpt, ckpt.replace("mlp0", "mlp2"), "--html", "r.html"], capsys)
     assert "given twice" in _error_of([ckpt, ckpt], capsys)
     assert "--ray took" in _error_of(["--ray", ckpt, ckpt.replace("mlp0", "mlp2")], capsys)
-    assert "no checkpoint given" in _error_of(["check"], capsys)
+    assert "required: checkpoint (one or more), or --fleet FILE" in _error_of(["check"], capsys)
 
 
 def test_a_worker_that_dies_costs_its_own_model_only(zoo: Zoo, runs: Path, tmp_path: Path) -> None:
