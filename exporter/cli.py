@@ -16,16 +16,18 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
 from .errors import ExportCheckError, UsageError, one_line
-from .options import CHECK, DEFAULT_GOLDEN, HISTORY, add_arguments, from_namespace
+from .options import CHECK, DEFAULT_GOLDEN, HISTORY, MERGE, add_arguments, from_namespace
 from .paths import check_outputs, escaped
 from .settings import check_config, golden_params
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-SUBCOMMANDS = ("check", "golden", "history")
+SUBCOMMANDS = ("check", "golden", "history", "merge")
+RAY_LOCAL = "local"  # `--ray` without an address: a local cluster
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,14 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Export a trained PyTorch model to every deployable artifact, reload each from disk, "
         "replay the golden set through it and gate its logits.",
         epilog="exit codes: 0 all rows pass, 1 any drift or artifact error, 2 bad usage or bad input\n\n"
-        "artifact kinds:\n" + _kinds_help() + "\n\n`export-check CHECKPOINT` is short for `export-check check CHECKPOINT`.",
+        "artifact kinds:\n" + _kinds_help() + "\n\n`export-check CHECKPOINT...` is short for `export-check check CHECKPOINT...`; "
+        "several checkpoints (or --fleet FILE) give one report over all of them.",
     )
     parser.add_argument("--version", action="version", version=f"export-check {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge}", parser_class=_Parser)
 
     check = sub.add_parser("check", help="export, replay and gate (the default command)",
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog="artifact kinds:\n" + _kinds_help())
     add_arguments(check, CHECK)
+    for action in check._actions:
+        if action.dest == "checkpoint":  # check takes several checkpoints (or none, with --fleet)
+            action.nargs, action.default = "*", []
+        elif action.dest == "ray":  # --ray [ADDRESS]: alone, a local cluster
+            action.nargs, action.const = "?", RAY_LOCAL
 
     golden = sub.add_parser("golden", help="record, verify or approve a golden set")
     gsub = golden.add_subparsers(dest="golden_command", metavar="{record,verify,approve}", parser_class=_Parser)
@@ -64,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("approve", "adopt a new checkpoint's logits as the reference, showing the diff first"),
     ):
         add_arguments(gsub.add_parser(name, help=help_text), f"golden {name}")
+    merge = sub.add_parser("merge", help="join the JSON reports of several runs (CI shards) into one report, with their verdicts")
+    add_arguments(merge, MERGE)
     history = sub.add_parser("history", help="show MAE and latency per artifact across the runs in a --history file")
     add_arguments(history, HISTORY)
     return parser
@@ -77,7 +87,9 @@ def _normalise(argv: list[str]) -> list[str]:
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    """The RunConfig of a parsed ``check`` command line: its flags over the settings over the defaults."""
+    """The RunConfig of a parsed ``check`` command line of one checkpoint: its flags over the settings over the defaults."""
+    if isinstance(args.checkpoint, list) and len(args.checkpoint) == 1:
+        args.checkpoint = args.checkpoint[0]
     return check_config(from_namespace(CHECK, args))[0]
 
 
@@ -87,13 +99,77 @@ def _progress(quiet: bool):
     return ProgressLine(sys.stderr, quiet=quiet)
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
-    config = build_config(args)
-    reports = {f"--{flag}": getattr(args, flag) for flag in ("json", "junit", "markdown", "html", "history")}
-    check_outputs(config, reports)
-    for flag, path in reports.items():
+def _several(args: argparse.Namespace) -> bool:
+    """Whether this check is a fleet run: several checkpoints, a fleet file, a shard or a cluster."""
+    if not args.checkpoint and args.fleet is None:
+        raise UsageError("export-check check: the following arguments are required: checkpoint (one or more), or --fleet FILE "
+                         "(see export-check check --help)")
+    if args.checkpoint and args.fleet is not None:
+        raise UsageError(f"pass checkpoints or --fleet {args.fleet}, not both")
+    several = len(args.checkpoint) != 1 or args.fleet is not None or args.shard is not None or args.ray is not None
+    if not several:
+        if args.workers is not None:
+            raise UsageError("--workers is for several models; one model's builds use --jobs")
+        args.checkpoint = args.checkpoint[0]
+    return several
+
+
+def _cmd_fleet(args: argparse.Namespace) -> int:
+    from .fleet import spec
+    from .fleet.run import run_fleet
+    from .report import fleet as views
+
+    _refuse_folders(args)
+    for flag in ("html", "history"):
+        if getattr(args, flag) is not None:
+            raise UsageError(f"--{flag} takes one model's report; with several models write --json, --junit or --markdown")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.ray is not None and args.ray != RAY_LOCAL and Path(args.ray).suffix in (".pth", ".pt", ".safetensors", ".toml"):
+        raise UsageError(f"--ray took {args.ray} as the cluster's address; write --ray=ADDRESS, or put --ray after the checkpoints")
+    shard = None if args.shard is None else spec.parse_shard(args.shard)
+    fleet = spec.parse_fleet(args.fleet) if args.fleet is not None else spec.from_checkpoints(args.checkpoint)
+    common = from_namespace(CHECK, args)
+    for name in ("checkpoint", "fleet", "shard", "workers", "ray", "json", "junit", "markdown", "html", "history", "quiet"):
+        common.pop(name, None)
+
+    def progress(result: Any, done: int, total: int) -> None:
+        if not args.quiet:
+            print(f"[{done}/{total}] {result.name}: {result.status.upper()} ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    report = run_fleet(fleet, common, shard=shard, workers=args.workers, ray_address=args.ray, on_result=progress)
+    print(views.render_text(report))
+    for model in report.models:
+        if model.traceback:
+            print(f"export-check: internal error checking {model.name} (a bug; please report it):\n{model.traceback}", file=sys.stderr)
+    views.write(report, args.json, args.junit, args.markdown)
+    return report.exit_code
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from .fleet.merge import merge
+    from .report import fleet as views
+
+    _refuse_folders(args)
+    report = merge(args.reports)
+    print(views.render_text(report))
+    views.write(report, args.json, args.junit, args.markdown)
+    return report.exit_code
+
+
+def _refuse_folders(args: argparse.Namespace) -> None:
+    for flag in ("json", "junit", "markdown", "html", "history"):
+        path = getattr(args, flag, None)
         if path is not None and path.is_dir():
-            raise UsageError(f"{path}: is a directory; {flag} takes a file path")
+            raise UsageError(f"{path}: is a directory; --{flag} takes a file path")
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    if _several(args):
+        return _cmd_fleet(args)
+    config = build_config(args)
+    check_outputs(config, {f"--{flag}": getattr(args, flag) for flag in ("json", "junit", "markdown", "html", "history")})
+    _refuse_folders(args)
     from .pipeline import run_check
     from .report import json_report, text
 
@@ -195,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_check(args)
         if args.command == "history":
             return _cmd_history(args)
+        if args.command == "merge":
+            return _cmd_merge(args)
         return _cmd_golden(args)
     except ExportCheckError as exc:
         print(f"export-check: error: {str(exc).removeprefix('export-check: ')}", file=sys.stderr)

@@ -31,8 +31,8 @@ from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOptio
 from .errors import UsageError
 from .signature import SignatureSettings, parse_signature_settings
 
-CHECK, RECORD, VERIFY, APPROVE, HISTORY = "check", "golden record", "golden verify", "golden approve", "history"
-COMMANDS = (CHECK, RECORD, VERIFY, APPROVE, HISTORY)
+CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE = "check", "golden record", "golden verify", "golden approve", "history", "merge"
+COMMANDS = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE)
 MODEL = (CHECK, RECORD, APPROVE)  # the commands that load a checkpoint and its settings
 DEFAULT_GOLDEN = Path("golden")
 DEFAULT_OUT = Path("export-check-out")
@@ -164,6 +164,15 @@ OPTIONS: tuple[Option, ...] = (
            (CHECK,), field="diagnose"),
     Option("strict", "strict", "switch", "a kind that does not apply to the model (e.g. dynamic int8 without Linear or recurrent "
            "layers) fails the run instead of being shown as not applicable", (CHECK,), settings=True, field="strict"),
+    # check, several models (exporter/fleet/): a fleet file, CI shards, a process pool or a Ray cluster
+    Option("fleet", "fleet", "path", "check every model of a fleet file (TOML: [models.NAME] with checkpoint, arch, golden, "
+           "settings); one report over all of them", (CHECK,), metavar="FILE"),
+    Option("shard", "shard", "str", "check only shard I of N of the models (stable: by the sha256 of each model's name), for CI "
+           "matrices; join the shards' --json reports with `export-check merge`", (CHECK,), metavar="I/N"),
+    Option("workers", "workers", "int", "models checked at once on this machine, each in its own process with --jobs 1 "
+           "(default: the usable cores; 1: one after another)", (CHECK,), metavar="N"),
+    Option("ray", "ray", "str", "check each model as a task on a Ray cluster: ADDRESS of an existing one (auto, ray://host:10001), "
+           "or none for a local cluster (needs export-check[ray])", (CHECK,), metavar="ADDRESS"),
     # golden record
     Option("inputs", "inputs", "path", "folder of .png/.jpg/.npy inputs, a labels.json there maps file name to label (default: inputs in "
            "[tool.export-check])", (RECORD,), metavar="DIR", settings=True),
@@ -190,6 +199,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("last", "last", "int", "show the last N runs (default: {default}; 0: all)", (HISTORY,), default=10, metavar="N"),
     Option("artifact", "artifact", "str", "show one row only, e.g. onnx", (HISTORY,), metavar="NAME"),
     Option("json", "json", "switch", "print the runs as JSON instead of tables", (HISTORY,)),
+    # merge
+    Option("reports", "reports", "path", "JSON reports written by `export-check ... --json` (one model's or a fleet's)", (MERGE,),
+           metavar="REPORT.json", positional=True, nargs="+"),
+    Option("json", "json", "path", "write the merged report as JSON", (MERGE,), metavar="PATH"),
+    Option("junit", "junit", "path", "write the merged report as JUnit XML, one test suite per model", (MERGE,), metavar="PATH"),
+    Option("markdown", "markdown", "path", "write the merged report as Markdown", (MERGE,), metavar="PATH"),
 )
 OPTION: dict[str, Option] = {o.name: o for o in reversed(OPTIONS)}  # by name; of two rows named alike (json), the first
 SETTINGS: dict[str, Option] = {o.name: o for o in OPTIONS if o.settings}  # the keys a settings file may hold

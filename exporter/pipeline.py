@@ -86,6 +86,12 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     import torch
 
     with pinned_threads(config.threads), locked_out_dir(out_dir):
+        # Looked up again under the lock: another process (a pytest-xdist worker, a fleet) that held it
+        # may have just built and stored these very artifacts; then this is a hit, not a second build.
+        hit = None if cache is None else cached_observations(cache, config, out_dir)
+        if hit is not None:
+            progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
+            return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings)
         progress("loading checkpoint")
         model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory

@@ -19,12 +19,23 @@ The golden workflow is pytest-regressions': a missing golden set is recorded (fr
 the test fails; ``--export-check-regen`` re-approves the golden set from the current checkpoint and
 fails too, so a regen never passes silently. Each model's pipeline runs once per session and its
 report is shared by all of its items. Nothing heavy is imported until a check runs.
+
+Under pytest-xdist (``pytest -n 2``) a model's items stay on one worker: each is marked
+``xdist_group`` by its checkpoint (``--dist loadgroup``), and the default ``--dist load`` is scheduled
+the same way (the header says so); ``loadfile`` and ``loadscope`` keep them together anyway. A
+golden set is recorded or re-approved once per session, under a lock, and every item of that model
+fails on every worker; build jobs per worker follow the cores each worker has; the session's
+reports (``--export-check-json/-junit/-markdown``) are written once, by the controller, over every
+model every worker checked. Workers share the artifact cache: a model built on one is a hit on
+another, and the out-dir lock keeps two workers from building the same one at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +51,8 @@ if TYPE_CHECKING:
 REGEN_FLAG = "--export-check-regen"
 MODELS_INI = "export_check_models"
 EAGER = "eager"
+SESSION_INPUT = "export_check_session"  # the shared session folder, handed to xdist workers
+REPORT_FLAGS = (("json", "JSON"), ("junit", "JUnit XML"), ("markdown", "Markdown"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,6 +65,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="re-approve each golden set from the current checkpoint (record missing ones), then fail those tests "
         "so that a regeneration never passes silently",
     )
+    for flag, what in REPORT_FLAGS:
+        group.addoption(
+            f"--export-check-{flag}",
+            dest=f"export_check_{flag}",
+            metavar="PATH",
+            default=None,
+            help=f"write one {what} report over every model this session checked (with pytest-xdist: written by "
+            "the controller, over all workers)",
+        )
     parser.addini(
         MODELS_INI,
         type="linelist",
@@ -74,13 +96,36 @@ class Outcome:
     golden_note: str | None
 
 
+def _shared_folder(config: pytest.Config) -> Path:
+    """The session's folder shared by the controller and every xdist worker: golden-set notes and
+    each checked model's result. Made by the controller (or a run without xdist)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and SESSION_INPUT in workerinput:
+        return Path(workerinput[SESSION_INPUT])
+    folder = config.stash.get(_FOLDER_KEY, None)
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="export-check-session-"))
+        config.stash[_FOLDER_KEY] = folder
+    return folder
+
+
+_FOLDER_KEY = pytest.StashKey[Path]()
+
+
+def _worker_count(config: pytest.Config) -> int:
+    workerinput = getattr(config, "workerinput", None)
+    return int(workerinput.get("workercount", 1)) if workerinput is not None else 1
+
+
 class _Session:
-    """Per-session state: reports by run configuration, golden sets written in this session."""
+    """Per-session state: reports by run configuration; golden sets written in this session (shared
+    with the other xdist workers through the session folder)."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.outcomes: dict[str, Outcome] = {}
         self.golden_notes: dict[Path, str] = {}
+        self.folder = _shared_folder(config)
 
     @property
     def regen(self) -> bool:
@@ -107,10 +152,63 @@ class _Session:
         note = None
         try:
             config, settings = run_config(checkpoint, options, default_out=lambda: self.out_dir(checkpoint, key))
-            note = self._golden(config, settings)
-            return Outcome(report=run_check(config), error=None, golden_note=note)
+            config = self._jobs(config, options, settings)
+            note = self._golden_once(config, settings)
+            outcome = Outcome(report=run_check(config), error=None, golden_note=note)
         except ExportCheckError as exc:
-            return Outcome(report=None, error=str(exc), golden_note=note)
+            outcome = Outcome(report=None, error=str(exc), golden_note=note)
+        self._keep(checkpoint, key, outcome)
+        return outcome
+
+    def _jobs(self, config: RunConfig, options: dict[str, Any], settings: dict[str, Any]) -> RunConfig:
+        """Build jobs per worker as the cores allow: ``pytest -n 2`` on two cores checks one artifact at a
+        time in each worker (``--jobs 1``), rather than four processes fighting for two cores."""
+        if "jobs" in options or "jobs" in settings or _worker_count(self.config) < 2:
+            return config
+        from .fleet.local import usable_cores
+
+        if usable_cores() // _worker_count(self.config) >= 2:
+            return config
+        import dataclasses
+
+        return dataclasses.replace(config, jobs=1)
+
+    def _keep(self, checkpoint: Path, key: str, outcome: Outcome) -> None:
+        """Write this model's result into the session folder, for the controller's session report."""
+        from .fleet.result import USAGE, ModelResult
+        from .report import json_report, write_text_atomic
+
+        report = None if outcome.report is None else json.loads(json_report.render(outcome.report))
+        name = _display_name(self.config, checkpoint)
+        result = ModelResult(name=name, checkpoint=str(checkpoint), report=report, error=outcome.error,
+                             error_kind=None if outcome.error is None else USAGE,
+                             seconds=0.0 if outcome.report is None else outcome.report.seconds,
+                             worker=os.environ.get("PYTEST_XDIST_WORKER", "main"), golden_note=outcome.golden_note)
+        data = {"key": key, "result": result.to_json()}
+        write_text_atomic(self.folder / "results" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json", json.dumps(data))
+
+    def _golden_once(self, config: RunConfig, settings: dict[str, Any]) -> str | None:
+        """:meth:`_golden` once per session over every xdist worker: under a lock in the session folder,
+        the first worker records (or re-approves) the set and leaves its note; every later one, on
+        any worker, reads the note, so every item of that model fails everywhere."""
+        from filelock import FileLock
+
+        golden = Path(config.golden).resolve()
+        if golden in self.golden_notes:
+            return self.golden_notes[golden]
+        digest = hashlib.sha256(str(golden).encode()).hexdigest()[:16]
+        note_file = self.folder / f"golden-{digest}.json"
+        with FileLock(str(self.folder / f"golden-{digest}.lock")):
+            if note_file.exists():
+                note = json.loads(note_file.read_text())["note"]
+            else:
+                note = self._golden(config, settings)
+                from .report import write_text_atomic
+
+                write_text_atomic(note_file, json.dumps({"golden": str(golden), "note": note}))
+        if note is not None:
+            self.golden_notes[golden] = note
+        return note
 
     def _golden(self, config: RunConfig, settings: dict[str, Any]) -> str | None:
         """Record a missing golden set, or re-approve an existing one under the regen flag (once per session)."""
@@ -171,6 +269,119 @@ def run_config(checkpoint: Path, options: dict[str, Any], default_out: Any = Non
     explicit = from_keywords(CHECK, options)
     explicit["checkpoint"] = Path(checkpoint)
     return check_config(explicit, default_out=default_out)
+
+
+def _display_name(config: pytest.Config, checkpoint: Path) -> str:
+    try:
+        return str(checkpoint.resolve().relative_to(config.rootpath.resolve()))
+    except ValueError:
+        return str(checkpoint)
+
+
+# --- pytest-xdist: one worker per model, the shared session folder, the controller's report --------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config, "workerinput", None) is None:
+        _shared_folder(config)  # the controller's (or the only process's) session folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_FOLDER_KEY, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, on the controller: every worker shares the controller's session folder."""
+    node.workerinput[SESSION_INPUT] = str(_shared_folder(node.config))
+
+
+def _dist(config: pytest.Config) -> str | None:
+    """The xdist dist mode of a run with workers, else None."""
+    if getattr(config, "workerinput", None) is not None or not config.pluginmanager.hasplugin("xdist"):
+        return None
+    if not config.getoption("numprocesses", None) and not config.getoption("tx", None):
+        return None
+    return str(config.getoption("dist", "no"))
+
+
+def _model_nodeids(config: pytest.Config) -> set[str]:
+    """The node ids of the declared checkpoints (``models/a.pth``): a model's items are ``models/a.pth::row``."""
+    root = config.rootpath.resolve()
+    found = set()
+    for path in _declared(config):
+        try:
+            found.add(path.relative_to(root).as_posix())
+        except ValueError:
+            continue
+    return found
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    dist = _dist(config)
+    if dist is None or not _declared(config):
+        return []
+    if dist == "load":
+        return ["export-check: --dist load would split a model's items over the workers (each worker would run the model's "
+                "whole check); each model's items go to one worker instead, as --dist loadgroup does"]
+    if dist == "worksteal":
+        return ["export-check: warning: --dist worksteal can split a model's items over the workers; the verdicts stay right "
+                "(the second worker waits for the first one's build and takes it from the cache) but the check runs twice; "
+                "use --dist load or --dist loadgroup to keep each model on one worker"]
+    return []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist load`` with declared models: the load scheduler, but a model's items are one unit of work."""
+    if config.getoption("dist", None) != "load" or not _declared(config):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    models = _model_nodeids(config)
+
+    class ModelScheduling(LoadScopeScheduling):
+        """A declared model's items (``a.pth::eager``, ``a.pth::onnx``) go to one worker; every other test is its own unit, as under load."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            head = nodeid.split("::", 1)[0]
+            return head if head in models else nodeid
+
+    return ModelScheduling(config, log)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controller (or a run without xdist) writes the session report over every model checked."""
+    config = session.config
+    if getattr(config, "workerinput", None) is not None:
+        return
+    paths = {flag: config.getoption(f"export_check_{flag}") for flag, _ in REPORT_FLAGS}
+    if not any(paths.values()):
+        return
+    from datetime import UTC, datetime
+
+    from . import __version__
+    from .fleet.result import FleetReport, ModelResult
+    from .report import fleet as views
+
+    folder = _shared_folder(config)
+    results = {}
+    for file in sorted((folder / "results").glob("*.json")):
+        data = json.loads(file.read_text())
+        results[data["key"]] = ModelResult.from_json(data["result"])
+    models = tuple(sorted(results.values(), key=lambda m: m.name))
+    report = FleetReport(models=models, seconds=sum(m.seconds for m in models), executor=f"pytest, {max(1, _workers(config))} process(es)",
+                         created=datetime.now(UTC).isoformat(timespec="seconds"), tool_version=__version__)
+    base = config.invocation_params.dir
+    views.write(report, *(None if paths[flag] is None else base / paths[flag] for flag in ("json", "junit", "markdown")))
+
+
+def _workers(config: pytest.Config) -> int:
+    value = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin("xdist") else None
+    return int(value) if isinstance(value, int) else 1
 
 
 def _session(config: pytest.Config) -> _Session:
@@ -331,6 +542,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     Runs before keyword/mark deselection, so ``-k onnx`` selects these items as it does any other.
     """
     declared = _declared(config)
+    _group_by_model(config, items)
     if not declared or config.args_source == pytest.Config.ArgsSource.ARGS:
         return
     collected = {item.parent.path.resolve() for item in items if isinstance(item, ExportCheckItem)}
@@ -340,7 +552,19 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             report = collector.ihook.pytest_make_collect_report(collector=collector)
             if report.failed:
                 session.ihook.pytest_collectreport(report=report)
-            items.extend(item for item in report.result if isinstance(item, ExportCheckItem))
+            added = [item for item in report.result if isinstance(item, ExportCheckItem)]
+            _group_by_model(config, added)
+            items.extend(added)
+
+
+def _group_by_model(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
+    """Under pytest-xdist, mark each model's items ``xdist_group`` by checkpoint: ``--dist loadgroup``
+    keeps them on one worker. (Without xdist the mark is unknown, and ``--strict-markers`` refuses it.)"""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if isinstance(item, ExportCheckItem):
+            item.add_marker(pytest.mark.xdist_group(name=f"export-check:{item.parent.path}"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

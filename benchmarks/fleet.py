@@ -1,0 +1,139 @@
+"""Fleet benchmarks (issue 14): many small models on 2 cores, parallel against one after another.
+
+1. A fleet of 8 models (tests/fleet_project.py: the user's DigitsMLP at 8 widths, 12-input golden
+   sets, TorchScript-trace and ONNX; one model retrained so it fails) checked by one
+   ``export-check --fleet fleet.toml`` run, against the baseline a user had before: 8
+   ``export-check MODEL`` runs one after another. Both cold (``--no-cache``). Target >= 1.6x.
+2. ``pytest -n 2`` on a project declaring 4 models against a serial ``pytest``, each with a fresh,
+   empty artifact cache. These are the user's conv ``SmallNet`` (tests/user_project.py) at 4 widths,
+   golden sets of 8 photos, every artifact kind: the issue's project. (With the MLPs above a whole
+   model's check is ~2 s, less than starting a worker process, so ``-n 2`` cannot win there.)
+
+Every run's verdicts are compared (per model and row; per pytest item) and must be equal. Run from
+the repo in an environment with export-check and its test extra (pytest-xdist) installed::
+
+    python benchmarks/fleet.py              # models in a temp folder, deleted after
+    python benchmarks/fleet.py --repeats 2  # the median of 2 of each
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "tests"), str(REPO)]
+
+from fleet_project import make_zoo  # noqa: E402  (tests/ on the path first)
+from user_project import PREPROCESS, write_netdef, write_photos  # noqa: E402
+
+EXE = str(Path(sys.executable).with_name("export-check"))
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+    return time.perf_counter() - started, done
+
+
+def _rows(report: dict) -> dict[str, str]:
+    return {row["name"]: row["status"] for row in report["rows"]}
+
+
+def bench_fleet(folder: Path, env: dict[str, str], names: tuple[str, ...]) -> tuple[float, float]:
+    """Seconds for one after another, and for one fleet run; asserts the same verdicts."""
+    serial: dict[str, dict[str, str]] = {}
+    started = time.perf_counter()
+    for name in names:
+        _, done = _run([EXE, f"{name}/model.pth", "--no-cache", "-q", "--out", "out-serial", "--json", f"{name}.json"], folder, env)
+        assert done.returncode in (0, 1), done.stderr
+        serial[name] = _rows(json.loads((folder / f"{name}.json").read_text()))
+    one_by_one = time.perf_counter() - started
+    fleet_seconds, done = _run([EXE, "--fleet", "fleet.toml", "--no-cache", "-q", "--out", "out-fleet", "--json", "fleet.json"], folder, env)
+    assert done.returncode == 1, done.stderr
+    fleet = {m["name"]: _rows(m["report"]) for m in json.loads((folder / "fleet.json").read_text())["models"]}
+    assert fleet == serial, (fleet, serial)
+    return one_by_one, fleet_seconds
+
+
+ITEM = re.compile(r"(\w+\d)/model\.pth::(\S+) (PASSED|FAILED)|(PASSED|FAILED) (\w+\d)/model\.pth::(\S+)")
+
+
+def _items(text: str) -> dict[tuple[str, str], str]:
+    found = {}
+    for m in ITEM.finditer(text):
+        model, row, verdict = (m.group(1), m.group(2), m.group(3)) if m.group(1) else (m.group(5), m.group(6), m.group(4))
+        found[(model, row)] = verdict
+    return found
+
+
+def bench_pytest(folder: Path, env: dict[str, str], workers: int) -> tuple[float, dict[tuple[str, str], str]]:
+    cache = tempfile.mkdtemp(prefix="fleet-bench-cache-")  # cold: nothing built by an earlier run
+    args = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *(["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"])]
+    seconds, done = _run(args, folder, {**env, "XDG_CACHE_HOME": cache})
+    items = _items(done.stdout)
+    assert items and len(items) % 4 == 0, done.stdout[-2000:]
+    return seconds, items
+
+
+def conv_project(folder: Path, count: int) -> Path:
+    """``count`` SmallNet models (seeded, widths 8, 12, ...), each with its settings and golden set of 8 photos."""
+    import torch
+
+    from exporter.checkpoint import resolve_factory
+    from exporter.cli import main as cli
+
+    folder.mkdir(parents=True)
+    netdef = write_netdef(folder)
+    write_photos(folder / "photos")
+    preprocess = ", ".join(f"{k} = {json.dumps(v)}" for k, v in PREPROCESS.items())
+    names = []
+    for i in range(count):
+        model = folder / f"net{i}"
+        model.mkdir()
+        torch.manual_seed(i)
+        torch.save(resolve_factory(f"{netdef}:SmallNet")(width=8 + 4 * i).state_dict(), model / "model.pth")
+        (model / "export-check.toml").write_text(f'arch = "{netdef}:SmallNet"\narch-kwargs = {{ width = {8 + 4 * i} }}\ngolden = "golden"\n'
+                                                  f'inputs = "../photos"\npreprocess = {{ {preprocess} }}\n')
+        assert cli(["golden", "record", str(model / "model.pth"), "-q"]) == 0
+        names.append(f'"net{i}/model.pth"')
+    (folder / "pyproject.toml").write_text(f"[tool.pytest.ini_options]\nexport_check_models = [{', '.join(names)}]\n")
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args(argv)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
+        zoo = make_zoo(Path(tmp) / "fleet", 8, broken=(3,))
+        project = conv_project(Path(tmp) / "project", 4)
+        pairs = [bench_fleet(zoo.folder, env, zoo.names) for _ in range(args.repeats)]
+        serial = statistics.median(p[0] for p in pairs)
+        fleet = statistics.median(p[1] for p in pairs)
+        print(f"fleet of {len(zoo.names)} models, cold, {os.cpu_count()} cores: one after another {serial:.1f} s, one "
+              f"`export-check --fleet` run {fleet:.1f} s: {serial / fleet:.2f}x faster, same verdicts")
+        runs = []
+        for _ in range(args.repeats):
+            s_seconds, s_items = bench_pytest(project, env, 1)
+            p_seconds, p_items = bench_pytest(project, env, 2)
+            assert s_items == p_items, (s_items, p_items)
+            runs.append((s_seconds, p_seconds))
+        s, p = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        failed = sum(v == "FAILED" for v in s_items.values())
+        print(f"pytest on 4 models ({len(s_items)} items, {failed} failing), cold cache: serial {s:.1f} s, "
+              f"-n 2 {p:.1f} s: {s / p:.2f}x faster, same verdicts")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

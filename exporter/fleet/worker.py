@@ -1,0 +1,41 @@
+"""Check one model of a fleet: the one pipeline (``run_check``), its report as JSON data.
+
+Runs wherever the executor puts it (this process, a pool worker, a Ray task). Whatever stops one
+model's check becomes that model's error result, never the fleet's: a user error keeps its one line,
+a bug in export-check its traceback too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import traceback
+from typing import Any
+
+from .plan import Job
+from .result import INTERNAL, USAGE, ModelResult
+
+
+def where() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def check_model(job: Job) -> ModelResult:
+    from ..errors import ExportCheckError
+    from ..pipeline import run_check
+    from ..report import json_report
+
+    started = time.perf_counter()
+    common: dict[str, Any] = dict(name=job.name, checkpoint=str(job.config.checkpoint), worker=where())
+    try:
+        report = run_check(job.config)
+    except ExportCheckError as exc:
+        return ModelResult(report=None, error=str(exc), error_kind=USAGE, seconds=time.perf_counter() - started, **common)
+    except Exception as exc:  # noqa: BLE001 - one model's bug must not cost the other models their results
+        return ModelResult(report=None, error=f"internal error: {type(exc).__name__}: {exc}", error_kind=INTERNAL,
+                           seconds=time.perf_counter() - started, traceback=traceback.format_exc(), **common)
+    # the data `--json` writes: what merge reads back, so a merged report equals the serial one
+    data = json.loads(json_report.render(report))
+    return ModelResult(report=data, seconds=time.perf_counter() - started, **common)

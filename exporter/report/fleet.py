@@ -1,0 +1,144 @@
+"""Views of a fleet report (``exporter.fleet.result.FleetReport``): the terminal summary, JSON, JUnit
+and Markdown. Each reads the models' JSON reports only, so a fleet run and ``export-check merge`` of
+its shards render the same verdicts the same way.
+
+The JSON is ``schema: export-check-fleet-report``: the fleet's counts and exit code, and per model
+its status, exit code, error (if its check stopped) and its whole ``--json`` report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from ..fleet.result import FleetReport, ModelResult
+from . import write_text_atomic
+
+SCHEMA, SCHEMA_VERSION = "export-check-fleet-report", 1
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def to_json(fleet: FleetReport) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "tool_version": fleet.tool_version, "created": fleet.created,
+        "passed": fleet.passed, "exit_code": fleet.exit_code, "counts": fleet.counts(), "row_counts": fleet.row_counts(),
+        "executor": fleet.executor, "seconds": fleet.seconds, "fleet_file": fleet.fleet_file, "fleet_sha256": fleet.fleet_sha256,
+        "fleet_models": list(fleet.fleet_models), "shard": fleet.shard, "models": [m.to_json() for m in fleet.models],
+    }
+
+
+def render_json(fleet: FleetReport) -> str:
+    return json.dumps(to_json(fleet), indent=2, allow_nan=False) + "\n"
+
+
+def _rows(model: ModelResult) -> list[dict[str, Any]]:
+    return [] if model.report is None else list(model.report["rows"])
+
+
+def _mae(row: dict[str, Any]) -> str:
+    metrics = row.get("metrics") or {}
+    mae = metrics.get("mae")
+    return "-" if mae is None else f"{mae:.2e}"
+
+
+def _counts(model: ModelResult) -> str:
+    if model.report is None:
+        return "no rows"
+    c = model.row_counts()
+    return f"{c['pass']} passed, {c['fail']} failed, {c['error']} errors" + (f", {c['not-applicable']} n/a" if c["not-applicable"] else "")
+
+
+def problem_lines(fleet: FleetReport) -> list[str]:
+    """One line per model that did not pass: each failing row with its reasons, or why the check stopped."""
+    lines = []
+    for model in fleet.models:
+        if model.report is None:
+            lines.append(f"{model.name}: ERROR {model.error}")
+        if model.golden_note is not None:
+            lines.append(f"{model.name}: FAIL {model.golden_note.splitlines()[0]}")
+        for row in _rows(model):
+            if row["status"] in ("fail", "error"):
+                lines.append(f"{model.name} / {row['name']}: {row['status'].upper()} {'; '.join(row['reasons'])}")
+    return lines
+
+
+def render_text(fleet: FleetReport) -> str:
+    width = max([len(m.name) for m in fleet.models] + [5])
+    head = f"export-check fleet: {fleet.counts_text()}" + (f" (shard {fleet.shard})" if fleet.shard else "")
+    lines = [head, f"  {'model':<{width}}  status  {'rows':<34}  seconds  worker"]
+    for m in fleet.models:
+        lines.append(f"  {m.name:<{width}}  {m.status.upper():<6}  {_counts(m):<34}  {m.seconds:7.1f}  {m.worker or '-'}")
+    problems = problem_lines(fleet)
+    if problems:
+        lines += ["", "not passing:", *(f"  {line}" for line in problems)]
+    rows = fleet.row_counts()
+    lines += ["", f"{'PASS' if fleet.passed else 'FAIL'}: {fleet.counts_text()}; rows {rows['pass']} passed, {rows['fail']} failed, "
+              f"{rows['error']} errors; {fleet.executor}, {fleet.seconds:.1f} s"]
+    return "\n".join(lines)
+
+
+def _clean(text: object) -> str:
+    return _INVALID_XML.sub("\ufffd", str(text))
+
+
+def _seconds(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) and math.isfinite(value) else "0"
+
+
+def render_junit(fleet: FleetReport) -> str:
+    """One ``<testsuite>`` per model, one ``<testcase>`` per row (a model whose check stopped: one
+    ``check`` testcase with its ``<error>``); the Ant "junit-10" layout CI servers read."""
+    root = ET.Element("testsuites", name="export-check fleet", tests="0", failures="0", errors="0", time=_seconds(fleet.seconds))
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for model in fleet.models:
+        suite = ET.SubElement(root, "testsuite", name=_clean(model.name), time=_seconds(model.seconds))
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        cases = _rows(model) or [{"name": "check", "status": "error", "reasons": [model.error or ""]}]
+        for row in cases:
+            case = ET.SubElement(suite, "testcase", name=_clean(row["name"]), classname=_clean(model.name),
+                                 time=_seconds((row.get("build_seconds") or 0) + (row.get("replay_seconds") or 0)))
+            counts["tests"] += 1
+            reasons = _clean("; ".join(row["reasons"]))
+            if row["status"] == "fail":
+                counts["failures"] += 1
+                ET.SubElement(case, "failure", message=reasons, type="drift").text = f"MAE {_mae(row)}\n{reasons}"
+            elif row["status"] == "error":
+                counts["errors"] += 1
+                ET.SubElement(case, "error", message=reasons, type=model.error_kind or "artifact-error").text = reasons
+            elif row["status"] == "not-applicable":
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=reasons)
+        for key, value in counts.items():
+            suite.set(key, str(value))
+        for key in totals:
+            totals[key] += counts[key]
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(fleet: FleetReport) -> str:
+    mark = {"pass": "✅ pass", "fail": "❌ fail", "error": "⚠️ error"}
+    lines = [f"## export-check fleet: {'passed' if fleet.passed else 'FAILED'}", "",
+             f"{fleet.counts_text()}" + (f" (shard {fleet.shard})" if fleet.shard else "") + f"; {fleet.executor}, {fleet.seconds:.1f} s", "",
+             "| model | status | rows | seconds |", "|---|---|---|---:|"]
+    lines += [f"| `{_md(m.name)}` | {mark[m.status]} | {_counts(m)} | {m.seconds:.1f} |" for m in fleet.models]
+    problems = problem_lines(fleet)
+    if problems:
+        lines += ["", "### Not passing", "", *(f"- {_md(line)}" for line in problems)]
+    return "\n".join(lines) + "\n"
+
+
+def write(fleet: FleetReport, json_path: Path | None = None, junit_path: Path | None = None, markdown_path: Path | None = None) -> None:
+    for path, render in ((json_path, render_json), (junit_path, render_junit), (markdown_path, render_markdown)):
+        if path is not None:
+            write_text_atomic(path, render(fleet))

@@ -1,0 +1,114 @@
+"""A model zoo for fleet, shard, Ray and pytest-xdist tests: small real models with their own golden sets.
+
+Each model is the user's ``DigitsMLP`` (tests/user_project.py's netdef.py; 64-float digit vectors in,
+10 logits out) at its own width and seed, with a golden set recorded from real test-split digits by
+the CLI. ``broken`` models get new weights after their golden set was recorded, so their eager row
+fails (the artifacts still match eager): a real regression, not a stub.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from user_project import write_digit_vectors, write_netdef
+
+TWO_KINDS = ("torchscript-trace", "onnx")
+
+
+@dataclass(frozen=True)
+class Zoo:
+    folder: Path
+    names: tuple[str, ...]  # model names, in fleet order; each is <name>/model.pth with <name>/export-check.toml
+    broken: tuple[str, ...]  # their eager row fails
+
+    def checkpoint(self, name: str) -> Path:
+        return self.folder / name / "model.pth"
+
+    def expected(self, name: str) -> str:
+        return "fail" if name in self.broken else "pass"
+
+
+def save_mlp(netdef: Path, hidden: int, seed: int, out: Path) -> None:
+    import torch
+
+    from exporter.checkpoint import resolve_factory
+
+    torch.manual_seed(seed)
+    torch.save(resolve_factory(f"{netdef}:DigitsMLP")(hidden=hidden).state_dict(), out)
+
+
+def make_zoo(folder: Path, count: int, broken: tuple[int, ...] = (), kinds: tuple[str, ...] = TWO_KINDS,
+             extra: dict[str, str] | None = None, record: bool = True) -> Zoo:
+    """``count`` models in ``folder``: ``<name>/model.pth`` with its ``export-check.toml`` (arch, golden,
+    inputs, artifacts) and, with ``record``, its golden set recorded by the CLI; ``fleet.toml`` names
+    them all. ``extra``: more lines of a model's table in fleet.toml, by name. A broken model without
+    ``record`` gets its new weights when its golden set is first recorded (:func:`break_model`)."""
+    from exporter.cli import main
+
+    folder.mkdir(parents=True, exist_ok=True)
+    netdef = write_netdef(folder)
+    write_digit_vectors(folder / "digits", count=12)
+    names = tuple(f"mlp{i}" for i in range(count))
+    fleet = ["[defaults]", f"artifacts = {json.dumps(list(kinds))}", ""]
+    for i, name in enumerate(names):
+        hidden = 8 + 4 * i
+        (folder / name).mkdir(exist_ok=True)
+        save_mlp(netdef, hidden, seed=i, out=folder / name / "model.pth")
+        (folder / name / "export-check.toml").write_text(
+            # the arch by its absolute path, as the fleet file's "netdef.py" resolves: the same cache key
+            f'arch = "{netdef}:DigitsMLP"\narch-kwargs = {{ hidden = {hidden} }}\ngolden = "golden"\ninputs = "../digits"\n'
+            f"artifacts = {json.dumps(list(kinds))}\n"
+        )
+        if record:
+            assert main(["golden", "record", str(folder / name / "model.pth"), "-q"]) == 0, name
+            if i in broken:  # retrained after its golden set was approved: its eager row fails
+                break_model(folder, name)
+        fleet += [f"[models.{name}]", f'checkpoint = "{name}/model.pth"', 'arch = "netdef.py:DigitsMLP"',
+                  f"arch-kwargs = {{ hidden = {hidden} }}", f'golden = "{name}/golden"', *((extra or {}).get(name, "").splitlines()), ""]
+    (folder / "fleet.toml").write_text("\n".join(fleet))
+    return Zoo(folder, names, tuple(names[i] for i in broken))
+
+
+def break_model(folder: Path, name: str) -> None:
+    """New weights for model ``name`` (its golden set keeps the old logits)."""
+    hidden = 8 + 4 * int(name.removeprefix("mlp"))
+    save_mlp(folder / "netdef.py", hidden, seed=100 + hidden, out=folder / name / "model.pth")
+
+
+KILLER = textwrap.dedent(
+    '''
+    import os
+    import signal
+    from pathlib import Path
+
+    from exporter.checkpoint import resolve_factory
+
+    HERE = Path(__file__).resolve().parent
+
+
+    def KillOnce(marker: str, hidden: int = 8, always: bool = False):
+        """The user's DigitsMLP, except that its first construction (every one, with always=True) kills
+        its own process with SIGKILL: the worker checking this model is lost mid-check, as when a
+        node goes down. The marker file records the pid that died."""
+        path = Path(marker)
+        if always or not path.exists():
+            with open(path, "a") as fh:
+                fh.write(f"{os.getpid()}\\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return resolve_factory(f"{HERE / 'netdef.py'}:DigitsMLP")(hidden=hidden)
+    '''
+).lstrip()
+
+
+def add_killer(zoo: Zoo, name: str, always: bool, marker: Path | None = None) -> str:
+    """A fleet table for model ``name`` (already in the zoo, golden set recorded) checked through
+    ``killer.py:KillOnce``: its worker dies on the first attempt (on every one, with ``always``)."""
+    (zoo.folder / "killer.py").write_text(KILLER)
+    hidden = 8 + 4 * int(name.removeprefix("mlp"))
+    marker = marker or zoo.folder / f"{name}.killed"
+    return "\n".join([f"[models.{name}-killed]", f'checkpoint = "{name}/model.pth"', 'arch = "killer.py:KillOnce"',
+                      f'arch-kwargs = {{ marker = "{marker}", hidden = {hidden}, always = {str(always).lower()} }}',
+                      f'golden = "{name}/golden"', ""])
