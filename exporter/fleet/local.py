@@ -57,7 +57,11 @@ def _pool_pass(jobs: Sequence[Job], workers: int, done: dict[str, ModelResult], 
     context = multiprocessing.get_context("forkserver")
     lost: list[Job] = []
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        pending: dict[Future[ModelResult], Job] = {pool.submit(check_model, job): job for job in jobs}
+        # the forkserver was started with the environment of its time: hand each worker this run's cache key
+        from ..cache.secret import KEY_ENV, key_file_path
+
+        env = {KEY_ENV: str(key_file_path())}
+        pending: dict[Future[ModelResult], Job] = {pool.submit(check_model, job, env): job for job in jobs}
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:

@@ -22,7 +22,9 @@ def where() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def check_model(job: Job) -> ModelResult:
+def check_model(job: Job, env: dict[str, str] | None = None) -> ModelResult:
+    """``env``: variables the parent's run depends on (the cache key's path), set in this worker first."""
+    os.environ.update(env or {})
     from ..errors import ExportCheckError
     from ..pipeline import run_check
     from ..report import json_report

@@ -42,8 +42,10 @@ def runs(zoo: Zoo, tmp_path_factory: pytest.TempPathFactory) -> Path:
     fleet.json (+ f.xml, f.md) and the exit codes in codes.json."""
     folder = tmp_path_factory.mktemp("fleet-runs")
     serial_code, _ = _fleet(zoo, folder, "--workers", "1", "--no-cache", name="serial.json")
-    code, _ = _fleet(zoo, folder, "--workers", "2", "--cache-dir", str(folder / "cache"), "--junit", str(folder / "f.xml"),
-                     "--markdown", str(folder / "f.md"))
+    with pytest.MonkeyPatch.context() as mp:  # the module's own cache key, which the later runs share (see fleet_key)
+        mp.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(folder / "key" / "cache.key"))
+        code, _ = _fleet(zoo, folder, "--workers", "2", "--cache-dir", str(folder / "cache"), "--junit", str(folder / "f.xml"),
+                         "--markdown", str(folder / "f.md"))
     (folder / "codes.json").write_text(json.dumps({"serial": serial_code, "fleet": code}))
     return folder
 
@@ -112,8 +114,10 @@ def eager_logits_mlp(netdef: Path, checkpoint: Path, inputs: list[np.ndarray]) -
 
 
 def test_shards_then_merge_give_the_whole_fleets_verdicts_and_the_cache_serves_every_process(zoo: Zoo, runs: Path, tmp_path: Path,
-                                                                                          capsys) -> None:
+                                                                                          capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     whole, code = json.loads((runs / "fleet.json").read_text()), json.loads((runs / "codes.json").read_text())["fleet"]
+    # the cache is authenticated by its writer's key: these later processes are the same user, with the same key
+    monkeypatch.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(runs / "key" / "cache.key"))
     shards = []
     for i in (1, 2):
         shard_code, shard = _fleet(zoo, tmp_path, "--shard", f"{i}/2", "--cache-dir", str(runs / "cache"), name=f"shard{i}.json")
