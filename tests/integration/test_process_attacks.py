@@ -30,7 +30,8 @@ from exporter.errors import CheckpointError
 def snapshot(folder: Path, skip: str = "out") -> dict[str, str]:
     """sha256 of every file below ``folder`` except the tool's own output folder ``skip``."""
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink() and p.relative_to(folder).parts[0] != skip}
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink() and p.relative_to(folder).parts[0] != skip
+            and "__pycache__" not in p.parts}  # importing the user's arch compiles it, as python and pytest do
 
 
 @pytest.fixture()
