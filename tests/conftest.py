@@ -24,6 +24,13 @@ if str(REPO) not in sys.path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Session- and module-scoped fixtures run before the per-test private_cache_dir: give them a
+    # cache and a cache key of the session's own, never the real home directory's.
+    import tempfile
+
+    for variable in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        os.environ[variable] = tempfile.mkdtemp(prefix=f"export-check-tests-{variable.lower()}-")
+    os.environ.pop("EXPORT_CHECK_CACHE_KEY_FILE", None)
     if os.environ.get("EXPORT_CHECK_REQUIRE_INSTALLED"):
         import exporter
 
