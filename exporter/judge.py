@@ -205,10 +205,15 @@ def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> 
     return layers is None or layers.threshold != reference_mae(thresholds)
 
 
+def _moving_runs(measured: Measured, bound: float) -> list[BatchSizeRun]:
+    """The batch sizes at which the eager model's own outputs move from the main size by more than ``bound``."""
+    return [r for r in (measured.sizes.runs if measured.sizes is not None else ()) if _moves(r.moved, bound)]
+
+
 def _eager_notes(measured: Measured, bound: float) -> tuple[str, ...]:
     runs = measured.sizes.runs if measured.sizes is not None else ()
     notes = []
-    moved = [r for r in runs if _moves(r.moved, bound)]
+    moved = _moving_runs(measured, bound)
     if moved:
         worst = max(moved, key=lambda r: r.moved or 0.0)
         main = measured.sizes.main_size if measured.sizes is not None else 0
@@ -279,7 +284,7 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     reasons = gate_reasons(obs.metrics, gate) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
     details = dict(obs.details)
     recorded, checked = details.get("recorded_batch_size"), details.get("checked_batch_size")
-    batch_dependent = obs.diagnostics is not None and bool(_eager_notes(obs.diagnostics, reference_mae(thresholds)))
+    batch_dependent = obs.diagnostics is not None and bool(_moving_runs(obs.diagnostics, reference_mae(thresholds)))
     if reasons and recorded and checked and recorded != checked and batch_dependent:
         reasons += (f"the golden set was recorded at batch size {recorded} and this check runs at {checked}, and the model's "
                     f"outputs depend on the batch: check at --batch-size {recorded} (or re-record) before suspecting the weights",)

@@ -144,10 +144,8 @@ class Replay:
 
     def recording_details(self) -> tuple[tuple[str, str], ...]:
         """How the golden set was recorded (batch size, mode), when its manifest says, and the check's batch size."""
-        rec = getattr(self.golden, "recording", None) or {}
-        out = [("checked_batch_size", str(self.config.batch_size))]
-        out += [(f"recorded_{key}", str(rec[key])) for key in ("batch_size", "mode") if key in rec]
-        return tuple(out)
+        recorded = (("recorded_batch_size", self.golden.recorded_batch_size), ("recorded_mode", self.golden.recorded_mode))
+        return (("checked_batch_size", str(self.config.batch_size)), *((key, str(value)) for key, value in recorded if value is not None))
 
     def artifact_observation(self, kind: ArtifactKind, outcome: BuildOutcome) -> Observation:
         artifact = file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None

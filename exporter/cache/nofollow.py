@@ -77,13 +77,7 @@ def open_regular(path: Path, *, follow: bool = True) -> int:
 
 def sha256_fd(fd: int, limit: int | None = None) -> tuple[str, int]:
     """sha256 and size of what ``fd`` reads from its current position; ``Refused`` beyond ``limit`` bytes."""
-    digest, size = hashlib.sha256(), 0
-    while block := os.read(fd, CHUNK):
-        size += len(block)
-        if limit is not None and size > limit:
-            raise Refused(f"more than the {limit} bytes expected")
-        digest.update(block)
-    return digest.hexdigest(), size
+    return copy_fd(fd, None, limit)
 
 
 def sha256_regular(path: Path) -> str:
@@ -95,17 +89,19 @@ def sha256_regular(path: Path) -> str:
         os.close(fd)
 
 
-def copy_fd(src: int, dst: int, limit: int | None = None) -> tuple[str, int]:
-    """Copy ``src`` to ``dst`` to the end; the sha256 and size of the bytes read. ``Refused`` beyond ``limit``."""
+def copy_fd(src: int, dst: int | None, limit: int | None = None) -> tuple[str, int]:
+    """Copy ``src`` to ``dst`` (``None``: only hash) to the end; the sha256 and size of the bytes read.
+    ``Refused`` beyond ``limit``."""
     digest, size = hashlib.sha256(), 0
     while block := os.read(src, CHUNK):
         size += len(block)
         if limit is not None and size > limit:
             raise Refused(f"more than the {limit} bytes expected")
         digest.update(block)
-        view = memoryview(block)
-        while view:
-            view = view[os.write(dst, view):]
+        if dst is not None:
+            view = memoryview(block)
+            while view:
+                view = view[os.write(dst, view):]
     return digest.hexdigest(), size
 
 

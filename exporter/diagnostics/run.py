@@ -178,13 +178,12 @@ class Diagnoser:
 
     def _recording_notes(self) -> tuple[str, ...]:
         """What the eager row should say about how the golden set was recorded, when it differs from this check."""
-        rec = getattr(self.golden, "recording", None) or {}
         notes = []
-        recorded, checked = rec.get("batch_size"), self.config.batch_size
-        if isinstance(recorded, int) and recorded != checked:
+        recorded, checked = self.golden.recorded_batch_size, self.config.batch_size
+        if recorded is not None and recorded != checked:
             notes.append(f"the golden set was recorded at batch size {recorded}; this check runs at {checked}: a model whose "
                          "outputs depend on the batch differs from its reference for that reason alone")
-        if rec.get("mode") == "train":
+        if self.golden.recorded_mode == "train":
             notes.append("the golden set was recorded with the model in training mode; the check runs it in eval mode")
         return tuple(notes)
 
