@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # repository root: models, exporter.golden.inputs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # repository root: models, export_check.golden.inputs
 
 import numpy as np
 import onnx
@@ -35,8 +35,8 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from PIL import Image
 from torch import nn
 
-from exporter.artifacts import BUILD_ORDER, resolve_kinds
-from exporter.golden.inputs import Preprocess, preprocess_image
+from export_check.artifacts import BUILD_ORDER, resolve_kinds
+from export_check.golden.inputs import Preprocess, preprocess_image
 from models import ARCHITECTURES
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -88,8 +88,8 @@ def conv_project(folder: Path, count: int) -> Path:
     """``count`` SmallNet models (seeded, widths 8, 12, ...), each with its settings and golden set of 8 photos."""
     import torch
 
-    from exporter.checkpoint import resolve_factory
-    from exporter.cli import main as cli
+    from export_check.checkpoint import resolve_factory
+    from export_check.cli import main as cli
 
     folder.mkdir(parents=True)
     netdef = write_netdef(folder)

@@ -78,7 +78,7 @@ def _instrument(variant: str, out: Path) -> None:
 
         reduction.dump = dump
     else:
-        from exporter.build import protocol
+        from export_check.build import protocol
 
         real_send = protocol.send
 
@@ -104,23 +104,23 @@ def _install(isolation_stdlib, variant: str) -> None:
 
 def _cli_main(variant: str, out: Path, args: list[str]) -> None:
     _instrument(variant, out)
-    from exporter import cli
+    from export_check import cli
 
     cli._exit(cli.main(args))
 
 
 def _first_main(variant: str, out: Path) -> None:
     """Server start to the first build's reply, in a fresh process, as the pipeline does it."""
-    from exporter.build import isolation as iso
+    from export_check.build import isolation as iso
 
     if variant in PRELOADS:
         import isolation_stdlib
 
         _install(isolation_stdlib, variant)
-    from exporter.artifacts import KINDS_BY_NAME, BuildContext
-    from exporter.checkpoint import build_model, load_state_dict
-    from exporter.golden import load_golden
-    from exporter.golden_batches import GoldenBatches
+    from export_check.artifacts import KINDS_BY_NAME, BuildContext
+    from export_check.checkpoint import build_model, load_state_dict
+    from export_check.golden import load_golden
+    from export_check.golden_batches import GoldenBatches
 
     began = time.perf_counter()  # the pipeline's order: prewarm (it imports torch, then starts the server), then the model
     if variant != "in-process":

@@ -28,8 +28,8 @@ from multiprocessing import connection
 from pathlib import Path
 from typing import Any
 
-from exporter.build import isolation as iso
-from exporter.build import protocol, server
+from export_check.build import isolation as iso
+from export_check.build import protocol, server
 
 WARM_MODULE = "isolation_stdlib_warm"  # benchmarks/isolation_stdlib_warm.py: the server's _warm_up, on import
 

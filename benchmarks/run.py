@@ -61,7 +61,7 @@ class Run:
 
 def export_check_cmd() -> list[str]:
     script = Path(sys.executable).with_name("export-check")
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "exporter"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "export_check"]
 
 
 def timed(cmd: list[str], json_out: Path | None = None, expect: tuple[int, ...] = (0,), env: dict[str, str] | None = None) -> Run:
@@ -119,7 +119,7 @@ def model_args(arch: str) -> list[str]:
 
 
 def golden_set(arch: str, count: int) -> Path:
-    from exporter.files import sha256_file
+    from export_check.files import sha256_file
 
     golden = OUT / "golden" / f"{arch}-{count}"
     manifest = golden / "manifest.json"
@@ -262,7 +262,7 @@ def cli_costs(repeats: int) -> dict[str, Any]:
     imported: dict[str, list[str]] = {}
     script = cmd[-1] if len(cmd) == 1 else None
     for label, argv in (("--help", ["--help"]), ("argument error", ["check", "models/checkpoints/resnet_digits.pth", "--batch-size", "0"])):
-        probe = [sys.executable, "-X", "importtime", *([script] if script else ["-m", "exporter"]), *argv]
+        probe = [sys.executable, "-X", "importtime", *([script] if script else ["-m", "export_check"]), *argv]
         proc = subprocess.run(probe, cwd=REPO, capture_output=True, text=True)
         modules = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
         imported[label] = sorted(m for m in modules if m.split(".")[0] in HEAVY)
@@ -294,7 +294,7 @@ def memory_growth(arch: str, small: int, large: int, repeats: int) -> dict[str, 
 
 
 def machine() -> dict[str, str]:
-    from exporter.versions import library_versions
+    from export_check.versions import library_versions
 
     cpu = "unknown"
     with open("/proc/cpuinfo") as fh:

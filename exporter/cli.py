@@ -292,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _interrupted() -> int:
     """Ctrl-C: stop the build server and the build under way, say so in one line, exit 130."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup with a traceback
-    isolation = sys.modules.get("exporter.build.isolation")
+    isolation = sys.modules.get("export_check.build.isolation")
     if isolation is not None:
         with contextlib.suppress(Exception):
             isolation.SERVICE.stop()
@@ -302,7 +302,7 @@ def _interrupted() -> int:
 
 
 def _installed_libraries_first() -> None:
-    """``python -m exporter`` puts the current directory first on ``sys.path``, ahead of the installed
+    """``python -m export_check`` puts the current directory first on ``sys.path``, ahead of the installed
     libraries, so an ``onnxruntime.py`` or ``torch.py`` there would run instead of the real one. Move
     it to the end: the user's model modules there still import (exporter/checkpoint.py)."""
     if sys.path and not sys.flags.safe_path and sys.path[0] in ("", os.getcwd()):

@@ -1,7 +1,7 @@
 """Batches of named inputs (``feeds``: ``{input name: array}``), sliced and joined along each
 input's own batch axis, as the signature says. Pure numpy.
 
->>> from exporter.signature import SINGLE
+>>> from export_check.signature import SINGLE
 >>> f = {"input": np.arange(10).reshape(5, 2)}
 >>> length(take(f, SINGLE, 1, 3), SINGLE)
 2

@@ -4,7 +4,7 @@ This is the only place a verdict is made. A cold run, a cached run and a pytest 
 their observations (``measurements.Observation``) here, with the thresholds of the run; the
 observer asks :func:`wants_layers` whether a per-layer table is worth measuring for a row.
 
->>> from exporter.compare import compare
+>>> from export_check.compare import compare
 >>> import numpy as np
 >>> gate_reasons(compare(np.zeros((1, 2)), np.ones((1, 2))), Gate(max_mae=0.5))
 ('MAE 1 > 0.5',)

@@ -2,11 +2,11 @@
 default, help, metavar or choices, the commands taking it, and whether a settings file may set it.
 
 From the table: each subcommand's argparse arguments (:func:`add_arguments`), the validation of a
-``[tool.export-check]`` table (``exporter.settings.parse_settings`` reads :data:`SETTINGS` and
+``[tool.export-check]`` table (``export_check.settings.parse_settings`` reads :data:`SETTINGS` and
 :func:`coerce`), and the overlay *explicit value > settings file > default* (:func:`overlay`) that
-builds the :class:`~exporter.config.RunConfig` of ``check`` (:func:`to_run_config`;
-``exporter.settings.check_config`` reads the settings file and overlays) and the parameters of
-``golden record``/``approve`` (``exporter.settings.golden_params``). The CLI's explicit values are
+builds the :class:`~export_check.config.RunConfig` of ``check`` (:func:`to_run_config`;
+``export_check.settings.check_config`` reads the settings file and overlays) and the parameters of
+``golden record``/``approve`` (``export_check.settings.golden_params``). The CLI's explicit values are
 its parsed flags (:func:`from_namespace`); the pytest plugin's are its keyword options, python
 names, checked here (:func:`from_keywords`): both then go through the same ``check_config``.
 

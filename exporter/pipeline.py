@@ -1,6 +1,6 @@
 """The one way through: config -> golden set -> build -> observe -> judge -> Report.
 
-``run_check`` produces a :class:`~exporter.results.Report`; it prints nothing and never exits. The
+``run_check`` produces a :class:`~export_check.results.Report`; it prints nothing and never exits. The
 CLI, the pytest plugin and fleet runs all call it. Observing and judging are separate: ``observe``
 replays and measures (``measurements.Observation``), ``judge`` alone decides, and a cached run is
 the same path with the builds and replays restored from the cache (``cache``), judged by the same

@@ -256,7 +256,7 @@ class _Session:
 
 def run_config(checkpoint: Path, options: dict[str, Any], default_out: Any = None) -> tuple[RunConfig, dict[str, Any]]:
     """The config of ``export-check check CHECKPOINT --option value ...``, and the settings it read,
-    built by the function the CLI builds its config with (``exporter.settings.check_config``).
+    built by the function the CLI builds its config with (``export_check.settings.check_config``).
 
     Options are the CLI's long flags with ``_`` for ``-``: ``artifacts=["onnx"]``, ``max_mae=1e-4``,
     ``arch_kwargs={"width": 8}``, ``no_cache=True``; None or False leaves one out, a string is read
@@ -504,7 +504,7 @@ class ExportCheck:
 
 @pytest.fixture
 def export_check(request: pytest.FixtureRequest) -> ExportCheck:
-    """Run export-check on a checkpoint and get its typed :class:`~exporter.results.Report`."""
+    """Run export-check on a checkpoint and get its typed :class:`~export_check.results.Report`."""
     return ExportCheck(request.config)
 
 

@@ -6,7 +6,7 @@ the UCI "Optical Recognition of Handwritten Digits" data set (Alpaydin & Kaynak,
 licensed CC BY 4.0.
 
 Every digit becomes an 8-bit grayscale PIL image (:func:`digit_to_image`), the same image that
-is written as a PNG golden file, and then goes through ``exporter.golden.inputs.preprocess_image``
+is written as a PNG golden file, and then goes through ``export_check.golden.inputs.preprocess_image``
 with :data:`DIGITS_PREPROCESS`. Training, golden recording and replay therefore see bit-identical
 inputs.
 
@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 _REPO = Path(__file__).resolve().parents[1]
-if str(_REPO) not in sys.path:  # so `exporter.golden.inputs` imports when run from elsewhere
+if str(_REPO) not in sys.path:  # so `export_check.golden.inputs` imports when run from elsewhere
     sys.path.insert(0, str(_REPO))
 
-from exporter.golden.inputs import Preprocess, preprocess_image  # noqa: E402
+from export_check.golden.inputs import Preprocess, preprocess_image  # noqa: E402
 
 DIGITS_PREPROCESS = Preprocess(
     size=(32, 32), mode="RGB", mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), interpolation="bilinear"

@@ -22,7 +22,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a file path: put the repository root on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exporter.golden.inputs import preprocess_file, preprocess_image  # noqa: E402
+from export_check.golden.inputs import preprocess_file, preprocess_image  # noqa: E402
 from models.digits import (  # noqa: E402
     DIGITS_PREPROCESS,
     GOLDEN_COUNT,

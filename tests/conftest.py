@@ -32,9 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[variable] = tempfile.mkdtemp(prefix=f"export-check-tests-{variable.lower()}-")
     os.environ.pop("EXPORT_CHECK_CACHE_KEY_FILE", None)
     if os.environ.get("EXPORT_CHECK_REQUIRE_INSTALLED"):
-        import exporter
+        import export_check
 
-        location = Path(exporter.__file__).resolve()
+        location = Path(export_check.__file__).resolve()
         assert REPO / "exporter" not in location.parents, f"tests imported exporter from the source tree: {location}"
 
 

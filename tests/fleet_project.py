@@ -34,7 +34,7 @@ class Zoo:
 def save_mlp(netdef: Path, hidden: int, seed: int, out: Path) -> None:
     import torch
 
-    from exporter.checkpoint import resolve_factory
+    from export_check.checkpoint import resolve_factory
 
     torch.manual_seed(seed)
     torch.save(resolve_factory(f"{netdef}:DigitsMLP")(hidden=hidden).state_dict(), out)
@@ -46,7 +46,7 @@ def make_zoo(folder: Path, count: int, broken: tuple[int, ...] = (), kinds: tupl
     inputs, artifacts) and, with ``record``, its golden set recorded by the CLI; ``fleet.toml`` names
     them all. ``extra``: more lines of a model's table in fleet.toml, by name. A broken model without
     ``record`` gets its new weights when its golden set is first recorded (:func:`break_model`)."""
-    from exporter.cli import main
+    from export_check.cli import main
 
     folder.mkdir(parents=True, exist_ok=True)
     netdef = write_netdef(folder)
@@ -84,7 +84,7 @@ KILLER = textwrap.dedent(
     import signal
     from pathlib import Path
 
-    from exporter.checkpoint import resolve_factory
+    from export_check.checkpoint import resolve_factory
 
     HERE = Path(__file__).resolve().parent
 

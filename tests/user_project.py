@@ -60,7 +60,7 @@ def write_netdef(folder: Path) -> Path:
 
 
 def _factory(folder: Path, name: str):
-    from exporter.checkpoint import resolve_factory
+    from export_check.checkpoint import resolve_factory
 
     return resolve_factory(f"{folder / 'netdef.py'}:{name}")
 
@@ -68,7 +68,7 @@ def _factory(folder: Path, name: str):
 @functools.lru_cache(maxsize=1)
 def _digit_tensors():
     """Every other digit of the train split (718) as 16x16 RGB inputs through the tool's own preprocessing."""
-    from exporter.golden.inputs import Preprocess, preprocess_image
+    from export_check.golden.inputs import Preprocess, preprocess_image
     from models.digits import digit_to_image, digits_split, load_digits_arrays
 
     images, labels = load_digits_arrays()
@@ -209,7 +209,7 @@ def eager_logits(netdef: Path, factory: str, checkpoint: Path, inputs: list[np.n
     """The model's logits computed here, directly with torch, to check what the tool stored or printed."""
     import torch
 
-    from exporter.checkpoint import resolve_factory
+    from export_check.checkpoint import resolve_factory
 
     model = resolve_factory(f"{netdef}:{factory}")()
     model.load_state_dict(torch.load(checkpoint, weights_only=True))

@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import protocol
@@ -94,9 +93,9 @@ class ServerProcess:
 
 def _spawn_server(ends: tuple[int, int, int, int, bool]) -> subprocess.Popen:
     # -P: no current directory first on sys.path, so that an onnxruntime.py there cannot stand in for
-    # the real library while the server preloads it; this package's root goes last, for a source tree.
-    package_root = str(Path(__file__).resolve().parents[2])
-    code = f"import sys; sys.path.append({package_root!r}); from exporter.build.server import serve; serve(*{ends!r})"
+    # the real library while the server preloads it. export_check comes from the installation (its
+    # source folder is named exporter/, so a source tree on sys.path could not provide it anyway).
+    code = f"from export_check.build.server import serve; serve(*{ends!r})"
     return subprocess.Popen([sys.executable, "-P", "-c", code], pass_fds=ends[:3], stdin=subprocess.DEVNULL, close_fds=True)
 
 

@@ -1,14 +1,14 @@
 """The golden set lifecycle behind ``export-check golden record|verify|approve``, as typed results.
 
-Golden data changes only here, on an explicit command, through :mod:`exporter.golden.store`
+Golden data changes only here, on an explicit command, through :mod:`export_check.golden.store`
 (content-addressed files, manifest replaced last and atomically, only the previous set's own files
-collected), under the folder's exclusive lock (:mod:`exporter.golden.lock`) held around the whole
+collected), under the folder's exclusive lock (:mod:`export_check.golden.lock`) held around the whole
 read-modify-commit. Every input is read once: the bytes hashed are the bytes decoded and stored.
-Nothing here prints: the command line (``exporter.cli``) and the pytest plugin show the results.
+Nothing here prints: the command line (``export_check.cli``) and the pytest plugin show the results.
 
 Recording writes format 1, exactly as it always has, for a folder of images or ``.npy`` tensors and a
 model returning one tensor, with no ``model-inputs``/``outputs`` settings; otherwise format 2 (sample
-archives, several outputs, or a declared signature; ``exporter.golden.discover`` learns the signature).
+archives, several outputs, or a declared signature; ``export_check.golden.discover`` learns the signature).
 Format 1 records streaming, a batch at a time (memory flat in the number of inputs); format 2 holds
 every sample's outputs, which it needs to learn the signature.
 """

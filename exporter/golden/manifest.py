@@ -21,7 +21,7 @@ batch axis, a batch ending where the input shapes change), ``reference_outputs``
 Everything read from here is untrusted: paths must stay inside the folder, hashes must match.
 (Why this module is over 400 lines: it parses and validates both formats' untrusted manifests, and
 every check of a field is kept beside the reading of that field, where a reviewer can see both.)
-Writing a set (content-addressed, manifest replaced last) is :mod:`exporter.golden.store`.
+Writing a set (content-addressed, manifest replaced last) is :mod:`export_check.golden.store`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every limit a golden set is read under is here, so the docs (docs/trust-model.md) can list them:
 
 - only regular files are opened, never through a symbolic link below the golden folder
-  (:func:`exporter.files.open_beneath`), and opened non-blocking, so a FIFO cannot hang a run;
+  (:func:`export_check.files.open_beneath`), and opened non-blocking, so a FIFO cannot hang a run;
 - a file is read only up to its limit (``MANIFEST_MAX_BYTES``, ``LABELS_MAX_BYTES``,
   ``FILE_MAX_BYTES``), checked on the descriptor before reading;
 - JSON is parsed only ``JSON_MAX_DEPTH`` levels deep, with integers of at most
@@ -12,7 +12,7 @@ Every limit a golden set is read under is here, so the docs (docs/trust-model.md
   there are, ``ARRAY_MAX_BYTES``) before numpy allocates anything; ``.npz`` members likewise, with the
   archive's total held to ``ARRAY_MAX_BYTES``.
 
-Every refusal is one :class:`~exporter.errors.GoldenError` line naming the file.
+Every refusal is one :class:`~export_check.errors.GoldenError` line naming the file.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ touches only its own files:
 - a write that fails (a full disk, say) removes the data files it created and leaves the previous
   set as it was, and says so in one :class:`GoldenError` line;
 - no symbolic link inside the golden folder is followed (``inputs`` may not be one; files are read
-  through :func:`exporter.files.open_beneath`).
+  through :func:`export_check.files.open_beneath`).
 
-The caller holds the folder's lock (:mod:`exporter.golden.lock`) around the whole read-modify-commit.
+The caller holds the folder's lock (:mod:`export_check.golden.lock`) around the whole read-modify-commit.
 ``GoldenWriter`` writes one set input by input (``golden record`` streams through it); ``write_golden``
 (format 1: one float input, the logits) and ``write_golden_v2`` (a signature, one sample archive per
 input entry, the per-sample references in one ``.npz``) write a whole set at once.

@@ -1,4 +1,4 @@
-"""Writers of a :class:`~exporter.results.Report`: each is a pure view of the same object."""
+"""Writers of a :class:`~export_check.results.Report`: each is a pure view of the same object."""
 
 from __future__ import annotations
 

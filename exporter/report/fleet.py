@@ -1,4 +1,4 @@
-"""Views of a fleet report (``exporter.fleet.result.FleetReport``): the terminal summary, JSON, JUnit
+"""Views of a fleet report (``export_check.fleet.result.FleetReport``): the terminal summary, JSON, JUnit
 and Markdown. Each reads the models' JSON reports only, so a fleet run and ``export-check merge`` of
 its shards render the same verdicts the same way.
 

@@ -16,13 +16,13 @@ import torch
 
 from arches import TinyNet
 from conftest import seeded
-from exporter.artifacts import KINDS, KINDS_BY_NAME, BuildContext
-from exporter.artifacts.base import INPUT, OUTPUT
-from exporter.build.builds import build_artifact
-from exporter.config import FAMILIES
-from exporter.diagnostics.divergence import METHODS
-from exporter.errors import ArtifactError
-from exporter.model import EagerRunner
+from export_check.artifacts import KINDS, KINDS_BY_NAME, BuildContext
+from export_check.artifacts.base import INPUT, OUTPUT
+from export_check.build.builds import build_artifact
+from export_check.config import FAMILIES
+from export_check.diagnostics.divergence import METHODS
+from export_check.errors import ArtifactError
+from export_check.model import EagerRunner
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_every_kind_honours_the_runner_contract(built, name: str) -> None:
 def test_onnx_simplified_with_a_fixed_batch_axis_is_refused(built, tmp_path: Path) -> None:
     import onnx
 
-    from exporter.artifacts._common import require_dynamic_batch
+    from export_check.artifacts._common import require_dynamic_batch
 
     _, paths, _ = built
     model = onnx.load(str(paths["onnx-simplified"]))
@@ -110,7 +110,7 @@ def test_onnx_simplified_with_a_fixed_batch_axis_is_refused(built, tmp_path: Pat
 def test_native_warnings_become_python_warnings_and_other_stderr_passes_through(capfd) -> None:
     """What torch's C++ side prints during a load: its warning line is a NativeWarning (the pipeline
     files it in the row's notes); any other output reaches stderr unchanged."""
-    from exporter.artifacts._common import NativeWarning, native_warnings
+    from export_check.artifacts._common import NativeWarning, native_warnings
 
     line = b"[W1129 18:18:02.751058369 Quantizer.cpp:111] Warning: torch.quantize_per_tensor is deprecated. (function operator())\n"
     with pytest.warns(NativeWarning, match=r"^torch\.quantize_per_tensor is deprecated\.$"), native_warnings():
@@ -120,13 +120,13 @@ def test_native_warnings_become_python_warnings_and_other_stderr_passes_through(
 
 
 def test_native_warnings_without_a_stderr_does_nothing(tmp_path: Path) -> None:
-    script = "import os; os.close(2)\nfrom exporter.artifacts._common import native_warnings\nwith native_warnings(): pass\nprint('ok')"
+    script = "import os; os.close(2)\nfrom export_check.artifacts._common import native_warnings\nwith native_warnings(): pass\nprint('ok')"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout == "ok\n", result
 
 
 def test_groups_resolve_to_kinds_in_table_order() -> None:
-    from exporter.artifacts import DEFAULT_KINDS, GROUPS, KIND_NAMES, resolve_kinds
+    from export_check.artifacts import DEFAULT_KINDS, GROUPS, KIND_NAMES, resolve_kinds
 
     assert resolve_kinds(["all"]) == KIND_NAMES and resolve_kinds(["default"]) == tuple(k for k in KIND_NAMES if k in DEFAULT_KINDS)
     assert "aoti" not in DEFAULT_KINDS and "aoti" not in GROUPS["modern"], "aoti is opt-in: a C++ compile per run"

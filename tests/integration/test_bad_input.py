@@ -1,6 +1,6 @@
 """Bad input through the real CLI: one line naming the file and the fix, exit 2, nothing run or built.
 
-Each case drives ``exporter.cli.main`` and checks the whole contract: the exit code, that stderr is
+Each case drives ``export_check.cli.main`` and checks the whole contract: the exit code, that stderr is
 exactly one ``export-check: error:`` line (fd-level, so nothing native slips past), that it names
 the file and says how to fix it, and that no traceback is printed. The hypothesis tests at the end
 feed the parsers random and mutated bytes.
@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 
 from arches import TinyNet
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, mounted_tmpfs, save_state, seeded
-from exporter.checkpoint import load_state_dict
-from exporter.cli import main
-from exporter.errors import CheckpointError, GoldenError, UsageError
-from exporter.golden.inputs import MAX_SIDE, Preprocess, decode_input, preprocess_image
-from exporter.golden.manifest import MANIFEST, read_manifest
+from export_check.checkpoint import load_state_dict
+from export_check.cli import main
+from export_check.errors import CheckpointError, GoldenError, UsageError
+from export_check.golden.inputs import MAX_SIDE, Preprocess, decode_input, preprocess_image
+from export_check.golden.manifest import MANIFEST, read_manifest
 
 TINY = f"{TESTS / 'arches.py'}:TinyNet"
 LOG_OF_MARGIN = f"{TESTS / 'fault_arches.py'}:LogOfMargin"
@@ -802,7 +802,7 @@ def test_fuzzed_preprocess_specs_build_a_working_spec_or_raise_value_error(data)
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(max_size=120), keep=st.integers(0, 400))
 def test_mutated_settings_files_parse_or_fail_with_one_usage_error(text: str, keep: int) -> None:
-    from exporter.settings import find_settings
+    from export_check.settings import find_settings
 
     valid = ('[tool.export-check]\narch = "models/resnet.py:ResNet"\ngolden = "golden"\nbatch-size = 8\n'
              'artifacts = ["onnx"]\nmax-mae = 1e-5\n[tool.export-check.preprocess]\nsize = [32, 32]\n')

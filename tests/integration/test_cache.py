@@ -11,15 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
-from exporter import pipeline
-from exporter.build import builds
-from exporter.cache.key import arch_source_sha256
-from exporter.cache.secret import CacheKey
-from exporter.cache.store import EAGER, ArtifactCache, open_cache
-from exporter.cli import main
-from exporter.config import Gate, RunConfig, Thresholds
-from exporter.files import sha256_file
-from exporter.settings import parse_settings
+from export_check import pipeline
+from export_check.build import builds
+from export_check.cache.key import arch_source_sha256
+from export_check.cache.secret import CacheKey
+from export_check.cache.store import EAGER, ArtifactCache, open_cache
+from export_check.cli import main
+from export_check.config import Gate, RunConfig, Thresholds
+from export_check.files import sha256_file
+from export_check.settings import parse_settings
 
 KINDS = ("torchscript-trace", "onnx")
 
@@ -191,7 +191,7 @@ def test_a_warm_hit_imports_no_torch(tmp_path: Path, monkeypatch: pytest.MonkeyP
     argv = ["check", str(DEFAULT_CHECKPOINT), "--arch", "models.resnet:ResNet", "--golden", str(DEFAULT_GOLDEN),
             "--out", str(tmp_path / "out"), "--artifacts", ",".join(KINDS), "-q", "--json", str(tmp_path / "r.json")]
     code = (
-        "import sys\nfrom exporter.cli import main\n"
+        "import sys\nfrom export_check.cli import main\n"
         f"code = main({argv!r})\n"
         "print(code, sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))\n"
     )
@@ -212,8 +212,8 @@ def test_inference_runs_with_the_pinned_settings_the_report_records(tmp_path: Pa
     import onnxruntime as ort
     import torch
 
-    from exporter.artifacts._common import TorchScriptRunner
-    from exporter.model import EagerRunner
+    from export_check.artifacts._common import TorchScriptRunner
+    from export_check.model import EagerRunner
 
     threads = 1 if torch.get_num_threads() != 1 else 2  # not the process default, so an unpinned run shows
     outside = torch.get_num_threads()

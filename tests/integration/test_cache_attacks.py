@@ -34,13 +34,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
-from exporter import pipeline
-from exporter.cache.sealed import NotSealed, unseal
-from exporter.cache.secret import KEY_ENV, CacheKey, load_key
-from exporter.cache.store import EAGER, UNTRUSTED_NOTE, ArtifactCache, cached_observations, open_cache
-from exporter.cli import main
-from exporter.config import RunConfig
-from exporter.files import sha256_file
+from export_check import pipeline
+from export_check.cache.sealed import NotSealed, unseal
+from export_check.cache.secret import KEY_ENV, CacheKey, load_key
+from export_check.cache.store import EAGER, UNTRUSTED_NOTE, ArtifactCache, cached_observations, open_cache
+from export_check.cli import main
+from export_check.config import RunConfig
+from export_check.files import sha256_file
 
 BOTH = ("torchscript-trace", "onnx")
 # The sealed meta.json format (exporter/cache/sealed.py), written out here so that the tests forge
@@ -482,7 +482,7 @@ def test_a_torchscript_entry_that_hangs_on_load_is_rebuilt_and_never_loaded(worl
     edit_meta(artifact.parent / "meta.json", lambda meta: meta.__setitem__(
         "artifact", {"file": artifact.name, "sha256": hashlib.sha256(poison).hexdigest(), "size": len(poison)}))
     before, sealed = world.snapshot(), world.sealed_files()
-    argv = [sys.executable, "-m", "exporter", "check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--golden",
+    argv = [sys.executable, "-m", "export_check", "check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--golden",
             str(DEFAULT_GOLDEN), "--out", str(world.out), "--cache-dir", str(world.cache), "--artifacts", ",".join(BOTH),
             "--max-mae", "5e-7", "-q", "--json", str(world.tmp / "r.json")]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=dict(os.environ))
@@ -517,7 +517,7 @@ def test_a_missing_key_is_made_once_private_and_reused(tmp_path: Path, monkeypat
     racing = tmp_path / "race" / "cache.key"
     monkeypatch.setenv(KEY_ENV, str(racing))
     start = time.time() + 1.5  # every racer waits for the same instant, then makes the key
-    script = ("import pathlib, sys, time\nfrom exporter.cache.secret import load_key\n"
+    script = ("import pathlib, sys, time\nfrom export_check.cache.secret import load_key\n"
               f"time.sleep(max(0.0, {start} - time.time()))\nprint(load_key(pathlib.Path(sys.argv[1])).secret.hex())")
     racers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "cache")], stdout=subprocess.PIPE, text=True)
               for _ in range(6)]
@@ -588,7 +588,7 @@ def _drop_file_access_override() -> None:
 def test_an_unreadable_key_file_is_refused_with_one_line(world: World) -> None:
     world.key_file.chmod(0)
     before = world.snapshot()
-    argv = [sys.executable, "-m", "exporter", "check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--golden",
+    argv = [sys.executable, "-m", "export_check", "check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--golden",
             str(DEFAULT_GOLDEN), "--out", str(world.out), "--cache-dir", str(world.cache), "-q"]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=dict(os.environ),
                             preexec_fn=_drop_file_access_override if os.geteuid() == 0 else None)

@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from conftest import TESTS, save_state, seeded
-from exporter.cli import main
-from exporter.config import RunConfig
-from exporter.golden.manifest import load_golden
-from exporter.pipeline import run_check
+from export_check.cli import main
+from export_check.config import RunConfig
+from export_check.golden.manifest import load_golden
+from export_check.pipeline import run_check
 
 ARCHES = TESTS / "data" / "catalogue_arches.py"
 FLOAT = ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified")

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.cli import main
+from export_check.cli import main
 
 
 def test_help_imports_no_torch_numpy_or_onnx() -> None:
     code = (
         "import sys, contextlib, io\n"
-        "from exporter.cli import main\n"
+        "from export_check.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
         "    try:\n        main(['--help'])\n    except SystemExit as e:\n        assert e.code == 0\n"
         "assert 'exit codes' in out.getvalue() and 'onnx-int8-dynamic' in out.getvalue()\n"

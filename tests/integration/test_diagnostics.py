@@ -13,15 +13,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import DEFAULT_GOLDEN, TESTS, save_state, seeded
-from exporter.artifacts import KINDS_BY_NAME, BuildContext
-from exporter.artifacts._common import captured_warnings
-from exporter.cli import main
-from exporter.config import RunConfig
-from exporter.diagnostics import BatchSizeRun, shapes
-from exporter.diagnostics.divergence import INT8_LAYERS, compare_layers, module_of
-from exporter.golden.manifest import load_golden
-from exporter.judge import shape_reasons
-from exporter.pipeline import run_check
+from export_check.artifacts import KINDS_BY_NAME, BuildContext
+from export_check.artifacts._common import captured_warnings
+from export_check.cli import main
+from export_check.config import RunConfig
+from export_check.diagnostics import BatchSizeRun, shapes
+from export_check.diagnostics.divergence import INT8_LAYERS, compare_layers, module_of
+from export_check.golden.manifest import load_golden
+from export_check.judge import shape_reasons
+from export_check.pipeline import run_check
 
 ARCHES = TESTS / "data" / "diag_arches.py"
 
@@ -215,8 +215,8 @@ def test_default_model_is_deterministic_agrees_across_batch_sizes_and_is_timed(t
 
 def test_int8_layer_tables_only_for_failing_int8_rows_or_with_diagnose(tmp_path: Path) -> None:
     from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT
-    from exporter.cli import build_config, build_parser
-    from exporter.config import Gate, Thresholds
+    from export_check.cli import build_config, build_parser
+    from export_check.config import Gate, Thresholds
 
     common = dict(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, kinds=("torch-int8-dynamic",))
     passing = run_check(RunConfig(out_dir=tmp_path / "pass", **common)).row("torch-int8-dynamic")
@@ -245,7 +245,7 @@ def test_planned_batch_sizes(main: int, probe: int) -> None:
 
 
 def test_judge_ignores_sizes_where_eager_fails_too_and_names_the_worst_image() -> None:
-    from exporter.config import Gate
+    from export_check.config import Gate
 
     runs = (
         BatchSizeRun(1, 0, error="RuntimeError: shape", eager_error="RuntimeError: shape"),

@@ -11,9 +11,9 @@ import torch
 
 from arches import BranchOnBrightness
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, save_state, seeded
-from exporter.cli import main
-from exporter.config import RunConfig
-from exporter.pipeline import run_check
+from export_check.cli import main
+from export_check.config import RunConfig
+from export_check.pipeline import run_check
 
 BRANCHY = f"{TESTS / 'arches.py'}:BranchOnBrightness"
 
@@ -71,7 +71,7 @@ def test_trace_that_baked_a_branch_fails_its_row_while_script_passes(branchy_set
 def test_cli_exit_code_for_a_baked_branch(branchy_setup, tmp_path: Path) -> None:
     checkpoint, golden = branchy_setup
     result = subprocess.run(
-        [sys.executable, "-m", "exporter", str(checkpoint), "--arch", BRANCHY, "--golden", str(golden),
+        [sys.executable, "-m", "export_check", str(checkpoint), "--arch", BRANCHY, "--golden", str(golden),
          "--out", str(tmp_path), "--batch-size", "8", "--artifacts", "torchscript-trace,torchscript-script", "-q"],
         capture_output=True, text=True, timeout=300,
     )

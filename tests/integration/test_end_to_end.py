@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
-from exporter.artifacts import DEFAULT_KINDS
-from exporter.config import RunConfig
-from exporter.pipeline import run_check
+from export_check.artifacts import DEFAULT_KINDS
+from export_check.config import RunConfig
+from export_check.pipeline import run_check
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def default_run(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("default-run")
     report_path = out / "report.json"
     result = subprocess.run(
-        [sys.executable, "-m", "exporter", str(DEFAULT_CHECKPOINT), "--out", str(out / "artifacts"), "--json", str(report_path), "-q"],
+        [sys.executable, "-m", "export_check", str(DEFAULT_CHECKPOINT), "--out", str(out / "artifacts"), "--json", str(report_path), "-q"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -89,7 +89,7 @@ def test_default_run_reports_files_hashes_and_versions(default_run) -> None:
 def test_check_runs_from_config_outside_the_repo_cwd(tmp_path: Path) -> None:
     """Settings come from the pyproject.toml above the checkpoint, relative to that file, not the cwd."""
     result = subprocess.run(
-        [sys.executable, "-m", "exporter", str(DEFAULT_CHECKPOINT), "--artifacts", "torchscript-script",
+        [sys.executable, "-m", "export_check", str(DEFAULT_CHECKPOINT), "--artifacts", "torchscript-script",
          "--out", str(tmp_path / "out"), "-q"],
         cwd=tmp_path,
         capture_output=True,

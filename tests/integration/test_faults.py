@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, mounted_tmpfs, process_gone
-from exporter.cli import main
-from exporter.golden.manifest import MANIFEST, read_manifest
+from export_check.cli import main
+from export_check.golden.manifest import MANIFEST, read_manifest
 
 HOOK = r'''
 """Fault injection for tests/test_faults.py, loaded at start-up through PYTHONPATH."""
@@ -56,7 +56,7 @@ if _FAULTS:
                 Path(_FLAG).write_text(str(os.getpid()))
                 time.sleep(600)
             elif how == "segv-mid-write":
-                from exporter.artifacts._common import atomic_path
+                from export_check.artifacts._common import atomic_path
 
                 with atomic_path(path) as tmp:
                     tmp.write_bytes(b"the first half of an artifact")
@@ -80,14 +80,14 @@ if _FAULTS:
     for _item in _FAULTS.split(","):
         _what, _, _arg = _item.partition(":")
         if _what in ("segv", "abort", "exit", "segv-mid-write", "sleep"):
-            importlib.import_module("exporter.artifacts." + _arg).build = _crashing_build(_what)
+            importlib.import_module("export_check.artifacts." + _arg).build = _crashing_build(_what)
         elif _what == "slow":
-            _module = importlib.import_module("exporter.artifacts." + _arg)
+            _module = importlib.import_module("export_check.artifacts." + _arg)
             _module.build = _slow_build(_module.build)
         elif _what in ("hang-load", "segv-load"):
-            importlib.import_module("exporter.artifacts." + _arg).open_runner = _hostile_load(_what)
+            importlib.import_module("export_check.artifacts." + _arg).open_runner = _hostile_load(_what)
         elif _what == "hang-golden-write":
-            import exporter.golden.store as _golden
+            import export_check.golden.store as _golden
 
             _real_write, _calls, _at = _golden._write_atomic, [0], int(_arg)
 
@@ -116,7 +116,7 @@ if _FAULTS:
 
             filelock.FileLock.acquire = _acquire
         elif _what == "hang-golden-gc":
-            import exporter.golden.store as _golden
+            import export_check.golden.store as _golden
 
             _real_gc = _golden._collect_garbage
 
@@ -144,7 +144,7 @@ def cli_env(hook_dir: Path, faults: str = "", **extra: str) -> dict[str, str]:
 
 
 def cli(*args: object) -> list[str]:
-    return [sys.executable, "-m", "exporter", *(str(a) for a in args)]
+    return [sys.executable, "-m", "export_check", *(str(a) for a in args)]
 
 
 def strict_json(path: Path) -> dict:
@@ -622,7 +622,7 @@ def test_a_model_class_the_build_process_cannot_import_is_built_in_process(hook_
     script = tmp_path / "script.py"
     script.write_text(
         "import json, sys, torch\n"
-        "from exporter.cli import main\n"
+        "from export_check.cli import main\n"
         "class Net(torch.nn.Module):\n"
         "    def __init__(self):\n"
         "        super().__init__()\n"

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporter.cli import main
-from exporter.fleet.spec import shard_index
+from export_check.cli import main
+from export_check.fleet.spec import shard_index
 from fleet_project import Zoo, add_killer, make_zoo, save_mlp
 
 XSD = Path(__file__).resolve().parents[1] / "data" / "junit-10.xsd"
@@ -86,8 +86,8 @@ def test_a_fleet_in_parallel_gives_each_model_its_own_serial_verdict(zoo: Zoo, r
     assert eager["metrics"]["mae"] == pytest.approx(float(np.abs(new_logits - old_logits).mean()), rel=1e-5)
 
     # one report over all of them, in every format
-    from exporter.fleet.result import FleetReport, ModelResult
-    from exporter.report.fleet import render_text
+    from export_check.fleet.result import FleetReport, ModelResult
+    from export_check.report.fleet import render_text
 
     text = render_text(FleetReport(models=tuple(ModelResult.from_json(m) for m in fleet["models"]), seconds=1.0, executor="x",
                                    created="", tool_version=""))
@@ -104,7 +104,7 @@ def test_a_fleet_in_parallel_gives_each_model_its_own_serial_verdict(zoo: Zoo, r
 def eager_logits_mlp(netdef: Path, checkpoint: Path, inputs: list[np.ndarray]) -> np.ndarray:
     import torch
 
-    from exporter.checkpoint import resolve_factory
+    from export_check.checkpoint import resolve_factory
 
     hidden = torch.load(checkpoint, weights_only=True)["net.0.weight"].shape[0]
     model = resolve_factory(f"{netdef}:DigitsMLP")(hidden=hidden)

@@ -25,13 +25,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import exporter.golden.store as store
+import export_check.golden.store as store
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, mounted_tmpfs, save_state
-from exporter import files
-from exporter.cli import main
-from exporter.errors import GoldenError
-from exporter.golden.manifest import MANIFEST, GoldenSet, parse_manifest, read_manifest
-from exporter.golden.reading import ARRAY_MAX_BYTES, JSON_MAX_DEPTH, load_npy
+from export_check import files
+from export_check.cli import main
+from export_check.errors import GoldenError
+from export_check.golden.manifest import MANIFEST, GoldenSet, parse_manifest, read_manifest
+from export_check.golden.reading import ARRAY_MAX_BYTES, JSON_MAX_DEPTH, load_npy
 
 LINEAR = ["--arch", "torch.nn:Linear", "--arch-kwargs", '{"in_features": 12, "out_features": 3}']
 
@@ -220,9 +220,9 @@ def test_two_inputs_stored_under_one_name_are_refused_before_anything_is_written
 _WORKER = r"""
 import json, sys, time
 from pathlib import Path
-import exporter.golden.lifecycle as lifecycle
-from exporter.cli import main
-from exporter.golden.manifest import read_manifest
+import export_check.golden.lifecycle as lifecycle
+from export_check.cli import main
+from export_check.golden.manifest import read_manifest
 
 _load = lifecycle.load_model
 def slow_load(*args, **kwargs):  # a bigger model: the read-modify-commit takes a while, so the two overlap
@@ -300,7 +300,7 @@ def test_two_concurrent_approves_serialise_and_never_lose_the_reference(linear: 
 def test_a_writer_that_cannot_get_the_lock_in_time_fails_with_one_line(linear: Path, capfd, monkeypatch) -> None:
     import fcntl
 
-    import exporter.golden.lock as lock
+    import export_check.golden.lock as lock
 
     monkeypatch.setattr(lock, "LOCK_TIMEOUT", 0.3)
     before = snapshot(linear / "g")
@@ -468,7 +468,7 @@ def test_a_16_bit_png_near_pillows_limit_is_refused_from_its_header(tmp_path: Pa
 def test_16_bit_images_convert_exactly_as_before_in_float32() -> None:
     from PIL import Image
 
-    from exporter.golden.inputs import _to_mode
+    from export_check.golden.inputs import _to_mode
 
     values = np.arange(65536, dtype=np.uint16).reshape(256, 256)
     got = np.asarray(_to_mode(Image.fromarray(values), "L"))
@@ -605,7 +605,7 @@ def _peak_rss_of_record(folder: Path, count: int) -> int:
     for i in range(count):
         np.save(inputs / f"{i:05d}.npy", rng.standard_normal((3, 64, 64)).astype(np.float32))  # 48 KiB each
     script = (
-        "import resource, sys\nfrom exporter.cli import main\n"
+        "import resource, sys\nfrom export_check.cli import main\n"
         f"code = main(['golden', 'record', 'tiny.pth', '--arch', 'tiny_arch.py:Tiny', '--inputs', {str(inputs)!r}, "
         f"'--golden', {str(folder / f'g{count}')!r}, '-q'])\n"
         "print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"

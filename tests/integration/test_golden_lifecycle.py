@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.cli import main
-from exporter.errors import UsageError
-from exporter.golden.inputs import Preprocess, preprocess_file, preprocess_from_args
-from exporter.golden.manifest import MANIFEST, load_golden, read_manifest
+from export_check.cli import main
+from export_check.errors import UsageError
+from export_check.golden.inputs import Preprocess, preprocess_file, preprocess_from_args
+from export_check.golden.manifest import MANIFEST, load_golden, read_manifest
 from user_project import PREPROCESS, UserModels, eager_logits, train_mlp, write_digit_vectors, write_netdef
 
 pytest_plugins = ["user_project_fixtures"]
@@ -71,7 +71,7 @@ def test_record_decodes_every_photo_format_into_the_true_logits(project: Path, u
     assert {a.shape for a in arrays.values()} == {(3, 16, 16)}
     from PIL import Image
 
-    from exporter.golden.inputs import preprocess_image
+    from export_check.golden.inputs import preprocess_image
 
     def opened(name: str):
         with Image.open(project / "photos" / name) as img:

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 
 from arches import DictOutputNet, KeywordMaskNet, MaskedSequenceNet, NoneInTupleNet, StringOutputNet, TimeMajorNet, TupleOutputNet
 from conftest import TESTS, save_state, seeded
-from exporter.cli import main
-from exporter.errors import GoldenError
-from exporter.golden.batches import GoldenBatches
-from exporter.golden.manifest import MANIFEST, load_golden, parse_manifest, read_manifest, verify_golden
-from exporter.model import EagerRunner
-from exporter.signature import InputSpec, OutputSpec, Signature
+from export_check.cli import main
+from export_check.errors import GoldenError
+from export_check.golden.batches import GoldenBatches
+from export_check.golden.manifest import MANIFEST, load_golden, parse_manifest, read_manifest, verify_golden
+from export_check.model import EagerRunner
+from export_check.signature import InputSpec, OutputSpec, Signature
 
 ARCHES = TESTS / "arches.py"
 LENGTHS = (40, 40, 40, 40, 64, 64, 64)  # two sequence lengths: the set batches them apart
@@ -415,7 +415,7 @@ def _rehash(root: Path, rel: str, data: bytes) -> None:
 def test_damaged_samples_and_references_are_golden_errors(masked, capsys) -> None:
     import io
 
-    from exporter.golden.store import npz_bytes
+    from export_check.golden.store import npz_bytes
 
     project, samples = masked
     root = project.root / "golden"

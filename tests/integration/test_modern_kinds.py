@@ -15,10 +15,10 @@ import torch
 
 from arches import TinyNet
 from conftest import TESTS, save_state, seeded
-from exporter.artifacts import KINDS_BY_NAME, BuildContext
-from exporter.artifacts.base import NotApplicable
-from exporter.cli import build_config, build_parser, main
-from exporter.errors import ArtifactError, UsageError
+from export_check.artifacts import KINDS_BY_NAME, BuildContext
+from export_check.artifacts.base import NotApplicable
+from export_check.cli import build_config, build_parser, main
+from export_check.errors import ArtifactError, UsageError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_multi_io import CASES, _record  # noqa: E402  (the multi-IO models and their recorded golden sets)
@@ -123,7 +123,7 @@ def test_a_missing_library_makes_its_row_not_applicable(tiny, tmp_path: Path, mo
 
 
 def test_an_fp16_crash_at_the_pinned_level_is_the_rows_error_naming_the_level(tmp_path: Path, monkeypatch) -> None:
-    from exporter.artifacts import onnx_fp16
+    from export_check.artifacts import onnx_fp16
 
     model = tmp_path / "m.onnx"
     model.write_bytes(b"not an onnx file")
@@ -175,7 +175,7 @@ def test_the_fp16_gate_fails_a_model_fp16_cannot_hold_while_float_onnx_passes(di
 
 
 def test_groups_and_kinds_resolve_from_the_command_line_and_settings(tmp_path: Path, monkeypatch) -> None:
-    from exporter.artifacts import DEFAULT_KINDS, KIND_NAMES
+    from export_check.artifacts import DEFAULT_KINDS, KIND_NAMES
 
     monkeypatch.chdir(tmp_path)
     checkpoint = tmp_path / "m.pth"

@@ -13,7 +13,7 @@ import torch
 
 from arches import DictOutputNet, MaskedSequenceNet, TimeMajorNet, TupleOutputNet
 from conftest import TESTS, save_state, seeded
-from exporter.cli import main
+from export_check.cli import main
 
 FLOAT = ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified")
 

@@ -9,7 +9,7 @@ import pytest
 
 from arches import AllConv
 from conftest import TESTS, save_state, seeded
-from exporter.cli import main
+from export_check.cli import main
 
 ARCH = f"{TESTS / 'arches.py'}:AllConv"
 
@@ -57,8 +57,8 @@ def test_strict_makes_a_kind_that_does_not_apply_fail(all_conv, tmp_path: Path) 
 def test_torchao_int8_on_a_model_without_linear_layers_is_not_applicable(tmp_path: Path) -> None:
     import torch
 
-    from exporter.artifacts import KINDS_BY_NAME, BuildContext
-    from exporter.artifacts.base import NotApplicable
+    from export_check.artifacts import KINDS_BY_NAME, BuildContext
+    from export_check.artifacts.base import NotApplicable
 
     ctx = BuildContext(model=seeded(AllConv), example=torch.zeros(2, 3, 16, 16), opset=17, onnx_exporter="torchscript", threads=1)
     with pytest.raises(NotApplicable, match="^not applicable: the model has no nn.Linear layer, the layers torchao's int8 dynamic"):

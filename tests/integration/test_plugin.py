@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import main
-from exporter.golden.manifest import read_manifest
+from export_check.cli import main
+from export_check.golden.manifest import read_manifest
 from user_project import UserModels, write_settings
 
 pytest_plugins = ["pytester", "user_project_fixtures"]
@@ -143,14 +143,14 @@ def test_declared_models_are_collected_beside_testpaths_and_typos_are_errors(pyt
 def test_plugin_is_registered_and_loads_nothing_heavy(tmp_path: Path) -> None:
     code = (
         "import sys, importlib.metadata as md\n"
-        "import exporter.pytest_plugin\n"
+        "import export_check.pytest_plugin\n"
         "eps = [ep.value for ep in md.entry_points(group='pytest11') if ep.name == 'export_check']\n"
         "heavy = sorted(m for m in ('torch', 'numpy', 'onnx', 'onnxruntime', 'PIL') if m in sys.modules)\n"
         "print(eps, heavy)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "['exporter.pytest_plugin'] []"
+    assert result.stdout.strip() == "['export_check.pytest_plugin'] []"
     # `pytest --help` in one process: the plugin is loaded through its entry point, and still nothing heavy is
     probe = (
         "import contextlib, io, json, sys, pytest\n"
@@ -158,7 +158,7 @@ def test_plugin_is_registered_and_loads_nothing_heavy(tmp_path: Path) -> None:
         "with contextlib.redirect_stdout(out):\n"
         "    code = pytest.main(['--help'])\n"
         "heavy = sorted(m for m in ('torch', 'numpy', 'onnx', 'onnxruntime', 'PIL') if m in sys.modules)\n"
-        "loaded = 'exporter.pytest_plugin' in sys.modules\n"
+        "loaded = 'export_check.pytest_plugin' in sys.modules\n"
         "print(json.dumps({'code': int(code), 'plugin': loaded, 'heavy': heavy, 'help': out.getvalue()}))\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
-from exporter.checkpoint import load_state_dict
-from exporter.cli import main
-from exporter.errors import CheckpointError
+from export_check.checkpoint import load_state_dict
+from export_check.cli import main
+from export_check.errors import CheckpointError
 
 
 def snapshot(folder: Path, skip: str = "out") -> dict[str, str]:
@@ -160,13 +160,13 @@ def test_arch_must_name_a_factory_that_returns_a_module(project: Path, capfd, so
 
 
 def test_a_stray_onnxruntime_py_in_the_current_directory_does_not_shadow_the_real_library(project: Path) -> None:
-    """`python -m exporter` puts the current directory first on sys.path; an onnxruntime.py there (which
+    """`python -m export_check` puts the current directory first on sys.path; an onnxruntime.py there (which
     would leave a marker and break every ONNX row) must not run, while the model module there still imports."""
     (project / "onnxruntime.py").write_text("open('SHADOWED', 'w').write('ran')\nraise ImportError('the fake onnxruntime')\n")
     (project / "mynet.py").write_text((REPO / "models" / "resnet.py").read_text())
     before = snapshot(project)
     result = subprocess.run(
-        [sys.executable, "-m", "exporter", "model.pth", "--arch", "mynet:ResNet", "--golden", "golden", "--out", "out",
+        [sys.executable, "-m", "export_check", "model.pth", "--arch", "mynet:ResNet", "--golden", "golden", "--out", "out",
          "--artifacts", "onnx", "--no-cache", "--json", "out/report.json", "-q"],
         cwd=project, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": ""},
     )

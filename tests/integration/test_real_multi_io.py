@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from conftest import REPO
-from exporter.artifacts import DEFAULT_KINDS
-from exporter.cli import main
+from export_check.artifacts import DEFAULT_KINDS
+from export_check.cli import main
 
 MODELS = REPO / "models"
 EXAMPLE = MODELS / "examples" / "sequence_recognizer.toml"

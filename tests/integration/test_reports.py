@@ -18,13 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO, TESTS
-from exporter.artifacts import DEFAULT_KINDS
-from exporter.cli import main
-from exporter.config import Gate, RunConfig, Thresholds
-from exporter.history import HistoryError, load, parse_line, render_trend
-from exporter.pipeline import run_check
-from exporter.progress import ProgressLine
-from exporter.report import html, junit, markdown
+from export_check.artifacts import DEFAULT_KINDS
+from export_check.cli import main
+from export_check.config import Gate, RunConfig, Thresholds
+from export_check.history import HistoryError, load, parse_line, render_trend
+from export_check.pipeline import run_check
+from export_check.progress import ProgressLine
+from export_check.report import html, junit, markdown
 
 XSD = TESTS / "data" / "junit-10.xsd"
 
@@ -172,7 +172,7 @@ def test_html_renders_in_headless_chromium_with_the_plot_colours(passing, tmp_pa
 
 
 def test_history_appends_one_line_per_run_and_shows_the_trend(passing, failing, tmp_path: Path, capsys) -> None:
-    from exporter.history import append
+    from export_check.history import append
 
     path = tmp_path / "history.jsonl"
     append(passing, path)
@@ -232,7 +232,7 @@ def test_progress_is_plain_lines_in_ci_and_one_rewritten_line_on_a_terminal() ->
 def test_cli_writes_every_format_and_keeps_stderr_clean(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     result = subprocess.run(
-        [sys.executable, "-m", "exporter", str(DEFAULT_CHECKPOINT), "--artifacts", "onnx", "--out", str(tmp_path / "a"),
+        [sys.executable, "-m", "export_check", str(DEFAULT_CHECKPOINT), "--artifacts", "onnx", "--out", str(tmp_path / "a"),
          "--no-cache", "--junit", str(out / "junit.xml"), "--markdown", str(out / "summary.md"),
          "--html", str(out / "report.html"), "--history", str(out / "history.jsonl"), "--json", str(out / "report.json")],
         cwd=REPO, capture_output=True, text=True, timeout=300,

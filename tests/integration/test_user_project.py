@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.artifacts import DEFAULT_KINDS
+from export_check.artifacts import DEFAULT_KINDS
 from user_project import UserModels, write_settings
 
 pytest_plugins = ["pytester", "user_project_fixtures"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.golden.manifest import read_manifest
+from export_check.golden.manifest import read_manifest
 from fleet_project import Zoo, break_model, make_zoo
 
 pytest_plugins = ["pytester"]

@@ -7,8 +7,8 @@ import torch
 
 from arches import TinyNet
 from conftest import TESTS, seeded
-from exporter.checkpoint import build_model, load_state_dict, resolve_factory
-from exporter.errors import ArchitectureError, CheckpointError
+from export_check.checkpoint import build_model, load_state_dict, resolve_factory
+from export_check.errors import ArchitectureError, CheckpointError
 
 TINY = f"{TESTS / 'arches.py'}:TinyNet"
 

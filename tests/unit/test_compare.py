@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from exporter.compare import ErrorAccumulator, ShapeMismatch, compare
-from exporter.config import Gate
-from exporter.judge import gate_reasons
+from export_check.compare import ErrorAccumulator, ShapeMismatch, compare
+from export_check.config import Gate
+from export_check.judge import gate_reasons
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
 

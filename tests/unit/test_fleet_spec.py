@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.errors import UsageError
-from exporter.fleet.merge import merge
-from exporter.fleet.plan import out_folder
-from exporter.fleet.spec import Fleet, FleetModel, parse_fleet, parse_shard, select_shard, shard_index
+from export_check.errors import UsageError
+from export_check.fleet.merge import merge
+from export_check.fleet.plan import out_folder
+from export_check.fleet.spec import Fleet, FleetModel, parse_fleet, parse_shard, select_shard, shard_index
 
 
 @given(st.text(max_size=12))

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DEFAULT_GOLDEN
-from exporter.errors import GoldenError
-from exporter.golden.manifest import MANIFEST, load_golden, parse_manifest, verify_golden
+from export_check.errors import GoldenError
+from export_check.golden.manifest import MANIFEST, load_golden, parse_manifest, verify_golden
 
 
 def test_bundled_golden_set_is_real_and_complete() -> None:
@@ -130,8 +130,8 @@ def test_garbage_manifest_text(text: str) -> None:
 
 
 def test_format_1_set_offers_the_format_2_api_unchanged() -> None:
-    from exporter.golden.batches import GoldenBatches
-    from exporter.signature import SINGLE
+    from export_check.golden.batches import GoldenBatches
+    from export_check.signature import SINGLE
 
     golden = load_golden(DEFAULT_GOLDEN)
     assert golden.version == 1 and golden.signature == SINGLE and golden.recording == {}
@@ -157,8 +157,8 @@ def test_format_1_set_offers_the_format_2_api_unchanged() -> None:
 
 
 def test_stack_batches_end_at_the_batch_size_or_a_change_of_shape() -> None:
-    from exporter.golden.manifest import stack_batches
-    from exporter.signature import InputSpec
+    from export_check.golden.manifest import stack_batches
+    from export_check.signature import InputSpec
 
     inputs = (InputSpec("x", "float32", batch_axis=1), InputSpec("ids", "int64"))
     lengths = [3, 3, 3, 5, 3, 3]
@@ -171,8 +171,8 @@ def test_stack_batches_end_at_the_batch_size_or_a_change_of_shape() -> None:
 
 
 def test_reference_archives_are_content_addressed() -> None:
-    from exporter.golden.inputs import read_npz
-    from exporter.golden.store import npz_bytes
+    from export_check.golden.inputs import read_npz
+    from export_check.golden.store import npz_bytes
 
     arrays = {"boxes/0": np.arange(6, dtype=np.float32).reshape(2, 3), "boxes/1": np.zeros((1, 3), np.float32), "a.b/0": np.array([1, 2])}
     data = npz_bytes(arrays)
@@ -188,7 +188,7 @@ def test_open_beneath_follows_no_link_at_any_level_and_reads_only_regular_files(
     import errno
     import os
 
-    from exporter import files
+    from export_check import files
 
     root = tmp_path / "set"
     (root / "inputs").mkdir(parents=True)
@@ -211,7 +211,7 @@ def test_open_beneath_follows_no_link_at_any_level_and_reads_only_regular_files(
 def test_garbage_collection_removes_only_named_files_that_still_hash_as_recorded(tmp_path: Path) -> None:
     import hashlib
 
-    import exporter.golden.store as store
+    import export_check.golden.store as store
 
     (tmp_path / "inputs").mkdir()
     for name, data in (("x.png", b"ours"), ("y.png", b"edited"), ("README.txt", b"mine")):

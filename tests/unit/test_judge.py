@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from exporter.compare import Metrics, compare
-from exporter.config import Gate, Thresholds
-from exporter.diagnostics import BatchSizeRun, LayerComparison, LayerDelta
-from exporter.judge import judge_row, layers_missing, wants_layers
-from exporter.measurements import Measured, Observation, RerunMeasure, SizeRuns
+from export_check.compare import Metrics, compare
+from export_check.config import Gate, Thresholds
+from export_check.diagnostics import BatchSizeRun, LayerComparison, LayerDelta
+from export_check.judge import judge_row, layers_missing, wants_layers
+from export_check.measurements import Measured, Observation, RerunMeasure, SizeRuns
 
 DEFAULTS = Thresholds()
 

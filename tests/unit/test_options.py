@@ -14,14 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter import options
-from exporter.artifacts import KIND_NAMES
-from exporter.cli import build_config, build_parser
-from exporter.config import GATE_OPTIONS, RunConfig, default_cache_dir
-from exporter.errors import UsageError
-from exporter.options import CHECK, COMMANDS, OPTIONS, SETTINGS, for_command
-from exporter.pytest_plugin import run_config
-from exporter.settings import golden_params, parse_settings
+from export_check import options
+from export_check.artifacts import KIND_NAMES
+from export_check.cli import build_config, build_parser
+from export_check.config import GATE_OPTIONS, RunConfig, default_cache_dir
+from export_check.errors import UsageError
+from export_check.options import CHECK, COMMANDS, OPTIONS, SETTINGS, for_command
+from export_check.pytest_plugin import run_config
+from export_check.settings import golden_params, parse_settings
 
 # RunConfig fields no option sets directly: arch_root goes with arch (the folder of the settings file
 # that named it); thresholds are set by the gate rows; signature_settings by the settings-only
@@ -303,7 +303,7 @@ def test_golden_params_overlay(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_model_inputs_and_outputs_tables_reach_record_approve_and_the_runconfig(tmp_path: Path, monkeypatch) -> None:
-    from exporter.signature import SignatureSettings
+    from export_check.signature import SignatureSettings
 
     monkeypatch.chdir(tmp_path)
     ckpt = tmp_path / "m.pth"

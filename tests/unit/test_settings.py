@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.errors import UsageError
-from exporter.settings import KEYS, find_settings, parse_settings
+from export_check.errors import UsageError
+from export_check.settings import KEYS, find_settings, parse_settings
 
 
 def test_relative_paths_are_relative_to_the_settings_file(tmp_path: Path) -> None:
