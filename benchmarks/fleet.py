@@ -5,15 +5,19 @@
    ``export-check --fleet fleet.toml`` run, against the baseline a user had before: 8
    ``export-check MODEL`` runs one after another. Both cold (``--no-cache``). Target >= 1.6x.
 2. ``pytest -n 2`` on a project declaring 4 models against a serial ``pytest``, each with a fresh,
-   empty artifact cache. These are the user's conv ``SmallNet`` (tests/user_project.py) at 4 widths,
-   golden sets of 8 photos, every artifact kind: the issue's project. (With the MLPs above a whole
-   model's check is ~2 s, less than starting a worker process, so ``-n 2`` cannot win there.)
+   empty artifact cache, every artifact kind of the default group:
+   - ``zoo``: the four bundled digit models (SimpleCNN, ResNet, MobileNetV2, ViT; models/) with
+     their 64 golden digits: a model zoo's checks, each longer than a worker's start-up.
+   - ``smallnet``: the user's conv ``SmallNet`` (tests/user_project.py) at 4 widths, golden sets of
+     8 photos. Each model's check (~2.5 s) is shorter than starting a worker and its build server
+     (~4 s), so ``-n 2`` cannot win there; it shows the fixed cost.
 
 Every run's verdicts are compared (per model and row; per pytest item) and must be equal. Run from
 the repo in an environment with export-check and its test extra (pytest-xdist) installed::
 
     python benchmarks/fleet.py              # models in a temp folder, deleted after
     python benchmarks/fleet.py --repeats 2  # the median of 2 of each
+    python benchmarks/fleet.py --only pytest --projects zoo
 """
 
 from __future__ import annotations
@@ -109,29 +113,69 @@ def conv_project(folder: Path, count: int) -> Path:
     return folder
 
 
+ZOO = {  # the bundled digit models: checkpoint -> architecture (benchmarks/run.py's MODELS)
+    "simple_cnn_digits.pth": "models/simple_cnn.py:SimpleCNN",
+    "resnet_digits.pth": "models/resnet.py:ResNet",
+    "mobilenet_v2_digits.pth": "models/mobilenet.py:MobileNetV2",
+    "vit_digits.pth": "models/vit.py:VisionTransformer",
+}
+
+
+def zoo_project(folder: Path) -> Path:
+    """The four bundled digit models, each in a folder of its own with its settings and a golden
+    set recorded from the 64 bundled golden digits, declared to the pytest plugin."""
+    import shutil
+
+    from export_check.cli import main as cli
+    from models.digits import DIGITS_PREPROCESS
+    from models.make_golden_images import write_golden_images
+
+    folder.mkdir(parents=True)
+    write_golden_images(folder / "digits")
+    preprocess = ", ".join(f"{k} = {json.dumps(v)}" for k, v in DIGITS_PREPROCESS.to_json().items() if v is not None)
+    names = []
+    for i, (checkpoint, arch) in enumerate(ZOO.items()):
+        model = folder / f"net{i}"
+        model.mkdir()
+        shutil.copyfile(REPO / "models" / "checkpoints" / checkpoint, model / "model.pth")
+        (model / "export-check.toml").write_text(f'arch = "{REPO / arch}"\narch-kwargs = {{ image_size = 32 }}\ngolden = "golden"\n'
+                                                  f'inputs = "../digits"\npreprocess = {{ {preprocess} }}\n')
+        assert cli(["golden", "record", str(model / "model.pth"), "-q"]) == 0
+        names.append(f'"net{i}/model.pth"')
+    (folder / "pyproject.toml").write_text(f"[tool.pytest.ini_options]\nexport_check_models = [{', '.join(names)}]\n")
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--only", choices=("fleet", "pytest"), help="run one of the two benchmarks")
+    parser.add_argument("--projects", default="zoo,smallnet", help="pytest projects, comma-separated (default: zoo,smallnet)")
     args = parser.parse_args(argv)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
-        zoo = make_zoo(Path(tmp) / "fleet", 8, broken=(3,))
-        project = conv_project(Path(tmp) / "project", 4)
-        pairs = [bench_fleet(zoo.folder, env, zoo.names) for _ in range(args.repeats)]
-        serial = statistics.median(p[0] for p in pairs)
-        fleet = statistics.median(p[1] for p in pairs)
-        print(f"fleet of {len(zoo.names)} models, cold, {os.cpu_count()} cores: one after another {serial:.1f} s, one "
-              f"`export-check --fleet` run {fleet:.1f} s: {serial / fleet:.2f}x faster, same verdicts")
-        runs = []
-        for _ in range(args.repeats):
-            s_seconds, s_items = bench_pytest(project, env, 1)
-            p_seconds, p_items = bench_pytest(project, env, 2)
-            assert s_items == p_items, (s_items, p_items)
-            runs.append((s_seconds, p_seconds))
-        s, p = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
-        failed = sum(v == "FAILED" for v in s_items.values())
-        print(f"pytest on 4 models ({len(s_items)} items, {failed} failing), cold cache: serial {s:.1f} s, "
-              f"-n 2 {p:.1f} s: {s / p:.2f}x faster, same verdicts")
+        if args.only != "pytest":
+            zoo = make_zoo(Path(tmp) / "fleet", 8, broken=(3,))
+            pairs = [bench_fleet(zoo.folder, env, zoo.names) for _ in range(args.repeats)]
+            serial = statistics.median(p[0] for p in pairs)
+            fleet = statistics.median(p[1] for p in pairs)
+            print(f"fleet of {len(zoo.names)} models, cold, {os.cpu_count()} cores: one after another {serial:.1f} s, one "
+                  f"`export-check --fleet` run {fleet:.1f} s: {serial / fleet:.2f}x faster, same verdicts", flush=True)
+        if args.only == "fleet":
+            return 0
+        makers = {"zoo": zoo_project, "smallnet": lambda folder: conv_project(folder, 4)}
+        for name in args.projects.split(","):
+            project = makers[name](Path(tmp) / name)
+            runs = []
+            for _ in range(args.repeats):
+                s_seconds, s_items = bench_pytest(project, env, 1)
+                p_seconds, p_items = bench_pytest(project, env, 2)
+                assert s_items == p_items, (s_items, p_items)
+                runs.append((s_seconds, p_seconds))
+            s, p = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+            failed = sum(v == "FAILED" for v in s_items.values())
+            print(f"pytest, project {name!r}: 4 models ({len(s_items)} items, {failed} failing), cold cache: serial {s:.1f} s, "
+                  f"-n 2 {p:.1f} s: {s / p:.2f}x faster, same verdicts", flush=True)
     return 0
 
 
