@@ -45,7 +45,7 @@ def _argv(cache: Path, out: Path, *extra: str) -> list[str]:
 
 def run_in_pty(argv: list[str], columns: int, env: dict[str, str]) -> tuple[int, str]:
     """Run ``argv`` with stdout and stderr on a pseudo-terminal ``columns`` wide; its exit code and every byte it wrote."""
-    master, slave = os.openpty()
+    master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env, cwd=Path(__file__).parents[2])
     os.close(slave)
