@@ -178,7 +178,7 @@ def _table(report: Report, style: Style) -> list[str]:
             out += textwrap.wrap(rest, style.width, initial_indent=" " * 4, subsequent_indent=" " * 4, break_long_words=True)
     if left_out and not style.verbose:
         hidden = ", ".join(columns[i].title for i in left_out)
-        out += _wrapped(f"(not shown at {style.width} columns: {hidden}; -v shows them under each row)", style, "")
+        out += _wrapped(f"(not shown at {style.width} columns: {hidden}; -v shows them under each row)", style)
     return out
 
 

@@ -187,8 +187,7 @@ def test_verbose_wraps_what_does_not_fit_under_each_row(warm) -> None:
         ("NO_COLOR on a terminal", {"NO_COLOR": "1"}, (), False),
         ("--color never on a terminal", {}, ("--color", "never"), False),
         ("--color always beats NO_COLOR", {"NO_COLOR": "1"}, ("--color", "always"), True),
-        ("an empty NO_COLOR is not set", {"NO_COLOR": ""}, (), True),
-    ],
+    ],  # the whole precedence table, without a terminal: tests/unit/test_text_view.py
 )
 def test_colour_choice_on_a_terminal(warm, how: str, env: dict[str, str], flags: tuple[str, ...], coloured: bool) -> None:
     cache, out = warm
@@ -199,8 +198,7 @@ def test_colour_choice_on_a_terminal(warm, how: str, env: dict[str, str], flags:
 
 @pytest.mark.parametrize(
     "env, flags, coloured",
-    [({}, (), False), ({"FORCE_COLOR": "1"}, (), True), ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, (), False),
-     ({"FORCE_COLOR": "1"}, ("--color", "never"), False)],
+    [({}, (), False), ({"FORCE_COLOR": "1"}, (), True), ({"FORCE_COLOR": "1"}, ("--color", "never"), False)],
 )
 def test_piped_output_is_plain_and_fits_the_default_width(warm, env: dict[str, str], flags: tuple[str, ...], coloured: bool) -> None:
     cache, out = warm
