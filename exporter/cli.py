@@ -130,7 +130,7 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     shard = None if args.shard is None else spec.parse_shard(args.shard)
     fleet = spec.parse_fleet(args.fleet) if args.fleet is not None else spec.from_checkpoints(args.checkpoint)
     common = from_namespace(CHECK, args)
-    for name in ("checkpoint", "fleet", "shard", "workers", "ray", "json", "junit", "markdown", "html", "history", "quiet"):
+    for name in ("checkpoint", "fleet", "shard", "workers", "ray", "json", "junit", "markdown", "html", "history", "quiet", "color", "verbose"):
         common.pop(name, None)
 
     def progress(result: Any, done: int, total: int) -> None:
@@ -178,7 +178,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         report = escaped(run_check(config, progress=progress))  # a name that is not UTF-8 is shown escaped in every view
     finally:
         progress.close()
-    print(text.render(report))
+    print(text.render(report, text.style_for(sys.stdout, args.color, args.verbose)))
     if args.json is not None:
         json_report.write(report, args.json)
     _write_views(report, args)

@@ -22,6 +22,43 @@ class ShapeMismatch(ValueError):
 
 
 @dataclass(frozen=True)
+class Element:
+    """One output value: sample ``sample`` (along the batch axis), flat index ``index`` within it."""
+
+    sample: int
+    index: int
+    reference: float
+    candidate: float  # inf or nan when the candidate value is non-finite
+
+    def describe(self) -> str:
+        return f"sample {self.sample}, element {self.index}: {self.candidate:.8g} vs reference {self.reference:.8g}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sample": self.sample, "index": self.index, "reference": self.reference, "candidate": self.candidate}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """An elementwise allclose count: how many values break ``|candidate - reference| <= atol + rtol * |reference|``
+    (``numpy.allclose`` with the reference as ``b``, computed in float64; a non-finite candidate value
+    always breaks it), out of ``values``, and the worst of them: the one furthest above its bound."""
+
+    atol: float
+    rtol: float
+    values: int = 0
+    violations: int = 0
+    worst: Element | None = None  # None when nothing breaks it
+    worst_excess: float = 0.0  # |candidate - reference| minus its allowed bound, for ``worst``
+
+    def key(self) -> tuple[float, float]:
+        return (self.atol, self.rtol)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"atol": self.atol, "rtol": self.rtol, "values": self.values, "violations": self.violations,
+                "worst": None if self.worst is None else {**self.worst.to_json(), "excess": self.worst_excess}}
+
+
+@dataclass(frozen=True)
 class Metrics:
     """How far a candidate output is from a reference output over a whole set.
 
@@ -42,6 +79,12 @@ class Metrics:
     per_image_mae: tuple[float, ...] = field(repr=False)
     reference_mean_abs: float = 0.0
     agreement: str = "top-1"
+    max_abs_at: Element | None = None  # where the largest absolute error is (None: no values, or no error at all)
+    tolerances: tuple[Tolerance, ...] = ()  # the allclose counts the run's gates asked for (config.Thresholds.tolerances)
+
+    def tolerance(self, atol: float, rtol: float) -> Tolerance | None:
+        """The allclose count for ``(atol, rtol)``, if it was measured."""
+        return next((t for t in self.tolerances if t.key() == (atol, rtol)), None)
 
     @property
     def relative_mae(self) -> float:
@@ -62,6 +105,8 @@ class Metrics:
             "relative_mae": self.relative_mae,
             "reference_mean_abs": self.reference_mean_abs,
             "agreement": self.agreement,
+            "max_abs_at": None if self.max_abs_at is None else self.max_abs_at.to_json(),
+            "tolerances": [t.to_json() for t in self.tolerances],
         }
 
 
@@ -71,10 +116,14 @@ AGREEMENT = {"logits": "top-1", "sequence-logits": "per-position", "values": "no
 class ErrorAccumulator:
     """Streams batches of (reference, candidate) outputs into :class:`Metrics`. Arrays have their
     samples on axis 0 (``to_samples_first`` moves a declared batch axis there); ``kind`` and
-    ``class_axis`` (of the sample-first array) say what agreement means."""
+    ``class_axis`` (of the sample-first array) say what agreement means; ``tolerances``, the
+    ``(atol, rtol)`` pairs whose elementwise allclose violations to count (a count and the worst
+    value each: no arrays are kept)."""
 
-    def __init__(self, kind: str = "logits", class_axis: int = -1) -> None:
+    def __init__(self, kind: str = "logits", class_axis: int = -1, tolerances: tuple[tuple[float, float], ...] = ()) -> None:
         self.kind, self.class_axis = kind, class_axis
+        self._tolerances = {pair: Tolerance(*pair) for pair in dict.fromkeys(tolerances)}
+        self._max_abs_at: Element | None = None
         self._abs_sum = 0.0
         self._ref_abs_sum = 0.0
         self._values = 0
@@ -101,12 +150,36 @@ class ErrorAccumulator:
         self._ref_abs_sum += float(np.abs(ref).sum())
         self._values += diff.size
         if diff.size:
-            self._max_abs = max(self._max_abs, float(diff.max()))
+            flat = int(np.argmax(diff))
+            if diff.flat[flat] > self._max_abs:
+                self._max_abs = float(diff.flat[flat])
+                self._max_abs_at = self._element(flat, diff.shape[1], ref, cand)
+        for pair, count in self._tolerances.items():
+            self._tolerances[pair] = self._count(count, diff, ref, cand)
         self._per_image.append(diff.mean(axis=1) if diff.shape[1] else np.zeros(diff.shape[0]))
         if self.kind == "logits" and cand.shape[1]:
             changed = np.flatnonzero(np.argmax(np.where(finite, cand, -np.inf), axis=1) != np.argmax(ref, axis=1))
             self._top1_changed.extend(int(i) + self._images for i in changed)
         self._images += ref.shape[0]
+
+    def _element(self, flat: int, width: int, ref: np.ndarray, cand: np.ndarray) -> Element:
+        sample, index = divmod(flat, width)
+        return Element(sample=self._images + sample, index=index, reference=float(ref[sample, index]),
+                       candidate=float(cand[sample, index]))
+
+    def _count(self, count: Tolerance, diff: np.ndarray, ref: np.ndarray, cand: np.ndarray) -> Tolerance:
+        """``count`` with one more batch: numpy.allclose's test, ``diff <= atol + rtol * |ref|``, per value."""
+        excess = diff - (count.atol + count.rtol * np.abs(ref))
+        broken = ~(excess <= 0)  # a NaN excess (an inf reference and candidate) breaks it too
+        violations = int(np.count_nonzero(broken))
+        worst, worst_excess = count.worst, count.worst_excess
+        if violations:
+            scored = np.where(broken, np.nan_to_num(excess, nan=np.inf), -np.inf)
+            flat = int(np.argmax(scored))
+            if worst is None or scored.flat[flat] > worst_excess:
+                worst, worst_excess = self._element(flat, diff.shape[1], ref, cand), float(scored.flat[flat])
+        return Tolerance(atol=count.atol, rtol=count.rtol, values=count.values + diff.size, violations=count.violations + violations,
+                         worst=worst, worst_excess=worst_excess)
 
     def _add_positions(self, reference: np.ndarray, candidate: np.ndarray) -> None:
         axis = self.class_axis if self.class_axis >= 0 else reference.ndim + self.class_axis
@@ -136,6 +209,8 @@ class ErrorAccumulator:
             per_image_mae=tuple(float(v) for v in per_image),
             reference_mean_abs=self._ref_abs_sum / self._values if self._values else 0.0,
             agreement=AGREEMENT.get(self.kind, "top-1"),
+            max_abs_at=self._max_abs_at,
+            tolerances=tuple(self._tolerances.values()),
         )
 
 
@@ -144,8 +219,9 @@ def to_samples_first(array: np.ndarray, batch_axis: int) -> np.ndarray:
     return array if batch_axis == 0 else np.moveaxis(array, batch_axis, 0)
 
 
-def compare(reference: np.ndarray, candidate: np.ndarray, kind: str = "logits") -> Metrics:
+def compare(reference: np.ndarray, candidate: np.ndarray, kind: str = "logits",
+            tolerances: tuple[tuple[float, float], ...] = ()) -> Metrics:
     """Metrics of a whole candidate array against a whole reference array."""
-    acc = ErrorAccumulator(kind)
+    acc = ErrorAccumulator(kind, tolerances=tolerances)
     acc.add(reference, candidate)
     return acc.result()

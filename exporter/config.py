@@ -56,16 +56,23 @@ class Gate:
     most ``max_relative_mae`` of the output's mean absolute reference value (scale-free: the gate of
     non-float families, so a model whose logits are ~15 and one whose logits are ~0.1 get the same
     verdict for the same relative error), top-1 agreement at least ``min_top1`` (a fraction; outputs
-    of kind ``values`` have none), and optionally a max absolute error. Non-finite outputs always fail.
+    of kind ``values`` have none), and optionally a bound on every single value: ``max_abs`` (no
+    value's absolute error above it) and ``atol``/``rtol`` (``numpy.allclose``'s test on every value,
+    ``|candidate - reference| <= atol + rtol * |reference|``; one of them alone leaves the other 0).
+    Unset bounds do not gate. Non-finite outputs always fail.
 
     >>> Gate(max_relative_mae=0.05, min_top1=0.98).describe()
     'relMAE<=5% & top1>=98%'
+    >>> Gate(max_mae=1e-5, atol=1e-4, rtol=1e-3).describe()
+    'MAE<=1e-05 & atol=0.0001 rtol=0.001'
     """
 
     max_mae: float | None = None
     min_top1: float = 0.0
     max_abs: float | None = None
     max_relative_mae: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_mae is None and self.max_relative_mae is None:
@@ -79,6 +86,17 @@ class Gate:
             raise UsageError(f"min top-1 agreement is a fraction in [0, 1], got {self.min_top1!r}")
         if self.max_abs is not None:
             _positive_finite("max abs error", self.max_abs)
+        if self.atol is not None:
+            _positive_finite("atol", self.atol)
+        if self.rtol is not None:
+            _positive_finite("rtol", self.rtol)
+
+    @property
+    def tolerance(self) -> tuple[float, float] | None:
+        """``(atol, rtol)`` of the elementwise allclose test, or None when neither is set."""
+        if self.atol is None and self.rtol is None:
+            return None
+        return (self.atol or 0.0, self.rtol or 0.0)
 
     def mae_bound(self, reference_mean_abs: float) -> float:
         """The absolute MAE this gate allows an output whose mean absolute reference value is given."""
@@ -96,10 +114,13 @@ class Gate:
             parts.append(f"top1>={self.min_top1:.0%}")
         if self.max_abs is not None:
             parts.append(f"max<={self.max_abs:g}")
+        if self.tolerance is not None:
+            parts.append(f"atol={self.tolerance[0]:g} rtol={self.tolerance[1]:g}")
         return " & ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"max_mae": self.max_mae, "max_relative_mae": self.max_relative_mae, "min_top1": self.min_top1, "max_abs": self.max_abs}
+        return {"max_mae": self.max_mae, "max_relative_mae": self.max_relative_mae, "min_top1": self.min_top1, "max_abs": self.max_abs,
+                "atol": self.atol, "rtol": self.rtol}
 
 
 @dataclass(frozen=True)
@@ -131,20 +152,34 @@ class GateFamily:
     fix_hint: str = "max-mae"  # the settings key a failing row's message suggests loosening
 
 
+def _value_bounds(prefix: str, what: str) -> tuple[GateOption, ...]:
+    """A family's bounds on every single value, beside its MAE: max-abs, and numpy.allclose's atol/rtol
+    (unset: not gated, so the defaults judge as before)."""
+    return (
+        GateOption(f"{prefix}max-abs", "max_abs", f"no value of {what} may differ by more than this (default: none)"),
+        GateOption(f"{prefix}atol", "atol", f"allclose gate of {what}: every value within atol + rtol * |reference| "
+                                            "(numpy.allclose; rtol 0 unless set; default: none)"),
+        GateOption(f"{prefix}rtol", "rtol", f"the relative tolerance of the allclose gate of {what} (atol 0 unless set; default: none)"),
+    )
+
+
 GATE_FAMILIES: tuple[GateFamily, ...] = (
     GateFamily("float", "float artifacts", "float", Gate(max_mae=FLOAT_MAX_MAE),
-               (GateOption("max-mae", "max_mae", "MAE gate of float artifacts and of eager vs golden (default: 1e-5)"),)),
+               (GateOption("max-mae", "max_mae", "MAE gate of float artifacts and of eager vs golden (default: 1e-5)"),
+                *_value_bounds("", "float artifacts and of eager vs golden"))),
     GateFamily("int8", "int8 artifacts", "int8", Gate(max_relative_mae=INT8_MAX_RELATIVE_MAE, min_top1=INT8_MIN_TOP1),
                (GateOption("int8-max-relative-mae", "max_relative_mae",
                            "relative MAE gate of int8 artifacts: MAE over the mean |reference| of the output (default: 0.05)"),
                 GateOption("int8-max-mae", "max_mae", "an absolute MAE gate of int8 artifacts as well (default: none)"),
-                GateOption("int8-min-top1", "min_top1", "top-1 agreement gate of int8 artifacts, a fraction (default: 0.98)", "F")),
+                GateOption("int8-min-top1", "min_top1", "top-1 agreement gate of int8 artifacts, a fraction (default: 0.98)", "F"),
+                *_value_bounds("int8-", "int8 artifacts")),
                layers="quantization", fix_hint="int8-max-mae / int8-min-top1"),
     GateFamily("fp16", "fp16 artifacts", "fp16", Gate(max_relative_mae=FP16_MAX_RELATIVE_MAE, min_top1=FP16_MIN_TOP1),
                (GateOption("fp16-max-relative-mae", "max_relative_mae",
                            "relative MAE gate of fp16 artifacts: MAE over the mean |reference| of the output (default: 0.01)"),
                 GateOption("fp16-max-mae", "max_mae", "an absolute MAE gate of fp16 artifacts as well (default: none)"),
-                GateOption("fp16-min-top1", "min_top1", "top-1 agreement gate of fp16 artifacts, a fraction (default: 0.99)", "F")),
+                GateOption("fp16-min-top1", "min_top1", "top-1 agreement gate of fp16 artifacts, a fraction (default: 0.99)", "F"),
+                *_value_bounds("fp16-", "fp16 artifacts")),
                fix_hint="fp16-max-relative-mae / fp16-min-top1"),
     # Eager vs the approved reference logits: is this the approved model?
     GateFamily("eager", "eager vs golden", "eager vs golden", Gate(max_mae=FLOAT_MAX_MAE), follows="float", layers="none"),
@@ -160,7 +195,7 @@ class Thresholds:
     every row is also shown against.
 
     >>> Thresholds.from_options({"int8-max-mae": 0.2}).gate_for("int8").describe()
-    'MAE<=0.2 & top1>=98%'
+    'MAE<=0.2 & relMAE<=5% & top1>=98%'
     """
 
     gates: tuple[tuple[str, Gate], ...] = tuple((f.name, f.default) for f in GATE_FAMILIES)
@@ -189,6 +224,16 @@ class Thresholds:
 
     def gate_for(self, family: str) -> Gate:
         return dict(self.gates)[family]
+
+    def tolerances(self) -> tuple[tuple[float, float], ...]:
+        """Every ``(atol, rtol)`` pair some family's gate tests: what the replay counts per output
+        (``compare.ErrorAccumulator``), so each row is judged by the pair of its own family.
+
+        >>> Thresholds.from_options({"atol": 1e-4, "int8-rtol": 0.1}).tolerances()
+        ((0.0001, 0.0), (0.0, 0.1))
+        """
+        pairs = (gate.tolerance for _, gate in self.gates)
+        return tuple(dict.fromkeys(p for p in pairs if p is not None))
 
     def described(self) -> tuple[tuple[GateFamily, str], ...]:
         """(family, its gate described) for every family, in table order: what the reports show."""

@@ -40,14 +40,53 @@ def gate_reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
         what = "top-1 agreement" if metrics.agreement == "top-1" else "per-position agreement"
         reasons.append(f"{what} {metrics.top1_agreement:.1%} < {gate.min_top1:.1%}")
     if gate.max_abs is not None and not metrics.max_abs <= gate.max_abs:
-        reasons.append(f"max abs error {metrics.max_abs:.3g} > {gate.max_abs:g}")
+        where = "" if metrics.max_abs_at is None else f" (at {metrics.max_abs_at.describe()})"
+        reasons.append(f"max abs error {metrics.max_abs:.3g} > {gate.max_abs:g}{where}")
+    reasons += tolerance_reasons(metrics, gate)
     if metrics.images == 0:
         reasons.append("no images were compared")
     return tuple(reasons)
 
 
+def tolerance_reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
+    """The allclose part of ``gate``: how many values break ``|a - b| <= atol + rtol * |b|``, and the worst.
+
+    >>> from export_check.compare import compare
+    >>> import numpy as np
+    >>> m = compare(np.array([[1.0, 10.0]]), np.array([[1.5, 10.5]]), tolerances=((0.1, 0.01),))
+    >>> tolerance_reasons(m, Gate(max_mae=1, atol=0.1, rtol=0.01))[0]
+    'allclose(atol=0.1, rtol=0.01): 2 of 2 values outside atol + rtol*|reference|; worst sample 0, element 0: 1.5 vs reference 1 (|err| 0.5 > 0.11)'
+    """
+    if gate.tolerance is None:
+        return ()
+    atol, rtol = gate.tolerance
+    count = metrics.tolerance(atol, rtol)
+    if count is None:  # never silently passed: a measurement that lacks it is observed again (layers_missing)
+        return (f"allclose(atol={atol:g}, rtol={rtol:g}) was not measured for this output",)
+    if not count.violations:
+        return ()
+    worst = ""
+    if count.worst is not None:
+        w = count.worst
+        err = abs(w.candidate - w.reference)
+        worst = f"; worst {w.describe()} (|err| {err:.3g} > {atol + rtol * abs(w.reference):.3g})"
+    return (f"allclose(atol={atol:g}, rtol={rtol:g}): {count.violations} of {count.values} values "
+            f"outside atol + rtol*|reference|{worst}",)
+
+
+def tolerance_missing(obs: Observation, thresholds: Thresholds) -> bool:
+    """Whether the row's gate tests allclose with an ``(atol, rtol)`` pair its observation holds no count of."""
+    if obs.metrics is None:
+        return False
+    pair = thresholds.gate_for(obs.family).tolerance
+    return pair is not None and any(m.tolerance(*pair) is None for m in (obs.metrics, *(m for _, m in obs.outputs)))
+
+
 def _size_gate(gate: Gate, images: int) -> Gate:
-    """The row's gate at one batch size: agreement is counted only over enough images."""
+    """The row's gate at one batch size: agreement is counted only over enough images. The allclose
+    counts are the replay's (every golden value, at the main batch size); a batch-size run is judged
+    by the gate's MAE, max-abs and agreement parts against eager at that size."""
+    gate = replace(gate, atol=None, rtol=None)
     return gate if images >= MIN_AGREEMENT_IMAGES else replace(gate, min_top1=0.0)
 
 
@@ -198,7 +237,10 @@ def wants_layers(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bo
 
 def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bool:
     """A cached observation that lacks the per-layer table today's thresholds ask for (or holds one
-    measured against another threshold) cannot be judged whole: the row must be observed again."""
+    measured against another threshold), or the allclose count of today's atol/rtol, cannot be
+    judged whole: the row must be observed again."""
+    if tolerance_missing(obs, thresholds):
+        return True
     if not wants_layers(obs, thresholds, diagnose):
         return False
     layers = obs.diagnostics.layers if obs.diagnostics is not None else None

@@ -55,7 +55,7 @@ class Replay:
         self.eager_argmax: list[np.ndarray] = []
 
     def _accumulators(self) -> dict[str, ErrorAccumulator]:
-        return {o.name: ErrorAccumulator(o.kind, o.class_axis) for o in self.compared}
+        return {o.name: ErrorAccumulator(o.kind, o.class_axis, self.config.thresholds.tolerances()) for o in self.compared}
 
     def open(self, kind: ArtifactKind, outcome: BuildOutcome, ctx: BuildContext, stack: contextlib.ExitStack) -> Any | None:
         """The artifact reloaded from its file, as it ships; ``None`` (and the row's error) when it can't be."""

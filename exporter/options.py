@@ -36,6 +36,7 @@ COMMANDS = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE)
 MODEL = (CHECK, RECORD, APPROVE)  # the commands that load a checkpoint and its settings
 DEFAULT_GOLDEN = Path("golden")
 DEFAULT_OUT = Path("export-check-out")
+COLOR_CHOICES = ("auto", "always", "never")  # --color (exporter/report/text.py: use_colour)
 
 # How a value is read and checked, by kind: the type argparse converts a flag's text with (None: kept
 # as text; artifacts and arch-kwargs text is read by the overlay, which names the flag), and the rules
@@ -164,6 +165,12 @@ OPTIONS: tuple[Option, ...] = (
            (CHECK,), field="diagnose"),
     Option("strict", "strict", "switch", "a kind that does not apply to the model (e.g. dynamic int8 without Linear or recurrent "
            "layers) fails the run instead of being shown as not applicable", (CHECK,), settings=True, field="strict"),
+    # the terminal table (exporter/report/text.py): colour and detail; not settings, they are the terminal's
+    Option("color", "color", "str", "colour the verdicts: auto (on a terminal, unless NO_COLOR is set; FORCE_COLOR forces it), "
+           "always or never; the flag overrides NO_COLOR and FORCE_COLOR (default: {default})", (CHECK,), default="auto",
+           choices=COLOR_CHOICES, metavar="{auto,always,never}"),
+    Option("verbose", "verbose", "switch", "every column of the table (wrapped under each row when the terminal is narrow), "
+           "the notes, the checks and the stage timings", (CHECK,), short="-v"),
     # check, several models (exporter/fleet/): a fleet file, CI shards, a process pool or a Ray cluster
     Option("fleet", "fleet", "path", "check every model of a fleet file (TOML: [models.NAME] with checkpoint, arch, golden, "
            "settings); one report over all of them", (CHECK,), metavar="FILE"),

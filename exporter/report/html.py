@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..diagnostics import LayerComparison
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
-from . import write_text_atomic
+from . import bounds, write_text_atomic
 from .views import checks_description, latency_ms, latency_text, rerun_text, shapes_text, size_text
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -169,7 +169,9 @@ def _fmt(value: float | None) -> str:
 
 
 def _summary_table(report: Report) -> str:
-    head = ("", "artifact", "vs", "gate", "MAE", "max abs", "top-1", "batch sizes", "rerun", "ms/img", "size", "verdict")
+    allclose = bounds.shown(report)  # an atol/rtol gate: the count of values outside it, per row
+    head = ("", "artifact", "vs", "gate", "MAE", "max abs", *(("allclose",) if allclose else ()), "top-1", "batch sizes", "rerun",
+            "ms/img", "size", "verdict")
     out = ["<table class='summary'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for row in report.rows:
         m = row.metrics
@@ -180,6 +182,7 @@ def _summary_table(report: Report) -> str:
             f"<td>{_e(row.gate.describe())}</td>",
             f"<td class='n'>{_fmt(m.mae if m else None)}</td>",
             f"<td class='n'>{_fmt(m.max_abs if m else None)}</td>",
+            *([f"<td class='n'>{_e(bounds.cell(row))}</td>"] if allclose else []),
             f"<td class='n'>{'-' if m is None else f'{m.top1_agreement:.1%}'}</td>",
             f"<td>{_e(shapes_text(row))}</td>",
             f"<td class='n'>{_e(rerun_text(row))}</td>",

@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..results import ERROR, FAIL, NOT_APPLICABLE, Report, Row
-from . import write_text_atomic
+from . import bounds, write_text_atomic
 from .views import output_lines, size_text
 
 SUITE = "export-check"
@@ -48,6 +48,11 @@ def metric_lines(row: Row) -> list[str]:
             f"top1_changed: {list(m.top1_changed)}",
             f"nonfinite: {m.nonfinite}",
         ]
+        if m.max_abs_at is not None:
+            lines.append(f"max_abs_at: {m.max_abs_at.describe()}")
+    count = bounds.row_count(row)
+    if count is not None:
+        lines.append(f"allclose: {bounds.sentence(count)}")
     lines += [f"output: {line}" for line in output_lines(row)]
     if row.artifact is not None:
         lines += [f"artifact: {row.artifact.path}", f"size: {row.artifact.size_bytes} bytes ({size_text(row.artifact.size_bytes)})",

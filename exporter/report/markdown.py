@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..diagnostics import LayerComparison
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
-from . import write_text_atomic
+from . import bounds, write_text_atomic
 from .views import checks_description, latency_text, output_lines, rerun_text, shapes_text, size_text
 
 ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌", NOT_APPLICABLE: "➖"}
@@ -41,7 +41,7 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2e}" if math.isfinite(value) else str(value)
 
 
-def _row(row: Row) -> str:
+def _row(row: Row, allclose: bool) -> str:
     m = row.metrics
     check = {"ok": "✅", "FAIL": "❌", "-": "–"}
     rerun = rerun_text(row)
@@ -52,6 +52,7 @@ def _row(row: Row) -> str:
         cell(_gate(row.gate.describe())),
         _fmt(m.mae if m else None),
         _fmt(m.max_abs if m else None),
+        *([bounds.cell(row)] if allclose else []),
         "-" if m is None else f"{m.top1_agreement:.1%}",
         check[shapes_text(row)],
         rerun_cell,
@@ -82,6 +83,7 @@ def render(report: Report) -> str:
     verdict = "passed" if report.passed else "FAILED"
     golden = report.golden
     t = report.thresholds
+    allclose = bounds.shown(report)  # an atol/rtol gate: the count of values outside it, per row
     lines = [
         f"## {icon} export-check {verdict}: {report.counts_text()}",
         "",
@@ -90,9 +92,9 @@ def render(report: Report) -> str:
         + ("" if golden.label_accuracy is None else f"; eager top-1 accuracy on the labels {golden.label_accuracy:.1%}")
         + f"; {report.seconds:.1f}s",
         "",
-        "| | artifact | gate | MAE | max abs | top-1 | batch sizes | rerun | ms/img | size |",
-        "|---|---|---|---:|---:|---:|:---:|---:|---:|---:|",
-        *(_row(row) for row in report.rows),
+        "| | artifact | gate | MAE | max abs |" + (" allclose |" if allclose else "") + " top-1 | batch sizes | rerun | ms/img | size |",
+        "|---|---|---|---:|---:|" + ("---:|" if allclose else "") + "---:|:---:|---:|---:|---:|",
+        *(_row(row, allclose) for row in report.rows),
         "",
         "**Thresholds:** " + " · ".join(f"{family.label} {cell(_gate(gate))}" for family, gate in t.described()) + ". "
         f"**Checks:** {cell(_gate(checks_description(report)))}.",

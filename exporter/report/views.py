@@ -52,8 +52,11 @@ def output_lines(row: Row) -> list[str]:
     for o in row.outputs:
         m = o.metrics
         agreement = "" if m.agreement == "none" else f", {m.agreement} agreement {m.top1_agreement:.1%}"
+        pair = row.gate.tolerance
+        count = None if pair is None else m.tolerance(*pair)
+        allclose = "" if count is None else f", allclose {count.violations}/{count.values} outside"
         lines.append(f"{row.name} / {o.name}: {o.status.upper()} MAE {m.mae:.2e}, max {m.max_abs:.2e}, relative MAE "
-                     f"{m.relative_mae:.2%}{agreement}" + ("" if not o.reasons else f" ({'; '.join(o.reasons)})"))
+                     f"{m.relative_mae:.2%}{agreement}{allclose}" + ("" if not o.reasons else f" ({'; '.join(o.reasons)})"))
     if row.not_compared:
         lines.append(f"{row.name}: outputs not compared (excluded by a setting): {', '.join(row.not_compared)}")
     return lines
