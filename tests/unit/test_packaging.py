@@ -35,7 +35,12 @@ def test_no_source_file_imports_the_folder_name() -> None:
     for root in ("exporter", "tests", "benchmarks", "models"):
         for path in (REPO / root).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                else:
+                    continue
                 offenders += [f"{path.relative_to(REPO)}:{node.lineno}: {n}" for n in names if n == "exporter" or n.startswith("exporter.")]
     assert offenders == []
 
