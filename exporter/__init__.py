@@ -26,7 +26,8 @@ _LAZY = {
     "check": "api", "record": "api", "approve": "api", "verify": "api", "Approval": "api", "Verification": "api",
     "Report": "results", "Row": "results", "ExportCheckError": "errors",
 }
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", "check", "record", "approve", "verify", "Approval", "Verification", "Report", "Row", "ExportCheckError"]
+assert set(__all__) == {"__version__", *_LAZY}
 
 
 def __getattr__(name: str) -> Any:

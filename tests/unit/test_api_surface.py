@@ -27,10 +27,10 @@ HEAVY = ("torch", "numpy", "onnx", "onnxruntime", "PIL")
 def test_importing_the_api_loads_nothing_heavy() -> None:
     code = (
         "import sys, json, export_check\n"
-        "before = sorted(m for m in %r if m in sys.modules)\n"
+        f"before = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
         "names = [export_check.check, export_check.record, export_check.approve, export_check.verify, export_check.ExportCheckError]\n"
-        "after = sorted(m for m in %r if m in sys.modules)\n"
-        "print(json.dumps({'before': before, 'after': after, 'dir': dir(export_check)}))\n" % (HEAVY, HEAVY)
+        f"after = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        "print(json.dumps({'before': before, 'after': after, 'dir': dir(export_check)}))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
