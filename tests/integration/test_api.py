@@ -149,6 +149,30 @@ def test_real_reports_are_valid_against_the_schema(runs, name) -> None:
     assert any("'rows' is a required property" in e.message for e in validator.iter_errors(missing))
 
 
+def test_the_schema_has_the_error_form_of_a_run_stopped_with_exit_2() -> None:
+    """On exit 2 every format is still written, carrying the error (issue 16.2, branch h-write16):
+    the JSON is the schema's error form. This is that form as h-write16's report/failure.py writes it;
+    once merged, its own render_json is validated too."""
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    stopped = {"schema": "export-check-report", "schema_version": 1, "tool_version": export_check.__version__,
+               "created": "2026-12-01T00:00:00+00:00", "command": "check", "passed": False, "exit_code": 2,
+               "error": {"type": "GoldenError", "message": "golden: golden set not found; record one"}, "checkpoints": ["model.pth"],
+               "rows": []}
+    assert list(validator.iter_errors(stopped)) == []
+    try:
+        from export_check.report import failure  # type: ignore[attr-defined]
+    except ImportError:
+        failure = None
+    if failure is not None:
+        real = json.loads(failure.render_json(failure.Stopped(command="check", message="golden: golden set not found", kind="GoldenError",
+                                                              checkpoints=("model.pth",), created="2026-01-01T00:00:00+00:00")))
+        assert list(validator.iter_errors(real)) == []
+    for change in ({"rows": [{}]}, {"error": {"type": "GoldenError"}}, {"passed": True}, {"error": None}):
+        assert list(validator.iter_errors({**stopped, **change})), change
+    # a report that says exit 2 is held to the error form, not waved through as a report
+    assert list(validator.iter_errors({**stopped, "error": {"type": "X", "message": ""}}))
+
+
 def test_golden_operations_record_verify_approve(tmp_path: Path, digit_images: Path) -> None:
     import torch
 
