@@ -91,15 +91,28 @@ class Verification:
     lines: tuple[str, ...]
 
 
+def _as_text(options: Mapping[str, Any]) -> dict[str, str]:
+    """``size=32``, ``size=(224, 224)``, ``mean=(0.5, 0.5, 0.5)`` as the flags' text (``"32"``, ``"224x224"``, ``"0.5,0.5,0.5"``)."""
+    text = {}
+    for name, sep in (("size", "x"), ("mean", ","), ("std", ",")):
+        value = options.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            text[name] = str(value)
+        elif isinstance(value, (tuple, list)) and value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            text[name] = sep.join(str(v) for v in value)
+    return text
+
+
 def record(checkpoint: PathLike, arch: str | None = None, **options: Any) -> GoldenSet:
     """Record a new golden set from ``inputs`` (a folder of images, ``.npy`` or sample archives), as
     ``export-check golden record``: options ``inputs``, ``golden``, ``force``, ``size``, ``resize``, ``mode``,
-    ``mean``, ``std``, ``batch_size``, ``threads``, ``arch_kwargs``, ``config``. Returns the set as written."""
+    ``mean``, ``std`` (text as on the command line, or numbers: ``size=(32, 32)``), ``batch_size``, ``threads``,
+    ``arch_kwargs``, ``config``. Returns the set as written."""
     from .golden.inputs import preprocess_from_args
     from .golden.lifecycle import record_golden
     from .settings import golden_params
 
-    explicit = _explicit(RECORD, "record", checkpoint, {**options, "arch": arch})
+    explicit = _explicit(RECORD, "record", checkpoint, {**options, "arch": arch, **_as_text(options)})
     params = golden_params(RECORD, explicit)
     if params.inputs is None:
         raise UsageError("export_check.record(): no inputs given: pass inputs=DIR (a folder of images or .npy files), "

@@ -221,13 +221,22 @@ def _cmd_history(args: argparse.Namespace) -> int:
 def _cmd_cache(args: argparse.Namespace) -> int:
     """``export-check cache info|prune|clear``: the cache folder and its limit from the flags, else the
     settings of the current directory, else the defaults."""
+    if args.cache_command is None:
+        raise UsageError("export-check cache: choose info, prune or clear (see export-check cache --help)")
+    try:
+        return _cache_command(args)
+    except OSError as exc:
+        doing = "read" if args.cache_command == "info" else args.cache_command
+        raise UsageError(f"{exc.filename or 'the cache'}: cannot {doing} the cache ({exc.strerror or exc}); "
+                         "check its permissions, or pass another --cache-dir") from None
+
+
+def _cache_command(args: argparse.Namespace) -> int:
     from .cache import prune as cache
     from .config import default_cache_dir
     from .options import OPTION, coerce
     from .settings import find_settings
 
-    if args.cache_command is None:
-        raise UsageError("export-check cache: choose info, prune or clear (see export-check cache --help)")
     settings = find_settings(None)
     root = args.cache_dir or settings.get("cache_dir") or default_cache_dir()
     if root.exists() and not root.is_dir():

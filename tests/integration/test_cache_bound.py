@@ -206,3 +206,13 @@ def test_cache_max_size_is_an_option_and_a_setting(tmp_path: Path) -> None:
 
     with pytest.raises(UsageError, match="pyproject.toml: cache-max-size must be a finite number >= 0"):
         parse_settings({"cache-max-size": -1}, tmp_path, "pyproject.toml")
+
+
+def test_a_cache_that_cannot_be_read_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    def unreadable(root):
+        raise PermissionError(13, "Permission denied", str(root))
+
+    monkeypatch.setattr(cache_prune, "usage", unreadable)
+    assert main(["cache", "info", "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"export-check: error: {tmp_path}: cannot read the cache (Permission denied); check its permissions, or pass another --cache-dir\n"

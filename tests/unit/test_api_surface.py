@@ -111,3 +111,25 @@ def test_the_schema_ships_with_the_package_at_the_report_version() -> None:
     assert json_report.SCHEMA_FILE in package_data["export_check.report"]
     assert (Path(json_report.__file__).parent / json_report.SCHEMA_FILE).is_file()
     assert (Path(export_check.__file__).parent / "py.typed").is_file()
+
+
+def test_the_wheel_ships_the_typing_marker_the_schema_and_the_license(tmp_path: Path) -> None:
+    """Built by the real build backend from a copy of the sources (so no build/ lands in the checkout)."""
+    import shutil
+    import zipfile
+
+    source = tmp_path / "src"
+    source.mkdir()
+    shutil.copytree(REPO / "exporter", source / "exporter", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md"):
+        shutil.copy(REPO / name, source / name)
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(source), "-w", str(tmp_path / "dist")]
+    result = subprocess.run(build, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (wheel,) = (tmp_path / "dist").glob("export_check-*.whl")
+    assert wheel.name.startswith(f"export_check-{export_check.__version__}-")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {"export_check/py.typed", "export_check/report/report.schema.json", "export_check/api.py"} <= set(names)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    schema = json.loads(zipfile.ZipFile(wheel).read("export_check/report/report.schema.json"))
+    assert schema == json_report.schema()
