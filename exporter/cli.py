@@ -21,12 +21,12 @@ from typing import Any, NoReturn
 
 from . import __version__
 from .errors import ExportCheckError, UsageError, one_line
-from .options import CHECK, DEFAULT_GOLDEN, HISTORY, MERGE, add_arguments, from_namespace
+from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, DEFAULT_GOLDEN, HISTORY, MERGE, add_arguments, from_namespace
 from .paths import check_outputs, escaped
 from .settings import check_config, golden_params
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-SUBCOMMANDS = ("check", "golden", "history", "merge")
+SUBCOMMANDS = ("check", "golden", "history", "merge", "cache")
 RAY_LOCAL = "local"  # `--ray` without an address: a local cluster
 
 
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "several checkpoints (or --fleet FILE) give one report over all of them.",
     )
     parser.add_argument("--version", action="version", version=f"export-check {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge,cache}", parser_class=_Parser)
 
     check = sub.add_parser("check", help="export, replay and gate (the default command)",
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog="artifact kinds:\n" + _kinds_help())
@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(merge, MERGE)
     history = sub.add_parser("history", help="show MAE and latency per artifact across the runs in a --history file")
     add_arguments(history, HISTORY)
+    cache = sub.add_parser("cache", help="show, prune or clear the artifact cache")
+    csub = cache.add_subparsers(dest="cache_command", metavar="{info,prune,clear}", parser_class=_Parser)
+    for command, help_text in ((CACHE_INFO, "where the cache is, its entries, their size and the limit"),
+                               (CACHE_PRUNE, "evict least recently used entries until the cache is under its limit"),
+                               (CACHE_CLEAR, "remove every entry (entries a running check is using stay)")):
+        add_arguments(csub.add_parser(command.split()[1], help=help_text), command)
     return parser
 
 
@@ -199,13 +205,74 @@ def _write_views(report: Any, args: argparse.Namespace) -> None:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from .history import load, render_json, render_trend
+    from .history import load, render_json, render_trend, write_html
 
     if args.last < 0:
         raise UsageError(f"--last must be >= 0, got {args.last}")
+    if args.html is not None and args.html.is_dir():
+        raise UsageError(f"{args.html}: is a directory; --html takes a file path")
     runs = load(args.history_file)
     print(render_json(runs, args.last) if args.json else render_trend(runs, args.last, args.artifact), end="\n" if not args.json else "")
+    if args.html is not None:
+        write_html(runs, args.html, args.last, args.artifact)
     return EXIT_PASS
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    """``export-check cache info|prune|clear``: the cache folder and its limit from the flags, else the
+    settings of the current directory, else the defaults."""
+    if args.cache_command is None:
+        raise UsageError("export-check cache: choose info, prune or clear (see export-check cache --help)")
+    try:
+        return _cache_command(args)
+    except OSError as exc:
+        doing = "read" if args.cache_command == "info" else args.cache_command
+        raise UsageError(f"{exc.filename or 'the cache'}: cannot {doing} the cache ({exc.strerror or exc}); "
+                         "check its permissions, or pass another --cache-dir") from None
+
+
+def _cache_command(args: argparse.Namespace) -> int:
+    from .cache import prune as cache
+    from .config import default_cache_dir
+    from .options import OPTION, coerce
+    from .settings import find_settings
+
+    settings = find_settings(None)
+    root = args.cache_dir or settings.get("cache_dir") or default_cache_dir()
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root}: is not a folder; pass the artifact cache's folder with --cache-dir")
+    configured = settings.get("cache_max_size", OPTION["cache-max-size"].default)
+    if args.cache_command == "info":
+        found = cache.usage(root)
+        bound = cache.parse_gb(configured)
+        print(f"cache: {root}{'' if root.exists() else ' (not made yet)'}")
+        print(f"entries: {len(found.entries)}")
+        print(f"size: {cache.shown_size(found.size)} ({found.size} bytes)")
+        print(f"limit: {'none (cache-max-size = 0)' if bound is None else cache.shown_size(bound)}")
+        if found.entries:
+            print(f"least recently used: {_when(found.entries[0].last_used)}; most recently: {_when(found.entries[-1].last_used)}")
+        return EXIT_PASS
+    if args.cache_command == "clear":
+        limit: int | None = 0
+    else:
+        gb = configured if args.max_size is None else coerce(args.max_size, "float", None, "--max-size")
+        limit = cache.parse_gb(gb)
+    pruned = cache.prune(root, limit, wait=60.0)
+    if pruned is None:
+        raise UsageError(f"{root}: another export-check kept evicting from the cache for 60 s; try again when it is done")
+    print(f"removed {pruned.removed} entries ({cache.shown_size(pruned.freed)}) from {root}; it holds {len(pruned.left.entries)} "
+          f"entries, {cache.shown_size(pruned.left.size)}" + ("" if limit is None else f" (limit {cache.shown_size(limit)})"))
+    if limit is None:
+        print("no limit (cache-max-size = 0): nothing to prune; pass --max-size GB")
+    if pruned.in_use:
+        print(f"{pruned.in_use} entries are in use by a running check and were kept")
+    return EXIT_PASS
+
+
+def _when(timestamp: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
 
 
 def _golden_params(args: argparse.Namespace) -> Any:
@@ -273,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_history(args)
         if args.command == "merge":
             return _cmd_merge(args)
+        if args.command == "cache":
+            return _cmd_cache(args)
         return _cmd_golden(args)
     except ExportCheckError as exc:
         print(f"export-check: error: {str(exc).removeprefix('export-check: ')}", file=sys.stderr)

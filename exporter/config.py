@@ -262,6 +262,7 @@ class RunConfig:
     onnx_exporter: str = "torchscript"
     threads: int = 1
     cache_dir: Path | None = None  # the artifact cache (exporter/cache/); None: no cache
+    cache_max_size: float = 5.0  # GB (10^9 bytes) the cache is kept under, least recently used entries evicted; 0: no limit
     diagnose: bool = False  # also build the per-layer int8 tables of passing int8 rows (--diagnose)
     jobs: int | None = None  # 1: one artifact at a time; 2: replay each artifact while the next builds; None: by core count
     build_timeout: float = BUILD_TIMEOUT  # seconds one isolated build may run before it is killed; 0: no limit

@@ -3,6 +3,12 @@
 One line per run, appended under an exclusive lock with a single write, so concurrent runs never
 interleave and a killed run leaves at most a last line without its newline (the reader names it).
 
+Each line says where the run came from: the commit (the CI's variable, else ``git rev-parse HEAD`` in
+the working directory) and the CI run (its id and, on GitHub Actions, its URL); each row says whether
+its numbers were served from the cache (``cached: true``): those are an earlier run's measurement,
+not a new one, so the trend compares every row with the last run that really measured it, and the
+HTML plot (``export-check history --html``) draws cached values hollow.
+
 >>> entry = parse_line('{"format": "export-check-history", "version": 1, "time": "t", "rows": []}', "h", 1)
 >>> entry.time
 't'
@@ -13,14 +19,28 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ExportCheckError
+from .errors import ExportCheckError, one_line
 
 FORMAT = "export-check-history"
-VERSION = 1
+VERSION = 1  # commit, ci_run, ci_url and each row's cached were added within version 1: older lines lack them
+
+# The commit a CI job checked out, by CI system, before asking git (a container may have no git, or a
+# checkout git refuses as another user's): GitHub Actions, GitLab, Jenkins, TeamCity, Azure
+# Pipelines, CircleCI, Bitbucket, Buildkite, Travis.
+COMMIT_VARIABLES = ("GITHUB_SHA", "CI_COMMIT_SHA", "GIT_COMMIT", "BUILD_VCS_NUMBER", "BUILD_SOURCEVERSION", "CIRCLE_SHA1",
+                    "BITBUCKET_COMMIT", "BUILDKITE_COMMIT", "TRAVIS_COMMIT")
+# The CI run's id, in the same order (Jenkins: BUILD_ID; TeamCity: BUILD_NUMBER is per configuration, so BUILD_ID too).
+RUN_VARIABLES = ("GITHUB_RUN_ID", "CI_PIPELINE_ID", "BUILD_ID", "BUILD_BUILDID", "CIRCLE_WORKFLOW_ID", "BITBUCKET_BUILD_NUMBER",
+                 "BUILDKITE_BUILD_ID", "TRAVIS_BUILD_ID")
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_MAX_FIELD = 200
 
 
 class HistoryError(ExportCheckError):
@@ -36,6 +56,7 @@ class HistoryRow:
     top1_agreement: float | None
     latency_ms: float | None
     size_bytes: int | None
+    cached: bool = False  # served from the cache: an earlier run's measurement, not a new one
 
 
 @dataclass(frozen=True)
@@ -47,17 +68,68 @@ class HistoryRun:
     passed: bool | None
     rows: tuple[HistoryRow, ...]
     versions: tuple[tuple[str, str], ...]
+    commit: str | None = None
+    ci_run: str | None = None
+    ci_url: str | None = None
 
     def row(self, name: str) -> HistoryRow | None:
         return next((r for r in self.rows if r.name == name), None)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a run came from: the commit and the CI run (``None`` where unknown)."""
+
+    commit: str | None = None
+    ci_run: str | None = None
+    ci_url: str | None = None
+
+
+def _variable(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    for name in names:
+        value = env.get(name, "").strip()
+        if value:
+            return one_line(value)[:_MAX_FIELD]
+    return None
+
+
+def git_commit(cwd: Path | None = None) -> str | None:
+    """``git rev-parse HEAD`` in ``cwd`` (the working directory), or ``None`` without git or a repository."""
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=False,
+                                stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = result.stdout.strip()
+    return commit if result.returncode == 0 and _COMMIT.fullmatch(commit) else None
+
+
+def provenance(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Provenance:
+    """The commit (the CI's variable, else git in ``cwd``) and the CI run of this process.
+
+    >>> provenance({"GITHUB_SHA": "a" * 40, "GITHUB_RUN_ID": "42", "GITHUB_SERVER_URL": "https://github.com",
+    ...             "GITHUB_REPOSITORY": "o/r"}).ci_url
+    'https://github.com/o/r/actions/runs/42'
+    """
+    env = os.environ if env is None else env
+    commit = _variable(env, COMMIT_VARIABLES) or git_commit(cwd)
+    run = _variable(env, RUN_VARIABLES)
+    url = None
+    if run is not None and env.get("GITHUB_RUN_ID", "").strip() and env.get("GITHUB_REPOSITORY", "").strip():
+        server = env.get("GITHUB_SERVER_URL", "").strip() or "https://github.com"
+        url = one_line(f"{server}/{env['GITHUB_REPOSITORY'].strip()}/actions/runs/{run}")[:_MAX_FIELD]
+    elif run is not None:
+        url = _variable(env, ("CI_PIPELINE_URL", "BUILD_URL", "CIRCLE_BUILD_URL", "BUILDKITE_BUILD_URL"))
+    return Provenance(commit=commit, ci_run=run, ci_url=url)
 
 
 def _finite(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
-def summary(report: Any) -> dict[str, Any]:
-    """The history record of one report (a pure function of it)."""
+def summary(report: Any, origin: Provenance | None = None) -> dict[str, Any]:
+    """The history record of one report and where it came from (a pure function of them)."""
+    origin = origin or Provenance()
     rows = []
     for row in report.rows:
         m = row.metrics
@@ -70,6 +142,7 @@ def summary(report: Any) -> dict[str, Any]:
             "top1_agreement": None if m is None else m.top1_agreement,
             "latency_ms": None if d is None or d.latency is None else d.latency.ms_per_image,
             "size_bytes": None if row.artifact is None else row.artifact.size_bytes,
+            "cached": row.cache == "hit",  # nothing was built or replayed: the numbers are the stored entry's
         })
     return {
         "format": FORMAT,
@@ -83,18 +156,22 @@ def summary(report: Any) -> dict[str, Any]:
         "thresholds": report.thresholds.to_json(),
         "rows": rows,
         "versions": dict(report.versions),
+        "commit": origin.commit,
+        "ci_run": origin.ci_run,
+        "ci_url": origin.ci_url,
     }
 
 
-def append(report: Any, path: Path) -> None:
-    """Append the report's summary as one line, under an exclusive lock, fsynced.
+def append(report: Any, path: Path, origin: Provenance | None = None) -> None:
+    """Append the report's summary as one line, under an exclusive lock, fsynced; ``origin``: this
+    process's commit and CI run (:func:`provenance`) unless given.
 
     The lock is ``PATH.lock`` beside the history file (filelock's, as for the output directory): a
     lock file is the lock library's to create and rewrite, and the history file is the user's.
     """
     from filelock import FileLock
 
-    line = (json.dumps(summary(report), sort_keys=True, allow_nan=False) + "\n").encode()
+    line = (json.dumps(summary(report, origin or provenance()), sort_keys=True, allow_nan=False) + "\n").encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
@@ -148,9 +225,12 @@ def parse_line(text: str, source: str, lineno: int) -> HistoryRun:
         size = r.get("size_bytes")
         is_size = size is None or (isinstance(size, int) and not isinstance(size, bool))
         _need(is_size, where, f"rows[{i}].size_bytes must be an integer or null")
+        cached = r.get("cached", False)
+        _need(isinstance(cached, bool), where, f"rows[{i}].cached must be true or false")
         rows.append(HistoryRow(
             name=r["name"], status=r.get("status", "?"), mae=_opt_float(r, "mae", where), max_abs=_opt_float(r, "max_abs", where),
             top1_agreement=_opt_float(r, "top1_agreement", where), latency_ms=_opt_float(r, "latency_ms", where), size_bytes=size,
+            cached=cached,
         ))
     strings = {k: data.get(k, "") for k in ("time", "tool_version", "checkpoint_sha256", "golden_manifest_sha256")}
     for key, value in strings.items():
@@ -159,7 +239,11 @@ def parse_line(text: str, source: str, lineno: int) -> HistoryRun:
     _need(isinstance(versions, dict), where, "versions must be an object")
     passed = data.get("passed")
     _need(passed is None or isinstance(passed, bool), where, "passed must be true, false or null")
-    return HistoryRun(rows=tuple(rows), passed=passed, versions=tuple(sorted((str(k), str(v)) for k, v in versions.items())), **strings)
+    origin = {k: data.get(k) for k in ("commit", "ci_run", "ci_url")}
+    for key, value in origin.items():
+        _need(value is None or isinstance(value, str), where, f"{key} must be a string or null")
+    return HistoryRun(rows=tuple(rows), passed=passed, versions=tuple(sorted((str(k), str(v)) for k, v in versions.items())),
+                      **strings, **origin)
 
 
 def load(path: Path) -> list[HistoryRun]:
@@ -203,20 +287,21 @@ def render_trend(runs: list[HistoryRun], last: int = 10, artifact: str | None = 
             raise HistoryError(f"no artifact {artifact!r} in the history; recorded: {', '.join(names)}")
         names = [artifact]
     out = [f"{len(runs)} runs recorded; showing the last {len(shown)}"]
-    header = ("run", "time", "checkpoint", "golden", "verdict", "MAE", "ΔMAE", "ms/img", "Δms/img", "size")
+    header = ("run", "time", "commit", "checkpoint", "golden", "verdict", "MAE", "ΔMAE", "ms/img", "Δms/img", "size")
     for name in names:
         lines = []
         for k, run in enumerate(shown):
             row = run.row(name)
             index = offset + k
-            previous = next((runs[j].row(name) for j in range(index - 1, -1, -1) if runs[j].row(name) is not None), None)
             if row is None:
                 continue
+            previous = last_measured(runs, index, name)
+            cached = " (cached)" if row.cached else ""  # an earlier run's numbers: no change to show
             lines.append((
-                str(index + 1), run.time, run.checkpoint_sha256[:12], run.golden_manifest_sha256[:12], row.status,
-                _sci(row.mae), _delta_abs(row.mae, previous.mae if previous else None),
+                str(index + 1), run.time, (run.commit or "-")[:12], run.checkpoint_sha256[:12], run.golden_manifest_sha256[:12],
+                row.status + cached, _sci(row.mae), "cached" if row.cached else _delta_abs(row.mae, previous.mae if previous else None),
                 "-" if row.latency_ms is None else f"{row.latency_ms:.3g}",
-                _delta_pct(row.latency_ms, previous.latency_ms if previous else None),
+                "cached" if row.cached else _delta_pct(row.latency_ms, previous.latency_ms if previous else None),
                 "-" if row.size_bytes is None else str(row.size_bytes),
             ))
         widths = [max(len(r[i]) for r in (header, *lines)) for i in range(len(header))]
@@ -225,7 +310,25 @@ def render_trend(runs: list[HistoryRun], last: int = 10, artifact: str | None = 
     return "\n".join(line.rstrip() for line in out)
 
 
+def last_measured(runs: list[HistoryRun], index: int, name: str) -> HistoryRow | None:
+    """The row ``name`` of the last run before ``index`` that measured it (not served from the cache)."""
+    for j in range(index - 1, -1, -1):
+        row = runs[j].row(name)
+        if row is not None and not row.cached:
+            return row
+    return None
+
+
 def render_json(runs: list[HistoryRun], last: int = 10) -> str:
     shown = runs[-last:] if last > 0 else runs
-    return json.dumps([{"time": r.time, "checkpoint_sha256": r.checkpoint_sha256, "golden_manifest_sha256": r.golden_manifest_sha256,
-                        "passed": r.passed, "rows": [vars(row) for row in r.rows]} for r in shown], indent=2) + "\n"
+    return json.dumps([{"time": r.time, "commit": r.commit, "ci_run": r.ci_run, "ci_url": r.ci_url, "checkpoint_sha256": r.checkpoint_sha256,
+                        "golden_manifest_sha256": r.golden_manifest_sha256, "passed": r.passed, "rows": [vars(row) for row in r.rows]}
+                       for r in shown], indent=2) + "\n"
+
+
+def write_html(runs: list[HistoryRun], path: Path, last: int = 10, artifact: str | None = None) -> None:
+    """``export-check history --html PATH``: the trend as one self-contained page (inline SVG, no scripts)."""
+    from .report import write_text_atomic
+    from .report.trend import render
+
+    write_text_atomic(path, render(runs, last, artifact))

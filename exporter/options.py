@@ -32,7 +32,9 @@ from .errors import UsageError
 from .signature import SignatureSettings, parse_signature_settings
 
 CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE = "check", "golden record", "golden verify", "golden approve", "history", "merge"
-COMMANDS = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE)
+COMMANDS: tuple[str, ...] = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE)
+CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR = "cache info", "cache prune", "cache clear"  # `export-check cache` (exporter/cache/prune.py)
+COMMANDS += (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR)
 MODEL = (CHECK, RECORD, APPROVE)  # the commands that load a checkpoint and its settings
 DEFAULT_GOLDEN = Path("golden")
 DEFAULT_OUT = Path("export-check-out")
@@ -156,6 +158,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("cache-dir", "cache_dir", "path", "artifact cache (default: $XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CHECK,),
            default=default_cache_dir, metavar="DIR", settings=True, field="cache_dir"),
     Option("no-cache", "no_cache", "switch", "build and replay everything; neither read nor write the artifact cache", (CHECK,)),
+    # the cache's bound and `export-check cache info|prune|clear` (exporter/cache/prune.py)
+    Option("cache-max-size", "cache_max_size", "float", "keep the artifact cache under this many GB (10^9 bytes): after a run stores, "
+           "the least recently used entries no run is using are evicted (default: {default}; 0: no limit)", (CHECK,),
+           default=_run_default("cache_max_size"), metavar="GB", settings=True, field="cache_max_size"),
+    Option("cache-dir", "cache_dir", "path", "the artifact cache (default: cache-dir in [tool.export-check] of ./pyproject.toml, else "
+           "$XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR), metavar="DIR"),
+    Option("max-size", "max_size", "float", "evict least recently used entries until the cache holds at most this many GB "
+           "(default: cache-max-size in [tool.export-check] of ./pyproject.toml, else 5; 0: every entry not in use)", (CACHE_PRUNE,),
+           metavar="GB"),
     Option("jobs", "jobs", "jobs", "2: replay and diagnose each artifact while the next ones build on the other core; 1: one artifact "
            "at a time (default: 2 when the process may use 2 or more cores)", (CHECK,), default=_run_default("jobs"), metavar="{1,2}",
            choices=JOBS, settings=True, field="jobs"),
@@ -206,6 +217,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("last", "last", "int", "show the last N runs (default: {default}; 0: all)", (HISTORY,), default=10, metavar="N"),
     Option("artifact", "artifact", "str", "show one row only, e.g. onnx", (HISTORY,), metavar="NAME"),
     Option("json", "json", "switch", "print the runs as JSON instead of tables", (HISTORY,)),
+    Option("html", "html", "path", "also write the trend as one self-contained HTML page: an inline SVG plot of MAE and latency per "
+           "artifact across the runs", (HISTORY,), metavar="PATH"),
     # merge
     Option("reports", "reports", "path", "JSON reports written by `export-check ... --json` (one model's or a fleet's)", (MERGE,),
            metavar="REPORT.json", positional=True, nargs="+"),

@@ -25,15 +25,21 @@ through a link (``nofollow``); storing removes only the file the entry's previou
 ``meta.json`` named. A damaged or untrusted entry is left where it is (never deleted), rebuilt, and
 the rebuild is noted in the report. The cache is best effort: failing to write it only adds a
 note, it never fails a check. See docs/performance.md.
+
+Bounded (``prune``): a run holds a shared ``flock`` on every entry folder it looks up or stores until
+it is done, each hit touches its folder's mtime, and after a run stores, the least recently used
+entries no run holds are evicted until the cache is under ``--cache-max-size`` (5 GB by default).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import stat
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -47,6 +53,7 @@ from ..signature import SINGLE
 from .key import FORMAT, local_module_sources, run_key_inputs
 from .nofollow import Folder, Refused, copy_fd, open_regular, sha256_fd, sha256_regular
 from .plain import from_plain
+from .prune import hold, parse_gb, prune, shown_size, touch
 from .sealed import MAX_META_BYTES, NotSealed, seal, unseal
 from .secret import CacheKey, load_key
 
@@ -95,8 +102,9 @@ class ArtifactCache:
     """The entries of one run key under ``root``, sealed with ``key``. Lookups verify; stores are
     atomic and best effort."""
 
-    def __init__(self, root: Path, key_inputs: dict[str, Any], key: CacheKey) -> None:
+    def __init__(self, root: Path, key_inputs: dict[str, Any], key: CacheKey, max_bytes: int | None = None) -> None:
         self.root = root
+        self.max_bytes = max_bytes  # evict to this after storing (prune); None: no limit
         self.key_inputs = key_inputs
         self.key = key
         self.run_key = hashlib.sha256(_canonical(key_inputs).encode()).hexdigest()
@@ -106,6 +114,48 @@ class ArtifactCache:
         self._source_hashes: dict[str, str] = {}
         self._local_sources: dict[str, str] | None = None
         self.problems: dict[str, str] = {}  # name -> why storing it failed
+        # name -> (device, inode, descriptor) of the entry folder this run holds (prune.hold) until release()
+        self._held: dict[str, tuple[int, int, int]] = {}
+        self._finalizer = weakref.finalize(self, _release, self._held)
+
+    def _hold(self, name: str, folder: Folder) -> bool:
+        """Hold the entry folder ``name`` for this run (eviction skips it); ``False`` when the folder
+        was evicted (unlinked) before the hold, so it holds nothing."""
+        st = os.fstat(folder.fd)
+        held = self._held.get(name)
+        if held is not None and held[:2] == (st.st_dev, st.st_ino):
+            return True
+        if held is not None:
+            os.close(self._held.pop(name)[2])
+        fd = os.dup(folder.fd)
+        try:
+            hold(fd)
+        except OSError:  # a filesystem without flock: best effort, as the cache itself
+            os.close(fd)
+            return os.fstat(folder.fd).st_nlink > 0
+        self._held[name] = (st.st_dev, st.st_ino, fd)
+        return os.fstat(fd).st_nlink > 0
+
+    def release(self) -> None:
+        """Let go of every entry this run held: from now on eviction may remove them."""
+        _release(self._held)
+
+    def evict(self) -> str | None:
+        """Evict the least recently used entries no run holds until the cache is under its limit;
+        what was done, as a line for the report, or ``None`` when nothing had to go."""
+        if self.max_bytes is None:
+            return None
+        try:
+            pruned = prune(self.root, self.max_bytes)
+        except OSError as exc:
+            return f"cache: could not evict old entries from {self.root} ({exc.strerror or exc}); run `export-check cache prune`"
+        if pruned is None or (not pruned.removed and not pruned.in_use):
+            return None
+        line = (f"cache: evicted {pruned.removed} least recently used entries ({shown_size(pruned.freed)}) to keep {self.root} "
+                f"under {shown_size(self.max_bytes)}")
+        if pruned.in_use:
+            line += f"; {pruned.in_use} over the limit are in use by another run and stay"
+        return line
 
     def entry_key(self, name: str) -> str:
         return hashlib.sha256(f"{self.run_key}\0{name}".encode()).hexdigest()
@@ -129,9 +179,10 @@ class ArtifactCache:
             return None
         try:
             with self._folder(name, create=False) as folder:
-                if folder is None or folder.lstat(META) is None:
-                    return None
+                if folder is None or not self._hold(name, folder) or folder.lstat(META) is None:
+                    return None  # not stored, or evicted meanwhile
                 entry, sources = self._read(name, folder)
+                touch(folder.fd)  # its last use: eviction removes the least recently used first
         except (Refused, NotSealed) as exc:
             self.untrusted[name] = str(exc)
             return None
@@ -259,6 +310,8 @@ class ArtifactCache:
         try:
             with self._folder(name, create=True) as folder:
                 assert folder is not None
+                if not self._hold(name, folder):  # evicted between opening and holding it (a rare race): the next run stores it
+                    raise _Changed(f"the entry folder {folder.path.name} was evicted while being stored")
                 previous = self._previous_file(name, folder)
                 artifact_meta = None
                 if artifact is not None:
@@ -316,6 +369,13 @@ class ArtifactCache:
         return {"file": target, "sha256": sha, "size": size}
 
 
+def _release(held: dict[str, tuple[int, int, int]]) -> None:
+    for _, _, fd in held.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    held.clear()
+
+
 class _Changed(Exception):
     pass
 
@@ -340,7 +400,7 @@ def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256
     )
     # the outputs' kinds and which are compared shape the observations (a format-1 set: SINGLE)
     inputs["signature"] = signature if signature is not None else SINGLE.to_json()
-    return ArtifactCache(config.cache_dir, inputs, load_key(config.cache_dir))
+    return ArtifactCache(config.cache_dir, inputs, load_key(config.cache_dir), max_bytes=parse_gb(config.cache_max_size))
 
 
 @dataclass(frozen=True)
@@ -390,6 +450,7 @@ def cached_observations(cache: ArtifactCache, config: RunConfig, out_dir: Path) 
             return None  # --out cannot take it: the build path reports why
         artifact = FileInfo(path=str(dest), size_bytes=entry.size, sha256=entry.sha256)
         observations.append(replace(entry.observation, artifact=artifact, build_seconds=None, replay_seconds=None, cache=HIT))
+    cache.release()  # every file is in --out: the run needs the cache no more
     return observations, eager.label_accuracy
 
 
@@ -432,4 +493,8 @@ def store_observations(
     for name, outcome in built.items():  # a source built only for a derived kind (onnx for onnx-simplified)
         if name not in selected and outcome.cache is None and outcome.error is None and outcome.path is not None:
             cache.store(name, artifact=outcome.path, details=outcome.details, notes=tuple(outcome.notes), build_seconds=outcome.seconds)
+    evicted = cache.evict()  # while this run still holds its own entries: they are never the ones evicted
+    cache.release()
+    if evicted is not None and marked and marked[0].name == EAGER:
+        marked[0] = replace(marked[0], notes=(*marked[0].notes, evicted))
     return marked

@@ -1,4 +1,5 @@
-"""``--json PATH``: the whole report as JSON (schema documented in the README)."""
+"""``--json PATH``: the whole report as JSON. Its schema is ``report.schema.json`` beside this module
+(shipped with the package, :func:`schema`); the report's ``schema_version`` names the version it follows."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..results import Report
+from ..results import SCHEMA_VERSION, Report
 from . import write_text_atomic
 
 
@@ -20,6 +21,18 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
+
+
+SCHEMA_FILE = "report.schema.json"
+
+
+def schema() -> dict[str, Any]:
+    """The JSON schema (draft 2020-12) of the report, version ``SCHEMA_VERSION``."""
+    from importlib.resources import files
+
+    data: dict[str, Any] = json.loads(files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+    assert data["properties"]["schema_version"]["const"] == SCHEMA_VERSION, "report.schema.json is not the schema of this version"
+    return data
 
 
 def render(report: Report) -> str:

@@ -52,7 +52,7 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
     assert set(SETTINGS) == {
         "strict",
         "arch", "arch-kwargs", "golden", "inputs", "out", "artifacts", "batch-size", "threads", "jobs", "build-timeout",
-        "opset", "onnx-exporter", "max-mae", "int8-max-relative-mae", "int8-max-mae", "int8-min-top1", "preprocess", "cache-dir",
+        "opset", "onnx-exporter", "max-mae", "int8-max-relative-mae", "int8-max-mae", "int8-min-top1", "preprocess", "cache-dir", "cache-max-size",
         "model-inputs", "outputs",  # golden format 2: [tool.export-check.model-inputs.NAME], [tool.export-check.outputs.NAME]
         "fp16-max-relative-mae", "fp16-max-mae", "fp16-min-top1",  # the fp16 gate family (onnx-fp16, openvino)
         # bounds on every value beside MAE, per family (issue 16.5): max-abs and numpy.allclose's atol/rtol
