@@ -246,7 +246,7 @@ def calibration_split(samples: int, calibration: int | CalibrationSplit | None, 
     split = calibration if isinstance(calibration, CalibrationSplit) else CalibrationSplit("sha256", calibration)
     if split.rule != "names" and not 0 <= split.count <= samples:
         raise GoldenError(f"{where}: a calibration split of {split.count} samples does not fit a set of {samples}; "
-                          f"choose 0 to {samples - 1} (the static int8 kinds are judged on the rest)")
+                          f"choose 0 to {samples} (fewer than {samples}: the static int8 kinds are judged on the rest)")
     return split
 
 
