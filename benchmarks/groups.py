@@ -56,7 +56,7 @@ def kind_rows(report: dict) -> list[str]:
         latency = (diag.get("latency") or {}).get("ms_per_image")
         details = row.get("details") or {}
         status = row["status"]
-        if "judged_samples" in details:  # static int8: judged on the samples outside the calibration split
+        if "judged_samples" in details and status in ("pass", "fail"):  # static int8: judged outside the calibration split
             status += f" ({details['judged_samples']} judged, {details['calibration_samples_excluded']} calibration)"
         cells = [row["name"], status,
                  *(f"{m[k]:.2e}" if m.get(k) is not None else "-" for k in ("mae", "max_abs", "relative_mae")),
