@@ -143,3 +143,14 @@ def test_the_split_is_recorded_kept_on_approve_and_refused_when_it_does_not_fit(
     assert not written and load_golden(golden).calibration.count == 8, "approve keeps the recorded split"
     with pytest.raises(GoldenError, match="does not fit a set of 64"):
         approve_golden(DEFAULT_CHECKPOINT, DEFAULT_ARCH, {}, None, golden, threads=1, batch_size=16, calibration=65)
+
+
+def test_golden_approve_sets_the_split_from_the_command_line(tmp_path: Path, capsys) -> None:
+    shutil.copytree(DEFAULT_GOLDEN, tmp_path / "golden")
+    argv = ["golden", "approve", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--golden", str(tmp_path / "golden")]
+    assert main([*argv, "--calibration-samples", "65"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a calibration split of 65 samples does not fit a set of 64" in err[0], err
+    assert "calibration" not in json.loads((tmp_path / "golden" / "manifest.json").read_text()).get("recording", {})
+    assert main([*argv, "--calibration-samples", "10"]) == 0
+    assert load_golden(tmp_path / "golden").calibration == CalibrationSplit("sha256", 10)
