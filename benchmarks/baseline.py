@@ -99,10 +99,24 @@ example = batches[0]
 suffixes = {"torchscript-trace": ".trace.pt", "torchscript-script": ".script.pt", "onnx": ".onnx", "onnx-simplified": ".sim.onnx",
             "torch-int8-dynamic": ".int8.pt", "onnx-int8-dynamic": ".int8.onnx", "torch-export": ".pt2", "onnx-dynamo": ".dynamo.onnx",
             "onnx-fp16": ".fp16.onnx", "torchao-int8-dynamic": ".torchao.pt2", "aoti": ".aoti.pt2", "openvino": ".ov.xml",
-            "openvino-f32": ".ov32.xml"}
+            "openvino-f32": ".ov32.xml", "onnx-int8-static": ".qdq.onnx", "pt2e-int8-static": ".pt2e.pt2",
+            "onnx-dynamo-simplified": ".dynamo.sim.onnx", "onnx-dynamo-int8-dynamic": ".dynamo.int8.onnx",
+            "onnx-dynamo-int8-static": ".dynamo.qdq.onnx"}
+# The calibration split, as export-check reads it: the manifest's, or half the set (at most 32) by content sha256.
+split = (manifest.get("recording") or {}).get("calibration") or {"rule": "sha256", "count": min(32, len(manifest["inputs"]) // 2)}
+if split["rule"] == "names":
+    calibration = [i for i, item in enumerate(manifest["inputs"]) if item.get("name", item["file"]) in set(split["names"])]
+elif split["rule"] == "first":
+    calibration = list(range(split["count"]))
+else:
+    calibration = sorted(sorted(range(len(manifest["inputs"])), key=lambda i: (manifest["inputs"][i]["sha256"], i))[: split["count"]])
+judged = np.array([i not in set(calibration) for i in range(len(manifest["inputs"]))])
+calibration_x = x[calibration]
 chosen = resolve_kinds([k.strip() for k in args.kinds.split(",") if k.strip()])
 # the ONNX file the derived ONNX kinds start from is built when any of them is chosen, as export-check does
-needed = [k for k in BUILD_ORDER_NAMES if k in chosen or (k == "onnx" and {"onnx-simplified", "onnx-int8-dynamic", "onnx-fp16"} & set(chosen))]
+needed = [k for k in BUILD_ORDER_NAMES if k in chosen
+          or (k == "onnx" and {"onnx-simplified", "onnx-int8-dynamic", "onnx-fp16", "onnx-int8-static"} & set(chosen))
+          or (k == "onnx-dynamo" and {"onnx-dynamo-simplified", "onnx-dynamo-int8-dynamic", "onnx-dynamo-int8-static"} & set(chosen))]
 paths = {name: out / f"model{suffixes[name]}" for name in needed}
 batch = torch.export.Dim.DYNAMIC
 
@@ -120,15 +134,42 @@ def build(name: str, path: Path) -> None:
     elif name == "onnx":
         torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=args.opset, input_names=["input"],
                           output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
-    elif name == "onnx-simplified":
-        simplified, ok = onnxsim.simplify(onnx.load(str(paths["onnx"])))
+    elif name in ("onnx-simplified", "onnx-dynamo-simplified"):
+        simplified, ok = onnxsim.simplify(onnx.load(str(paths[name.removesuffix("-simplified")])))
         onnx.save(simplified, str(path))
     elif name == "torch-int8-dynamic":
         quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
         with torch.no_grad():
             torch.jit.trace(quantized, example, check_trace=False).save(str(path))
-    elif name == "onnx-int8-dynamic":
-        quantize_dynamic(str(paths["onnx"]), str(path), weight_type=QuantType.QInt8)
+    elif name in ("onnx-int8-dynamic", "onnx-dynamo-int8-dynamic"):
+        quantize_dynamic(str(paths[name.removesuffix("-int8-dynamic")]), str(path), weight_type=QuantType.QInt8)
+    elif name in ("onnx-int8-static", "onnx-dynamo-int8-static"):
+        from onnxruntime.quantization import QuantFormat, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        pre = path.with_suffix(".pre.onnx")
+        quant_pre_process(str(paths[name.removesuffix("-int8-static")]), str(pre), skip_symbolic_shape=True)
+
+        class Reader:
+            def __init__(self) -> None:
+                self.batches = iter([{"input": calibration_x.numpy()}])
+
+            def get_next(self):
+                return next(self.batches, None)
+
+        quantize_static(str(pre), str(path), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                        weight_type=QuantType.QInt8, per_channel=True)
+    elif name == "pt2e-int8-static":
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+        from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+            X86InductorQuantizer,
+            get_default_x86_inductor_quantization_config,
+        )
+
+        prepared = prepare_pt2e(export_program(model).module(), X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config()))
+        with torch.no_grad():
+            prepared(calibration_x)
+        torch.export.save(export_program(convert_pt2e(prepared)), str(path))
     elif name == "torch-export":
         torch.export.save(export_program(model), str(path))
     elif name == "onnx-dynamo":
@@ -164,8 +205,8 @@ for name, path in paths.items():
 def load(name: str, path: Path):  # a callable from numpy batch to numpy logits, reloaded from the file
     if path.suffix == ".pt":
         loaded = torch.jit.load(str(path), map_location="cpu")
-    elif name in ("torch-export", "torchao-int8-dynamic"):
-        if name == "torchao-int8-dynamic":
+    elif name in ("torch-export", "torchao-int8-dynamic", "pt2e-int8-static"):
+        if name != "torch-export":
             import torchao  # noqa: F401  (registers its ops)
         loaded = torch.export.load(str(path)).module()
     elif name == "aoti":
@@ -201,15 +242,19 @@ for name, path in paths.items():
         continue
     run = load(name, path)
     logits = np.concatenate([run(b) for b in batches])
-    error = np.abs(logits.astype(np.float64) - eager.astype(np.float64))
+    mine, truth = logits, eager
+    if name.endswith("-int8-static"):  # judged on the samples it was not calibrated on
+        mine, truth = logits[judged], eager[judged]
+    error = np.abs(mine.astype(np.float64) - truth.astype(np.float64))
     artifacts[name] = {
         "file": str(path),
         "bytes": path.stat().st_size + (path.with_suffix(".bin").stat().st_size if path.suffix == ".xml" else 0),
         "mae": float(error.mean()),
         "max_abs_err": float(error.max()),
-        "relative_mae": float(error.mean() / np.abs(eager.astype(np.float64)).mean()),
-        "top1_agreement": float((logits.argmax(1) == eager.argmax(1)).mean()),
+        "relative_mae": float(error.mean() / np.abs(truth.astype(np.float64)).mean()),
+        "top1_agreement": float((mine.argmax(1) == truth.argmax(1)).mean()),
         "accuracy": float((logits.argmax(1) == labels).mean()),
+        "judged": len(mine),
     }
     lap(f"replay/{name}")
 

@@ -4,7 +4,8 @@ For each group (``--groups``, default ``"default modern all"``): one cold ``expo
 --artifacts GROUP`` of the bundled ResNet against ``benchmarks/baseline.py --kinds GROUP`` (the same
 kinds in bare library calls), ``--repeats`` times each, medians; then, from the ``all`` runs of the
 bundled ResNet and the sequence recogniser example, per kind: MAE, max error, relative MAE, size,
-build seconds and ms/img. Prints Markdown. Run from the repository root::
+build seconds and ms/img (static int8 rows: on the samples outside the calibration split, the status
+saying how many of each). Prints Markdown. Run from the repository root::
 
     python benchmarks/groups.py --repeats 1
 """
@@ -53,7 +54,11 @@ def kind_rows(report: dict) -> list[str]:
             continue
         m, art, diag = row.get("metrics") or {}, row.get("artifact") or {}, row.get("diagnostics") or {}
         latency = (diag.get("latency") or {}).get("ms_per_image")
-        cells = [row["name"], row["status"],
+        details = row.get("details") or {}
+        status = row["status"]
+        if "judged_samples" in details and status in ("pass", "fail"):  # static int8: judged outside the calibration split
+            status += f" ({details['judged_samples']} judged, {details['calibration_samples_excluded']} calibration)"
+        cells = [row["name"], status,
                  *(f"{m[k]:.2e}" if m.get(k) is not None else "-" for k in ("mae", "max_abs", "relative_mae")),
                  f"{art['size_bytes'] / 1024:.0f} KB" if art.get("size_bytes") else "-",
                  f"{row['build_seconds']:.2f}" if row.get("build_seconds") is not None else "-",

@@ -307,13 +307,14 @@ def _cmd_golden(args: argparse.Namespace) -> int:
         if inputs is None:
             raise UsageError("no inputs given: pass --inputs DIR (a folder of images or .npy files), or set inputs in [tool.export-check]")
         recorded = lifecycle.record_golden(inputs_dir=inputs, preprocess=preprocess, force=args.force,
-                                           signature_settings=params.signature, **common)
+                                           signature_settings=params.signature, calibration=args.calibration_samples, **common)
         if recorded.version == 1:
             print(f"recorded {len(recorded)} inputs and their reference logits {recorded.reference_shape} into {golden_dir}")
         else:
             print(f"recorded {len(recorded)} inputs and their reference {lifecycle.describe_outputs(recorded)} into {golden_dir}")
         return EXIT_PASS
-    diff, written = lifecycle.approve_golden(dry_run=args.dry_run, signature_settings=params.signature, **common)
+    diff, written = lifecycle.approve_golden(dry_run=args.dry_run, signature_settings=params.signature,
+                                             calibration=args.calibration_samples, **common)
     held = "outputs" if isinstance(diff, lifecycle.OutputsDiff) else "logits"
     print("\n".join(diff.lines()))
     if args.dry_run:

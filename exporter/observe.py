@@ -5,12 +5,17 @@ With ``by_artifact`` (eager's outputs held in memory, ``--jobs 2``), each artifa
 diagnosed on its own as soon as its build is done, while the next ones build on the other core;
 otherwise one pass over the golden set runs every artifact after all the builds (a streamed set is
 decoded once). The observations are the same either way (tests/integration/test_jobs.py).
+
+A kind calibrated on the golden set (``ArtifactKind.calibrated``, static int8) is judged only on the
+samples outside its calibration split (``GoldenSet.calibration``); its row says how many of each,
+and is an error when no sample is left to judge.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +36,7 @@ from .errors import ArchitectureError, ArtifactError, describe_exception
 from .feeds import length, samples_first
 from .files import file_info
 from .golden.batches import GoldenBatches
-from .golden.manifest import GoldenSet
+from .golden.manifest import GoldenSet, stack_batches
 from .measurements import Observation
 from .model import EagerRunner
 
@@ -53,6 +58,16 @@ class Replay:
         self.eager_acc = self._accumulators()
         self.eager_error: str | None = None
         self.eager_argmax: list[np.ndarray] = []
+        self.calibrated = {k.name for k in KINDS_BY_NAME.values() if k.calibrated}
+        self._calibration: np.ndarray | None = None  # per sample: in the calibration split (read when a calibrated kind replays)
+        self.judged: dict[str, int] = {}
+
+    def _judged_mask(self, start: int, n: int) -> np.ndarray:
+        """Which samples ``start..start+n-1`` a calibrated kind is judged on: those outside the calibration split."""
+        if self._calibration is None:
+            self._calibration = np.zeros(len(self.golden), dtype=bool)
+            self._calibration[list(self.golden.calibration_indices())] = True
+        return ~self._calibration[start : start + n]
 
     def _accumulators(self) -> dict[str, ErrorAccumulator]:
         return {o.name: ErrorAccumulator(o.kind, o.class_axis, self.config.thresholds.tolerances()) for o in self.compared}
@@ -122,8 +137,14 @@ class Replay:
                     with captured_warnings(notes[name]):
                         out = self._compared(runner.infer(feeds), name)
                     self.trace.add_output(name, start, n, logits_of(out, name), time.perf_counter() - began)
+                    reference = eager
+                    if name in self.calibrated:  # judged on the samples it was not calibrated on
+                        keep = self._judged_mask(start, n)
+                        self.judged[name] = self.judged.get(name, 0) + int(keep.sum())
+                        reference, out = ({k: v[keep] for k, v in d.items()} for d in (eager, out))
                     for output, acc in self.accumulators[name].items():
-                        acc.add(eager[output], out[output])
+                        if len(out[output]):
+                            acc.add(reference[output], out[output])
                 except Exception as exc:
                     self.errors[name] = f"running failed at inputs {start}..{start + n - 1}: {runtime_error(exc)}"
                     self.run_failed.add(name)
@@ -152,9 +173,31 @@ class Replay:
         common: dict[str, Any] = {"name": kind.name, "family": kind.family, "compared_with": "eager", "artifact": artifact,
                                   "build_seconds": outcome.seconds, "details": tuple(sorted(outcome.details.items())),
                                   "notes": dedupe(outcome.notes)}
+        if kind.calibrated:
+            common["details"], judged_error = self._calibration_details(kind, common["details"])
+            if judged_error and kind.name not in self.errors and kind.name in self.accumulators:
+                self.errors[kind.name] = judged_error
         if kind.name in self.errors or kind.name not in self.accumulators:
             return Observation(metrics=None, error=self.errors.get(kind.name) or "no metrics", not_applicable=outcome.not_applicable, **common)
         return Observation(replay_seconds=self.seconds[kind.name], **self._metrics(self.accumulators[kind.name]), **common)
+
+    def _calibration_details(self, kind: ArtifactKind, details: tuple[tuple[str, str], ...]) -> tuple[tuple[tuple[str, str], ...], str | None]:
+        """The row's details with its calibration counts; the error when no sample is left to judge."""
+        split = self.golden.calibration
+        excluded = len(self.golden.calibration_indices())
+        judged = self.judged.get(kind.name, len(self.golden) - excluded)
+        added = {"judged_samples": str(judged), "calibration_samples_excluded": str(excluded), "calibration_split": split.describe()}
+        error = None
+        if judged == 0:
+            error = (f"not judged: all {len(self.golden)} golden samples are in the calibration split ({split.describe()}), so none is "
+                     "left to judge a statically quantized model on; record more samples or a smaller split")
+        return tuple(sorted({**dict(details), **added}.items())), error
+
+    def calibration_note(self, kind: ArtifactKind) -> str:
+        excluded = len(self.golden.calibration_indices())
+        judged = self.judged.get(kind.name, len(self.golden) - excluded)
+        return (f"judged on {judged} of {len(self.golden)} golden samples: {excluded} excluded as its calibration split "
+                f"({self.golden.calibration.describe()})")
 
     def label_accuracy(self) -> float | None:
         labels = self.golden.labels()
@@ -198,7 +241,8 @@ def observe_all(
                         replay.run({kind.name: runner}, {kind.name: outcome.notes}, with_eager=False)
                     # Batch sizes, determinism, latency, where it diverges: through the runner the
                     # replay used, reusing what it computed (exporter/diagnostics/trace.py).
-                    rows[kind.name] = diagnoser.observe(replay.artifact_observation(kind, outcome), ctx, runner, kind.name in replay.run_failed)
+                    rows[kind.name] = _with_calibration_note(
+                        replay, kind, diagnoser.observe(replay.artifact_observation(kind, outcome), ctx, runner, kind.name in replay.run_failed))
         else:
             outcomes = {kind.name: builds.get(kind.name) for kind in builds.order}
             runners = {}
@@ -212,9 +256,28 @@ def observe_all(
             rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
             for kind in selected:
                 runner = runners.get(kind.name) if kind.name not in replay.errors or kind.name in replay.run_failed else None
-                rows[kind.name] = diagnoser.observe(replay.artifact_observation(kind, outcomes[kind.name]), ctx, runner,
-                                                    kind.name in replay.run_failed)
+                rows[kind.name] = _with_calibration_note(replay, kind, diagnoser.observe(
+                    replay.artifact_observation(kind, outcomes[kind.name]), ctx, runner, kind.name in replay.run_failed))
     return [rows[EAGER], *(rows[kind.name] for kind in selected)], replay.label_accuracy()
+
+
+def _with_calibration_note(replay: Replay, kind: ArtifactKind, obs: Observation) -> Observation:
+    """A calibrated kind's observation with the note saying how many samples it was judged on (shown in every report view)."""
+    if not kind.calibrated or obs.metrics is None:
+        return obs
+    note = replay.calibration_note(kind)
+    if obs.diagnostics is not None:
+        return replace(obs, diagnostics=replace(obs.diagnostics, notes=(note, *obs.diagnostics.notes)))
+    return replace(obs, notes=(note, *obs.notes))
+
+
+def calibration_feeds(config: RunConfig, golden: GoldenSet) -> tuple[dict[str, np.ndarray], ...]:
+    """The golden set's calibration split as batches of named inputs, for the calibrated kinds the run
+    selects (none selected: empty, nothing read). Each sample is read and its hash checked again."""
+    if not any(KINDS_BY_NAME[name].calibrated for name in config.selected_kinds if name in KINDS_BY_NAME):
+        return ()
+    samples = [golden.load_sample(golden.inputs[i]) for i in golden.calibration_indices()]
+    return tuple(feeds for _, feeds in stack_batches(samples, golden.signature.inputs, config.batch_size))
 
 
 def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:

@@ -200,6 +200,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("mode", "mode", "str", "colour mode the model takes (default: RGB)", (RECORD,), choices=("RGB", "L")),
     Option("mean", "mean", "str", "per-channel mean after scaling to [0,1] (default: 0.5 each)", (RECORD,), metavar="M,M,M"),
     Option("std", "std", "str", "per-channel std (default: 0.5 each)", (RECORD,), metavar="S,S,S"),
+    Option("calibration-samples", "calibration_samples", "int", "golden samples the static int8 kinds calibrate on, the K of smallest "
+           "content sha256; they are judged on the rest (record default: half the set, at most 32; approve: keep the recorded split)",
+           (RECORD, APPROVE), metavar="K"),
     Option("preprocess", "preprocess", "table", "how `golden record` (and a pytest regen) turns images into tensors", (), settings=True),
     Option("model-inputs", "model_inputs", "table", "per model input, [tool.export-check.model-inputs.NAME]: dtype, batch-axis, "
            "dynamic-axes, keyword (a format-2 golden set records them)", (), settings=True,

@@ -40,6 +40,19 @@ KINDS: tuple[ArtifactKind, ...] = (
                  "OpenVINO IR as deployed: fp16-compressed weights, the CPU's default inference precision (needs openvino)"),
     ArtifactKind("openvino-f32", ".tar", "float", "export_check.artifacts.openvino_f32", None, "openvino",
                  "the same OpenVINO IR with f32 weights and f32 inference precision pinned (needs openvino)"),
+    ArtifactKind("onnx-int8-static", ".onnx", "int8", "export_check.artifacts.onnx_int8_static", "onnx", "onnxruntime",
+                 "onnxruntime.quantization.quantize_static (QDQ, int8) of the ONNX file, calibrated on the golden set's "
+                 "calibration split; judged on the other samples", calibrated=True),
+    ArtifactKind("pt2e-int8-static", ".pt2", "int8", "export_check.artifacts.pt2e_int8_static", None, "torch.export",
+                 "torchao PT2E static int8 (X86 Inductor quantizer), calibrated on the golden set's calibration split, saved "
+                 "with torch.export (needs torchao); judged on the other samples", calibrated=True),
+    ArtifactKind("onnx-dynamo-simplified", ".onnx", "float", "export_check.artifacts.onnx_simplified", "onnx-dynamo", "onnxruntime",
+                 "the dynamo ONNX file simplified by onnxsim; its batch axis must stay dynamic"),
+    ArtifactKind("onnx-dynamo-int8-dynamic", ".onnx", "int8", "export_check.artifacts.onnx_int8", "onnx-dynamo", "onnxruntime",
+                 "onnxruntime.quantization.quantize_dynamic of the dynamo ONNX file (int8 weights)"),
+    ArtifactKind("onnx-dynamo-int8-static", ".onnx", "int8", "export_check.artifacts.onnx_int8_static", "onnx-dynamo", "onnxruntime",
+                 "quantize_static (QDQ, int8) of the dynamo ONNX file, calibrated on the golden set's calibration split; "
+                 "judged on the other samples", calibrated=True),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}
@@ -51,8 +64,9 @@ KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}
 # too. A derived kind comes after its source.
 BUILD_ORDER: tuple[ArtifactKind, ...] = tuple(
     KINDS_BY_NAME[name]
-    for name in ("torchscript-trace", "torchscript-script", "onnx", "onnx-int8-dynamic", "onnx-fp16", "torch-int8-dynamic", "torch-export",
-                 "torchao-int8-dynamic", "onnx-dynamo", "aoti", "openvino", "openvino-f32", "onnx-simplified")
+    for name in ("torchscript-trace", "torchscript-script", "onnx", "onnx-int8-dynamic", "onnx-fp16", "onnx-int8-static", "torch-int8-dynamic",
+                 "torch-export", "torchao-int8-dynamic", "pt2e-int8-static", "onnx-dynamo", "onnx-dynamo-int8-dynamic", "onnx-dynamo-int8-static",
+                 "aoti", "openvino", "openvino-f32", "onnx-dynamo-simplified", "onnx-simplified")
 )
 assert sorted(k.name for k in BUILD_ORDER) == sorted(KIND_NAMES), "every kind needs its place in BUILD_ORDER"
 assert all(BUILD_ORDER.index(KINDS_BY_NAME[k.source]) < BUILD_ORDER.index(k) for k in KINDS if k.source)
@@ -66,7 +80,8 @@ assert all(BUILD_ORDER.index(KINDS_BY_NAME[k.source]) < BUILD_ORDER.index(k) for
 # all: every kind, the opt-in AOTInductor (a C++ compile per run) and OpenVINO (an optional extra) included.
 GROUPS: dict[str, tuple[str, ...]] = {
     "default": ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic"),
-    "modern": ("torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic"),
+    "modern": ("torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic", "onnx-int8-static", "pt2e-int8-static",
+               "onnx-dynamo-simplified", "onnx-dynamo-int8-dynamic"),
     "all": KIND_NAMES,
 }
 assert not set(GROUPS) & set(KIND_NAMES) and all(set(g) <= set(KIND_NAMES) for g in GROUPS.values())
@@ -77,8 +92,8 @@ def resolve_kinds(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """Kind and group names as the kinds they stand for, in the order given (a group in its own
     order), each once; reports keep the table's order whatever this order is.
 
-    >>> resolve_kinds(["aoti", "modern"])
-    ('aoti', 'torch-export', 'onnx-dynamo', 'onnx-fp16', 'torchao-int8-dynamic')
+    >>> resolve_kinds(["onnx-fp16", "aoti", "modern"])[:4]
+    ('onnx-fp16', 'aoti', 'torch-export', 'onnx-dynamo')
 
     An unknown name is kept, for RunConfig to refuse naming the choices.
     """

@@ -65,6 +65,9 @@ class BuildContext:
     onnx_exporter: str
     threads: int
     signature: Signature = SINGLE
+    # The golden set's calibration split (``GoldenSet.calibration``) as batches of named inputs, for
+    # the statically quantized kinds; empty when the run has none (the kind then refuses to build).
+    calibration: tuple[dict[str, Any], ...] = ()
 
     def example_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example as the model takes it: positional tensors in the signature's order, and keywords."""
@@ -97,6 +100,8 @@ class ArtifactKind:
     source: str | None  # the kind whose file this one is derived from
     runtime: str  # what loads it: "torch" or "onnxruntime" (diagnostics.divergence picks its per-layer method by it)
     description: str
+    # Calibrated on the golden set's calibration split (static int8): judged only on the other samples.
+    calibrated: bool = False
 
     def impl(self) -> ModuleType:
         return importlib.import_module(self.module)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..artifacts._common import load_torchscript
+from ..artifacts.pt2e_int8_static import SCOPES_FILE
 from . import LayerComparison, LayerDelta
 
 DIVERGENCE, INT8_LAYERS = "divergence", "int8-layers"
@@ -211,6 +212,23 @@ def module_of(scoped_name: str, modules: set[str]) -> str | None:
     return qualified
 
 
+def dynamo_scope(node: Any, modules: set[str]) -> str | None:
+    """The module a dynamo-exported ONNX node came from: the innermost module of its recorded
+    ``pkg.torch.onnx.name_scopes`` (``['', 'layers', 'layers.0', 'layers.0.bn1', 'batch_norm']``);
+    None for a node without it (a Q/DQ node a quantizer added)."""
+    import ast
+
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError):
+                return None
+            inside = [str(s) for s in scopes if str(s) in modules]
+            return inside[-1] if inside else None
+    return None
+
+
 def _inside(scope: str, module: str) -> bool:
     return module == "" or scope == module or scope.startswith(module + ".")
 
@@ -241,6 +259,8 @@ def onnx_layers(
             scope = module_of(node.name, modules) if node.name else None
             if scope is None and out:
                 scope = module_of(out, modules)
+            if scope is None:
+                scope = dynamo_scope(node, modules)
             if out and scope is not None:
                 values.append((out, scope, node.op_type))
     existing = {o.name for o in proto.graph.output}
@@ -250,9 +270,25 @@ def onnx_layers(
     with _session(proto, threads) as session:
         names = [o.name for o in session.get_outputs()]
         results = dict(zip(names, session.run(None, {session.get_inputs()[0].name: batch}), strict=True))  # one value per output
-    scoped = {scope for _, scope, _ in values}
-    has_nodes = {m for m in modules if any(_inside(s, m) for s in scoped)}
+    method = "intermediate values of the ONNX graph (node scopes mapped to modules) against eager module outputs"
+    # The dynamo exporter fuses the other way round: a BatchNorm's node holds the Conv before it, so
+    # no later node-less module stands in for a value there (the Conv's own output is simply not kept).
+    forward = not any(dynamo_scope(n, modules) is not None for n in proto.graph.node)
+    def first_cause(cap: Captured, chain: list[Captured], value: np.ndarray, ops: str, limit: float) -> list[LayerDelta]:
+        return _first_cause(cap, chain, value, ops, limit, proto, results, modules)
 
+    layers = _cumulative(values, results, model, batch, threshold, purpose, first_cause, forward)
+    return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
+
+
+def _cumulative(values: list[tuple[str, str, str]], results: dict[str, Any], model: Any, batch: np.ndarray, threshold: float,
+                purpose: str, first_cause: Any = None, merge_forward: bool = True) -> list[LayerDelta]:
+    """Each eager module's output against the last value produced inside its scope (``values``: value
+    name, module scope, op, in graph order; ``results``: value name -> array). ``first_cause`` looks
+    closer at the first departing module (ONNX only)."""
+    scoped = {scope for _, scope, _ in values}
+    modules = {name for name, _ in model.named_modules()}
+    has_nodes = {m for m in modules if any(_inside(s, m) for s in scoped)}
     trace = capture_eager(model, batch)
     order = trace.order
     layers: list[LayerDelta] = []
@@ -264,7 +300,7 @@ def onnx_layers(
         # Modules without nodes that consumed this module's output directly (a BatchNorm folded
         # into its Conv, an Identity): the ONNX value stands for their output.
         reference, current, merged, chain = cap.output, cap.output_id, [], []
-        for nxt in order[i + 1 :]:
+        for nxt in order[i + 1 :] if merge_forward else ():
             if nxt.name in has_nodes or nxt.output is None or current not in nxt.input_ids:
                 break
             reference, current = nxt.output, nxt.output_id
@@ -284,12 +320,50 @@ def onnx_layers(
         ops = ",".join(dict.fromkeys(op for _, scope, op in values if scope == cap.name)) or chosen[1]
         delta = layer_delta(cap.name, ops[:60], ref, chosen[0], threshold, tuple(merged))
         if delta.departs and not any(d.departs for d in layers):
-            found = _first_cause(cap, chain, chosen[0], ops[:60], threshold, proto, results, modules)
+            found = first_cause(cap, chain, chosen[0], ops[:60], threshold) if first_cause else []
             if found:
                 layers.extend(found)
                 continue
         layers.append(delta)
-    method = "intermediate values of the ONNX graph (node scopes mapped to modules) against eager module outputs"
+    return layers
+
+
+def program_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, start: int = 0) -> LayerComparison:
+    """Cumulative comparison for a ``.pt2`` (torch.export) file: every node's value in one run of the
+    loaded program's graph, nodes mapped to modules by their ``nn_module_stack`` (or, for a file whose
+    graph lost it, the node -> module map it carries: pt2e-int8-static)."""
+    import json
+
+    import torch
+
+    with contextlib.suppress(ImportError):
+        import torchao  # noqa: F401  (a quantized program's ops are registered by torchao)
+    extra = {SCOPES_FILE: ""}
+    loaded = torch.export.load(str(path), extra_files=extra)
+    carried: dict[str, str] = json.loads(extra[SCOPES_FILE]) if extra[SCOPES_FILE] else {}
+    module = loaded.module()
+    values: list[tuple[str, str, str]] = []
+    for node in module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        scope = carried.get(node.name, str(list(stack.values())[-1][0]) if stack else None)
+        if scope is not None:
+            values.append((node.name, scope, getattr(node.target, "__name__", str(node.target)).split(".")[0]))
+    wanted = {name for name, _, _ in values}
+    results: dict[str, Any] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            out = super().run_node(n)
+            if n.name in wanted and isinstance(out, torch.Tensor) and out.dtype == torch.float32:
+                results[n.name] = out.detach().numpy().copy()
+            return out
+
+    with torch.inference_mode():
+        Recorder(module).run(torch.from_numpy(batch))
+    layers = _cumulative(values, results, model, batch, threshold, purpose)
+    method = "intermediate values of the loaded torch.export program (nodes mapped to modules) against eager module outputs"
     return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
 
 
@@ -336,7 +410,7 @@ def _first_cause(cap: Captured, chain: list[Captured], value: np.ndarray, ops: s
     return [replace(delta_in, module=scope, ops=what, where="forward-code")]
 
 
-METHODS = {"onnxruntime": onnx_layers, "torch": torchscript_layers}
+METHODS = {"onnxruntime": onnx_layers, "torch": torchscript_layers, "torch.export": program_layers}
 
 
 def compare_layers(runtime: str, path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int,
@@ -349,6 +423,8 @@ def compare_layers(runtime: str, path: Path, model: Any, batch: np.ndarray, thre
             raise ValueError(f"no per-layer method for {runtime} artifacts")
         if method is onnx_layers:
             return onnx_layers(path, model, batch, threshold, purpose, threads=threads, start=start)
+        if method is program_layers:
+            return program_layers(path, model, batch, threshold, purpose, start=start)
         return torchscript_layers(path, model, batch, threshold, purpose, start=start)
     except Exception as exc:  # the diagnosis is advice; it must never take the report down
         text = " ".join(str(exc).split())[:300]

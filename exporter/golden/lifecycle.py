@@ -16,6 +16,7 @@ every sample's outputs, which it needs to learn the signature.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,17 @@ from .inputs import (
     sample_files,
 )
 from .lock import LOCK_NAME, golden_lock, lock_path
-from .manifest import INPUT, MANIFEST, VERSION_1, GoldenSet, read_manifest, unreferenced_files, verify_golden
+from .manifest import (
+    INPUT,
+    MANIFEST,
+    VERSION_1,
+    CalibrationSplit,
+    GoldenSet,
+    default_calibration,
+    read_manifest,
+    unreferenced_files,
+    verify_golden,
+)
 from .reading import FILE_MAX_BYTES, LABELS_MAX_BYTES, load_json, read_user_file
 from .store import NewInput, check_distinct_names, write_golden, write_golden_v2, writing
 
@@ -128,9 +139,12 @@ def check_record_target(golden_dir: Path, inputs_dir: Path, force: bool) -> None
 def record_golden(
     checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, inputs_dir: Path,
     preprocess: Preprocess | None, threads: int, batch_size: int, force: bool = False,
-    signature_settings: SignatureSettings | None = None,
+    signature_settings: SignatureSettings | None = None, calibration: int | CalibrationSplit | None = None,
 ) -> GoldenSet:
     """Decode every input, run the eager model on it and write a new golden set atomically.
+
+    ``calibration``: the calibration split to record (:func:`calibration_split`; default: half the
+    set, at most 32 samples, by content sha256).
 
     Format 2 when ``inputs_dir`` holds sample archives (``.npz``/``.safetensors``), when the model
     returns anything but one tensor, or when ``signature_settings`` declares inputs or outputs;
@@ -139,7 +153,8 @@ def record_golden(
     settings = signature_settings or SignatureSettings()
     archives = sample_files(inputs_dir)
     if archives:
-        return _record_samples(checkpoint, arch, arch_kwargs, arch_root, golden_dir, inputs_dir, archives, threads, batch_size, force, settings)
+        return _record_samples(checkpoint, arch, arch_kwargs, arch_root, golden_dir, inputs_dir, archives, threads, batch_size, force, settings,
+                               calibration)
     paths = image_files(inputs_dir)
     check_record_target(golden_dir, inputs_dir, force)
     check_distinct_names((p.name for p in paths), inputs_dir)
@@ -157,7 +172,7 @@ def record_golden(
         first = list(islice(decoded, batch_size))
         if not declared and _returns_one_tensor(model, [a for _, a in first], checkpoint):
             return _record_streaming(golden_dir, model, first, decoded, preprocess, batch_size,
-                                     _model_info(checkpoint, arch, arch_kwargs))
+                                     _model_info(checkpoint, arch, arch_kwargs), calibration)
         # format 2 with the one input of format 1
         unknown = [n for n in settings.inputs if n != INPUT]
         if unknown:
@@ -167,7 +182,7 @@ def record_golden(
         inputs = (settings.apply_input(InputSpec(INPUT)),)
         samples = [conform_sample({INPUT: a}, inputs, inputs_dir / item.name) for item, a in every]
         return _write_v2(golden_dir, model, samples, inputs, [item for item, _ in every], preprocess, settings, checkpoint, arch,
-                         arch_kwargs, batch_size)
+                         arch_kwargs, batch_size, calibration_split(len(every), calibration, golden_dir))
 
 
 def _decoded_inputs(paths: Sequence[Path], labels: Mapping[str, int], preprocess: Preprocess | None,
@@ -189,7 +204,7 @@ def _decoded_inputs(paths: Sequence[Path], labels: Mapping[str, int], preprocess
 
 def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, np.ndarray]],
                       rest: Iterator[tuple[NewInput, np.ndarray]], preprocess: Preprocess | None, batch_size: int,
-                      info: dict[str, Any]) -> GoldenSet:
+                      info: dict[str, Any], calibration: int | CalibrationSplit | None) -> GoldenSet:
     """Format 1, a batch at a time: store the batch's inputs, keep its logits, read the next batch."""
     rows = []
     with writing(golden_dir) as writer:
@@ -201,7 +216,8 @@ def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, 
             chunk = list(islice(rest, batch_size))
         reference = np.concatenate(rows)
         finite_or_raise(reference, str(info["checkpoint"]))
-        return writer.commit_v1(preprocess, reference, _recording(model, batch_size), info, library_versions())
+        split = calibration_split(len(reference), calibration, golden_dir)
+        return writer.commit_v1(preprocess, reference, _recording(model, batch_size, split), info, library_versions())
 
 
 def _returns_one_tensor(model: Any, arrays: Sequence[np.ndarray], checkpoint: Path) -> bool:
@@ -216,24 +232,39 @@ def _returns_one_tensor(model: Any, arrays: Sequence[np.ndarray], checkpoint: Pa
     return hasattr(out, "detach") or isinstance(out, np.ndarray)
 
 
-def _recording(model: Any, batch_size: int) -> dict[str, Any]:
+def _recording(model: Any, batch_size: int, calibration: CalibrationSplit) -> dict[str, Any]:
     # load_model returns the module after .eval(): the mode the eager model ran in while recording
-    return {"batch_size": batch_size, "mode": "train" if getattr(model, "training", False) else "eval"}
+    return {"batch_size": batch_size, "mode": "train" if getattr(model, "training", False) else "eval",
+            "calibration": calibration.to_json()}
+
+
+def calibration_split(samples: int, calibration: int | CalibrationSplit | None, where: Path) -> CalibrationSplit:
+    """The split to record: ``calibration`` samples by content sha256 (an int), a split as given, or the
+    default (half the set, at most 32). Too many for the set is a GoldenError naming it."""
+    if calibration is None:
+        return default_calibration(samples)
+    split = calibration if isinstance(calibration, CalibrationSplit) else CalibrationSplit("sha256", calibration)
+    if split.rule != "names" and not 0 <= split.count <= samples:
+        raise GoldenError(f"{where}: a calibration split of {split.count} samples does not fit a set of {samples}; "
+                          f"choose 0 to {samples} (fewer than {samples}: the static int8 kinds are judged on the rest)")
+    return split
 
 
 def _write_v2(
     golden_dir: Path, model: Any, samples: Sequence[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], new_inputs: Sequence[NewInput],
     preprocess: Preprocess | None, settings: SignatureSettings, checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], batch_size: int,
+    calibration: CalibrationSplit,
 ) -> GoldenSet:
     outputs, reference = run_outputs(model, samples, inputs, settings, checkpoint, batch_size)
     signature = Signature(inputs=inputs, outputs=outputs)
-    return write_golden_v2(golden_dir, new_inputs, preprocess, signature, reference, _recording(model, batch_size),
+    return write_golden_v2(golden_dir, new_inputs, preprocess, signature, reference, _recording(model, batch_size, calibration),
                            _model_info(checkpoint, arch, arch_kwargs), library_versions())
 
 
 def _record_samples(
     checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, inputs_dir: Path,
     archives: list[Path], threads: int, batch_size: int, force: bool, settings: SignatureSettings,
+    calibration: int | CalibrationSplit | None = None,
 ) -> GoldenSet:
     """Format 2 from a folder of sample archives, one per sample, each holding every named input."""
     others = sorted(p.name for p in inputs_dir.iterdir() if p.is_file() and p.suffix.lower() in (*IMAGE_SUFFIXES, TENSOR_SUFFIX))
@@ -250,7 +281,8 @@ def _record_samples(
         model = load_model(checkpoint, arch, arch_kwargs, arch_root)
         inputs = input_specs(model, raw, archives, settings)
         samples = [conform_sample(arrays, inputs, path) for arrays, path in zip(raw, archives, strict=True)]
-        return _write_v2(golden_dir, model, samples, inputs, new_inputs, None, settings, checkpoint, arch, arch_kwargs, batch_size)
+        return _write_v2(golden_dir, model, samples, inputs, new_inputs, None, settings, checkpoint, arch, arch_kwargs, batch_size,
+                         calibration_split(len(samples), calibration, golden_dir))
 
 
 def describe_outputs(golden: GoldenSet) -> str:
@@ -295,17 +327,22 @@ def _verify_lines(golden_dir: Path) -> tuple[bool, list[str]]:
 
 def approve_golden(
     checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, threads: int, batch_size: int,
-    dry_run: bool = False, signature_settings: SignatureSettings | None = None,
+    dry_run: bool = False, signature_settings: SignatureSettings | None = None, calibration: int | CalibrationSplit | None = None,
 ) -> tuple[ApproveDiff | OutputsDiff, bool]:
     """Compute the new checkpoint's logits (format 2: outputs) on the (verified) golden inputs; unless
     ``dry_run`` or nothing changed, write them as the new reference. Returns the diff and whether it
     was written. A format-2 set keeps its inputs; its outputs' specs are kept, with the
-    ``outputs`` settings applied over them (new outputs get their defaults)."""
+    ``outputs`` settings applied over them (new outputs get their defaults). The calibration split is
+    kept (a set that records none gets the default written), unless ``calibration`` gives a new one."""
     with golden_lock(golden_dir):  # the whole read-modify-commit: no other writer in between
         golden = read_manifest(golden_dir)
+        split = golden.calibration if calibration is None else calibration_split(len(golden), calibration, golden_dir)
+        split = replace(split, recorded=True)
+        # an unchanged reference is rewritten for a new split only, not for the default an older set lacks
+        same_split = calibration is None or (golden.calibration.recorded and split.to_json() == golden.calibration.to_json())
         if golden.version != VERSION_1:
             return _approve_v2(golden, checkpoint, arch, arch_kwargs, arch_root, threads, batch_size, dry_run,
-                               signature_settings or SignatureSettings())
+                               signature_settings or SignatureSettings(), split, same_split)
         old = golden.reference()
         with pinned_threads(threads):
             model = load_model(checkpoint, arch, arch_kwargs, arch_root)
@@ -314,15 +351,16 @@ def approve_golden(
         finite_or_raise(new, str(checkpoint))
         info = _model_info(checkpoint, arch, arch_kwargs)
         diff = diff_references(golden, old, new, info["checkpoint_sha256"])
-        if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256):
+        if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256 and same_split):
             return diff, False
         # the inputs are kept as they were verified: a file swapped meanwhile keeps its old hash and fails verify
-        write_golden(golden_dir, list(golden.inputs), golden.preprocess, new, info, library_versions(), _recording(model, batch_size))
+        write_golden(golden_dir, list(golden.inputs), golden.preprocess, new, info, library_versions(), _recording(model, batch_size, split))
         return diff, True
 
 
 def _approve_v2(golden: GoldenSet, checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, threads: int,
-                batch_size: int, dry_run: bool, settings: SignatureSettings) -> tuple[OutputsDiff, bool]:
+                batch_size: int, dry_run: bool, settings: SignatureSettings, split: CalibrationSplit,
+                same_split: bool) -> tuple[OutputsDiff, bool]:
     old = golden.reference_samples()
     samples = [golden.load_sample(item) for item in golden.inputs]
     inputs = golden.signature.inputs
@@ -330,11 +368,11 @@ def _approve_v2(golden: GoldenSet, checkpoint: Path, arch: str, arch_kwargs: dic
         model = load_model(checkpoint, arch, arch_kwargs, arch_root)
         outputs, new = run_outputs(model, samples, inputs, SignatureSettings(outputs=settings.outputs), checkpoint, batch_size,
                                    existing=golden.signature)
-        recording = _recording(model, batch_size)
+        recording = _recording(model, batch_size, split)
     signature = Signature(inputs=inputs, outputs=outputs)
     info = _model_info(checkpoint, arch, arch_kwargs)
     diff = diff_references(golden, old, new, info["checkpoint_sha256"], signature)
-    if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256):
+    if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256 and same_split):
         return diff, False
     write_golden_v2(golden.root, list(golden.inputs), golden.preprocess, signature, new, recording, info, library_versions())
     return diff, True

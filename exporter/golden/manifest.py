@@ -14,7 +14,8 @@ outputs, their batch and dynamic axes, the outputs' kinds) and holds::
                                     an image or .npy when the signature has one input)
     reference-<sha12>.npz           key "<output>/<i>": sample i's approved output without its batch axis
 
-plus ``recording``: the batch size and the model's mode it was recorded with. Both formats offer
+plus ``recording``: the batch size and the model's mode it was recorded with, and (both formats,
+since static int8) ``recording.calibration``, the set's calibration split (:class:`CalibrationSplit`). Both formats offer
 the same reading API: ``signature``, ``feed_batches`` (named inputs, batched along each input's
 batch axis, a batch ending where the input shapes change), ``reference_outputs``, ``labels``.
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -63,6 +64,75 @@ LOGITS = "logits"  # format 1's one output
 MODES = ("eval", "train")
 REFERENCE_GLOBS = ("reference-*.npy", "reference-*.npz")  # the reference files of our own naming
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+CALIBRATION_RULES = ("sha256", "first", "names")
+CALIBRATION_MAX = 32  # the default split's cap: what onnxruntime and PT2E calibrate well on (measured on the digits)
+
+
+@dataclass(frozen=True)
+class CalibrationSplit:
+    """The golden samples the statically quantized kinds calibrate on; they are judged on the others.
+
+    ``rule``: ``"sha256"`` the ``count`` inputs of smallest content sha256 (stable: it follows the
+    content, not file names or their order, so it spreads over classes however files are named);
+    ``"first"`` the first ``count`` in the manifest's order; ``"names"`` the inputs named.
+    ``recorded``: False when the manifest says nothing (written before the split existed): then the
+    default, :func:`default_calibration`, applies.
+
+    >>> default_calibration(64).describe()
+    'the 32 inputs of smallest sha256 (recorded in the manifest)'
+    """
+
+    rule: str
+    count: int
+    names: tuple[str, ...] = ()
+    recorded: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        if self.rule == "names":
+            return {"rule": "names", "names": list(self.names)}
+        return {"rule": self.rule, "count": self.count}
+
+    def indices(self, inputs: Sequence[GoldenInput]) -> tuple[int, ...]:
+        """The calibration samples' positions in ``inputs``, ascending."""
+        if self.rule == "names":
+            wanted = set(self.names)
+            return tuple(i for i, item in enumerate(inputs) if item.name in wanted)
+        if self.rule == "first":
+            return tuple(range(min(self.count, len(inputs))))
+        ranked = sorted(range(len(inputs)), key=lambda i: (inputs[i].sha256, i))
+        return tuple(sorted(ranked[: self.count]))
+
+    def describe(self) -> str:
+        if self.rule == "names":
+            what = f"the {len(self.names)} inputs named in the manifest"
+        elif self.rule == "first":
+            what = f"the first {self.count} inputs"
+        else:
+            what = f"the {self.count} inputs of smallest sha256"
+        return what + (" (recorded in the manifest)" if self.recorded else " (the default: the manifest records no split)")
+
+
+def default_calibration(samples: int) -> CalibrationSplit:
+    """Half the set, at most 32 samples, by content sha256: 32 of 64 golden digits, 0 of 1 (too few)."""
+    return CalibrationSplit("sha256", min(CALIBRATION_MAX, samples // 2))
+
+
+def calibration_from_json(manifest: Path, value: Any, inputs: Sequence[GoldenInput]) -> CalibrationSplit:
+    """``recording.calibration`` validated against the set's inputs."""
+    where = "recording.calibration"
+    _require(isinstance(value, dict) and value.get("rule") in CALIBRATION_RULES, manifest,
+             f"{where} must be an object whose rule is one of {', '.join(CALIBRATION_RULES)}")
+    if value["rule"] == "names":
+        names = value.get("names")
+        _require(isinstance(names, list) and all(isinstance(n, str) for n in names) and len(set(names)) == len(names), manifest,
+                 f"{where}.names must be a list of distinct input names")
+        known = {item.name for item in inputs}
+        unknown = [n for n in names if n not in known]
+        _require(not unknown, manifest, f"{where}.names names {unknown[:1]!r}, which is not an input of the set")
+        return CalibrationSplit("names", len(names), tuple(names))
+    count = value.get("count")
+    _require(_is_int(count) and count <= len(inputs), manifest, f"{where}.count must be an integer from 0 to {len(inputs)} (the inputs)")
+    return CalibrationSplit(value["rule"], count)
 
 
 @dataclass(frozen=True)
@@ -108,6 +178,18 @@ class GoldenSet:
 
     def __len__(self) -> int:
         return len(self.inputs)
+
+    @property
+    def calibration(self) -> CalibrationSplit:
+        """The calibration split the manifest records, or the default (``recorded=False``) when it records none."""
+        value = self.recording.get("calibration")
+        if isinstance(value, CalibrationSplit):
+            return value
+        return replace(default_calibration(len(self)), recorded=False)
+
+    def calibration_indices(self) -> tuple[int, ...]:
+        """The positions of the calibration samples in :attr:`inputs`, ascending."""
+        return self.calibration.indices(self.inputs)
 
     @property
     def recorded_batch_size(self) -> int | None:
@@ -402,6 +484,9 @@ def parse_manifest(root: Path, text: str) -> GoldenSet:
         _require(shape[0] == len(inputs), manifest, f"reference has {shape[0]} rows for {len(inputs)} inputs")
         if data.get("recording") is not None:  # written since format 1 records it too; older manifests lack it
             recording = _recording(manifest, data.get("recording"))
+    raw_recording = data.get("recording")
+    if isinstance(raw_recording, dict) and raw_recording.get("calibration") is not None:
+        recording["calibration"] = calibration_from_json(manifest, raw_recording["calibration"], inputs)
     model = data.get("model", {})
     _require(isinstance(model, dict), manifest, "'model' must be an object")
     recorded_with = data.get("recorded_with", {})

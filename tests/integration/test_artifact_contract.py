@@ -29,7 +29,9 @@ from export_check.model import EagerRunner
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[BuildContext, dict[str, Path], torch.nn.Module]:
     model = seeded(TinyNet)
     example = torch.from_numpy(np.random.default_rng(0).standard_normal((4, 3, 16, 16), dtype=np.float32))
-    ctx = BuildContext(model=model, example=example, opset=17, onnx_exporter="torchscript", threads=1)
+    # the static int8 kinds calibrate on inputs of the distribution the contract feeds them
+    calibration = ({INPUT: np.random.default_rng(2).standard_normal((16, 3, 16, 16), dtype=np.float32)},)
+    ctx = BuildContext(model=model, example=example, opset=17, onnx_exporter="torchscript", threads=1, calibration=calibration)
     out = tmp_path_factory.mktemp("contract")
     paths: dict[str, Path] = {}
     for kind in KINDS:
@@ -44,10 +46,12 @@ def test_table_is_complete_and_ordered() -> None:
     assert [k.name for k in KINDS] == [
         "torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic",
         "torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic", "aoti", "openvino", "openvino-f32",
+        "onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-simplified", "onnx-dynamo-int8-dynamic", "onnx-dynamo-int8-static",
     ]
+    assert {k.name for k in KINDS if k.calibrated} == {"onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-int8-static"}
     for kind in KINDS:
         # the runtimes without a per-layer method yet get a diagnosis that says so (compare_layers)
-        assert kind.family in FAMILIES and kind.runtime in {*METHODS, "torch.export", "aoti", "openvino"}
+        assert kind.family in FAMILIES and kind.runtime in {*METHODS, "aoti", "openvino"}
         assert kind.source is None or KINDS.index(KINDS_BY_NAME[kind.source]) < KINDS.index(kind)
         impl = kind.impl()
         assert callable(impl.build) and callable(impl.open_runner)
@@ -131,4 +135,15 @@ def test_groups_resolve_to_kinds_in_table_order() -> None:
     assert resolve_kinds(["all"]) == KIND_NAMES and resolve_kinds(["default"]) == tuple(k for k in KIND_NAMES if k in DEFAULT_KINDS)
     assert "aoti" not in DEFAULT_KINDS and "aoti" not in GROUPS["modern"], "aoti is opt-in: a C++ compile per run"
     assert not {"openvino", "openvino-f32", "onnx-dynamo", "torchao-int8-dynamic"} & set(DEFAULT_KINDS), "optional extras stay opt-in"
-    assert resolve_kinds(["onnx-fp16", "modern", "onnx"]) == ("onnx-fp16", "torch-export", "onnx-dynamo", "torchao-int8-dynamic", "onnx")
+    assert resolve_kinds(["onnx-fp16", "modern", "onnx"]) == ("onnx-fp16", "torch-export", "onnx-dynamo", "torchao-int8-dynamic", "onnx-int8-static",
+                                                              "pt2e-int8-static", "onnx-dynamo-simplified", "onnx-dynamo-int8-dynamic", "onnx")
+    assert not {k.name for k in KINDS if k.calibrated or k.source == "onnx-dynamo"} & set(DEFAULT_KINDS), "the new kinds are opt-in"
+
+
+def test_a_static_kind_without_a_calibration_split_is_an_error_naming_it(tmp_path: Path) -> None:
+    ctx = BuildContext(model=seeded(TinyNet), example=torch.zeros(2, 3, 16, 16), opset=17, onnx_exporter="torchscript", threads=1)
+    onnx = build_artifact(KINDS_BY_NAME["onnx"], ctx, tmp_path / "onnx.onnx", None)
+    for name, source in (("onnx-int8-static", onnx.path), ("pt2e-int8-static", None)):
+        outcome = build_artifact(KINDS_BY_NAME[name], ctx, tmp_path / KINDS_BY_NAME[name].filename(), source)
+        assert outcome.error is not None and "calibration split" in outcome.error and "at least 2 samples" in outcome.error, outcome.error
+        assert not (tmp_path / KINDS_BY_NAME[name].filename()).exists(), "no half-built file is left behind"

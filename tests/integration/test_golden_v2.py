@@ -107,7 +107,8 @@ def test_two_inputs_record_reload_and_batch_by_shape(masked, capsys) -> None:
     assert code == 0, err
     assert f"recorded 7 inputs and their reference outputs output float32 (5,) into {project.root / 'golden'}" in out
     golden = load_golden(project.root / "golden")
-    assert golden.version == 2 and golden.recording == {"batch_size": 3, "mode": "eval"}
+    assert golden.version == 2 and golden.recorded_batch_size == 3 and golden.recorded_mode == "eval"
+    assert golden.calibration.to_json() == {"rule": "sha256", "count": 3} and golden.calibration.recorded  # half of 7
     # names, order and dtypes from the files; the sequence axis of both inputs is dynamic, one symbol
     assert golden.signature == Signature(
         inputs=(InputSpec("x", "float32", dynamic_axes=((1, "x_1"),)), InputSpec("mask", "int64", dynamic_axes=((1, "x_1"),))),
@@ -547,7 +548,8 @@ def test_a_single_tensor_model_on_npy_inputs_still_records_format_1(tmp_path: Pa
     manifest = json.loads((tmp_path / "g1" / MANIFEST).read_text())
     assert manifest["version"] == 1 and list(manifest) == ["format", "version", "created", "preprocess", "inputs", "reference", "recording",
                                                             "model", "recorded_with"]
-    assert manifest["recording"] == {"batch_size": 16, "mode": "eval"}  # format 1 records how it was recorded too (issue 17)
+    # format 1 records how it was recorded too (issue 17), and its calibration split (issue 13)
+    assert manifest["recording"] == {"batch_size": 16, "mode": "eval", "calibration": {"rule": "sha256", "count": 2}}
     assert read_manifest(tmp_path / "g1").recorded_batch_size == 16 and read_manifest(tmp_path / "g1").recorded_mode == "eval"
     assert list(manifest["reference"]) == ["file", "sha256", "shape", "dtype"] and manifest["reference"]["file"].endswith(".npy")
     # declaring an output makes it format 2, with format 1's one input

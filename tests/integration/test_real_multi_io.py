@@ -97,3 +97,41 @@ def test_the_time_major_recogniser_without_its_batch_axis_is_one_clear_error(tmp
 def test_the_bundled_second_example_passes() -> None:
     assert main(["check", str(MODELS / "checkpoints" / "sequence_recognizer.pth"), "--config", str(EXAMPLE), "--no-cache", "-q",
                  "--artifacts", "onnx,torch-int8-dynamic"]) == 0
+
+
+def test_static_int8_on_the_real_detector_is_judged_per_output_on_its_uncalibrated_samples(detector, tmp_path: Path) -> None:
+    """The static int8 kinds and a dynamo-derived ONNX kind on the trained two-output detector (a dict
+    of boxes and scores), every output compared on the 8 of 16 samples outside the calibration split.
+    PT2E passes; onnxruntime's QDQ file really is off by more than the int8 gate on this model
+    (measured: relative MAE 6.6% on boxes, 14% on scores, whatever its calibration method), and the
+    row fails, with the figure checked here by running the file by hand on those 8 samples."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from export_check.golden.manifest import load_golden
+
+    case, folder, config, weights, outputs, code, report = detector
+    kinds = ("onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-int8-dynamic")
+    main(["check", str(weights), "--config", str(config), "--no-cache", "-q", "--json", str(tmp_path / "s.json"),
+          "--out", str(tmp_path / "out"), "--artifacts", ",".join(kinds)])
+    rows = {r["name"]: r for r in json.loads((tmp_path / "s.json").read_text())["rows"]}
+    for kind in kinds:
+        row = rows[kind]
+        assert [o["name"] for o in row["outputs"]] == list(outputs), (kind, row["reasons"])
+        assert row["metrics"]["images"] == (8 if kind.endswith("static") else 16), (kind, row["metrics"]["images"])
+        if kind.endswith("static"):
+            assert row["details"]["judged_samples"] == "8" and row["details"]["calibration_samples_excluded"] == "8"
+    assert rows["pt2e-int8-static"]["status"] == "pass" and rows["onnx-dynamo-int8-dynamic"]["status"] == "pass"
+    static = rows["onnx-int8-static"]
+    assert static["status"] == "fail" and {o["name"]: o["status"] for o in static["outputs"]} == {"boxes": "fail", "scores": "fail"}
+    golden = load_golden(folder / "golden")
+    judged = [i for i in range(len(golden)) if i not in golden.calibration_indices()]
+    samples = [golden.load_sample(golden.inputs[i]) for i in judged]
+    float_model = ort.InferenceSession(str(tmp_path / "out" / "onnx.onnx"), providers=["CPUExecutionProvider"])
+    quantized = ort.InferenceSession(str(tmp_path / "out" / "onnx-int8-static.onnx"), providers=["CPUExecutionProvider"])
+    feeds = {i.name: np.stack([s[i.name] for s in samples]) for i in float_model.get_inputs()}
+    names = [o.name for o in float_model.get_outputs()]
+    for name, ref, got, row in zip(names, float_model.run(None, feeds), quantized.run(None, feeds), static["outputs"], strict=True):
+        relative = float(np.abs(got - ref).mean() / np.abs(ref).mean())
+        assert row["name"] == name and relative > 0.05
+        assert row["metrics"]["relative_mae"] == pytest.approx(relative, rel=1e-3), (name, relative)
