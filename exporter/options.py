@@ -351,7 +351,7 @@ JSON_MAX_BYTES = 1 << 20
 
 def _bounded_int(value: int, where: str) -> int:
     if not -INT_MAX <= value <= INT_MAX:
-        raise UsageError(f"{where} is out of range ({len(str(abs(value)))} digits); it must be at most {INT_MAX}")
+        raise UsageError(f"{where} must be at most {INT_MAX} in size, got a {len(str(abs(value)))}-digit number")
     return value
 
 
