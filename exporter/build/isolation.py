@@ -136,8 +136,7 @@ class PendingBuild:
         remove_partial(self.path, reply.get("pid"))
         status = reply.get("status")
         if status != "crashed" and reply.get("stderr"):
-            sys.stderr.write(reply["stderr"])  # what the exporter printed, as if it had run here
-            sys.stderr.flush()
+            self.notes.extend(stderr_notes(reply["stderr"]))  # kept out of the terminal, carried in the row's notes
         self._done = True
         if status == "ok":
             self._details = dict(reply["details"])
@@ -157,6 +156,29 @@ class PendingBuild:
             self._error = BuildCrashed(f"build crashed: the build server died ({reply['description']}); the rest of the run goes on")
         else:
             self._error = BuildCrashed(crash_message(reply.get("signal"), reply.get("exit_code"), self.path, last_words(reply.get("stderr", ""))))
+
+
+def stderr_notes(text: str) -> list[str]:
+    """What a build child wrote to stderr (onnxruntime's and torch's native logs, a library's log
+    lines) as row notes: torch's C++ warnings one ``NativeWarning`` each, the rest one
+    ``BuildOutput`` note, so that nothing a build prints reaches the terminal ahead of the report.
+
+    >>> stderr_notes("[W1129 18:18:02.751 Quantizer.cpp:111] Warning: per-tensor (function f)\\nW1201 torchvision is not installed\\n")
+    ['NativeWarning: per-tensor', 'BuildOutput: the build printed 1 line to stderr (kept out of the terminal): W1201 torchvision is not installed']
+    """
+    from ..artifacts._common import _C10_WARNING
+
+    notes, other = [], []
+    for line in text.splitlines():
+        match = _C10_WARNING.match(line.strip())
+        if match:
+            notes.append(f"NativeWarning: {match['text']}")
+        elif line.strip():
+            other.append(" ".join(line.split()))
+    if other:
+        lines = "line" if len(other) == 1 else "lines"
+        notes.append(f"BuildOutput: the build printed {len(other)} {lines} to stderr (kept out of the terminal): " + " | ".join(other)[:600])
+    return notes
 
 
 class BuildService:

@@ -355,3 +355,66 @@ def test_recording_a_model_that_ignores_the_batch_size_is_one_line(tmp_path: Pat
     assert code == 2 and len(err) == 1
     assert "the model returned 16 output rows for a batch of 12 inputs" in err[0]
     assert not (tmp_path / "golden" / "manifest.json").exists()
+
+
+# --- the modern kinds over the catalogue (issue 13): torch.export-based exports meet the same bugs -----
+MODERN = ("torch-export", "onnx-dynamo", "onnx-int8-static", "pt2e-int8-static")
+DATA_DEPENDENT = "Could not guard on data-dependent expression"
+MODERN_CASES: dict[str, dict[str, tuple[str, list[str]]]] = {
+    "Clean": {k: ("pass", []) for k in MODERN},
+    # a branch on the batch's values: torch.export refuses it (the legacy exporters kept one path)
+    "ValueBranch": {
+        "torch-export": ("error", [DATA_DEPENDENT]),
+        "onnx-dynamo": ("error", ["Failed to export the model with torch.export"]),
+        "onnx-int8-static": ("fail", ["batch size 1: against eager at the same batch size", KEPT]),
+        "pt2e-int8-static": ("error", [DATA_DEPENDENT]),
+    },
+    # a batch size baked in by int(x.shape[0]): torch.export says so; the dynamo ONNX keeps it symbolic
+    "BakedShape": {
+        "torch-export": ("error", ["specialized it to be a constant (16)"]),
+        "onnx-dynamo": ("pass", []),
+        "onnx-int8-static": ("error", ["quantize_static failed", "Reshape"]),
+        "pt2e-int8-static": ("error", ["specialized it to be a constant (16)"]),
+    },
+}
+_MODERN_REPORTS: dict[str, tuple] = {}
+
+
+@pytest.fixture()
+def checked_modern(request, tmp_path_factory, catalogue_images, capfd):
+    case = request.param
+    if case not in _MODERN_REPORTS:
+        root = tmp_path_factory.mktemp(f"modern-{case}")
+        checkpoint = save_state(seeded(getattr(_module(), case)), root / "model.pth")
+        arch = f"{ARCHES}:{case}"
+        assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(catalogue_images[44]), "--golden",
+                     str(root / "golden"), "--size", "32", "-q"]) == 0
+        capfd.readouterr()
+        report = run_check(RunConfig(checkpoint=checkpoint, arch=arch, golden=root / "golden", out_dir=root / "out", kinds=MODERN))
+        _MODERN_REPORTS[case] = (report, root, capfd.readouterr())
+    return _MODERN_REPORTS[case]
+
+
+@pytest.mark.parametrize("checked_modern", list(MODERN_CASES), indirect=True)
+def test_modern_kinds_over_the_catalogue(checked_modern) -> None:
+    report, root, printed = checked_modern
+    case = Path(report.golden.path).parent.name.removeprefix("modern-").rstrip("0123456789")
+    assert sorted(row.name for row in report.rows) == sorted(("eager", *MODERN))
+    for name, (status, texts) in MODERN_CASES[case].items():
+        row = report.row(name)
+        assert row.status == status, (case, name, row.status, row.reasons)
+        for expected in texts:
+            assert expected in _texts(row), (case, name, expected)
+    # calibrated kinds are judged on the half of the 44 inputs they were not calibrated on
+    for name in ("onnx-int8-static", "pt2e-int8-static"):
+        row = report.row(name)
+        if row.metrics is not None:
+            assert row.metrics.images == 22, (case, name, row.metrics.images)
+    # nothing a build printed (onnxruntime's error log, torch.onnx's log lines) reaches the terminal
+    assert "onnxruntime" not in printed.err and "torchvision" not in printed.err and "Torch IR graph" not in printed.out
+    if case == "BakedShape":  # the dynamo ONNX file really runs at every batch size, exactly
+        path = Path(report.row("onnx-dynamo").artifact.path)
+        probe = _probe(root, 44)
+        for size in (1, 7, 44):
+            got = _run_artifact(path, probe[:size])
+            assert float(np.abs(got - _eager(root, case, probe[:size])).max()) < 1e-5, size
