@@ -73,11 +73,12 @@ def _infer_of(runner: Any, name: str, signature: Signature = SINGLE):
     return lambda feeds: primary_rows(runner.infer(feeds), signature, name)
 
 
-def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, sizes: tuple[int, ...], main: int) -> dict[int, Any]:
+def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, sizes: tuple[int, ...], main: int,
+                clock: dict[int, float] | None = None) -> dict[int, Any]:
     """Outputs at every planned size: the main size from the replay, the others run now."""
     replayed = trace.probe_outputs(name)
     todo = tuple(s for s in sizes if s != main or replayed is None)
-    out = shapes.run_sizes(infer, probe, todo, main, trace.signature)
+    out = shapes.run_sizes(infer, probe, todo, main, trace.signature, clock)
     if replayed is not None and main in sizes:
         out[main] = replayed
     return out
@@ -93,7 +94,7 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
     first = trace.first_output(name)
     seconds = trace.timed_seconds(name)[:LATENCY_REPEATS]
     reruns = max(1 if rerun else 0, LATENCY_REPEATS - len(seconds))
-    max_abs = 0.0
+    max_abs, began_all = 0.0, time.perf_counter()
     for _ in range(reruns):
         began = time.perf_counter()
         out = infer(batch)
@@ -103,7 +104,7 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
     n = length(batch, trace.signature)
     samples = [s * 1000.0 / n for s in seconds[:LATENCY_REPEATS]]
     cost = Latency(ms_per_image=float(statistics.median(samples)), batch=n, repeats=len(samples), threads=threads,
-                   samples_ms=tuple(float(s) for s in samples))
+                   samples_ms=tuple(float(s) for s in samples), seconds=time.perf_counter() - began_all if reruns else 0.0)
     measured = None
     if rerun and first is not None:
         measured = RerunMeasure(runs=1 + reruns, images=n, max_abs=max_abs)
@@ -112,7 +113,8 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
 
 def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[int, Any], sizes: tuple[int, ...],
              main: int, threads: int, output_kind: tuple[str, int] = ("logits", -1)) -> Measured:
-    runs = shapes.measure(_sizes_from(infer, trace, name, probe, sizes, main), eager_at, main, *output_kind)
+    clock: dict[int, float] = {}
+    runs = shapes.measure(_sizes_from(infer, trace, name, probe, sizes, main, clock), eager_at, main, *output_kind, clock=clock)
     notes: list[str] = []
     rerun = cost = None
     try:
@@ -242,12 +244,15 @@ class Diagnoser:
                         start = _worst_batch_start(obs, config.batch_size)
                         batch = _batch_at(self.golden, config.batch_size, start)
                     self.progress(f"locating where {obs.name} diverges (batch of {len(batch)} at {start})")
+                    layers_began = time.perf_counter()
                     layers = divergence.compare_layers(kind.runtime, path, self.model, batch,
                                                        self.layer_threshold, divergence.DIVERGENCE, config.threads, start)
                 else:
                     first = next(iter(self.probe.values()))[: self.main]
+                    layers_began = time.perf_counter()
                     layers = divergence.compare_layers(kind.runtime, path, self.model, first, self.layer_threshold,
                                                        divergence.INT8_LAYERS, config.threads, 0)
+                layers = replace(layers, seconds=time.perf_counter() - layers_began)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
         measured = replace(measured, layers=layers, notes=self.scope + measured.notes + new_notes, seconds=time.perf_counter() - began)
         return replace(obs, diagnostics=measured)

@@ -14,6 +14,7 @@ fails to follow eager's own change with the batch would then look perfect).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -47,11 +48,13 @@ class RowCountError(ValueError):
     pass
 
 
-def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, signature: Signature = SINGLE) -> dict[int, np.ndarray | str]:
+def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, signature: Signature = SINGLE,
+              clock: dict[int, float] | None = None) -> dict[int, np.ndarray | str]:
     """Outputs of ``infer`` (feeds in, one output row per sample out) over the probe at each size,
-    or the error text when a size fails."""
+    or the error text when a size fails. ``clock`` gets the seconds each size took."""
     out: dict[int, np.ndarray | str] = {}
     for size in sizes:
+        began = time.perf_counter()
         count = images_at(size, main, length(images, signature))
         try:
             parts = []
@@ -65,6 +68,8 @@ def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, si
             out[size] = np.concatenate(parts)
         except Exception as exc:  # any failure at a size is this check's finding, not a crash
             out[size] = describe_failure(exc)
+        if clock is not None:
+            clock[size] = time.perf_counter() - began
     return out
 
 
@@ -98,7 +103,7 @@ def _moved(outputs: dict[int, np.ndarray | str], size: int, main: int) -> float 
 
 
 def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int,
-            kind: str = "logits", class_axis: int = -1) -> tuple[BatchSizeRun, ...]:
+            kind: str = "logits", class_axis: int = -1, clock: dict[int, float] | None = None) -> tuple[BatchSizeRun, ...]:
     """At every size: the artifact against eager at that same size (per image, under the row's
     gate later), and how far each of them moved from its own output at the main size."""
     main = min(main, max(artifact))
@@ -107,7 +112,7 @@ def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray |
         got, eager_got = artifact[size], eager.get(size)
         eager_error = eager_got if isinstance(eager_got, str) else None
         common: dict[str, Any] = {"size": size, "moved": _moved(artifact, size, main), "eager_moved": _moved(eager, size, main),
-                                  "eager_error": eager_error}
+                                  "eager_error": eager_error, "seconds": (clock or {}).get(size, 0.0)}
         if isinstance(got, str):
             runs.append(BatchSizeRun(images=0, error=got, **common))
             continue
