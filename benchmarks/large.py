@@ -62,10 +62,9 @@ def prepare(model: str, count: int) -> tuple[Path, Path]:
 
 
 def _write_inputs(model: str, count: int) -> None:
+    import large_models
     import numpy as np
     import torch
-
-    import large_models
 
     folder = LARGE / model
     folder.mkdir(parents=True, exist_ok=True)

@@ -181,6 +181,7 @@ def observe_all(
     build, one pass over the golden set runs every artifact (a streamed set is decoded once)."""
     selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
     replay = Replay(config, golden, batches, model)
+    replay.trace.report = progress  # each artifact's replay counts its inputs (exporter/progress.py)
     rows: dict[str, Observation] = {}
     with contextlib.ExitStack() as stack:
         if by_artifact:
@@ -220,7 +221,7 @@ def observe_all(
 def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:
     """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
     probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
-    return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature)
+    return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature, len(golden), config.diagnostics_budget)
 
 
 def eager_self_check(model: Any, golden: GoldenSet, batches: GoldenBatches) -> EagerSelfCheck:

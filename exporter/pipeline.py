@@ -31,6 +31,7 @@ from .build.builds import Builds
 from .cache.store import cached_observations, open_cache, store_observations
 from .config import RunConfig
 from .errors import ExportCheckError, UsageError
+from .feeds import length
 from .files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .golden.batches import GoldenBatches
 from .golden.manifest import GoldenSet, load_golden
@@ -38,6 +39,7 @@ from .judge import judge_rows
 from .measurements import Observation
 from .model import EagerRunner, load_model, pinned_threads
 from .paths import check_outputs
+from .progress import count_message
 from .results import GoldenSummary, Report
 from .signature import SINGLE
 from .versions import library_versions
@@ -113,7 +115,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         ahead = config.effective_jobs > 1 and batches.held is not None and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
-            batches.precompute_eager(EagerRunner(model, signature).infer)
+            batches.precompute_eager(_counted(EagerRunner(model, signature).infer, len(golden), signature, progress))
             eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
@@ -130,6 +132,20 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             observations = store_observations(cache, config, observations, builds.outcomes, label_accuracy)
             timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
     return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings)
+
+
+def _counted(infer: Callable, total: int, signature, progress: Progress) -> Callable:
+    """``infer`` that reports eager's pass over the golden set as a count of inputs."""
+    done = 0
+
+    def counted(feeds):
+        nonlocal done
+        out = infer(feeds)
+        done += length(feeds, signature)
+        progress(count_message("eager over the golden set", min(done, total), total))
+        return out
+
+    return counted
 
 
 def _report(
