@@ -138,14 +138,18 @@ def check_stages(run: Run) -> dict[str, float]:
     stages = {"startup+imports": run.wall - report["seconds"],
               "verify inputs + cache lookup": timings.get("verify_inputs", 0.0) + timings.get("cache_lookup", 0.0),
               "load model (+ eager, eager's batch sizes)": timings.get("load_model", 0.0)}
+    if "load_model/eager_pass" in timings:  # the parts, recorded since issue 15
+        stages["  of which eager self-check"] = timings["load_model/eager_self_check"]
+        stages["  of which eager over the golden set"] = timings["load_model/eager_pass"]
     rows = {row["name"]: row for row in report["rows"]}
     for kind in KINDS:
         stages[f"build {kind}"] = rows.get(kind, {}).get("build_seconds") or 0.0
     stages["waiting for builds"] = timings.get("build", 0.0)
     for kind in KINDS:
         stages[f"replay {kind}"] = rows.get(kind, {}).get("replay_seconds") or 0.0
-    parts = {"batch sizes": 0.0, "determinism + latency reruns": 0.0, "per-layer tables": 0.0, "other": 0.0}
-    total = 0.0
+    parts = {"eager at the other batch sizes (in load model)": timings.get("load_model/eager_batch_sizes", 0.0),
+             "batch sizes": 0.0, "determinism + latency reruns": 0.0, "per-layer tables": 0.0, "other": 0.0}
+    total = parts["eager at the other batch sizes (in load model)"]
     for row in report["rows"]:
         diag = row.get("diagnostics") or {}
         if row.get("cache") == "hit" or not diag:
@@ -196,6 +200,16 @@ def bench(model: str, count: int, repeats: int, warm: bool) -> dict[str, Any]:
     return result
 
 
+def run_all(models: list[str], sizes: list[int], repeats: int, warm: bool = True) -> list[dict[str, Any]]:
+    LARGE.mkdir(parents=True, exist_ok=True)
+    results = []
+    for model in models:
+        for size in sizes:
+            results.append(bench(model, size, repeats, warm))
+            (LARGE / "results.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
 def render(results: list[dict[str, Any]], title: str = "## Real-size models") -> str:
     lines = [title, "",
              "| model | images | baseline s | cold s | cold ratio | diagnostics s (share of cold) | warm s (ratio) | peak MB baseline / cold "
@@ -207,19 +221,36 @@ def render(results: list[dict[str, Any]], title: str = "## Real-size models") ->
         lines.append(f"| {r['model']} | {r['images']} | {b['wall']:.2f} | {c['wall']:.2f} | {c['wall'] / b['wall']:.2f} | "
                      f"{diag:.2f} ({diag / c['wall']:.1%}) | {warm} | {b['maxrss_mb']:.0f} / {c['maxrss_mb']:.0f} "
                      f"({c['maxrss_mb'] / b['maxrss_mb']:.2f}) |")
+    lines += ["", "| target | measured | verdict |", "| --- | --- | --- |"]
+    cold = [(r["cold"]["wall"] / r["baseline"]["wall"], f"{r['model']} x {r['images']}") for r in results]
+    share = [(r["cold"]["stages"]["diagnostics (all)"] / r["cold"]["wall"], f"{r['model']} x {r['images']}") for r in results]
+    warm = [(r["warm"]["wall"] / r["baseline"]["wall"], f"{r['model']} x {r['images']}") for r in results if "warm" in r]
+    cnn = [(r["cold"]["maxrss_mb"] / r["baseline"]["maxrss_mb"], f"{r['model']} x {r['images']}") for r in results if r["model"] == "resnet50"]
+    for label, values, limit, fmt in (("cold run <= 1.10x the baseline", cold, 1.10, "{:.2f}x"),
+                                      ("diagnostics <= 15% of the cold run", share, DIAGNOSTIC_SHARE_TARGET, "{:.1%}"),
+                                      ("warm re-run <= 0.25x the baseline", warm, 0.25, "{:.3f}x"),
+                                      ("large CNN peak memory <= 1.5x the baseline's", cnn, 1.5, "{:.2f}x")):
+        if values:
+            worst = max(values)
+            lines.append(f"| {label} | worst {fmt.format(worst[0])} ({worst[1]}); "
+                         + ", ".join(f"{name} {fmt.format(v)}" for v, name in values)
+                         + f" | {'holds' if worst[0] <= limit else '**misses**'} |")
     for r in results:
-        lines += ["", f"### {r['model']}, {r['images']} images (median seconds)", "", "| stage | baseline | cold |", "| --- | ---: | ---: |"]
+        runs = [name for name in ("baseline", "cold", "warm") if name in r]
+        lines += ["", f"### {r['model']}, {r['images']} images (median seconds)", "", "| stage | " + " | ".join(runs) + " |",
+                  "| --- |" + " ---: |" * len(runs)]
         names = list(r["baseline"]["stages"]) + [k for k in r["cold"]["stages"] if k not in r["baseline"]["stages"]]
         order = sorted(names, key=lambda k: (k == "total (wall)", _rank(k)))
         for stage in order:
-            cells = [r[name]["stages"].get(stage) for name in ("baseline", "cold")]
+            cells = [r[name]["stages"].get(stage) for name in runs]
             lines.append(f"| {stage} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells) + " |")
-        lines.append(f"| verdicts (cold) | | {', '.join(f'{k} {v}' for k, v in r['cold']['verdicts'].items())} |")
+        lines.append(f"| verdicts (cold) | | {', '.join(f'{k} {v}' for k, v in r['cold']['verdicts'].items())} |" + " |" * (len(runs) - 2))
     return "\n".join(lines) + "\n"
 
 
 def _rank(stage: str) -> int:
-    for rank, prefix in enumerate(("startup", "verify", "load", "golden", "build", "waiting", "replay ", "diagnostics:", "diagnostics (",
+    for rank, prefix in enumerate(("startup", "verify", "load", "  of which", "golden", "build", "waiting", "replay ", "diagnostics:",
+                                   "diagnostics (",
                                    "replay +", "cache")):
         if stage.startswith(prefix):
             return rank
@@ -242,8 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if any(m not in MODELS for m in models) or args.repeats < 1:
         parser.error(f"--models from {', '.join(MODELS)}; --repeats >= 1")
-    LARGE.mkdir(parents=True, exist_ok=True)
-    results = [bench(m, int(s), args.repeats, args.warm) for m in models for s in args.sizes.split(",") if s.strip()]
+    results = run_all(models, [int(s) for s in args.sizes.split(",") if s.strip()], args.repeats, args.warm)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=1))
     text = render(results)

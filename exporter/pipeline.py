@@ -99,7 +99,9 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
         signature = golden.signature
         progress("running the eager model twice on the first batch (does it reproduce itself?)")
+        began = time.perf_counter()
         eager_check = observe.eager_self_check(model, golden, batches)  # eager first: before anything is built
+        parts = {"load_model/eager_self_check": time.perf_counter() - began}  # parts of load_model, for the benchmarks
         first = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batches.first.items()}
         ctx = BuildContext(
             model=model,
@@ -115,8 +117,12 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         ahead = config.effective_jobs > 1 and batches.held is not None and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
+            began = time.perf_counter()
             batches.precompute_eager(_counted(EagerRunner(model, signature).infer, len(golden), signature, progress))
+            parts["load_model/eager_pass"] = time.perf_counter() - began
+            progress("eager at the other batch sizes of the diagnostics")
             eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
+            parts["load_model/eager_batch_sizes"] = time.perf_counter() - began - parts["load_model/eager_pass"]
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
@@ -131,6 +137,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         if cache is not None:
             observations = store_observations(cache, config, observations, builds.outcomes, label_accuracy)
             timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
+        timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
     return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings)
 
 
