@@ -2,7 +2,8 @@
 parameters, 128 tokens, dynamic sequence axis), defined in benchmarks/large_models.py with seeded weights.
 
 For each model and golden-set size it runs ``benchmarks/baseline_large.py`` (bare library calls) and a
-cold ``export-check --no-cache`` (optionally a warm re-run), one subprocess each, and reports wall time,
+cold ``export-check`` (``--no-cache``; with ``--warm``, the first run into an empty cache, which also
+stores, and then a warm re-run served by it), one subprocess each, and reports wall time,
 peak RSS and the time of every stage: load, each build, each replay, and each diagnostic (batch sizes,
 determinism + latency reruns, per-layer tables), from the JSON report. Everything it needs is
 generated into ``benchmarks/out/large/`` (git-ignored) from seeded data and scikit-image's bundled
@@ -178,16 +179,18 @@ def bench(model: str, count: int, repeats: int, warm: bool) -> dict[str, Any]:
     cache = work / "cache"
     runs: dict[str, list[Run]] = {"baseline": [], "cold": []}
     if warm:
-        shutil.rmtree(cache, ignore_errors=True)
-        check(model, checkpoint, golden, work, cache)  # prime
         runs["warm"] = []
     for rep in range(repeats):
-        order = list(runs)[rep % len(runs):] + list(runs)[: rep % len(runs)]
-        for name in order:
+        for name in ("baseline", "cold") if rep % 2 == 0 else ("cold", "baseline"):
             if name == "baseline":
                 runs[name].append(baseline(model, checkpoint, golden, work))
+            elif warm:  # cold: the first run into an empty cache (it builds, replays, diagnoses and stores), then warm
+                shutil.rmtree(cache, ignore_errors=True)
+                runs["cold"].append(check(model, checkpoint, golden, work, cache))
+                runs["warm"].append(check(model, checkpoint, golden, work, cache))
+                print(f"  {model} x {count} warm: {runs['warm'][-1].wall:.1f}s {runs['warm'][-1].maxrss_mb:.0f} MB", flush=True)
             else:
-                runs[name].append(check(model, checkpoint, golden, work, cache if name == "warm" else None))
+                runs["cold"].append(check(model, checkpoint, golden, work, None))
             print(f"  {model} x {count} {name}: {runs[name][-1].wall:.1f}s {runs[name][-1].maxrss_mb:.0f} MB", flush=True)
     result: dict[str, Any] = {"model": model, "images": count}
     for name, series in runs.items():
@@ -262,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     parser.add_argument("--sizes", default="32,256", help="golden-set sizes (default 32,256)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each kind (default 1: a ResNet-50 run at 256 takes minutes)")
-    parser.add_argument("--warm", action="store_true", help="also time a warm re-run (cache primed first)")
+    parser.add_argument("--warm", action="store_true", help="cold = the first run into an empty cache, then time a warm re-run")
     parser.add_argument("--output", type=Path, help="write the Markdown section here")
     parser.add_argument("--results", type=Path, default=LARGE / "results.json", help="raw numbers (default benchmarks/out/large/results.json)")
     parser.add_argument("--write-inputs", nargs=2, metavar=("MODEL", "COUNT"), help=argparse.SUPPRESS)

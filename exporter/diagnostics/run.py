@@ -195,6 +195,25 @@ def eager_self_check(model: Any, feeds: Feeds, signature: Signature = SINGLE) ->
     return check_eager(_eager_infer(model, signature), model, feeds, kind, axis)
 
 
+class PendingSelfCheck:
+    """The eager self-check split in two (``eager.first_call``): the first call now, before anything is
+    built; the second is the eager pass's own output for the first batch when the pass is held
+    (:meth:`finish` with it), else a call of its own (:meth:`finish` with ``None``)."""
+
+    def __init__(self, model: Any, feeds: Feeds, signature: Signature = SINGLE) -> None:
+        from .eager import first_call
+
+        self.feeds, self.signature = feeds, signature
+        self.infer = _eager_infer(model, signature)
+        compared = signature.compared_outputs()
+        self.kind, self.axis = (compared[0].kind, compared[0].class_axis) if compared else ("logits", -1)
+        self.pending = first_call(self.infer, model, feeds)
+
+    def finish(self, second_outputs: Mapping[str, np.ndarray] | None) -> EagerSelfCheck:
+        second = self.infer(self.feeds) if second_outputs is None else primary_rows(second_outputs, self.signature, EagerRunner.name)
+        return self.pending.finish(second, self.infer, self.feeds, self.kind, self.axis)
+
+
 class Diagnoser:
     """Measures the diagnostics of one row at a time.
 
