@@ -27,7 +27,7 @@ from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import logits_of
 from ..config import FAMILIES, RunConfig
 from ..errors import ArtifactError
-from ..feeds import Feeds, length, samples_first, take
+from ..feeds import Feeds, length, samples_first
 from ..golden.manifest import GoldenSet
 from ..judge import gate_reasons, size_gate_reasons, wants_layers
 from ..measurements import Measured, Observation, RerunMeasure, SizeRuns
@@ -155,32 +155,41 @@ class SizeOutputs(dict):
 FLOOR_SECONDS = 0.5
 
 
-def plan_for(infer, probe: Feeds, batch_size: int, golden_size: int, budget: float, signature: Signature = SINGLE) -> tuple[shapes.SizePlan, Any]:
-    """The plan that fits ``budget`` (a share of the replay of ``golden_size`` images per row, at
-    least ``FLOOR_SECONDS``), priced by timing the eager model on image 0 at batch size 1 (whose
-    output is returned, as the size-1 run's first row)."""
-    count = length(probe, signature)
-    main = min(batch_size, count)
-    began = time.perf_counter()
-    try:
-        first = infer(take(probe, signature, 0, 1))
-    except Exception:  # eager fails at size 1: the plan's size-1 run says so
-        first = None
-    per_image = max(time.perf_counter() - began, 1e-6)
+def eager_seconds_per_image(batches: Any, golden_size: int) -> float | None:
+    """Eager's seconds per image over the golden set, from the eager pass held in memory (``GoldenBatches``)."""
+    seconds, index = 0.0, 0
+    while True:
+        try:
+            held = batches.eager(index)
+        except IndexError:
+            break
+        if held is None:
+            return None if index == 0 else seconds / max(golden_size, 1)
+        seconds += held[1]
+        index += 1
+    return seconds / max(golden_size, 1) if index else None
+
+
+def plan_for(per_image: float | None, probe_count: int, batch_size: int, golden_size: int, budget: float) -> shapes.SizePlan:
+    """The plan that fits ``budget`` (a share of the replay of ``golden_size`` images per row, and at
+    least ``FLOOR_SECONDS``), priced by eager's own seconds per image over the golden set (``None``:
+    unknown, then the share alone)."""
+    main = min(batch_size, probe_count)
     timed = golden_size // main - 1  # the replay's timed full batches after its warm-up
-    budget_images = max(FLOOR_SECONDS / per_image, budget * golden_size)
-    return shapes.bounded_plan(main, count, budget_images, LATENCY_REPEATS - timed), first
+    floor = FLOOR_SECONDS / per_image if per_image else 0.0
+    return shapes.bounded_plan(main, probe_count, max(floor, budget * golden_size), LATENCY_REPEATS - timed)
 
 
 def eager_sizes_ahead(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE, golden_size: int | None = None,
-                      budget: float = 1e9) -> SizeOutputs:
+                      budget: float = 1e9, per_image: float | None = None) -> SizeOutputs:
     """Eager over the probe at every planned size but the main one (the replay computes that one);
     the plan is chosen here (``plan_for``) and carried on the result for every row.
 
     The pipeline calls it before the builds, while the build server is still importing its libraries.
     """
     infer = _eager_infer(model, signature)
-    plan, _ = plan_for(infer, probe, batch_size, golden_size or length(probe, signature), budget, signature)
+    count = length(probe, signature)
+    plan = plan_for(per_image, count, batch_size, golden_size or count, budget)
     out = SizeOutputs(shapes.run_sizes(infer, probe, tuple(s for s in plan.sizes if s != plan.main), plan.main, signature, plan=plan))
     out.plan = plan
     return out
@@ -246,7 +255,9 @@ class Diagnoser:
             self.plan: shapes.SizePlan = plan
             self.eager_at = {**eager_ahead, self.main: replayed}
         else:
-            self.plan = plan_for(self.eager_infer, self.probe, config.batch_size, len(golden), config.diagnostics_budget, self.signature)[0]
+            timed = trace.timed_seconds(EAGER, warmup=True)
+            per_image = sum(timed) / (len(timed) * trace.main) if timed else None
+            self.plan = plan_for(per_image, count, config.batch_size, len(golden), config.diagnostics_budget)
             self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.plan)
         self.sizes = self.plan.sizes
         if self.plan.cut:  # said on every row: what the budget left out (docs/reports-and-diagnostics.md)
