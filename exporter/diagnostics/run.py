@@ -152,7 +152,7 @@ class SizeOutputs(dict):
 
 # A row's batch-size, determinism and latency runs may always take this long (estimated), whatever the
 # budget's share: on small models the full plan of issue 12 costs less than this and always runs.
-FLOOR_SECONDS = 0.5
+FLOOR_SECONDS = 0.25
 
 
 def eager_seconds_per_image(batches: Any, golden_size: int) -> float | None:

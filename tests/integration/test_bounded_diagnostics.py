@@ -1,6 +1,6 @@
 """Diagnostics under a budget (issue 15): the bounded plan still catches a baked batch size and a
 nondeterministic artifact, says on every row what it left out, and ``--diagnostics-budget`` restores
-issue 12's full plan. The 0.5 s floor, which lets small models always run the full plan, is set to 0
+issue 12's full plan. The 0.25 s floor, which lets small models always run the full plan, is set to 0
 here so that the digit models are priced like a real-size one."""
 
 from __future__ import annotations
