@@ -215,6 +215,10 @@ def run_all(models: list[str], sizes: list[int], repeats: int, warm: bool = True
 
 def render(results: list[dict[str, Any]], title: str = "## Real-size models") -> str:
     lines = [title, "",
+             "`benchmarks/large.py` (`python benchmarks/run.py --large only` rewrites just this section): a ResNet-50 and a token "
+             "transformer against `benchmarks/baseline_large.py`, one run of each kind per configuration (cold = the first run "
+             "into an empty cache, so it includes storing; warm = the re-run it serves). Configurations run: "
+             + ", ".join(f"{r['model']} x {r['images']}" for r in results) + ".", "",
              "| model | images | baseline s | cold s | cold ratio | diagnostics s (share of cold) | warm s (ratio) | peak MB baseline / cold "
              "(ratio) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in results:

@@ -13,6 +13,7 @@ Nothing here raises for a model's misbehaviour: what goes wrong becomes the row'
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from collections.abc import Mapping
@@ -150,9 +151,11 @@ class SizeOutputs(dict):
     plan: shapes.SizePlan
 
 
-# A row's batch-size, determinism and latency runs may always take this long (estimated), whatever the
-# budget's share: on small models the full plan of issue 12 costs less than this and always runs.
-FLOOR_SECONDS = 0.25
+# A model whose eager pass costs at most this per image always runs the full plan of issue 12 (on the
+# bundled digit models, 0.1-3.4 ms per image even on a loaded machine, it costs 0.05-0.4 s per row);
+# a costlier one gets the budget's share (measured: ResNet-50 0.2-0.7 s per image, the benchmark's
+# transformer 0.05-0.2 s per 128-token sequence).
+SMALL_IMAGE_SECONDS = 0.01
 
 
 def eager_seconds_per_image(batches: Any, golden_size: int) -> float | None:
@@ -171,13 +174,13 @@ def eager_seconds_per_image(batches: Any, golden_size: int) -> float | None:
 
 
 def plan_for(per_image: float | None, probe_count: int, batch_size: int, golden_size: int, budget: float) -> shapes.SizePlan:
-    """The plan that fits ``budget`` (a share of the replay of ``golden_size`` images per row, and at
-    least ``FLOOR_SECONDS``), priced by eager's own seconds per image over the golden set (``None``:
-    unknown, then the share alone)."""
+    """The plan that fits ``budget`` (a share of the replay of ``golden_size`` images per row), or the
+    full plan when eager's own seconds per image over the golden set are at most ``SMALL_IMAGE_SECONDS``
+    (``None``: unknown, then the share)."""
     main = min(batch_size, probe_count)
     timed = golden_size // main - 1  # the replay's timed full batches after its warm-up
-    floor = FLOOR_SECONDS / per_image if per_image else 0.0
-    return shapes.bounded_plan(main, probe_count, max(floor, budget * golden_size), LATENCY_REPEATS - timed)
+    small = per_image is not None and per_image <= SMALL_IMAGE_SECONDS
+    return shapes.bounded_plan(main, probe_count, math.inf if small else budget * golden_size, LATENCY_REPEATS - timed)
 
 
 def eager_sizes_ahead(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE, golden_size: int | None = None,

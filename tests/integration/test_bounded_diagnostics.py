@@ -1,7 +1,7 @@
 """Diagnostics under a budget (issue 15): the bounded plan still catches a baked batch size and a
 nondeterministic artifact, says on every row what it left out, and ``--diagnostics-budget`` restores
-issue 12's full plan. The 0.25 s floor, which lets small models always run the full plan, is set to 0
-here so that the digit models are priced like a real-size one."""
+issue 12's full plan. The small-model rule (eager at most 10 ms per image: the full
+plan) is switched off here so that the digit models are priced like a real-size one."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _record(tmp_path_factory, digit_images: Path, cls_name: str) -> tuple[Path, 
 
 @pytest.fixture()
 def no_floor(monkeypatch):
-    monkeypatch.setattr(diagnostics_run, "FLOOR_SECONDS", 0.0)
+    monkeypatch.setattr(diagnostics_run, "SMALL_IMAGE_SECONDS", 0.0)
 
 
 def test_the_minimum_plan_still_catches_a_baked_batch_size(tmp_path_factory, digit_images: Path, no_floor) -> None:
