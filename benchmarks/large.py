@@ -113,8 +113,9 @@ def baseline(model: str, checkpoint: Path, golden: Path, work: Path) -> Run:
     return Run(wall=wall, maxrss_mb=usage.ru_maxrss / 1024, code=0, report=json.loads(sink.read_text()))
 
 
-def check(model: str, checkpoint: Path, golden: Path, work: Path, cache: Path | None, extra: tuple[str, ...] = ()) -> Run:
-    report = work / f"report-{'cold' if cache is None else 'warm'}.json"
+def check(model: str, checkpoint: Path, golden: Path, work: Path, cache: Path | None, extra: tuple[str, ...] = (),
+          name: str | None = None) -> Run:
+    report = work / f"report-{name or ('cold' if cache is None else 'warm')}.json"
     cmd = [*export_check_cmd(), "check", str(checkpoint), "--arch", arch_spec(model), "--arch-kwargs", json.dumps(MODELS[model][1]),
            "--golden", str(golden), "--out", str(work / "ec"), "--json", str(report), "-q", *extra]
     cmd += ["--no-cache"] if cache is None else ["--cache-dir", str(cache)]
@@ -186,7 +187,7 @@ def bench(model: str, count: int, repeats: int, warm: bool) -> dict[str, Any]:
                 runs[name].append(baseline(model, checkpoint, golden, work))
             elif warm:  # cold: the first run into an empty cache (it builds, replays, diagnoses and stores), then warm
                 shutil.rmtree(cache, ignore_errors=True)
-                runs["cold"].append(check(model, checkpoint, golden, work, cache))
+                runs["cold"].append(check(model, checkpoint, golden, work, cache, name="first"))
                 runs["warm"].append(check(model, checkpoint, golden, work, cache))
                 print(f"  {model} x {count} warm: {runs['warm'][-1].wall:.1f}s {runs['warm'][-1].maxrss_mb:.0f} MB", flush=True)
             else:

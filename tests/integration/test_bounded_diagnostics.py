@@ -94,3 +94,12 @@ def test_plans_cost_what_they_say_and_shrink_in_order() -> None:
     assert all(shapes.bounded_plan(16, 64, b, 4).cost(4) <= max(b, 2) for b in range(200))
     kept = shapes.bounded_plan(16, 64, 45, 4)  # 0.176 x 256 images: the whole-probe batch above 32 fits
     assert 33 in kept.sizes and kept.images(33) == 33 and kept.rerun_images == 1
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_a_bad_budget_is_one_error_line(value: str, capsys) -> None:
+    from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT
+
+    assert main(["check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, f"--diagnostics-budget={value}", "--no-cache", "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"export-check: error: diagnostics budget must be a finite number >= 0, got {float(value)}"]

@@ -55,6 +55,7 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
         "opset", "onnx-exporter", "max-mae", "int8-max-relative-mae", "int8-max-mae", "int8-min-top1", "preprocess", "cache-dir",
         "model-inputs", "outputs",  # golden format 2: [tool.export-check.model-inputs.NAME], [tool.export-check.outputs.NAME]
         "fp16-max-relative-mae", "fp16-max-mae", "fp16-min-top1",  # the fp16 gate family (onnx-fp16, openvino)
+        "diagnostics-budget",  # issue 15: the diagnostics' share of a row's replay
     }
 
 
