@@ -266,8 +266,8 @@ class Diagnoser:
         if self.plan.cut:  # said on every row: what the budget left out (docs/reports-and-diagnostics.md)
             self.scope += (f"diagnostics bounded to {config.diagnostics_budget:g} of the replay's cost (--diagnostics-budget): "
                            + "; ".join(self.plan.cut),)
-        progress(f"diagnosing: batch sizes {', '.join(f'{s} ({self.plan.images(s)} images)' for s in self.sizes)}, determinism, "
-                 f"latency ({config.threads} threads)")
+        progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)"
+                 + (" (bounded by --diagnostics-budget)" if self.plan.cut else ""))
 
     def _recording_notes(self) -> tuple[str, ...]:
         """What the eager row should say about how the golden set was recorded, when it differs from this check."""
