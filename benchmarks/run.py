@@ -413,10 +413,38 @@ def render(results: dict[str, Any], command: str) -> str:
             cells = [c[name]["stages"].get(stage) if name in c else None for name in ("baseline", "cold", "cold_jobs1", "warm")]
             lines.append(f"| {stage} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells) + " |")
         lines.append("")
+    if results.get("large"):
+        import large
+
+        lines += large_section(large.render(results["large"])).splitlines() + [""]
     extra = results.get("notes") or []
     if extra:
         lines += ["## Notes", "", *extra, ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+LARGE_BEGIN, LARGE_END = "<!-- real-size models: benchmarks/large.py -->", "<!-- end of real-size models -->"
+
+
+def large_section(text: str) -> str:
+    return f"{LARGE_BEGIN}\n{text.rstrip()}\n{LARGE_END}\n"
+
+
+def large_only(args: argparse.Namespace) -> int:
+    """``--large only``: run the real-size models and replace their section of ``--output`` (or append it)."""
+    import large
+
+    results = large.run_all(list(large.MODELS), [int(s) for s in args.large_sizes.split(",") if s.strip()], 1)
+    section = large_section(large.render(results))
+    old = args.output.read_text() if args.output.is_file() else "# Benchmarks\n"
+    if LARGE_BEGIN in old and LARGE_END in old:
+        head, rest = old.split(LARGE_BEGIN, 1)
+        new = head + section + rest.split(LARGE_END, 1)[1].lstrip("\n")
+    else:
+        new = old.rstrip() + "\n\n" + section
+    args.output.write_text(new)
+    print(f"wrote the real-size models' section of {args.output}")
+    return 0
 
 
 def _stage_order(stage: str) -> tuple[int, str]:
@@ -435,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notes", type=Path, default=REPO / "benchmarks" / "NOTES.md",
                         help="a Markdown file appended under 'Notes' (default: benchmarks/NOTES.md)")
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON", help="only rewrite --output from an earlier run's results.json")
+    parser.add_argument("--large", choices=("also", "only", "none"), default="also",
+                        help="the real-size models of benchmarks/large.py (ResNet-50, token transformer): also (default), only "
+                             "(rewrite just their section of --output), none")
+    parser.add_argument("--large-sizes", default="32,256", help="golden-set sizes of the real-size models (default 32,256)")
     parser.add_argument("--write-digits", nargs=2, metavar=("COUNT", "DIR"), help=argparse.SUPPRESS)  # digit_images' child
     args = parser.parse_args(argv)
     if args.write_digits:
@@ -447,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
         args.output.write_text(render(results, results.get("command", "python benchmarks/run.py")))
         print(f"wrote {args.output}")
         return 0
+    if args.large == "only":
+        return large_only(args)
     if importlib.util.find_spec("sklearn") is None:
         sys.exit("benchmarks/run.py: scikit-learn is not installed (it supplies the digit images); "
                  "run `./dev test -e bench -- ARGS`, or install export-check with its test extra")
@@ -473,6 +507,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(memory_sizes) == 2:
         results["memory"] = memory_growth("resnet" if "resnet" in archs else archs[0], *memory_sizes, repeats=1)
         print(f"memory: {results['memory']}", flush=True)
+    if args.large == "also":
+        import large
+
+        results["large"] = large.run_all(list(large.MODELS), [int(s) for s in args.large_sizes.split(",") if s.strip()], 1)
     if args.notes is not None and args.notes.is_file():
         results["notes"] = args.notes.read_text().splitlines()
     (OUT / "results.json").write_text(json.dumps(results, indent=1))

@@ -264,6 +264,7 @@ class RunConfig:
     cache_dir: Path | None = None  # the artifact cache (exporter/cache/); None: no cache
     cache_max_size: float = 5.0  # GB (10^9 bytes) the cache is kept under, least recently used entries evicted; 0: no limit
     diagnose: bool = False  # also build the per-layer int8 tables of passing int8 rows (--diagnose)
+    diagnostics_budget: float = 0.15  # share of a row's replay its batch-size/determinism/latency runs may cost (diagnostics/shapes.py)
     jobs: int | None = None  # 1: one artifact at a time; 2: replay each artifact while the next builds; None: by core count
     build_timeout: float = BUILD_TIMEOUT  # seconds one isolated build may run before it is killed; 0: no limit
     strict: bool = False  # a kind that does not apply to the model fails the run instead of being shown as not applicable
@@ -286,6 +287,7 @@ class RunConfig:
             raise UsageError(f"jobs must be 1 (build every artifact, then replay) or 2 (replay each artifact while the next "
                              f"one builds), got {self.jobs!r}")
         _positive_finite("build timeout", self.build_timeout)
+        _positive_finite("diagnostics budget", self.diagnostics_budget)
         if self.onnx_exporter not in ONNX_EXPORTERS:
             raise UsageError(f"onnx exporter must be one of {', '.join(ONNX_EXPORTERS)}, got {self.onnx_exporter!r}")
         if not isinstance(self.arch_kwargs, dict):
@@ -343,6 +345,7 @@ class RunConfig:
         ``artifacts._common.OnnxRunner``, recorded in the report and keyed on by the cache."""
         return {
             "torch_threads": self.threads,
+            "diagnostics_budget": self.diagnostics_budget,  # what the diagnostics measure depends on it: the cache keys on it
             "torch_interop_threads": TORCH_INTEROP_THREADS,
             "onnxruntime": {
                 "intra_op_num_threads": self.threads,

@@ -27,7 +27,7 @@ from .build.builds import BuildOutcome, Builds, Progress
 from .compare import ErrorAccumulator, ShapeMismatch
 from .config import RunConfig
 from .diagnostics import EagerSelfCheck
-from .diagnostics.run import EAGER, Diagnoser
+from .diagnostics.run import EAGER, Diagnoser, eager_seconds_per_image
 from .diagnostics.run import eager_self_check as self_check_of
 from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
 from .diagnostics.runtime_errors import runtime_error
@@ -224,6 +224,7 @@ def observe_all(
     build, one pass over the golden set runs every artifact (a streamed set is decoded once)."""
     selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
     replay = Replay(config, golden, batches, model)
+    replay.trace.report = progress  # each artifact's replay counts its inputs (exporter/progress.py)
     rows: dict[str, Observation] = {}
     with contextlib.ExitStack() as stack:
         if by_artifact:
@@ -283,7 +284,8 @@ def calibration_feeds(config: RunConfig, golden: GoldenSet) -> tuple[dict[str, n
 def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:
     """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
     probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
-    return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature)
+    return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature, len(golden), config.diagnostics_budget,
+                                                     eager_seconds_per_image(batches, len(golden)))
 
 
 def eager_self_check(model: Any, golden: GoldenSet, batches: GoldenBatches) -> EagerSelfCheck:

@@ -174,6 +174,11 @@ OPTIONS: tuple[Option, ...] = (
            "(default: {default}; 0: no limit)", (CHECK,), default=BUILD_TIMEOUT, metavar="SECONDS", settings=True, field="build_timeout"),
     Option("diagnose", "diagnose", "switch", "also build the per-layer error tables of passing int8 rows (failing rows always get them)",
            (CHECK,), field="diagnose"),
+    # diagnostics' cost (issue 15, docs/reports-and-diagnostics.md "Bounded cost"): raise for a thorough run
+    Option("diagnostics-budget", "diagnostics_budget", "float", "share of a row's replay its batch-size, determinism and latency "
+           "runs may cost, priced by eager's own time per image (default: {default}; a model at most 10 ms per image runs them all; 100: "
+           "every check at full size, as before issue 15)", (CHECK,), default=_run_default("diagnostics_budget"), metavar="SHARE", settings=True,
+           field="diagnostics_budget"),
     Option("strict", "strict", "switch", "a kind that does not apply to the model (e.g. dynamic int8 without Linear or recurrent "
            "layers) fails the run instead of being shown as not applicable", (CHECK,), settings=True, field="strict"),
     # the terminal table (exporter/report/text.py): colour and detail; not settings, they are the terminal's

@@ -30,7 +30,9 @@ from .build import isolation
 from .build.builds import Builds
 from .cache.store import cached_observations, open_cache, store_observations
 from .config import RunConfig
+from .diagnostics.run import PendingSelfCheck
 from .errors import ExportCheckError, UsageError
+from .feeds import length
 from .files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .golden.batches import GoldenBatches
 from .golden.manifest import GoldenSet, load_golden
@@ -38,6 +40,7 @@ from .judge import judge_rows
 from .measurements import Observation
 from .model import EagerRunner, load_model, pinned_threads
 from .paths import check_outputs
+from .progress import count_message
 from .results import GoldenSummary, Report
 from .signature import SINGLE
 from .versions import library_versions
@@ -96,8 +99,11 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
         signature = golden.signature
-        progress("running the eager model twice on the first batch (does it reproduce itself?)")
-        eager_check = observe.eager_self_check(model, golden, batches)  # eager first: before anything is built
+        progress("running the eager model on the first batch (does it reproduce itself?)")
+        began = time.perf_counter()
+        # eager first, before anything is built; its second call on the first batch is the eager pass's
+        pending_check = PendingSelfCheck(model, batches.first, signature)
+        parts = {"load_model/eager_self_check": time.perf_counter() - began}  # parts of load_model, for the benchmarks
         first = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batches.first.items()}
         ctx = BuildContext(
             model=model,
@@ -114,8 +120,17 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         ahead = config.effective_jobs > 1 and batches.held is not None and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
-            batches.precompute_eager(EagerRunner(model, signature).infer)
+            began = time.perf_counter()
+            batches.precompute_eager(_counted(EagerRunner(model, signature).infer, len(golden), signature, progress))
+            parts["load_model/eager_pass"] = time.perf_counter() - began
+            began = time.perf_counter()
+            held = batches.eager(0)
+            eager_check = pending_check.finish(None if held is None else held[0])
+            parts["load_model/eager_self_check"] += time.perf_counter() - began
+            progress("eager at the other batch sizes of the diagnostics")
+            began = time.perf_counter()
             eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
+            parts["load_model/eager_batch_sizes"] = time.perf_counter() - began
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
@@ -130,7 +145,22 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         if cache is not None:
             observations = store_observations(cache, config, observations, builds.outcomes, label_accuracy)
             timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
+        timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
     return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings)
+
+
+def _counted(infer: Callable, total: int, signature, progress: Progress) -> Callable:
+    """``infer`` that reports eager's pass over the golden set as a count of inputs."""
+    done = 0
+
+    def counted(feeds):
+        nonlocal done
+        out = infer(feeds)
+        done += length(feeds, signature)
+        progress(count_message("eager over the golden set", min(done, total), total))
+        return out
+
+    return counted
 
 
 def _report(

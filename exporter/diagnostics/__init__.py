@@ -54,6 +54,7 @@ class BatchSizeRun:
     eager_moved: float | None = None  # the same for the eager model
     error: str | None = None  # the run failed (exception, or wrong number of output rows)
     eager_error: str | None = None  # the eager model itself fails at this size
+    seconds: float = 0.0  # wall time the artifact's runs at this size took here (0: reused from the replay)
 
     @property
     def max_image_mae(self) -> float | None:
@@ -75,6 +76,7 @@ class BatchSizeRun:
             "eager_moved": self.eager_moved,
             "error": self.error,
             "eager_error": self.eager_error,
+            "seconds": self.seconds,
         }
 
 
@@ -133,10 +135,11 @@ class Latency:
     repeats: int
     threads: int
     samples_ms: tuple[float, ...]  # per-image milliseconds of every timed repeat
+    seconds: float = 0.0  # wall time of the runs made for this record and the determinism rerun (0: all from the replay)
 
     def to_json(self) -> dict[str, Any]:
         return {"ms_per_image": self.ms_per_image, "batch": self.batch, "repeats": self.repeats,
-                "threads": self.threads, "samples_ms": list(self.samples_ms)}
+                "threads": self.threads, "samples_ms": list(self.samples_ms), "seconds": self.seconds}
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,7 @@ class LayerComparison:
     # Modules with no nodes of their own in the artifact's graph that ran between the last agreeing
     # value and the first departing one: an optimizer may have folded a wrong operator into neighbours.
     suspects: tuple[str, ...] = ()
+    seconds: float = 0.0  # wall time the comparison took
 
     @property
     def summary(self) -> str:
@@ -247,6 +251,7 @@ class LayerComparison:
             "worst": [d.module for d in self.worst()] if self.purpose == "int8-layers" else [],
             "layers": [d.to_json() for d in self.layers],
             "error": self.error,
+            "seconds": self.seconds,
         }
 
 

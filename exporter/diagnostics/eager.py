@@ -1,4 +1,6 @@
-"""Eager first: before anything is built, run the eager model twice on the first golden batch.
+"""Eager first: before anything is built, run the eager model on the first golden batch; its second
+call on that batch is the eager pass over the golden set when that pass is held in memory (the
+pipeline), else a call of its own.
 
 A model that does not reproduce itself cannot be the reference of anything: its artifacts would be
 judged against noise. This names why: forward drew random numbers (dropout left on, ``randn_like``:
@@ -10,6 +12,7 @@ named). The record goes to the eager row's diagnostics; ``judge`` decides what i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,32 +65,53 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ...]:
     return tuple(out[:8])
 
 
-def check_eager(infer: Callable[[Any], np.ndarray], model: Any, feeds: Any, kind: str = "logits", class_axis: int = -1) -> EagerSelfCheck:
-    """``infer`` (feeds in, the first compared output's rows out) twice on ``feeds``; if the two
-    differ, twice more under the same seed, to tell random numbers from state."""
+@dataclass
+class FirstCall:
+    """The self-check's first call, made before anything is built; :meth:`finish` takes the second."""
+
+    first: np.ndarray
+    random: bool
+    changes: tuple[str, ...]
+
+    def finish(self, second: np.ndarray, infer: Callable[[Any], np.ndarray], feeds: Any, kind: str = "logits",
+               class_axis: int = -1) -> EagerSelfCheck:
+        """Judge-ready record from the second call's output (``second``) on the same ``feeds``; if the
+        two differ, ``infer`` runs twice more under the same seed, to tell random numbers from state."""
+        import torch
+
+        acc = ErrorAccumulator(kind, class_axis)
+        acc.add(self.first, second)
+        m = acc.result()
+        reproduces = None
+        if m.max_abs > 0:
+            saved = torch.get_rng_state()
+            try:
+                torch.manual_seed(SEED)
+                a = infer(feeds)
+                torch.manual_seed(SEED)
+                b = infer(feeds)
+                reproduces = bool(a.shape == b.shape and np.array_equal(a, b))
+            finally:
+                torch.set_rng_state(saved)
+        return EagerSelfCheck(runs=2, images=m.images, max_abs=m.max_abs, mae=m.mae,
+                              agreement=None if m.agreement == "none" else m.top1_agreement,
+                              random=self.random, state_changes=self.changes, reproduces_under_seed=reproduces,
+                              reference_mean_abs=m.reference_mean_abs)
+
+
+def first_call(infer: Callable[[Any], np.ndarray], model: Any, feeds: Any) -> FirstCall:
+    """The first of the two calls: torch's generator and the model's state watched around it."""
     import torch
 
     rng = torch.get_rng_state()
     before = _state(model)
     first = infer(feeds)
     after_first = _state(model)
-    random = not torch.equal(rng, torch.get_rng_state())
-    second = infer(feeds)
-    changes = _changes(before, after_first)
-    acc = ErrorAccumulator(kind, class_axis)
-    acc.add(first, second)
-    m = acc.result()
-    reproduces = None
-    if m.max_abs > 0:
-        saved = torch.get_rng_state()
-        try:
-            torch.manual_seed(SEED)
-            a = infer(feeds)
-            torch.manual_seed(SEED)
-            b = infer(feeds)
-            reproduces = bool(a.shape == b.shape and np.array_equal(a, b))
-        finally:
-            torch.set_rng_state(saved)
-    return EagerSelfCheck(runs=2, images=m.images, max_abs=m.max_abs, mae=m.mae,
-                          agreement=None if m.agreement == "none" else m.top1_agreement,
-                          random=random, state_changes=changes, reproduces_under_seed=reproduces, reference_mean_abs=m.reference_mean_abs)
+    return FirstCall(first=first, random=not torch.equal(rng, torch.get_rng_state()), changes=_changes(before, after_first))
+
+
+def check_eager(infer: Callable[[Any], np.ndarray], model: Any, feeds: Any, kind: str = "logits", class_axis: int = -1) -> EagerSelfCheck:
+    """``infer`` (feeds in, the first compared output's rows out) twice on ``feeds``; if the two
+    differ, twice more under the same seed, to tell random numbers from state."""
+    pending = first_call(infer, model, feeds)
+    return pending.finish(infer(feeds), infer, feeds, kind, class_axis)

@@ -13,6 +13,7 @@ Nothing here raises for a model's misbehaviour: what goes wrong becomes the row'
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from collections.abc import Mapping
@@ -47,12 +48,15 @@ def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:
     raise AssertionError(f"no batch holds sample {start}")
 
 
-def _worst_batch_start(obs: Observation, batch_size: int) -> int:
+def _worst_image(obs: Observation) -> int:
     per_image = np.asarray(obs.metrics.per_image_mae if obs.metrics else (), dtype=np.float64)
     if per_image.size == 0:
         return 0
-    per_image = np.where(np.isnan(per_image), np.inf, per_image)
-    return int(np.argmax(per_image)) // batch_size * batch_size
+    return int(np.argmax(np.where(np.isnan(per_image), np.inf, per_image)))
+
+
+def _worst_batch_start(obs: Observation, batch_size: int) -> int:
+    return _worst_image(obs) // batch_size * batch_size
 
 
 def primary_rows(outputs: Mapping[str, np.ndarray], signature: Signature, what: str) -> np.ndarray:
@@ -73,53 +77,125 @@ def _infer_of(runner: Any, name: str, signature: Signature = SINGLE):
     return lambda feeds: primary_rows(runner.infer(feeds), signature, name)
 
 
-def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, sizes: tuple[int, ...], main: int) -> dict[int, Any]:
+def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, plan: shapes.SizePlan,
+                clock: dict[int, float] | None = None) -> dict[int, Any]:
     """Outputs at every planned size: the main size from the replay, the others run now."""
     replayed = trace.probe_outputs(name)
-    todo = tuple(s for s in sizes if s != main or replayed is None)
-    out = shapes.run_sizes(infer, probe, todo, main, trace.signature)
-    if replayed is not None and main in sizes:
-        out[main] = replayed
+    todo = tuple(s for s in plan.sizes if s != plan.main or replayed is None)
+    out = shapes.run_sizes(infer, probe, todo, plan.main, trace.signature, clock, plan)
+    if replayed is not None and plan.main in plan.sizes:
+        out[plan.main] = replayed
     return out
 
 
-def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: bool) -> tuple[RerunMeasure | None, Latency]:
-    """Determinism and cost from the replay's own first output and timings, topped up with reruns of the first batch.
+def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: bool, plan: shapes.SizePlan,
+                    at_one: Any = None) -> tuple[RerunMeasure | None, Latency]:
+    """Determinism and cost from the replay's own first output and timings.
 
-    At least one rerun when ``rerun`` (compared with the replay's first run of that batch); more only
-    when the replay had fewer than ``LATENCY_REPEATS`` timed full batches after its warm-up one.
+    The rerun (when ``rerun``): the first replayed batch again, compared with the replay's run of it;
+    or, when the plan bounds it, image 0 again at batch size 1, compared with ``at_one`` (the
+    batch-size check's run of it). Latency: the replay's timed full batches after its warm-up one,
+    topped up with reruns of the first batch to ``LATENCY_REPEATS`` when the plan allows.
     """
-    batch = trace.first_batch()
-    first = trace.first_output(name)
     seconds = trace.timed_seconds(name)[:LATENCY_REPEATS]
-    reruns = max(1 if rerun else 0, LATENCY_REPEATS - len(seconds))
-    max_abs = 0.0
+    began_all, max_abs, runs = time.perf_counter(), 0.0, 0
+    if plan.rerun_images < plan.main:  # bounded: one image at batch size 1
+        batch, first, n = trace.probe_head(1), at_one[:1] if isinstance(at_one, np.ndarray) else None, 1
+        reruns = 1 if rerun and first is not None else 0
+    else:
+        batch, first = trace.first_batch(), trace.first_output(name)
+        n = length(batch, trace.signature)
+        reruns = max(1 if rerun else 0, LATENCY_REPEATS - len(seconds) if plan.topups else 0)
+    rerun_seconds = []
     for _ in range(reruns):
         began = time.perf_counter()
         out = infer(batch)
-        seconds.append(time.perf_counter() - began)
+        rerun_seconds.append(time.perf_counter() - began)
+        runs += 1
         if first is not None:
             max_abs = max(max_abs, determinism.max_abs_difference(first, out))
-    n = length(batch, trace.signature)
-    samples = [s * 1000.0 / n for s in seconds[:LATENCY_REPEATS]]
-    cost = Latency(ms_per_image=float(statistics.median(samples)), batch=n, repeats=len(samples), threads=threads,
-                   samples_ms=tuple(float(s) for s in samples))
+    spent = time.perf_counter() - began_all if reruns else 0.0
+    if plan.rerun_images >= plan.main:
+        seconds += rerun_seconds
+    if not seconds:  # no full batch after the warm-up: the warm-up itself, else the size-1 rerun
+        seconds = trace.timed_seconds(name, warmup=True)[:LATENCY_REPEATS]
+    if seconds:
+        samples, per = [s * 1000.0 / trace.main for s in seconds[:LATENCY_REPEATS]], trace.main
+    else:
+        samples, per = [s * 1000.0 / n for s in rerun_seconds], n
+    cost = Latency(ms_per_image=float(statistics.median(samples)) if samples else float("nan"), batch=per, repeats=len(samples),
+                   threads=threads, samples_ms=tuple(float(s) for s in samples), seconds=spent)
     measured = None
     if rerun and first is not None:
-        measured = RerunMeasure(runs=1 + reruns, images=n, max_abs=max_abs)
+        measured = RerunMeasure(runs=1 + runs, images=n, max_abs=max_abs)
     return measured, cost
 
 
-def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[int, Any], sizes: tuple[int, ...],
-             main: int, threads: int, output_kind: tuple[str, int] = ("logits", -1)) -> Measured:
-    runs = shapes.measure(_sizes_from(infer, trace, name, probe, sizes, main), eager_at, main, *output_kind)
+def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[int, Any], plan: shapes.SizePlan,
+             threads: int, output_kind: tuple[str, int] = ("logits", -1)) -> Measured:
+    clock: dict[int, float] = {}
+    outputs = _sizes_from(infer, trace, name, probe, plan, clock)
+    runs = shapes.measure(outputs, eager_at, plan.main, *output_kind, clock=clock)
     notes: list[str] = []
     rerun = cost = None
     try:
-        rerun, cost = _rerun_and_cost(infer, trace, name, threads, True)
+        rerun, cost = _rerun_and_cost(infer, trace, name, threads, True, plan, outputs.get(1))
     except Exception as exc:  # it already failed the batch-size check at the main size; say so once
         notes.append(f"determinism and latency not measured: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
-    return Measured(sizes=SizeRuns(main_size=main, runs=runs), rerun=rerun, latency=cost, notes=tuple(notes))
+    return Measured(sizes=SizeRuns(main_size=plan.main, runs=runs), rerun=rerun, latency=cost, notes=tuple(notes))
+
+
+class SizeOutputs(dict):
+    """Eager's outputs by batch size (``eager_sizes_ahead``), with the plan every row then follows."""
+
+    plan: shapes.SizePlan
+
+
+# A model whose eager pass costs at most this per image always runs the full plan of issue 12 (on the
+# bundled digit models, 0.1-3.4 ms per image even on a loaded machine, it costs 0.05-0.4 s per row);
+# a costlier one gets the budget's share (measured: ResNet-50 0.2-0.7 s per image, the benchmark's
+# transformer 0.05-0.2 s per 128-token sequence).
+SMALL_IMAGE_SECONDS = 0.01
+
+
+def eager_seconds_per_image(batches: Any, golden_size: int) -> float | None:
+    """Eager's seconds per image over the golden set, from the eager pass held in memory (``GoldenBatches``)."""
+    seconds, index = 0.0, 0
+    while True:
+        try:
+            held = batches.eager(index)
+        except IndexError:
+            break
+        if held is None:
+            return None if index == 0 else seconds / max(golden_size, 1)
+        seconds += held[1]
+        index += 1
+    return seconds / max(golden_size, 1) if index else None
+
+
+def plan_for(per_image: float | None, probe_count: int, batch_size: int, golden_size: int, budget: float) -> shapes.SizePlan:
+    """The plan that fits ``budget`` (a share of the replay of ``golden_size`` images per row), or the
+    full plan when eager's own seconds per image over the golden set are at most ``SMALL_IMAGE_SECONDS``
+    (``None``: unknown, then the share)."""
+    main = min(batch_size, probe_count)
+    timed = golden_size // main - 1  # the replay's timed full batches after its warm-up
+    small = per_image is not None and per_image <= SMALL_IMAGE_SECONDS
+    return shapes.bounded_plan(main, probe_count, math.inf if small else budget * golden_size, LATENCY_REPEATS - timed)
+
+
+def eager_sizes_ahead(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE, golden_size: int | None = None,
+                      budget: float = 1e9, per_image: float | None = None) -> SizeOutputs:
+    """Eager over the probe at every planned size but the main one (the replay computes that one);
+    the plan is chosen here (``plan_for``) and carried on the result for every row.
+
+    The pipeline calls it before the builds, while the build server is still importing its libraries.
+    """
+    infer = _eager_infer(model, signature)
+    count = length(probe, signature)
+    plan = plan_for(per_image, count, batch_size, golden_size or count, budget)
+    out = SizeOutputs(shapes.run_sizes(infer, probe, tuple(s for s in plan.sizes if s != plan.main), plan.main, signature, plan=plan))
+    out.plan = plan
+    return out
 
 
 def eager_self_check(model: Any, feeds: Feeds, signature: Signature = SINGLE) -> EagerSelfCheck:
@@ -131,15 +207,23 @@ def eager_self_check(model: Any, feeds: Feeds, signature: Signature = SINGLE) ->
     return check_eager(_eager_infer(model, signature), model, feeds, kind, axis)
 
 
-def eager_sizes_ahead(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE) -> dict[int, Any]:
-    """Eager over the probe at every planned size but the main one (the replay computes that one).
+class PendingSelfCheck:
+    """The eager self-check split in two (``eager.first_call``): the first call now, before anything is
+    built; the second is the eager pass's own output for the first batch when the pass is held
+    (:meth:`finish` with it), else a call of its own (:meth:`finish` with ``None``)."""
 
-    The pipeline calls it before the builds, while the build server is still importing its libraries.
-    """
-    count = length(probe, signature)
-    main = min(batch_size, count)
-    sizes = shapes.plan_sizes(main, count)
-    return shapes.run_sizes(_eager_infer(model, signature), probe, tuple(s for s in sizes if s != main), main, signature)
+    def __init__(self, model: Any, feeds: Feeds, signature: Signature = SINGLE) -> None:
+        from .eager import first_call
+
+        self.feeds, self.signature = feeds, signature
+        self.infer = _eager_infer(model, signature)
+        compared = signature.compared_outputs()
+        self.kind, self.axis = (compared[0].kind, compared[0].class_axis) if compared else ("logits", -1)
+        self.pending = first_call(self.infer, model, feeds)
+
+    def finish(self, second_outputs: Mapping[str, np.ndarray] | None) -> EagerSelfCheck:
+        second = self.infer(self.feeds) if second_outputs is None else primary_rows(second_outputs, self.signature, EagerRunner.name)
+        return self.pending.finish(second, self.infer, self.feeds, self.kind, self.axis)
 
 
 class Diagnoser:
@@ -159,7 +243,6 @@ class Diagnoser:
         self.probe = trace.probe()
         count = length(self.probe, self.signature)
         self.main = min(config.batch_size, count)
-        self.sizes = shapes.plan_sizes(self.main, count)
         self.layer_threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
         self.eager_infer = _eager_infer(model, self.signature)
         compared = self.signature.compared_outputs()
@@ -169,12 +252,22 @@ class Diagnoser:
         self.scope: tuple[str, ...] = () if len(compared) < 2 else (
             f"batch-size, determinism and latency checks ran on the first compared output, {compared[0].name}; "
             f"{', '.join(o.name for o in compared[1:])} compared on the replay only",)
-        progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)")
         replayed = trace.probe_outputs(EAGER)
-        if eager_ahead is not None and replayed is not None and set(eager_ahead) | {self.main} == set(self.sizes):
+        plan = getattr(eager_ahead, "plan", None)
+        if eager_ahead is not None and plan is not None and replayed is not None and plan.main == self.main:
+            self.plan: shapes.SizePlan = plan
             self.eager_at = {**eager_ahead, self.main: replayed}
         else:
-            self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.sizes, self.main)
+            timed = trace.timed_seconds(EAGER, warmup=True)
+            per_image = sum(timed) / (len(timed) * trace.main) if timed else None
+            self.plan = plan_for(per_image, count, config.batch_size, len(golden), config.diagnostics_budget)
+            self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.plan)
+        self.sizes = self.plan.sizes
+        if self.plan.cut:  # said on every row: what the budget left out (docs/reports-and-diagnostics.md)
+            self.scope += (f"diagnostics bounded to {config.diagnostics_budget:g} of the replay's cost (--diagnostics-budget): "
+                           + "; ".join(self.plan.cut),)
+        progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)"
+                 + (" (bounded by --diagnostics-budget)" if self.plan.cut else ""))
 
     def _recording_notes(self) -> tuple[str, ...]:
         """What the eager row should say about how the golden set was recorded, when it differs from this check."""
@@ -207,7 +300,7 @@ class Diagnoser:
         some batch; the batch-size check still runs, to say whether the batch size is why."""
         config, began = self.config, time.perf_counter()
         if obs.family == EAGER:
-            _, cost = _rerun_and_cost(self.eager_infer, self.trace, EAGER, config.threads, False)
+            _, cost = _rerun_and_cost(self.eager_infer, self.trace, EAGER, config.threads, False, self.plan)
             sizes = SizeRuns(main_size=self.main, runs=shapes.measure(self.eager_at, self.eager_at, self.main, *self.output_kind))
             return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, notes=self.scope + self._recording_notes(),
                                                      seconds=time.perf_counter() - began,
@@ -218,13 +311,14 @@ class Diagnoser:
             return obs
         kind = KINDS_BY_NAME[obs.name]
         path = Path(obs.artifact.path)
+        self.progress(f"diagnosing {obs.name}: batch sizes {', '.join(map(str, self.sizes))}, determinism")
         warnings_seen: list[str] = []
         with captured_warnings(warnings_seen):
             try:
                 with contextlib.ExitStack() as stack:
                     opened = runner or stack.enter_context(kind.open_runner(path, ctx))
-                    measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, self.eager_at, self.sizes,
-                                        self.main, config.threads, self.output_kind)
+                    measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, self.eager_at,
+                                        self.plan, config.threads, self.output_kind)
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
             layers = None
@@ -241,13 +335,20 @@ class Diagnoser:
                     else:
                         start = _worst_batch_start(obs, config.batch_size)
                         batch = _batch_at(self.golden, config.batch_size, start)
+                        if self.plan.layer_images:  # bounded: the worst image and the ones after it in its batch
+                            worst = _worst_image(obs) - start
+                            keep = min(max(worst, 0), max(len(batch) - self.plan.layer_images, 0))
+                            start, batch = start + keep, batch[keep : keep + self.plan.layer_images]
                     self.progress(f"locating where {obs.name} diverges (batch of {len(batch)} at {start})")
+                    layers_began = time.perf_counter()
                     layers = divergence.compare_layers(kind.runtime, path, self.model, batch,
                                                        self.layer_threshold, divergence.DIVERGENCE, config.threads, start)
                 else:
-                    first = next(iter(self.probe.values()))[: self.main]
+                    first = next(iter(self.probe.values()))[: self.plan.layer_images or self.main]
+                    layers_began = time.perf_counter()
                     layers = divergence.compare_layers(kind.runtime, path, self.model, first, self.layer_threshold,
                                                        divergence.INT8_LAYERS, config.threads, 0)
+                layers = replace(layers, seconds=time.perf_counter() - layers_began)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
         measured = replace(measured, layers=layers, notes=self.scope + measured.notes + new_notes, seconds=time.perf_counter() - began)
         return replace(obs, diagnostics=measured)

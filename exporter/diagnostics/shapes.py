@@ -14,7 +14,9 @@ fails to follow eager's own change with the batch would then look perfect).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -43,16 +45,102 @@ def images_at(size: int, main: int, probe: int) -> int:
     return max(size, count // size * size) if size <= probe else probe
 
 
+@dataclass(frozen=True)
+class SizePlan:
+    """What the diagnostics of every row run besides the replay: images per batch size (the main size
+    comes from the replay), the determinism rerun (the first main-size batch, or one image at batch
+    size 1), whether latency is topped up with timed reruns, and what a budget cut from the full plan."""
+
+    main: int
+    counts: tuple[tuple[int, int], ...]  # (batch size, images run at it), ascending, the main size included
+    rerun_images: int  # the main size (the first replayed batch again) or 1 (image 0 at batch size 1 again)
+    topups: bool = True  # latency topped up to LATENCY_REPEATS timed batches with reruns of the first batch
+    cut: tuple[str, ...] = ()  # what the budget left out of the full plan, said on every row
+    layer_images: int = 0  # images a per-layer table (failing rows, --diagnose) runs on; 0: its whole batch
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(size for size, _ in self.counts)
+
+    def images(self, size: int) -> int:
+        return dict(self.counts)[size]
+
+    def cost(self, topup_batches: int) -> int:
+        """Images this plan runs per row beyond the replay (the main size comes from it)."""
+        runs = sum(n for size, n in self.counts if size != self.main)
+        reruns = max(1, topup_batches) if self.topups else 1
+        return runs + reruns * self.rerun_images
+
+
+def full_plan(main: int, probe: int) -> SizePlan:
+    """Issue 12's plan: every planned size at ``images_at``'s counts, the main batch rerun, latency topped up."""
+    main = min(main, probe)
+    return SizePlan(main=main, counts=tuple((s, images_at(s, main, probe)) for s in plan_sizes(main, probe)), rerun_images=main)
+
+
+# Above this many images a whole-probe batch tests the sizes past 32 (a branch on ``x.size(0) > 32``)
+# and its agreement is gated (diagnostics.MIN_AGREEMENT_IMAGES).
+WHOLE_PROBE_MIN = 33
+
+
+def bounded_plan(main: int, probe: int, budget_images: float, topup_batches: int) -> SizePlan:
+    """The most thorough plan whose cost fits ``budget_images`` per row (never less than the minimum:
+    one image at batch size 1, run twice). In the order things are given up: latency top-ups, images
+    at sizes 1 and the odd size beyond one batch, the whole probe beyond 33 images, the main-batch
+    rerun (then one image at size 1 again), the odd size 7 (then 3), the whole-probe batch.
+
+    >>> bounded_plan(16, 64, 1e9, 4).cut
+    ()
+    >>> plan = bounded_plan(16, 64, 45, 4); plan.counts, plan.rerun_images, plan.cut[0]
+    (((1, 2), (7, 7), (16, 64), (33, 33)), 1, 'latency from the replay only')
+    """
+    full = full_plan(main, probe)
+    main = full.main
+    if full.cost(topup_batches) <= budget_images:
+        return full
+    whole = min(probe, WHOLE_PROBE_MIN) if probe > main else None
+    dropped = "" if whole is None else f"no whole-probe batch of {whole}" + (" (sizes above 32 untested)" if whole > 32 else "")
+    odd = 7 if main != 7 else 3
+
+    def plan(one: int, odd_size: int | None, odd_n: int, whole_n: int | None, rerun: int, cut: list[str]) -> SizePlan:
+        counts = {main: probe}  # the replay's outputs at the main size cover the whole probe
+        counts.setdefault(1, one)
+        if odd_size is not None and odd_size < probe and odd_size != main:
+            counts[odd_size] = odd_n
+        if whole_n is not None and whole_n != main:
+            counts[whole_n] = whole_n
+        return SizePlan(main=main, counts=tuple(sorted(counts.items())), rerun_images=rerun, topups=False, cut=tuple(cut))
+
+    no_topups = "latency from the replay only"
+    candidates = [
+        plan(2, odd, odd, whole, main, [no_topups, f"batch sizes 1 and {odd} on one batch each"]),
+        plan(2, odd, odd, whole, 1, [no_topups, f"batch sizes 1 and {odd} on one batch each", "determinism on one image at batch size 1"]),
+        plan(1, 3, 3, whole, 1, [no_topups, "batch sizes 1 and 3 on one batch each", "determinism on one image at batch size 1"]),
+        plan(1, 3, 3, None, 1, [no_topups, "batch sizes 1 and 3 on one batch each", "determinism on one image at batch size 1",
+                                *([dropped] if dropped else [])]),
+        plan(1, None, 0, None, 1, [no_topups, "batch size 1 on one image only", "determinism on one image at batch size 1",
+                                   "no odd batch size", *([dropped] if dropped else [])]),
+    ]
+    chosen = next((c for c in candidates if c.cost(topup_batches) <= budget_images), candidates[-1])
+    # a per-layer table costs about two forward passes per image (eager's and the artifact's, module by module)
+    layers = int(max(1, min(main, (budget_images - chosen.cost(topup_batches)) // 2)))
+    cut = chosen.cut + ((f"per-layer tables on {layers} image{'s' if layers > 1 else ''}",) if layers < main else ())
+    return replace(chosen, layer_images=layers if layers < main else 0, cut=cut)
+
+
 class RowCountError(ValueError):
     pass
 
 
-def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, signature: Signature = SINGLE) -> dict[int, np.ndarray | str]:
+def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, signature: Signature = SINGLE,
+              clock: dict[int, float] | None = None, plan: SizePlan | None = None) -> dict[int, np.ndarray | str]:
     """Outputs of ``infer`` (feeds in, one output row per sample out) over the probe at each size,
-    or the error text when a size fails."""
+    or the error text when a size fails. ``clock`` gets the seconds each size took; ``plan`` says how
+    many images run at each size (default ``images_at``)."""
     out: dict[int, np.ndarray | str] = {}
     for size in sizes:
-        count = images_at(size, main, length(images, signature))
+        began = time.perf_counter()
+        count = plan.images(size) if plan is not None else images_at(size, main, length(images, signature))
         try:
             parts = []
             for start in range(0, count, size):
@@ -65,6 +153,8 @@ def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, si
             out[size] = np.concatenate(parts)
         except Exception as exc:  # any failure at a size is this check's finding, not a crash
             out[size] = describe_failure(exc)
+        if clock is not None:
+            clock[size] = time.perf_counter() - began
     return out
 
 
@@ -98,7 +188,7 @@ def _moved(outputs: dict[int, np.ndarray | str], size: int, main: int) -> float 
 
 
 def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int,
-            kind: str = "logits", class_axis: int = -1) -> tuple[BatchSizeRun, ...]:
+            kind: str = "logits", class_axis: int = -1, clock: dict[int, float] | None = None) -> tuple[BatchSizeRun, ...]:
     """At every size: the artifact against eager at that same size (per image, under the row's
     gate later), and how far each of them moved from its own output at the main size."""
     main = min(main, max(artifact))
@@ -107,7 +197,7 @@ def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray |
         got, eager_got = artifact[size], eager.get(size)
         eager_error = eager_got if isinstance(eager_got, str) else None
         common: dict[str, Any] = {"size": size, "moved": _moved(artifact, size, main), "eager_moved": _moved(eager, size, main),
-                                  "eager_error": eager_error}
+                                  "eager_error": eager_error, "seconds": (clock or {}).get(size, 0.0)}
         if isinstance(got, str):
             runs.append(BatchSizeRun(images=0, error=got, **common))
             continue

@@ -13,11 +13,13 @@ per row) and one float per batch; flat in the size of the golden set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..feeds import Feeds, concat, length, take
+from ..progress import count_message
 from ..signature import SINGLE, Signature
 from . import shapes
 
@@ -36,10 +38,13 @@ class ReplayTrace:
     _closed: bool = False  # the first group of one shape has ended
     _outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
     _seconds: dict[str, list[float]] = field(default_factory=dict)
+    total: int = 0  # samples in the golden set (the replay's progress counts up to it)
+    report: Callable[[str], None] | None = None  # progress: each artifact's replay, as a count of inputs
 
     @classmethod
     def for_run(cls, golden_size: int, batch_size: int, signature: Signature = SINGLE) -> ReplayTrace:
-        return cls(main=batch_size, probe_count=min(golden_size, max(batch_size, shapes.PROBE_IMAGES)), signature=signature)
+        return cls(main=batch_size, probe_count=min(golden_size, max(batch_size, shapes.PROBE_IMAGES)), signature=signature,
+                   total=golden_size)
 
     def wants(self, start: int) -> bool:
         """Whether the batch starting at ``start`` holds probe samples."""
@@ -60,6 +65,8 @@ class ReplayTrace:
             self._outputs.setdefault(name, []).append(np.asarray(out))
         if samples == self.main:  # only full batches time the main batch size
             self._seconds.setdefault(name, []).append(seconds)
+        if self.report is not None and name != "eager":  # eager's pass is counted where it runs (pipeline)
+            self.report(count_message(f"replaying {name}", min(start + samples, self.total), self.total))
 
     def probe_size(self) -> int:
         return min(self.probe_count, sum(length(b, self.signature) for b in self._images))
@@ -69,6 +76,10 @@ class ReplayTrace:
 
     def first_batch(self) -> dict[str, np.ndarray]:
         return self._images[0]
+
+    def probe_head(self, count: int) -> dict[str, np.ndarray]:
+        """The first ``count`` probe samples (the bounded determinism rerun runs image 0 at batch size 1)."""
+        return take(self._images[0], self.signature, 0, count)
 
     def first_output(self, name: str) -> np.ndarray | None:
         outs = self._outputs.get(name)
@@ -85,9 +96,9 @@ class ReplayTrace:
         except ValueError:  # outputs of different shapes: let the check run and say so
             return None
 
-    def timed_seconds(self, name: str) -> list[float]:
-        """Seconds per full batch after the first (the first is the warm-up)."""
-        return list(self._seconds.get(name, ())[1:])
+    def timed_seconds(self, name: str, warmup: bool = False) -> list[float]:
+        """Seconds per full batch after the first (the first is the warm-up; included with ``warmup``)."""
+        return list(self._seconds.get(name, ())[0 if warmup else 1 :])
 
 
 def _shapes(feeds: Feeds, signature: Signature) -> tuple[tuple[int, ...], ...]:

@@ -57,6 +57,7 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
         "fp16-max-relative-mae", "fp16-max-mae", "fp16-min-top1",  # the fp16 gate family (onnx-fp16, openvino)
         # bounds on every value beside MAE, per family (issue 16.5): max-abs and numpy.allclose's atol/rtol
         "max-abs", "atol", "rtol", "int8-max-abs", "int8-atol", "int8-rtol", "fp16-max-abs", "fp16-atol", "fp16-rtol",
+        "diagnostics-budget",  # issue 15: the diagnostics' share of a row's replay
     }
 
 
