@@ -174,8 +174,10 @@ def _table(report: Report, style: Style) -> list[str]:
     for row, values in zip(report.rows, cells, strict=True):
         out.append(line(values, row.status))
         if style.verbose and left_out:
-            rest = "  ".join(f"{columns[i].title} {values[i]}" for i in left_out)
-            out += textwrap.wrap(rest, style.width, initial_indent=" " * 4, subsequent_indent=" " * 4, break_long_words=True)
+            # a column's title and value stay on one line (no-break spaces while wrapping)
+            rest = "  ".join(f"{columns[i].title} {values[i]}".replace(" ", "\u00a0") for i in left_out)
+            wrapped = textwrap.wrap(rest, style.width, initial_indent=" " * 4, subsequent_indent=" " * 4, break_long_words=True)
+            out += [w.replace("\u00a0", " ") for w in wrapped]
     if left_out and not style.verbose:
         hidden = ", ".join(columns[i].title for i in left_out)
         out += _wrapped(f"(not shown at {style.width} columns: {hidden}; -v shows them under each row)", style)
