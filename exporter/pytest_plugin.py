@@ -376,7 +376,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     report = FleetReport(models=models, seconds=sum(m.seconds for m in models), executor=f"pytest, {max(1, _workers(config))} process(es)",
                          created=datetime.now(UTC).isoformat(timespec="seconds"), tool_version=__version__)
     base = config.invocation_params.dir
-    views.write(report, *(None if paths[flag] is None else base / paths[flag] for flag in ("json", "junit", "markdown")))
+    json_path, junit_path, markdown_path = (None if paths[flag] is None else Path(paths[flag]) if paths[flag] == "-" else base / paths[flag]
+                                           for flag in ("json", "junit", "markdown"))
+    views.write(report, json_path, junit_path, markdown_path)
 
 
 def _workers(config: pytest.Config) -> int:
