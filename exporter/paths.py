@@ -61,23 +61,30 @@ def error_report_paths(reports: Mapping[str, Path | None], checkpoints: tuple[Pa
                        out: Path) -> dict[str, Path]:
     """The report paths a run that stopped with an error may write its error reports to: those
     :func:`check_outputs` would accept, judged from what the command line says (the settings file
-    may be what failed), and none inside a folder holding a golden set's manifest."""
+    may be what failed), none inside a folder holding a golden set's manifest, and none that two
+    reports share (which of them would it hold?)."""
     protected = _protected(checkpoints, golden, arch)
     protected.update(_artifacts(out))
-    seen: dict[Path, str] = {}
     safe = {}
     for flag, report in reports.items():
         if report is None:
             continue
         try:
             check_lengths({flag: report})
-            refused = _report_refusal(flag, report, protected, golden, seen)
+            refused = _report_refusal(flag, report, protected, golden, {})
+            shared = [other for other, path in reports.items() if other != flag and path is not None and _key(path) == _key(report)]
         except (UsageError, OSError):
             continue
         real = _real(report)
-        if refused is None and not any((folder / MANIFEST).exists() for folder in (real, *real.parents)):
+        if refused is None and not shared and not any((folder / MANIFEST).exists() for folder in (real, *real.parents)):
             safe[flag] = report
     return safe
+
+
+def _key(report: Path) -> Path:
+    from .report.destination import is_stdout
+
+    return STDOUT_KEY if is_stdout(report) else _real(report)
 
 
 def _protected(checkpoints: tuple[Path, ...], golden_dir: Path, arch: str) -> dict[Path, str]:
@@ -99,13 +106,9 @@ def _artifacts(out_dir: Path) -> dict[Path, str]:
 
 def _report_refusal(flag: str, report: Path, protected: Mapping[Path, str], golden_dir: Path, seen: dict[Path, str]) -> str | None:
     """Why ``report`` may not be written (one line), or None; remembers it in ``seen`` (path -> flag)."""
-    from .report.destination import is_stdout
-
     where = f"{flag} {shown(str(report))}"
-    if is_stdout(report):  # -, /dev/stdout and the links to it are one destination
-        path = STDOUT_KEY
-    else:
-        path = _real(report)
+    path = _key(report)  # -, /dev/stdout and the links to it are one destination
+    if path != STDOUT_KEY:
         if path in protected:
             return f"{where}: is {protected[path]}; writing the report there would overwrite it: choose another path"
         if _real(golden_dir) in path.parents:

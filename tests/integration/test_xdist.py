@@ -104,5 +104,7 @@ def test_with_every_worker_running_every_item_a_golden_set_is_recorded_and_regen
     out = result.stdout.str()
     assert len(items) == 6 and {v for _, v, _, _ in items} == {"FAILED"}
     assert _failure_bodies_saying(result, f"golden set {golden} re-approved from") == 6
+    assert _failure_bodies_saying(result, "checkpoint sha256 ") == 1  # the diff, once per model over both workers (issue 16.6)
+    assert _failure_bodies_saying(result, "its diff is shown once, under mlp0/model.pth::") == 5
     assert "left unchanged" not in out
     assert (golden / "manifest.json").read_bytes() != first
