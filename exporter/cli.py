@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
-from .errors import ExportCheckError, UsageError, one_line
+from .errors import ExportCheckError, UsageError, error_message, one_line
 from .options import CHECK, DEFAULT_GOLDEN, DEFAULT_OUT, HISTORY, MERGE, add_arguments, from_namespace
 from .paths import check_outputs, escaped
 from .settings import check_config, golden_params
@@ -356,18 +356,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def error_line(exc: BaseException) -> str:
     """``export-check: error: MESSAGE``, with the prefix once however the message began."""
     return f"export-check: error: {error_message(exc)}"
-
-
-def error_message(exc: BaseException) -> str:
-    """An error's message without any ``export-check: error:`` prefix it carries.
-
-    >>> error_message(ValueError("export-check: error: export-check: unrecognized arguments: --x"))
-    'unrecognized arguments: --x'
-    """
-    message = str(exc)
-    while message.startswith("export-check: "):
-        message = message.removeprefix("export-check: ").removeprefix("error: ")
-    return message
 
 
 def _interrupted() -> int:

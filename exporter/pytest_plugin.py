@@ -512,7 +512,9 @@ def failure_text(outcome: Outcome, row_name: str | None) -> str | None:
     if outcome.golden_note:
         parts.append(outcome.golden_note)
     if outcome.error is not None:
-        parts.append(f"export-check: error: {outcome.error}")
+        from .errors import error_message
+
+        parts.append(f"export-check: error: {error_message(outcome.error)}")
     elif outcome.report is not None:
         rows = [outcome.report.row(row_name)] if row_name else list(outcome.report.rows)
         for row in rows:
@@ -658,7 +660,9 @@ class CheckpointFile(pytest.File):
         from .errors import ExportCheckError
 
         if isinstance(excinfo.value, ExportCheckError):
-            return f"export-check: error: {excinfo.value}"
+            from .errors import error_message
+
+            return f"export-check: error: {error_message(excinfo.value)}"
         return str(super().repr_failure(excinfo))
 
 

@@ -72,3 +72,15 @@ def test_record_missing_records_under_ci_and_a_regen_shows_its_diff_once(pyteste
     assert sum("re-approved from" in line for line in body) == 3  # every item says why it fails
     assert sum("its diff is shown once, under model.pth::eager" in line for line in body) == 2
     assert read_manifest(folder / "golden").model["checkpoint_sha256"] == _sha(user_models.v2)
+
+
+def test_the_plugins_error_lines_carry_the_prefix_once(pytester: pytest.Pytester, user_models: UserModels) -> None:
+    """An unknown fixture option is refused by the option table with its own `export-check:` prefix;
+    the failure shows `export-check: error:` once (issue 16.10)."""
+    folder = user_models.project(pytester.path)
+    write_settings(folder, extra=ONE_KIND)
+    pytester.makepyfile(test_model="def test_it(export_check):\n    export_check('model.pth', bogus_option=1)\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*export-check: error: unrecognized arguments: --bogus-option 1 (see export-check --help)*"])
+    assert "export-check: error: export-check" not in result.stdout.str()

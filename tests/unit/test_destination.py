@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from export_check.cli import error_line, error_message
-from export_check.errors import OutputError
+from export_check.cli import error_line
+from export_check.errors import OutputError, error_message
 from export_check.report import destination, write_text_atomic
 
 
