@@ -433,7 +433,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     base = config.invocation_params.dir
     json_path, junit_path, markdown_path = (None if paths[flag] is None else Path(paths[flag]) if paths[flag] == "-" else base / paths[flag]
                                            for flag in ("json", "junit", "markdown"))
-    views.write(report, json_path, junit_path, markdown_path)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")  # GitHub's job summary is appended to, never replaced (issue 16.2)
+    append = bool(summary) and markdown_path is not None and os.path.realpath(str(summary)) == os.path.realpath(markdown_path)
+    views.write(report, json_path, junit_path, markdown_path, markdown_append=append)
 
 
 def _workers(config: pytest.Config) -> int:
