@@ -248,6 +248,9 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
     arch = config.arch if config is not None else getattr(args, "arch", None) or ""
     out = config.out_dir if config is not None else getattr(args, "out", None) or DEFAULT_OUT
     safe = error_report_paths(reports, checkpoints, golden, arch, out)
+    if getattr(args, "scanned", False):  # a command line the parser refused: only where a report may plainly go
+        append = _markdown_append(args, {})
+        safe = {flag: path for flag, path in safe.items() if _fresh_or_report(path, append and flag == "--markdown")}
     stopped = failure.Stopped(command=args.command, message=error_message(exc), kind=type(exc).__name__,
                               checkpoints=tuple(str(c) for c in checkpoints))
     notes = []
@@ -338,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_golden(args)
     except ExportCheckError as exc:
         print(error_line(exc), file=sys.stderr)
-        for note in _error_reports(args, exc):
+        for note in _error_reports(args if args is not None else _scanned(args_list), exc):
             print(note, file=sys.stderr)
         return exc.exit_code
     except OSError as exc:
@@ -351,6 +354,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return _interrupted()
+
+
+_SCANNED = ("json", "junit", "markdown", "html", "golden", "arch", "out")
+
+
+def _scanned(argv: list[str]) -> argparse.Namespace | None:
+    """The report paths of a ``check``/``merge`` command line the parser refused (a mistyped flag), read
+    token by token: ``--json PATH`` or ``--json=PATH``. Every other word is protected as if it were a
+    checkpoint."""
+    argv = _normalise(list(argv))
+    if not argv or argv[0] not in ("check", "merge"):
+        return None
+    found: dict[str, Any] = dict.fromkeys(_SCANNED)
+    words = []
+    tokens = iter(argv[1:])
+    for token in tokens:
+        name, eq, value = token.partition("=")
+        flag = name.removeprefix("--")
+        if name.startswith("--") and flag in found:
+            found[flag] = value if eq else next(tokens, None)
+        elif not token.startswith("-"):
+            words.append(Path(token))
+    reports = {flag: Path(found[flag]) if found[flag] else None for flag in REPORT_FLAGS}
+    return argparse.Namespace(command=argv[0], checkpoint=words, golden=Path(found["golden"]) if found["golden"] else None,
+                              arch=found["arch"], out=Path(found["out"]) if found["out"] else None,
+                              markdown_append="--markdown-append" in argv, scanned=True, **reports)
+
+
+def _fresh_or_report(path: Path, append: bool) -> bool:
+    """Whether an error report may go to ``path`` of a refused command line: standard output, a FIFO or
+    device, a new file, a file appended to, or one holding an earlier export-check report."""
+    from .report.destination import resolve
+
+    try:
+        where = resolve(path)
+        if where.fd is not None or where.through or where.path is None or not where.path.exists() or append:
+            return True
+        with open(where.path, "rb") as fh:
+            return b"export-check" in fh.read(4096)
+    except OSError:
+        return False
 
 
 def error_line(exc: BaseException) -> str:

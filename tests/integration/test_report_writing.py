@@ -18,6 +18,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS
 from export_check.cli import main
@@ -175,3 +177,49 @@ def test_an_error_report_never_goes_where_the_run_may_not_write(tmp_path: Path, 
     _, err = capfd.readouterr()
     assert code == 2 and "nonsense" in err
     assert not (golden / "new.json").exists() and "nonsense" in (tmp_path / "r.md").read_text()
+
+
+def test_a_command_line_the_parser_refuses_still_gets_its_reports_but_never_over_other_files(tmp_path: Path, capfd) -> None:
+    """A mistyped flag (exit 2 before any option is read): the reports named on the command line carry
+    the error; a word of the command line (the checkpoint) or an existing file that is no report is never written."""
+    model = tmp_path / "model.pth"
+    shutil.copy(DEFAULT_CHECKPOINT, model)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's own file\n")
+    old = tmp_path / "old.xml"
+    old.write_text('<?xml version="1.0"?>\n<testsuites name="export-check" tests="0"/>\n')  # an earlier report: replaced
+    code = main([str(model), "--max-maе", "1e-5", "--json", str(tmp_path / "r.json"), f"--junit={old}", "--markdown", str(notes),
+                 "--html", str(model)])
+    _, err = capfd.readouterr()
+    assert code == 2 and err.count("\n") == 1 and "unrecognized arguments: --max-maе" in err
+    assert json.loads((tmp_path / "r.json").read_text())["error"]["type"] == "UsageError"
+    assert "<error" in old.read_text() and notes.read_text() == "the user's own file\n"
+    assert model.read_bytes() == DEFAULT_CHECKPOINT.read_bytes()
+
+
+_WORDS = ["model.pth", "notes.txt", "golden", "golden/manifest.json", "r.json", "-", "--json", "--junit", "--markdown", "--html",
+          "--json=model.pth", "--golden", "--arch", "--out", "--markdown-append", "check", "merge", "=", "--"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(_WORDS), max_size=10))
+def test_fuzzed_refused_command_lines_are_one_line_and_touch_nothing_but_reports(tmp_path: Path, capfd, words: list[str]) -> None:
+    project = tmp_path / "p"
+    if not project.exists():
+        project.mkdir()
+        shutil.copy(DEFAULT_CHECKPOINT, project / "model.pth")
+        shutil.copytree(DEFAULT_GOLDEN, project / "golden")
+        (project / "notes.txt").write_text("mine\n")
+    protected = {p: p.read_bytes() for p in (project / "model.pth", project / "notes.txt", project / "golden" / "manifest.json")}
+    cwd = os.getcwd()
+    os.chdir(project)
+    try:
+        code = main(["--bogus", *words])
+    finally:
+        os.chdir(cwd)
+    out, err = capfd.readouterr()
+    assert code == 2 and err.startswith("export-check: error: ") and "Traceback" not in err
+    assert all(p.read_bytes() == data for p, data in protected.items())
+    assert set(p.name for p in (project / "golden").iterdir()) == set(p.name for p in DEFAULT_GOLDEN.iterdir())
+    if out:  # a report to standard output is one whole report
+        assert out.startswith("{") or out.startswith("<?xml") or out.startswith("## ") or out.startswith("<!DOCTYPE")
