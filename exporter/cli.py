@@ -238,7 +238,11 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
     from .report import failure, write_text_atomic
 
     done = set(_written(args))
-    reports = {f"--{flag}": getattr(args, flag, None) for flag in REPORT_FLAGS if f"--{flag}" not in done}
+    message = error_message(exc)
+    # not over a report this run wrote, nor to the report the error is about ("--html takes one model's
+    # report", "--json PATH: is the checkpoint", "PATH: cannot write the report")
+    reports = {f"--{flag}": path for flag in REPORT_FLAGS if (path := getattr(args, flag, None)) is not None
+               and f"--{flag}" not in done and not message.startswith((f"--{flag} ", f"{path}: "))}
     if not any(reports.values()):
         return []
     raw = getattr(args, "checkpoint", None) or []
@@ -251,7 +255,7 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
     if getattr(args, "scanned", False):  # a command line the parser refused: only where a report may plainly go
         append = _markdown_append(args, {})
         safe = {flag: path for flag, path in safe.items() if _fresh_or_report(path, append and flag == "--markdown")}
-    stopped = failure.Stopped(command=args.command, message=error_message(exc), kind=type(exc).__name__,
+    stopped = failure.Stopped(command=args.command, message=message, kind=type(exc).__name__,
                               checkpoints=tuple(str(c) for c in checkpoints))
     notes = []
     for flag, path in safe.items():

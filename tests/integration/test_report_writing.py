@@ -223,3 +223,14 @@ def test_fuzzed_refused_command_lines_are_one_line_and_touch_nothing_but_reports
     assert set(p.name for p in (project / "golden").iterdir()) == set(p.name for p in DEFAULT_GOLDEN.iterdir())
     if out:  # a report to standard output is one whole report
         assert out.startswith("{") or out.startswith("<?xml") or out.startswith("## ") or out.startswith("<!DOCTYPE")
+
+
+def test_the_report_an_error_is_about_gets_no_error_report_and_the_others_do(tmp_path: Path, capfd, monkeypatch) -> None:
+    """`--html` with several models is refused: no HTML error page, but --json and --junit carry the error."""
+    monkeypatch.chdir(tmp_path)
+    code = main([str(DEFAULT_CHECKPOINT), str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--html", "r.html", "--json", "r.json",
+                 "--junit", "r.xml"])
+    _, err = capfd.readouterr()
+    assert code == 2 and "--html takes one model's report" in err
+    assert not (tmp_path / "r.html").exists()
+    assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 2 and "<error" in (tmp_path / "r.xml").read_text()
