@@ -241,8 +241,9 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
     message = error_message(exc)
     # not over a report this run wrote, nor to the report the error is about ("--html takes one model's
     # report", "--json PATH: is the checkpoint", "PATH: cannot write the report")
-    reports = {f"--{flag}": path for flag in REPORT_FLAGS if (path := getattr(args, flag, None)) is not None
-               and f"--{flag}" not in done and not message.startswith((f"--{flag} ", f"{path}: "))}
+    given = {f"--{flag}": getattr(args, flag, None) for flag in REPORT_FLAGS}
+    reports = {flag: path for flag, path in given.items() if path is not None
+               and flag not in done and not message.startswith((f"{flag} ", f"{path}: "))}
     if not any(reports.values()):
         return []
     raw = getattr(args, "checkpoint", None) or []
@@ -251,7 +252,7 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
     golden = config.golden if config is not None else getattr(args, "golden", None) or DEFAULT_GOLDEN
     arch = config.arch if config is not None else getattr(args, "arch", None) or ""
     out = config.out_dir if config is not None else getattr(args, "out", None) or DEFAULT_OUT
-    safe = error_report_paths(reports, checkpoints, golden, arch, out)
+    safe = {flag: path for flag, path in error_report_paths(given, checkpoints, golden, arch, out).items() if flag in reports}
     if getattr(args, "scanned", False):  # a command line the parser refused: only where a report may plainly go
         append = _markdown_append(args, {})
         safe = {flag: path for flag, path in safe.items() if _fresh_or_report(path, append and flag == "--markdown")}
