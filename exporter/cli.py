@@ -255,7 +255,7 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
     safe = {flag: path for flag, path in error_report_paths(given, checkpoints, golden, arch, out).items() if flag in reports}
     if getattr(args, "scanned", False):  # a command line the parser refused: only where a report may plainly go
         append = _markdown_append(args, {})
-        safe = {flag: path for flag, path in safe.items() if _fresh_or_report(path, append and flag == "--markdown")}
+        safe = {flag: path for flag, path in safe.items() if _fresh_or_report(flag, path, append and flag == "--markdown")}
     stopped = failure.Stopped(command=args.command, message=message, kind=type(exc).__name__,
                               checkpoints=tuple(str(c) for c in checkpoints))
     notes = []
@@ -387,14 +387,24 @@ def _scanned(argv: list[str]) -> argparse.Namespace | None:
                               markdown_append="--markdown-append" in argv, scanned=True, **reports)
 
 
-def _fresh_or_report(path: Path, append: bool) -> bool:
+_SUFFIXES = {"--json": (".json",), "--junit": (".xml",), "--markdown": (".md", ".markdown"), "--html": (".html", ".htm")}
+
+
+def _fresh_or_report(flag: str, path: Path, append: bool) -> bool:
     """Whether an error report may go to ``path`` of a refused command line: standard output, a FIFO or
-    device, a new file, a file appended to, or one holding an earlier export-check report."""
+    device, a new file named like the report (``r.json``: a word after a mistyped flag is no report
+    path), a file appended to, or one holding an earlier export-check report."""
     from .report.destination import resolve
 
+    if str(path).startswith("-") and str(path) != "-":
+        return False
     try:
         where = resolve(path)
-        if where.fd is not None or where.through or where.path is None or not where.path.exists() or append:
+        if where.fd is not None or where.through:
+            return True
+        if where.path is None or not where.path.exists():
+            return Path(path).suffix.lower() in _SUFFIXES[flag]
+        if append:
             return True
         with open(where.path, "rb") as fh:
             return b"export-check" in fh.read(4096)

@@ -220,6 +220,7 @@ def test_fuzzed_refused_command_lines_are_one_line_and_touch_nothing_but_reports
     out, err = capfd.readouterr()
     assert code == 2 and err.startswith("export-check: error: ") and "Traceback" not in err
     assert all(p.read_bytes() == data for p, data in protected.items())
+    assert {p.name for p in project.iterdir()} <= {"model.pth", "notes.txt", "golden", "r.json"}  # no file named after a stray word
     assert set(p.name for p in (project / "golden").iterdir()) == set(p.name for p in DEFAULT_GOLDEN.iterdir())
     if out:  # a report to standard output is one whole report
         assert out.startswith("{") or out.startswith("<?xml") or out.startswith("## ") or out.startswith("<!DOCTYPE")
