@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
-from .errors import ExportCheckError, UsageError, one_line
-from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, DEFAULT_GOLDEN, HISTORY, MERGE, add_arguments, from_namespace
+from .errors import ExportCheckError, UsageError, error_message, one_line
+from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, DEFAULT_GOLDEN, DEFAULT_OUT, HISTORY, MERGE, add_arguments, from_namespace
 from .paths import check_outputs, escaped
 from .settings import check_config, golden_params
 
@@ -136,7 +136,8 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     shard = None if args.shard is None else spec.parse_shard(args.shard)
     fleet = spec.parse_fleet(args.fleet) if args.fleet is not None else spec.from_checkpoints(args.checkpoint)
     common = from_namespace(CHECK, args)
-    for name in ("checkpoint", "fleet", "shard", "workers", "ray", "json", "junit", "markdown", "html", "history", "quiet", "color", "verbose"):
+    for name in ("checkpoint", "fleet", "shard", "workers", "ray", "json", "junit", "markdown", "markdown_append", "html", "history", "quiet",
+                 "color", "verbose"):
         common.pop(name, None)
 
     def progress(result: Any, done: int, total: int) -> None:
@@ -144,11 +145,12 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
             print(f"[{done}/{total}] {result.name}: {result.status.upper()} ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
 
     report = run_fleet(fleet, common, shard=shard, workers=args.workers, ray_address=args.ray, on_result=progress)
-    print(views.render_text(report))
+    print(views.render_text(report), file=_table_stream(args))
     for model in report.models:
         if model.traceback:
             print(f"export-check: internal error checking {model.name} (a bug; please report it):\n{model.traceback}", file=sys.stderr)
-    views.write(report, args.json, args.junit, args.markdown)
+    _written(args).extend(("--json", "--junit", "--markdown"))
+    views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {}))
     return report.exit_code
 
 
@@ -158,8 +160,9 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
     _refuse_folders(args)
     report = merge(args.reports)
-    print(views.render_text(report))
-    views.write(report, args.json, args.junit, args.markdown)
+    print(views.render_text(report), file=_table_stream(args))
+    _written(args).extend(("--json", "--junit", "--markdown"))
+    views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {}))
     return report.exit_code
 
 
@@ -170,38 +173,106 @@ def _refuse_folders(args: argparse.Namespace) -> None:
             raise UsageError(f"{path}: is a directory; --{flag} takes a file path")
 
 
+REPORT_FLAGS = ("json", "junit", "markdown", "html")
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     if _several(args):
         return _cmd_fleet(args)
-    config = build_config(args)
-    check_outputs(config, {f"--{flag}": getattr(args, flag) for flag in ("json", "junit", "markdown", "html", "history")})
+    config, settings = check_config(from_namespace(CHECK, args))
+    args.checked_config = config  # what the error reports of a run that stops later are checked against
+    check_outputs(config, {f"--{flag}": getattr(args, flag) for flag in (*REPORT_FLAGS, "history")})
     _refuse_folders(args)
     from .pipeline import run_check
-    from .report import json_report, text
+    from .report import text
 
     progress = _progress(args.quiet)
     try:
         report = escaped(run_check(config, progress=progress))  # a name that is not UTF-8 is shown escaped in every view
     finally:
         progress.close()
-    print(text.render(report, text.style_for(sys.stdout, args.color, args.verbose)))
-    if args.json is not None:
-        json_report.write(report, args.json)
-    _write_views(report, args)
+    stream = _table_stream(args)
+    print(text.render(report, text.style_for(stream, args.color, args.verbose)), file=stream)
+    _write_views(report, args, _markdown_append(args, settings))
     return report.exit_code
 
 
-def _write_views(report: Any, args: argparse.Namespace) -> None:
-    """The other views of the same report (issue 4): JUnit, Markdown, HTML, the history line."""
-    from .report import html, junit, markdown
+def _write_views(report: Any, args: argparse.Namespace, markdown_append: bool = False) -> None:
+    """Every view of the same report: JSON, JUnit, Markdown (replaced, or appended), HTML, the history line."""
+    from .report import html, json_report, junit, markdown, write_text_atomic
 
-    for path, writer in ((args.junit, junit.write), (args.markdown, markdown.write), (args.html, html.write)):
+    for flag, render in (("json", json_report.render), ("junit", junit.render), ("markdown", markdown.render), ("html", html.render)):
+        path = getattr(args, flag)
         if path is not None:
-            writer(report, path)
+            _written(args).append(f"--{flag}")  # a failure from here on never overwrites it with an error report
+            write_text_atomic(path, render(report), append=markdown_append and flag == "markdown")
     if args.history is not None:
         from .history import append
 
         append(report, args.history)
+
+
+def _written(args: argparse.Namespace) -> list[str]:
+    """The report flags this run has written (or begun to write) its report to."""
+    if not hasattr(args, "written_reports"):
+        args.written_reports = []
+    written: list[str] = args.written_reports
+    return written
+
+
+def _table_stream(args: argparse.Namespace) -> Any:
+    """stdout for the table, unless a report goes there (``--json -``): then stderr, so stdout holds the report alone."""
+    from .report.destination import is_stdout
+
+    to_stdout = any(getattr(args, flag, None) is not None and is_stdout(getattr(args, flag)) for flag in REPORT_FLAGS)
+    return sys.stderr if to_stdout else sys.stdout
+
+
+def _markdown_append(args: argparse.Namespace, settings: dict[str, Any]) -> bool:
+    """Whether ``--markdown`` appends: ``--markdown-append``, the settings key, or the file is $GITHUB_STEP_SUMMARY
+    (GitHub's job summary, which every step adds to)."""
+    if getattr(args, "markdown_append", False) or settings.get("markdown_append"):
+        return True
+    summary, path = os.environ.get("GITHUB_STEP_SUMMARY"), getattr(args, "markdown", None)
+    return summary is not None and summary != "" and path is not None and os.path.realpath(summary) == os.path.realpath(path)
+
+
+def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> list[str]:
+    """After a user error (exit 2), every report the command line asked for, carrying the error; the
+    lines to print for the ones that could not be written."""
+    if args is None or getattr(args, "command", None) not in ("check", "merge"):
+        return []
+    from .paths import error_report_paths
+    from .report import failure, write_text_atomic
+
+    done = set(_written(args))
+    message = error_message(exc)
+    # not over a report this run wrote, nor to the report the error is about ("--html takes one model's
+    # report", "--json PATH: is the checkpoint", "PATH: cannot write the report")
+    given = {f"--{flag}": getattr(args, flag, None) for flag in REPORT_FLAGS}
+    reports = {flag: path for flag, path in given.items() if path is not None
+               and flag not in done and not message.startswith((f"{flag} ", f"{path}: "))}
+    if not any(reports.values()):
+        return []
+    raw = getattr(args, "checkpoint", None) or []
+    checkpoints = tuple(Path(c) for c in ([raw] if isinstance(raw, (str, Path)) else raw))
+    config = getattr(args, "checked_config", None)
+    golden = config.golden if config is not None else getattr(args, "golden", None) or DEFAULT_GOLDEN
+    arch = config.arch if config is not None else getattr(args, "arch", None) or ""
+    out = config.out_dir if config is not None else getattr(args, "out", None) or DEFAULT_OUT
+    safe = {flag: path for flag, path in error_report_paths(given, checkpoints, golden, arch, out).items() if flag in reports}
+    if getattr(args, "scanned", False):  # a command line the parser refused: only where a report may plainly go
+        append = _markdown_append(args, {})
+        safe = {flag: path for flag, path in safe.items() if _fresh_or_report(flag, path, append and flag == "--markdown")}
+    stopped = failure.Stopped(command=args.command, message=message, kind=type(exc).__name__,
+                              checkpoints=tuple(str(c) for c in checkpoints))
+    notes = []
+    for flag, path in safe.items():
+        try:
+            write_text_atomic(path, failure.RENDER[flag[2:]](stopped), append=flag == "--markdown" and _markdown_append(args, {}))
+        except ExportCheckError as error:
+            notes.append(f"export-check: the error report was not written either: {error}")
+    return notes
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -330,6 +401,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    args = None
     try:
         args = parser.parse_args(_normalise(args_list))
         if args.command is None:
@@ -345,7 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_cache(args)
         return _cmd_golden(args)
     except ExportCheckError as exc:
-        print(f"export-check: error: {str(exc).removeprefix('export-check: ')}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
+        for note in _error_reports(args if args is not None else _scanned(args_list), exc):
+            print(note, file=sys.stderr)
         return exc.exit_code
     except OSError as exc:
         if exc.errno != errno.ENAMETOOLONG:
@@ -357,6 +431,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return _interrupted()
+
+
+_SCANNED = ("json", "junit", "markdown", "html", "golden", "arch", "out")
+
+
+def _scanned(argv: list[str]) -> argparse.Namespace | None:
+    """The report paths of a ``check``/``merge`` command line the parser refused (a mistyped flag), read
+    token by token: ``--json PATH`` or ``--json=PATH``. Every other word is protected as if it were a
+    checkpoint."""
+    argv = _normalise(list(argv))
+    if not argv or argv[0] not in ("check", "merge"):
+        return None
+    found: dict[str, Any] = dict.fromkeys(_SCANNED)
+    words = []
+    tokens = iter(argv[1:])
+    for token in tokens:
+        name, eq, value = token.partition("=")
+        flag = name.removeprefix("--")
+        if name.startswith("--") and flag in found:
+            found[flag] = value if eq else next(tokens, None)
+        elif not token.startswith("-"):
+            words.append(Path(token))
+    reports = {flag: Path(found[flag]) if found[flag] else None for flag in REPORT_FLAGS}
+    return argparse.Namespace(command=argv[0], checkpoint=words, golden=Path(found["golden"]) if found["golden"] else None,
+                              arch=found["arch"], out=Path(found["out"]) if found["out"] else None,
+                              markdown_append="--markdown-append" in argv, scanned=True, **reports)
+
+
+_SUFFIXES = {"--json": (".json",), "--junit": (".xml",), "--markdown": (".md", ".markdown"), "--html": (".html", ".htm")}
+
+
+def _fresh_or_report(flag: str, path: Path, append: bool) -> bool:
+    """Whether an error report may go to ``path`` of a refused command line: standard output, a FIFO or
+    device, a new file named like the report (``r.json``: a word after a mistyped flag is no report
+    path), a file appended to, or one holding an earlier export-check report."""
+    from .report.destination import resolve
+
+    if str(path).startswith("-") and str(path) != "-":
+        return False
+    try:
+        where = resolve(path)
+        if where.fd is not None or where.through:
+            return True
+        if where.path is None or not where.path.exists():
+            return Path(path).suffix.lower() in _SUFFIXES[flag]
+        if append:
+            return True
+        with open(where.path, "rb") as fh:
+            return b"export-check" in fh.read(4096)
+    except OSError:
+        return False
+
+
+def error_line(exc: BaseException) -> str:
+    """``export-check: error: MESSAGE``, with the prefix once however the message began."""
+    return f"export-check: error: {error_message(exc)}"
 
 
 def _interrupted() -> int:

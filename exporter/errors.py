@@ -66,6 +66,19 @@ class ArtifactError(Exception):
     """
 
 
+def error_message(exc: BaseException | str) -> str:
+    """An error's message without any ``export-check: error:`` prefix it carries, so that the one
+    printing it adds the prefix exactly once.
+
+    >>> error_message(ValueError("export-check: error: export-check: unrecognized arguments: --x"))
+    'unrecognized arguments: --x'
+    """
+    message = str(exc)
+    while message.startswith("export-check: "):
+        message = message.removeprefix("export-check: ").removeprefix("error: ")
+    return message
+
+
 def describe_exception(exc: BaseException) -> str:
     """An exception as one short line for a row's reason: ``TypeName: message``."""
     import errno

@@ -39,11 +39,13 @@ def fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def replacing(path: Path, tmp: Path | None = None) -> Iterator[Path]:
+def replacing(path: Path, tmp: Path | None = None, mode: int | None = None) -> Iterator[Path]:
     """Yield a temporary sibling of ``path`` to write; on success it becomes ``path`` atomically.
 
     ``tmp`` names the temporary file (e.g. after the writer's pid, so a crashed writer's leftovers
     can be found); by default a fresh hidden ``.partial`` name is made in ``path``'s folder.
+    ``mode`` is the new file's permission bits (a report keeps those of the file it replaces);
+    by default ``0o666`` less the umask.
     """
     if tmp is None:
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
@@ -52,7 +54,7 @@ def replacing(path: Path, tmp: Path | None = None) -> Iterator[Path]:
     try:
         yield tmp
         with open(tmp, "rb+") as fh:
-            os.fchmod(fh.fileno(), 0o666 & ~current_umask())
+            os.fchmod(fh.fileno(), 0o666 & ~current_umask() if mode is None else mode)
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:

@@ -153,6 +153,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("json", "json", "path", "write the full report as JSON", (CHECK,), metavar="PATH"),
     Option("junit", "junit", "path", "write JUnit XML, one test case per row (Jenkins, GitLab, Azure)", (CHECK,), metavar="PATH"),
     Option("markdown", "markdown", "path", "write a Markdown summary, e.g. --markdown \"$GITHUB_STEP_SUMMARY\"", (CHECK,), metavar="PATH"),
+    Option("markdown-append", "markdown_append", "switch", "add the Markdown summary to the end of --markdown's file instead of "
+           "replacing it, so that several checks in one job each add theirs (always so for the file $GITHUB_STEP_SUMMARY names)",
+           (CHECK, MERGE), settings=True),
     Option("html", "html", "path", "write one self-contained HTML report with plots", (CHECK,), metavar="PATH"),
     Option("history", "history", "path", "append this run's summary as one JSON line (see `export-check history`)", (CHECK,), metavar="PATH"),
     Option("cache-dir", "cache_dir", "path", "artifact cache (default: $XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CHECK,),

@@ -43,35 +43,86 @@ def check_outputs(config: RunConfig, reports: Mapping[str, Path | None] | None =
     given: dict[str, Path] = {flag: path for flag, path in (reports or {}).items() if path is not None}
     check_lengths({"checkpoint": config.checkpoint, "--golden": config.golden, "--out": config.out_dir,
                    "--cache-dir": config.cache_dir, **given})
-    checkpoint, golden = _real(config.checkpoint), _real(config.golden)
-    protected = {checkpoint: "the checkpoint", golden: "the golden set", golden / MANIFEST: "the golden set's manifest"}
-    arch_file = _arch_file(config.arch)
-    if arch_file is not None:
-        protected[_real(arch_file)] = "the architecture's source file"
-
+    protected = _protected((config.checkpoint,), config.golden, config.arch)
     out = _real(config.out_dir)
     for path, what in protected.items():
         if out in (path, path.parent):  # artifacts are written into --out, never below it
             raise UsageError(f"--out {shown(str(config.out_dir))}: {'is' if out == path else 'holds'} {what} ({shown(str(path))}); "
                              "artifacts go into --out: pass a folder of its own, e.g. --out export-check-out")
-
-    from .artifacts import KINDS
-
-    protected.update({out / kind.filename(): f"the {kind.name} artifact" for kind in KINDS})
+    protected.update(_artifacts(config.out_dir))
     seen: dict[Path, str] = {}
     for flag, report in given.items():
-        path = _real(report)
-        where = f"{flag} {shown(str(report))}"
+        refusal = _report_refusal(flag, report, protected, config.golden, seen)
+        if refusal is not None:
+            raise UsageError(refusal)
+
+
+def error_report_paths(reports: Mapping[str, Path | None], checkpoints: tuple[Path, ...], golden: Path, arch: str,
+                       out: Path) -> dict[str, Path]:
+    """The report paths a run that stopped with an error may write its error reports to: those
+    :func:`check_outputs` would accept, judged from what the command line says (the settings file
+    may be what failed), none inside a folder holding a golden set's manifest, and none that two
+    reports share (which of them would it hold?)."""
+    protected = _protected(checkpoints, golden, arch)
+    protected.update(_artifacts(out))
+    safe = {}
+    for flag, report in reports.items():
+        if report is None:
+            continue
+        try:
+            check_lengths({flag: report})
+            refused = _report_refusal(flag, report, protected, golden, {})
+            shared = [other for other, path in reports.items() if other != flag and path is not None and _key(path) == _key(report)]
+        except (UsageError, OSError):
+            continue
+        real = _real(report)
+        if refused is None and not shared and not any((folder / MANIFEST).exists() for folder in (real, *real.parents)):
+            safe[flag] = report
+    return safe
+
+
+def _key(report: Path) -> Path:
+    from .report.destination import is_stdout
+
+    return STDOUT_KEY if is_stdout(report) else _real(report)
+
+
+def _protected(checkpoints: tuple[Path, ...], golden_dir: Path, arch: str) -> dict[Path, str]:
+    golden = _real(golden_dir)
+    protected = {_real(c): "the checkpoint" for c in checkpoints}
+    protected.update({golden: "the golden set", golden / MANIFEST: "the golden set's manifest"})
+    arch_file = _arch_file(arch)
+    if arch_file is not None:
+        protected[_real(arch_file)] = "the architecture's source file"
+    return protected
+
+
+def _artifacts(out_dir: Path) -> dict[Path, str]:
+    from .artifacts import KINDS
+
+    out = _real(out_dir)
+    return {out / kind.filename(): f"the {kind.name} artifact" for kind in KINDS}
+
+
+def _report_refusal(flag: str, report: Path, protected: Mapping[Path, str], golden_dir: Path, seen: dict[Path, str]) -> str | None:
+    """Why ``report`` may not be written (one line), or None; remembers it in ``seen`` (path -> flag)."""
+    where = f"{flag} {shown(str(report))}"
+    path = _key(report)  # -, /dev/stdout and the links to it are one destination
+    if path != STDOUT_KEY:
         if path in protected:
-            raise UsageError(f"{where}: is {protected[path]}; writing the report there would overwrite it: choose another path")
-        if golden in path.parents:
-            raise UsageError(f"{where}: is inside the golden set {shown(str(config.golden))}; write reports elsewhere")
+            return f"{where}: is {protected[path]}; writing the report there would overwrite it: choose another path"
+        if _real(golden_dir) in path.parents:
+            return f"{where}: is inside the golden set {shown(str(golden_dir))}; write reports elsewhere"
         held = next((what for p, what in protected.items() if path in p.parents), None)
         if held is not None:
-            raise UsageError(f"{where}: is a folder holding {held}; {flag} takes a file path")
-        if path in seen:
-            raise UsageError(f"{where}: {seen[path]} writes there too; give each report its own path")
-        seen[path] = flag
+            return f"{where}: is a folder holding {held}; {flag} takes a file path"
+    if path in seen:
+        return f"{where}: {seen[path]} writes there too; give each report its own path"
+    seen[path] = flag
+    return None
+
+
+STDOUT_KEY = Path("<standard output>")
 
 
 def _real(path: Path) -> Path:

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from .results import Report, Row
 
 REGEN_FLAG = "--export-check-regen"
+RECORD_FLAG = "--export-check-record"
+RECORD_MODES = ("auto", "missing", "never")
 MODELS_INI = "export_check_models"
 EAGER = "eager"
 SESSION_INPUT = "export_check_session"  # the shared session folder, handed to xdist workers
@@ -64,6 +66,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         dest="export_check_regen",
         help="re-approve each golden set from the current checkpoint (record missing ones), then fail those tests "
         "so that a regeneration never passes silently",
+    )
+    group.addoption(
+        RECORD_FLAG,
+        choices=RECORD_MODES,
+        default="auto",
+        dest="export_check_record",
+        help="a model whose golden set is missing: auto (the default) records it from `inputs` and fails, except under CI "
+        "(CI=true), where it fails without writing anything; never: always fail without writing; missing: record it even under CI",
     )
     for flag, what in REPORT_FLAGS:
         group.addoption(
@@ -130,6 +140,44 @@ class _Session:
     @property
     def regen(self) -> bool:
         return bool(self.config.getoption("export_check_regen"))
+
+    def refuses_recording(self) -> str | None:
+        """Why a missing golden set may not be recorded in this session (None: it may): under CI
+        (``CI`` set to anything but false/0/no) or with ``--export-check-record=never``, a golden set
+        is never written into the checkout from the very model it is meant to check."""
+        mode = self.config.getoption("export_check_record", "auto")
+        if mode == "never":
+            return f"{RECORD_FLAG}=never"
+        ci = os.environ.get("CI", "").strip().lower()
+        if mode == "auto" and ci not in ("", "0", "false", "no") and not self.regen:
+            return f"CI={os.environ['CI']} is set (a CI run never records a golden set into the checkout)"
+        return None
+
+    def shown_once(self, outcome: Outcome, where: str) -> Outcome:
+        """``outcome`` as the item ``where`` reports it: a regen's note (with its diff) in full on the first
+        item of the session to fail with it, on any xdist worker; every other item names that one."""
+        note = outcome.golden_note
+        if note is None or not note.startswith(REGEN_FLAG):
+            return outcome
+        import dataclasses
+
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        where = where if worker is None else f"{where} on {worker}"  # under --dist each every worker runs every item
+        claim = self.folder / f"shown-{hashlib.sha256(note.encode()).hexdigest()[:16]}"
+        staged = self.folder / f".{claim.name}.{os.getpid()}.{id(outcome)}"
+        staged.write_text(where)
+        try:
+            os.link(staged, claim)  # atomic: exactly one item anywhere wins, and its name is there when it does
+            first = where
+        except FileExistsError:
+            first = claim.read_text()
+        finally:
+            staged.unlink()
+        if first == where:
+            return outcome
+        head = note.splitlines()[0].removesuffix(":")
+        return dataclasses.replace(outcome, golden_note=f"{head} (its diff is shown once, under {first}). "
+                                                        f"Review the change, commit it, and rerun without {REGEN_FLAG}.")
 
     def out_dir(self, checkpoint: Path, key: str) -> Path:
         name = f"export-check-{checkpoint.stem}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
@@ -229,6 +277,13 @@ class _Session:
             signature_settings=config.signature_settings,
         )
         if missing:
+            refused = self.refuses_recording()
+            if refused is not None:
+                raise GoldenError(
+                    f"{config.golden}: golden set not found; not recorded because {refused}: record it where you can review "
+                    f"it (`pytest` on your machine, or `export-check golden record {config.checkpoint} --inputs DIR`), "
+                    f"commit it and rerun; or pass {RECORD_FLAG}=missing to record it here"
+                )
             inputs = settings.get("inputs")
             if inputs is None:
                 raise GoldenError(
@@ -376,7 +431,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     report = FleetReport(models=models, seconds=sum(m.seconds for m in models), executor=f"pytest, {max(1, _workers(config))} process(es)",
                          created=datetime.now(UTC).isoformat(timespec="seconds"), tool_version=__version__)
     base = config.invocation_params.dir
-    views.write(report, *(None if paths[flag] is None else base / paths[flag] for flag in ("json", "junit", "markdown")))
+    json_path, junit_path, markdown_path = (None if paths[flag] is None else Path(paths[flag]) if paths[flag] == "-" else base / paths[flag]
+                                           for flag in ("json", "junit", "markdown"))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")  # GitHub's job summary is appended to, never replaced (issue 16.2)
+    append = bool(summary) and markdown_path is not None and os.path.realpath(str(summary)) == os.path.realpath(markdown_path)
+    views.write(report, json_path, junit_path, markdown_path, markdown_append=append)
 
 
 def _workers(config: pytest.Config) -> int:
@@ -455,7 +514,9 @@ def failure_text(outcome: Outcome, row_name: str | None) -> str | None:
     if outcome.golden_note:
         parts.append(outcome.golden_note)
     if outcome.error is not None:
-        parts.append(f"export-check: error: {outcome.error}")
+        from .errors import error_message
+
+        parts.append(f"export-check: error: {error_message(outcome.error)}")
     elif outcome.report is not None:
         rows = [outcome.report.row(row_name)] if row_name else list(outcome.report.rows)
         for row in rows:
@@ -477,8 +538,9 @@ class ExportCheck:
     rest comes from the settings files as for ``export-check CHECKPOINT``.
     """
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, nodeid: str = "") -> None:
         self._config = config
+        self._nodeid = nodeid
 
     def __call__(self, checkpoint: str | Path, **options: Any) -> Report:
         __tracebackhide__ = True
@@ -487,7 +549,8 @@ class ExportCheck:
         for key in ("golden", "out", "config"):
             if options.get(key) is not None and not Path(options[key]).is_absolute():
                 options[key] = self._config.rootpath / options[key]
-        outcome = _session(self._config).outcome(path, options)
+        session = _session(self._config)
+        outcome = session.shown_once(session.outcome(path, options), self._nodeid)
         if outcome.golden_note or outcome.error is not None:
             pytest.fail(failure_text(outcome, None) or "", pytrace=False)
         assert outcome.report is not None
@@ -505,7 +568,7 @@ class ExportCheck:
 @pytest.fixture
 def export_check(request: pytest.FixtureRequest) -> ExportCheck:
     """Run export-check on a checkpoint and get its typed :class:`~export_check.results.Report`."""
-    return ExportCheck(request.config)
+    return ExportCheck(request.config, request.node.nodeid)
 
 
 # --- declared models: one collector per checkpoint, one item per row ----------------------------
@@ -599,7 +662,9 @@ class CheckpointFile(pytest.File):
         from .errors import ExportCheckError
 
         if isinstance(excinfo.value, ExportCheckError):
-            return f"export-check: error: {excinfo.value}"
+            from .errors import error_message
+
+            return f"export-check: error: {error_message(excinfo.value)}"
         return str(super().repr_failure(excinfo))
 
 
@@ -609,7 +674,7 @@ class ExportCheckItem(pytest.Item):
     parent: CheckpointFile
 
     def runtest(self) -> None:
-        outcome = self.parent.outcome()
+        outcome = _session(self.config).shown_once(self.parent.outcome(), self.nodeid)
         text = failure_text(outcome, None if outcome.report is None else self.name)
         if text:
             raise ExportCheckFailure(text)

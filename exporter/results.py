@@ -111,6 +111,15 @@ class Row:
         }
 
 
+def plural(count: int, noun: str) -> str:
+    """A count and its noun, singular for one.
+
+    >>> plural(1, "error"), plural(0, "error"), plural(2, "input")
+    ('1 error', '0 errors', '2 inputs')
+    """
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 @dataclass(frozen=True)
 class GoldenSummary:
     path: str
@@ -159,9 +168,9 @@ class Report:
         return {s: sum(r.status == s for r in self.rows) for s in STATUSES}
 
     def counts_text(self) -> str:
-        """``7 passed, 0 failed, 0 errors``, and ``, 1 not applicable`` when a kind does not apply."""
+        """``7 passed, 0 failed, 0 errors`` (``1 error``), and ``, 1 not applicable`` when a kind does not apply."""
         c = self.counts()
-        text = f"{c[PASS]} passed, {c[FAIL]} failed, {c[ERROR]} errors"
+        text = f"{c[PASS]} passed, {c[FAIL]} failed, {plural(c[ERROR], 'error')}"
         return text + (f", {c[NOT_APPLICABLE]} not applicable" if c[NOT_APPLICABLE] else "")
 
     def row(self, name: str) -> Row:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..results import STATUSES
+from ..results import STATUSES, plural
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 # why a model has no report: a user error stopped its check (exit 2), the check crashed (an
@@ -98,4 +98,4 @@ class FleetReport:
 
     def counts_text(self) -> str:
         c = self.counts()
-        return f"{len(self.models)} models: {c[PASS]} passed, {c[FAIL]} failed, {c[ERROR]} errors"
+        return f"{plural(len(self.models), 'model')}: {c[PASS]} passed, {c[FAIL]} failed, {plural(c[ERROR], 'error')}"

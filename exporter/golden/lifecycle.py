@@ -296,7 +296,7 @@ def describe_outputs(golden: GoldenSet) -> str:
     return "outputs " + ", ".join(parts)
 
 
-_KIND_TEXT = {"missing": "MISSING", "changed": "CHANGED", "undecodable": "UNDECODABLE", "broken": "BROKEN"}
+_KIND_TEXT = {"missing": "MISSING", "changed": "CHANGED", "undecodable": "UNDECODABLE", "broken": "BROKEN", "lfs-pointer": "LFS POINTER"}
 
 
 def verify(golden_dir: Path) -> tuple[bool, list[str]]:

@@ -50,7 +50,7 @@ from .inputs import (
     read_npz,
     read_sample,
 )
-from .reading import FILE_MAX_BYTES, MANIFEST_MAX_BYTES, load_json, load_npy, npy_header, read_beneath
+from .reading import FILE_MAX_BYTES, MANIFEST_MAX_BYTES, lfs_pointer, load_json, load_npy, npy_header, read_beneath
 
 MANIFEST = "manifest.json"
 FORMAT = "export-check-golden"
@@ -587,10 +587,12 @@ def _classify(root: Path, rel: str, expected: str) -> str:
     if not path.exists():
         return "missing"
     try:
-        actual = sha256_bytes(files.read_fd(files.open_beneath(root, rel), FILE_MAX_BYTES, path))
+        data = files.read_fd(files.open_beneath(root, rel), FILE_MAX_BYTES, path)
     except OSError:  # a link, a FIFO, too large, unreadable
         return "broken"
-    return "changed" if actual != expected else "undecodable"
+    if sha256_bytes(data) == expected:
+        return "undecodable"
+    return "changed" if lfs_pointer(data) is None else "lfs-pointer"  # a pointer: never downloaded (`git lfs pull`), not changed
 
 
 def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:

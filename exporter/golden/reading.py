@@ -42,12 +42,33 @@ def describe(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+# A Git LFS pointer (https://github.com/git-lfs/git-lfs/blob/main/docs/spec.md): under 1024 bytes, its
+# first line the spec's URL; a checkout without `git lfs pull` holds these instead of the files.
+_LFS_VERSIONS = (b"version https://git-lfs.github.com/spec/", b"version https://hawser.github.com/spec/")
+_LFS_POINTER_MAX = 1024
+
+
+def lfs_pointer(data: bytes) -> str | None:
+    """What to say about a Git LFS pointer file standing in for a golden file, or None if ``data`` is not one.
+
+    >>> lfs_pointer(b"version https://git-lfs.github.com/spec/v1\noid sha256:ab12\nsize 2048\n")[:52]
+    'is a Git LFS pointer, not the file (2,048 bytes, oid '
+    """
+    if len(data) >= _LFS_POINTER_MAX or not data.startswith(_LFS_VERSIONS):
+        return None
+    size = re.search(rb"^size (\d{1,20})$", data, re.M)
+    oid = re.search(rb"^oid sha256:([0-9a-f]{12})", data, re.M)
+    facts = ", ".join(([f"{int(size.group(1)):,} bytes"] if size else []) + ([f"oid {oid.group(1).decode()}…"] if oid else []))
+    return (f"is a Git LFS pointer, not the file{f' ({facts})' if facts else ''}: the checkout did not download it; run "
+            "`git lfs pull` (in GitHub Actions: actions/checkout with `lfs: true`), then rerun")
+
+
 def read_beneath(root: Path, rel: str, limit: int, fix: str, missing: str = "") -> bytes:
     """``root/rel``'s bytes, or one GoldenError line: missing (``missing`` says so), a link, not a
-    regular file, too large, unreadable."""
+    regular file, too large, unreadable, a Git LFS pointer in place of the file."""
     shown = root / rel
     try:
-        return files.read_fd(files.open_beneath(root, rel), limit, shown)
+        data = files.read_fd(files.open_beneath(root, rel), limit, shown)
     except FileNotFoundError:
         raise GoldenError(missing or f"{shown}: missing; {fix}") from None
     except files.UnsafeFile as exc:
@@ -56,6 +77,10 @@ def read_beneath(root: Path, rel: str, limit: int, fix: str, missing: str = "") 
         raise GoldenError(f"{shown}: is a directory, expected a file; {fix}") from None
     except OSError as exc:
         raise GoldenError(f"{shown}: cannot read ({describe(exc)}); check its permissions") from None
+    pointer = lfs_pointer(data)
+    if pointer is not None:
+        raise GoldenError(f"{shown}: {pointer}")
+    return data
 
 
 def read_user_file(path: Path, limit: int, what: str) -> bytes:

@@ -1,17 +1,24 @@
-"""Writers of a :class:`~export_check.results.Report`: each is a pure view of the same object."""
+"""Writers of a :class:`~export_check.results.Report`: each is a pure view of the same object.
+
+Every view is written through :func:`write_text_atomic` (exporter/report/destination.py says how:
+``-`` and ``/dev/stdout`` are standard output, a FIFO or device is written through, a symbolic link's
+target is replaced atomically, ``append`` adds to the end).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .. import files
 from ..errors import OutputError
+from . import destination
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a report file so that readers see the old file or the complete new one, never half."""
+def write_text_atomic(path: Path, text: str, append: bool = False) -> None:
+    """Write a report: readers of a regular file see the old file or the complete new one, never half."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        files.write_bytes(path, text.encode("utf-8"))
+        if str(path) != destination.STDOUT_NAME:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        destination.write(Path(path), text.encode("utf-8"), append=append)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write the report ({exc.strerror or exc}); choose a writable path") from None
+        raise OutputError(f"{destination.describe(path)}: cannot write the report ({exc.strerror or exc}); "
+                          "choose a writable path") from None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fleet.result import FleetReport, ModelResult
+from ..results import plural
 from . import write_text_atomic
 
 SCHEMA, SCHEMA_VERSION = "export-check-fleet-report", 1
@@ -49,7 +50,7 @@ def _counts(model: ModelResult) -> str:
     if model.report is None:
         return "no rows"
     c = model.row_counts()
-    return f"{c['pass']} passed, {c['fail']} failed, {c['error']} errors" + (f", {c['not-applicable']} n/a" if c["not-applicable"] else "")
+    return f"{c['pass']} passed, {c['fail']} failed, {plural(c['error'], 'error')}" + (f", {c['not-applicable']} n/a" if c["not-applicable"] else "")
 
 
 def problem_lines(fleet: FleetReport) -> list[str]:
@@ -77,7 +78,7 @@ def render_text(fleet: FleetReport) -> str:
         lines += ["", "not passing:", *(f"  {line}" for line in problems)]
     rows = fleet.row_counts()
     lines += ["", f"{'PASS' if fleet.passed else 'FAIL'}: {fleet.counts_text()}; rows {rows['pass']} passed, {rows['fail']} failed, "
-              f"{rows['error']} errors; {fleet.executor}, {fleet.seconds:.1f} s"]
+              f"{plural(rows['error'], 'error')}; {fleet.executor}, {fleet.seconds:.1f} s"]
     return "\n".join(lines)
 
 
@@ -138,7 +139,8 @@ def render_markdown(fleet: FleetReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(fleet: FleetReport, json_path: Path | None = None, junit_path: Path | None = None, markdown_path: Path | None = None) -> None:
+def write(fleet: FleetReport, json_path: Path | None = None, junit_path: Path | None = None, markdown_path: Path | None = None,
+          markdown_append: bool = False) -> None:
     for path, render in ((json_path, render_json), (junit_path, render_junit), (markdown_path, render_markdown)):
         if path is not None:
-            write_text_atomic(path, render(fleet))
+            write_text_atomic(path, render(fleet), append=markdown_append and path is markdown_path)

@@ -493,14 +493,17 @@ def test_bad_golden_set_is_refused_naming_the_file(case: str, golden_copy: Path,
 
 def test_undecodable_image_late_in_the_set_stops_the_run_with_one_line(golden_copy: Path, tmp_path: Path, capfd) -> None:
     """Hashes are checked up front; images are decoded batch by batch, so a bad last image is found
-    during replay: still one line naming it, exit 2, and no report claims anything was checked."""
+    during replay: still one line naming it, exit 2, and no report claims anything was checked: the
+    JSON report is the error form (issue 16.2), no rows, the error and exit code 2."""
     named = _corrupt_image_with_matching_hash(golden_copy, index=-1)
     report = tmp_path / "report.json"
     argv = check_argv(DEFAULT_CHECKPOINT, tmp_path / "out", golden=golden_copy)
     code, _, err = run_cli(capfd, *argv, "--artifacts", "onnx", "--json", report)
     assert code == 2
     assert_one_line_error(err, str(golden_copy / named), "cannot decode image", "replace the file")
-    assert not report.exists()
+    doc = json.loads(report.read_text())
+    assert doc["exit_code"] == 2 and doc["passed"] is False and doc["rows"] == [] and "counts" not in doc
+    assert f"export-check: error: {doc['error']['message']}" == err.strip()
 
 
 def test_golden_path_that_is_a_file(tmp_path: Path, capfd) -> None:

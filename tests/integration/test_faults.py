@@ -203,7 +203,7 @@ def test_a_child_that_exits_without_reporting_is_an_error_too(hook_dir: Path, tm
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "ERROR onnx: build crashed: its child process exited with code 3 before reporting back" in result.stdout
-    assert "FAILED: 2 passed, 0 failed, 1 errors" in result.stdout
+    assert "FAILED: 2 passed, 0 failed, 1 error" in result.stdout
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])

@@ -18,6 +18,13 @@ from user_project import UserModels, write_settings
 
 pytest_plugins = ["pytester", "user_project_fixtures"]
 
+@pytest.fixture(autouse=True)
+def _local_workflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runs are a developer's: a missing golden set is recorded. Under CI=true the plugin never
+    records one into the checkout (issue 16.6, test_plugin_record_policy.py), so CI is unset here."""
+    monkeypatch.delenv("CI", raising=False)
+
+
 TWO_KINDS = 'artifacts = ["torchscript-trace", "onnx"]\n'
 MODELS_INI = 'export_check_models = ["model.pth"]\n'
 

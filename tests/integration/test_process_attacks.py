@@ -237,9 +237,12 @@ def test_non_json_arch_kwargs_in_toml_are_one_line_and_the_run_never_starts(proj
     """A TOML date in arch-kwargs used to pass the run and then crash the --json report."""
     (project / "pyproject.toml").write_text(f'[tool.export-check]\narch = "resnet.py:ResNet"\ngolden = "golden"\n'
                                             f'arch-kwargs = {{num_classes = 10, when = {value}}}\n')
-    args = [str(project / "model.pth"), "--out", str(project / "out"), "--json", str(project / "r.json"), "--no-cache", "-q"]
-    attack(capfd, project, args, "pyproject.toml: arch-kwargs", says)
-    assert not (project / "out").exists() and not (project / "r.json").exists()
+    report = project.parent / f"{project.name}-r.json"
+    args = [str(project / "model.pth"), "--out", str(project / "out"), "--json", str(report), "--no-cache", "-q"]
+    err = attack(capfd, project, args, "pyproject.toml: arch-kwargs", says)
+    assert not (project / "out").exists()
+    doc = json.loads(report.read_text())  # the report holds the error (issue 16.2), and only the error
+    assert doc["exit_code"] == 2 and doc["rows"] == [] and doc["error"]["message"] == err.removeprefix("export-check: error: ").rstrip("\n")
 
 
 # --- checkpoints -------------------------------------------------------------------------------

@@ -107,7 +107,7 @@ def test_markdown_summary_shows_verdicts_thresholds_and_reasons(passing, failing
     assert "**Thresholds:** float artifacts MAE≤1e-05 · int8 artifacts relMAE≤5% & top1≥98%" in text
     assert "torch-int8-dynamic: int8 error per layer: worst layers (lowest SQNR): fc" in text
     bad = markdown.render(failing)
-    assert bad.startswith("## ❌ export-check FAILED: 1 passed, 1 failed, 1 errors")
+    assert bad.startswith("## ❌ export-check FAILED: 1 passed, 1 failed, 1 error")
     assert "- ❌ **onnx** (fail)" in bad and "  - where: first departs at" in bad
     assert "RuntimeError: &lt;bad&gt; & \"quoted\" \x07 bell \\| pipe" in bad  # the pipe cannot break the table
     assert "<details><summary>onnx: where it diverges: first departs at" in bad

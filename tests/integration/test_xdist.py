@@ -20,6 +20,13 @@ ITEM = re.compile(r"^\[(gw\d)\] \[\s*\d+%\] (PASSED|FAILED|ERROR) (mlp\d)/model\
 SERIAL_ITEM = re.compile(r"^(mlp\d)/model\.pth::(\S+) (PASSED|FAILED|ERROR)", re.M)
 
 
+@pytest.fixture(autouse=True)
+def _local_workflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runs are a developer's: a missing golden set is recorded. Under CI=true the plugin never
+    records one into the checkout (issue 16.6, test_plugin_record_policy.py), so CI is unset here."""
+    monkeypatch.delenv("CI", raising=False)
+
+
 @pytest.fixture(scope="session")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """4 models without golden sets, made once. (Made before pytester's fixture too: pytester drops
@@ -104,5 +111,7 @@ def test_with_every_worker_running_every_item_a_golden_set_is_recorded_and_regen
     out = result.stdout.str()
     assert len(items) == 6 and {v for _, v, _, _ in items} == {"FAILED"}
     assert _failure_bodies_saying(result, f"golden set {golden} re-approved from") == 6
+    assert _failure_bodies_saying(result, "checkpoint sha256 ") == 1  # the diff, once per model over both workers (issue 16.6)
+    assert _failure_bodies_saying(result, "its diff is shown once, under mlp0/model.pth::") == 5
     assert "left unchanged" not in out
     assert (golden / "manifest.json").read_bytes() != first

@@ -45,12 +45,12 @@ def test_rows_are_unique_per_command_and_name_real_commands() -> None:
         assert len({o.python for o in rows}) == len(rows), command
     assert all(set(o.commands) <= set(COMMANDS) for o in OPTIONS)
     assert all(o.commands or o.settings for o in OPTIONS), "a row neither a flag nor a settings key"
-    assert [o.name for o in SETTINGS.values() if o.kind == "switch"] == ["strict"]  # true or false in a settings file
+    assert sorted(o.name for o in SETTINGS.values() if o.kind == "switch") == ["markdown-append", "strict"]  # true or false in a settings file
 
 
 def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
     assert set(SETTINGS) == {
-        "strict",
+        "strict", "markdown-append",  # issue 16.2: append the Markdown summary
         "arch", "arch-kwargs", "golden", "inputs", "out", "artifacts", "batch-size", "threads", "jobs", "build-timeout",
         "opset", "onnx-exporter", "max-mae", "int8-max-relative-mae", "int8-max-mae", "int8-min-top1", "preprocess", "cache-dir", "cache-max-size",
         "model-inputs", "outputs",  # golden format 2: [tool.export-check.model-inputs.NAME], [tool.export-check.outputs.NAME]
