@@ -27,9 +27,6 @@ from export_check.report import json_report
 WORKFLOW = REPO / ".github" / "workflows" / "export-check.yml"
 HOOKS = REPO / ".pre-commit-hooks.yaml"
 BIN = Path(sys.executable).parent
-# another branch of issue 16 adds --markdown-append; until it is merged the workflow cannot run here
-HAS_APPEND = "--markdown-append" in build_parser()._subparsers._group_actions[0].choices["check"].format_help()  # type: ignore[union-attr]
-needs_append = pytest.mark.xfail(not HAS_APPEND, reason="--markdown-append (issue 16.2) is not in this build yet", strict=True)
 
 
 def workflow() -> dict:
@@ -75,7 +72,6 @@ def test_the_workflow_installs_with_constraints_checks_appends_the_summary_and_u
     assert cache["with"]["path"] == "~/.cache/export-check"  # the default cache folder (config.default_cache_dir)
 
 
-@needs_append
 def test_every_export_check_command_of_the_workflow_is_a_valid_invocation() -> None:
     env = {"GITHUB_STEP_SUMMARY": "/tmp/summary.md", "RUNNER_TEMP": "/tmp"}
     found = [line for s in steps() for line in commands(s.get("run", ""))]
@@ -105,7 +101,6 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@needs_append
 def test_the_workflow_commands_run_on_the_bundled_model(tmp_path: Path) -> None:
     project, env = _project_copy(tmp_path), _env(tmp_path)
     summary = Path(env["GITHUB_STEP_SUMMARY"])
