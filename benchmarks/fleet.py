@@ -121,9 +121,9 @@ ZOO = {  # the bundled digit models: checkpoint -> architecture (benchmarks/run.
 }
 
 
-def zoo_project(folder: Path) -> Path:
+def zoo_project(folder: Path, count: int = 64) -> Path:
     """The four bundled digit models, each in a folder of its own with its settings and a golden
-    set recorded from the 64 bundled golden digits, declared to the pytest plugin."""
+    set recorded from ``count`` digits (64: the bundled golden digits), declared to the pytest plugin."""
     import shutil
 
     from export_check.cli import main as cli
@@ -131,7 +131,7 @@ def zoo_project(folder: Path) -> Path:
     from models.make_golden_images import write_golden_images
 
     folder.mkdir(parents=True)
-    write_golden_images(folder / "digits")
+    write_golden_images(folder / "digits", count)
     preprocess = ", ".join(f"{k} = {json.dumps(v)}" for k, v in DIGITS_PREPROCESS.to_json().items() if v is not None)
     names = []
     for i, (checkpoint, arch) in enumerate(ZOO.items()):
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--only", choices=("fleet", "pytest"), help="run one of the two benchmarks")
-    parser.add_argument("--projects", default="zoo,smallnet", help="pytest projects, comma-separated (default: zoo,smallnet)")
+    parser.add_argument("--projects", default="zoo,zoo256,smallnet", help="pytest projects, comma-separated: zoo, zoo256, smallnet (default: all)")
     args = parser.parse_args(argv)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"`export-check --fleet` run {fleet:.1f} s: {serial / fleet:.2f}x faster, same verdicts", flush=True)
         if args.only == "fleet":
             return 0
-        makers = {"zoo": zoo_project, "smallnet": lambda folder: conv_project(folder, 4)}
+        makers = {"zoo": zoo_project, "zoo256": lambda folder: zoo_project(folder, 256), "smallnet": lambda folder: conv_project(folder, 4)}
         for name in args.projects.split(","):
             project = makers[name](Path(tmp) / name)
             runs = []
