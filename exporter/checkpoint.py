@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import pickle
 import re
 import sys
@@ -323,7 +324,7 @@ def _append_path(folder: Path | None) -> None:
 
 
 def _import_file(path: Path, spec: str) -> Any:
-    path = path.expanduser().resolve()
+    path = Path(os.path.expanduser(path)).resolve()
     if not path.is_file():
         raise ArchitectureError(f"{spec}: file {path} not found; give an existing .py file")
     # Inside a package (directories with __init__.py), import it by its dotted name so that the

@@ -40,7 +40,7 @@ JOBS = (1, 2)  # processes working at once: this one, and the build server (expo
 def default_cache_dir() -> Path:
     """Where the artifact cache lives by default: ``$XDG_CACHE_HOME/export-check``, else ``~/.cache/export-check``."""
     base = os.environ.get("XDG_CACHE_HOME", "").strip()
-    root = Path(base).expanduser() if base and Path(base).expanduser().is_absolute() else Path.home() / ".cache"
+    root = Path(os.path.expanduser(base)) if base and Path(os.path.expanduser(base)).is_absolute() else Path.home() / ".cache"
     return root / "export-check"
 
 

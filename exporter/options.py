@@ -273,7 +273,7 @@ def coerce(value: Any, kind: str, base: Path | None, where: str) -> Any:
         if not isinstance(value, str) or not value.strip() or "\x00" in value:
             raise UsageError(f"{where} must be a non-empty string, got {value!r}")
         if kind == "path":
-            path = Path(value).expanduser()
+            path = Path(os.path.expanduser(value))
             return path if path.is_absolute() or base is None else base / path
         return value
     if kind == "int":

@@ -132,7 +132,7 @@ def _real(path: Path) -> Path:
 def _arch_file(arch: str) -> Path | None:
     module_part = arch.rpartition(":")[0]
     if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
-        return Path(module_part).expanduser()
+        return Path(os.path.expanduser(module_part))
     return None
 
 

@@ -11,6 +11,7 @@ Settings files come from the repo under test: they are parsed strictly and never
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ def parse_settings(table: Any, base: Path, source: str) -> dict[str, Any]:
 def anchor_arch(spec: str, base: Path) -> tuple[str, Path]:
     """Make a file-path architecture spec absolute against ``base``; module specs import from ``base``."""
     module_part, sep, attr = spec.rpartition(":")
-    if sep and (module_part.endswith(".py") or "/" in module_part) and not Path(module_part).expanduser().is_absolute():
+    if sep and (module_part.endswith(".py") or "/" in module_part) and not Path(os.path.expanduser(module_part)).is_absolute():
         spec = f"{base / module_part}:{attr}"
     return spec, base
 

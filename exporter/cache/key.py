@@ -9,6 +9,7 @@ what is observed.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ def arch_source_sha256(spec: str, root: Path | None = None) -> str:
     """
     module_part = spec.rpartition(":")[0]
     if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
-        path = Path(module_part).expanduser().resolve()
+        path = Path(os.path.expanduser(module_part)).resolve()
         return sha256_file(path) if path.is_file() else "missing"
     # Found by hand: importlib.util.find_spec("pkg.mod") would import pkg (and torch with it), and a
     # cache hit must not cost a torch import.

@@ -53,7 +53,7 @@ def key_file_path() -> Path:
     """Where this user's cache key is (see the module docstring)."""
     named = os.environ.get(KEY_ENV)
     if named:
-        return Path(named).expanduser().absolute()
+        return Path(os.path.expanduser(named)).absolute()
     config = os.environ.get("XDG_CONFIG_HOME")
     base = Path(config) if config and Path(config).is_absolute() else Path.home() / ".config"
     return base / "export-check" / "cache.key"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -61,7 +62,7 @@ def from_checkpoints(paths: Sequence[Path]) -> Fleet:
     for path in paths:
         if "\x00" in str(path):
             raise UsageError(f"{str(path)!r}: a checkpoint path cannot hold a NUL character; pass the path of a .pth/.pt/.safetensors file")
-        key = str(path.expanduser().resolve())
+        key = str(Path(os.path.expanduser(path)).resolve())
         if key in seen:
             raise UsageError(f"{path}: given twice; list each checkpoint once")
         seen[key] = path
@@ -120,7 +121,7 @@ def _model(name: str, table: Any, defaults: Mapping[str, Any], base: Path, sourc
             value = own[key]
             if not isinstance(value, str) or not value.strip() or "\x00" in value:
                 raise UsageError(f"{where}: {key} must be a non-empty string (a path), got {value!r}")
-            path = Path(value).expanduser()
+            path = Path(os.path.expanduser(value))
             paths[key] = path if path.is_absolute() else base / path
     if "config" in paths:
         explicit["config"] = paths["config"]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from export_check.errors import UsageError
 from export_check.fleet.merge import merge
 from export_check.fleet.plan import out_folder
-from export_check.fleet.spec import Fleet, FleetModel, parse_fleet, parse_shard, select_shard, shard_index
+from export_check.fleet.spec import Fleet, FleetModel, from_checkpoints, parse_fleet, parse_shard, select_shard, shard_index
 
 
 @given(st.text(max_size=12))
@@ -93,3 +93,9 @@ def test_merge_refuses_any_other_json_with_one_line(tmp_path_factory: pytest.Tem
         merge([path])
     except UsageError as exc:
         assert str(exc).startswith(f"{path}: ") and "\n" not in str(exc)
+
+
+def test_a_tilde_path_of_an_unknown_user_is_a_plain_path_not_a_crash() -> None:
+    # Path.expanduser raises RuntimeError for "~nosuchuser"; the fuzzer found it on the command line
+    fleet = from_checkpoints([Path("~0no-such-user/model.pth")])
+    assert fleet.models[0].checkpoint == Path("~0no-such-user/model.pth")
