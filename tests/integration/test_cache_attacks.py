@@ -559,7 +559,9 @@ def test_an_untrustworthy_key_file_is_refused_with_one_line_before_any_work(worl
     with deadline(60):
         code, report = world.check()
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and report is None
+    # the JSON report asked for carries the error (issue 16: every report is written on exit 2), nothing else
+    assert code == 2 and report is not None and report["exit_code"] == 2 and report["rows"] == [], report
+    assert report["error"]["message"].startswith(f"{shown}: ") and expected in report["error"]["message"]
     assert len(err) == 1 and err[0].startswith(f"export-check: error: {shown}: ") and expected in err[0], err
     assert not any(world.out.glob("*.onnx"))  # nothing built
     world.assert_only_own_files_changed(before, sealed)

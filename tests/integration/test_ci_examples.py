@@ -63,7 +63,7 @@ def test_the_workflow_installs_with_constraints_checks_appends_the_summary_and_u
     assert runs["Install"].split() == ["python", "-m", "pip", "install", "-c", "constraints.txt", "-e", "."]
     assert (REPO / "constraints.txt").is_file()
     (check,) = commands(runs["Export, replay and gate"])
-    assert '--markdown-append "$GITHUB_STEP_SUMMARY"' in check
+    assert '--markdown "$GITHUB_STEP_SUMMARY" --markdown-append' in check
     upload = next(s for s in steps() if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["if"] == "always()"
     written = [w for flag in ("--json", "--junit", "--history") for w in [shlex.split(check)[shlex.split(check).index(flag) + 1]]]
