@@ -832,8 +832,11 @@ _TOKENS = ["check", "golden", "record", "verify", "approve", "history", "--arch"
 @given(argv=st.lists(st.sampled_from(_TOKENS + ["@CKPT", "@GOLDEN", "@TEXT", "@TRUNC", "@OUT"]) | st.text(max_size=10), max_size=7))
 def test_fuzzed_argv_with_real_files_never_tracebacks(argv: list[str], fuzz_files: dict[str, str], capfd) -> None:
     argv = [fuzz_files.get(token, token) for token in argv]
+    scratch = Path(fuzz_files["@OUT"]).parent / "cwd"  # `--json check` writes an error report named check: not into the checkout
+    scratch.mkdir(exist_ok=True)
     try:
-        code = main(argv)
+        with contextlib.chdir(scratch):
+            code = main(argv)
     except SystemExit as exc:  # --help / --version
         assert exc.code == 0
         capfd.readouterr()
