@@ -276,7 +276,7 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from .history import load, render_json, render_trend, write_html
+    from .history import load, render_json, render_trend
 
     if args.last < 0:
         raise UsageError(f"--last must be >= 0, got {args.last}")
@@ -285,7 +285,9 @@ def _cmd_history(args: argparse.Namespace) -> int:
     runs = load(args.history_file)
     print(render_json(runs, args.last) if args.json else render_trend(runs, args.last, args.artifact), end="\n" if not args.json else "")
     if args.html is not None:
-        write_html(runs, args.html, args.last, args.artifact)
+        from .report import trend
+
+        trend.write(runs, args.html, args.last, args.artifact)
     return EXIT_PASS
 
 

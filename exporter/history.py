@@ -324,11 +324,3 @@ def render_json(runs: list[HistoryRun], last: int = 10) -> str:
     return json.dumps([{"time": r.time, "commit": r.commit, "ci_run": r.ci_run, "ci_url": r.ci_url, "checkpoint_sha256": r.checkpoint_sha256,
                         "golden_manifest_sha256": r.golden_manifest_sha256, "passed": r.passed, "rows": [vars(row) for row in r.rows]}
                        for r in shown], indent=2) + "\n"
-
-
-def write_html(runs: list[HistoryRun], path: Path, last: int = 10, artifact: str | None = None) -> None:
-    """``export-check history --html PATH``: the trend as one self-contained page (inline SVG, no scripts)."""
-    from .report import write_text_atomic
-    from .report.trend import render
-
-    write_text_atomic(path, render(runs, last, artifact))

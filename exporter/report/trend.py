@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 from ..history import HistoryRow, HistoryRun
 
@@ -109,3 +110,10 @@ def render(runs: list[HistoryRun], last: int = 10, artifact: str | None = None) 
             "<h2>Runs</h2>", _run_table(shown, len(runs) - len(shown) + 1)]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>export-check history</title>"
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write(runs: list[HistoryRun], path: Path, last: int = 10, artifact: str | None = None) -> None:
+    """``export-check history --html PATH``: the trend as one self-contained page (inline SVG, no scripts)."""
+    from . import write_text_atomic
+
+    write_text_atomic(path, render(runs, last, artifact))
