@@ -13,7 +13,7 @@ import inspect
 from typing import Any
 
 from ..errors import ArtifactError
-from .base import BuildContext
+from .base import BuildContext, NotApplicable
 
 
 def _widened(tensor: Any, axes: list[int]) -> Any:
@@ -98,8 +98,19 @@ def require_guards_hold(program: Any, model: Any, args: tuple[Any, ...], kwargs:
         except Exception as exc:
             sizes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in (*zip(positional, wide_args, strict=True), *wide_kwargs.items()))
             text = " ".join(str(exc).split())[:300]
-            raise ArtifactError(f"torch.export kept the dynamic axes symbolic, but the program refuses inputs of other sizes that eager "
-                                f"takes ({sizes}): {type(exc).__name__}: {text}") from None
+            raise NotApplicable(f"not applicable: torch.export cannot keep this model's dynamic axes free: the exported program refuses "
+                                f"inputs of other sizes that eager takes ({sizes}): {type(exc).__name__}: {text}{_pinning_hint(model)}") from None
+
+
+def _pinning_hint(model: Any) -> str:
+    """Why, when the model has the layer known to pin an axis in torch.export."""
+    import torch
+
+    recurrent = sorted({type(m).__name__ for m in model.modules() if isinstance(m, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN))})
+    if not recurrent:
+        return "; check the model for code that turns that axis's size into a constant"
+    return (f" ({'/'.join(recurrent)}: torch.export's recurrent-layer decomposition fixes the number of time steps, "
+            "pytorch/pytorch#115092); onnx-dynamo and aoti run this model at every size")
 
 
 def require_dynamic_program(program: Any, ctx: BuildContext) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import ArtifactError
 from ._calibration import calibration_batches, calibration_count, torch_feeds
 from ._common import atomic_path, native_warnings
-from ._program import export_inputs, export_program
+from ._program import dynamic_axes_of, export_inputs, export_program, require_guards_hold
 from .base import BuildContext, NotApplicable, feeds_to_args
 from .torchao_int8 import TorchaoProgramRunner, _torchao
 
@@ -41,7 +41,13 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     model = copy.deepcopy(ctx.model).eval()
     args, kwargs, shapes = export_inputs(ctx, model)
     try:
-        captured = torch.export.export(model, args, kwargs or None, dynamic_shapes=shapes, strict=False).module()
+        exported = torch.export.export(model, args, kwargs or None, dynamic_shapes=shapes, strict=False)
+    except Exception as exc:
+        raise ArtifactError(f"torch.export failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
+    # calibration runs the captured graph on every size of the split: a pinned axis is the kind not applying, said as such
+    require_guards_hold(exported, model, args, kwargs, dynamic_axes_of(ctx), [i.name for i in ctx.signature.inputs if not i.keyword])
+    try:
+        captured = exported.module()
         quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
         prepared = prepare_pt2e(captured, quantizer)
         with torch.no_grad():

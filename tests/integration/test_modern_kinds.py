@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from arches import TinyNet
-from conftest import TESTS, save_state, seeded
+from conftest import REPO, TESTS, save_state, seeded
 from export_check.artifacts import KINDS_BY_NAME, BuildContext
 from export_check.artifacts.base import NotApplicable
 from export_check.cli import build_config, build_parser, main
@@ -196,3 +197,32 @@ def test_groups_and_kinds_resolve_from_the_command_line_and_settings(tmp_path: P
         config("--artifacts", "defualt")
     with pytest.raises(UsageError, match="listed twice"):
         config("--artifacts", "modern,modern")
+
+
+def test_a_recurrent_model_whose_time_axis_torch_export_pins_is_not_applicable_and_strict_fails_it(tmp_path: Path) -> None:
+    """The bundled recogniser (a BiLSTM over the image's width, golden widths 48/64/80): torch.export
+    keeps the width symbolic but its LSTM decomposition adds a guard fixing the time steps, so the
+    `.pt2` refuses every width but the example's (checked here by hand: eager takes width 96, the
+    exported program does not). The torch.export-based kinds are then `not applicable`, naming the
+    LSTM and the upstream issue, not a build error; `--strict` fails them."""
+    from models.multi_io import SequenceRecognizer
+
+    model = SequenceRecognizer().eval()
+    model.load_state_dict(torch.load(REPO / "models" / "checkpoints" / "sequence_recognizer.pth", weights_only=True))
+    dim = torch.export.Dim.DYNAMIC
+    with warnings.catch_warnings():  # torch.export's own UserWarning about nn.LSTM's _flat_weights
+        warnings.simplefilter("ignore")
+        program = torch.export.export(model, (torch.randn(2, 1, 16, 48),), dynamic_shapes=({0: dim, 3: dim},), strict=False)
+    wide = torch.randn(2, 1, 16, 96)
+    assert model(wide).shape == (24, 2, 11)
+    with pytest.raises(Exception, match="Guard failed"):
+        program.module()(wide)
+
+    weights = REPO / "models" / "checkpoints" / "sequence_recognizer.pth"
+    config = REPO / "models" / "examples" / "sequence_recognizer.toml"
+    args = [str(weights), "--config", str(config), "--artifacts", "torch-export", "--no-cache", "-q", "--out", str(tmp_path / "out")]
+    assert main([*args, "--strict", "--json", str(tmp_path / "r.json")]) == 1
+    row = {r["name"]: r for r in json.loads((tmp_path / "r.json").read_text())["rows"]}["torch-export"]
+    assert row["status"] == "fail" and row["reasons"][0].startswith("not applicable: torch.export cannot keep"), row
+    assert "LSTM" in row["reasons"][0] and "pytorch/pytorch#115092" in row["reasons"][0] and "Guard failed" in row["reasons"][0]
+    assert row["reasons"][0].endswith("(--strict: a kind that does not apply fails)")
