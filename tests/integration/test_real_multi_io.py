@@ -99,31 +99,46 @@ def test_the_bundled_second_example_passes() -> None:
                  "--artifacts", "onnx,torch-int8-dynamic"]) == 0
 
 
-def test_static_int8_on_the_real_detector_is_judged_per_output_on_its_uncalibrated_samples(detector, tmp_path: Path) -> None:
+def test_static_int8_on_the_real_detector_is_judged_per_output_on_its_uncalibrated_samples(tmp_path_factory: pytest.TempPathFactory,
+                                                                                           tmp_path: Path) -> None:
     """The static int8 kinds and a dynamo-derived ONNX kind on the trained two-output detector (a dict
-    of boxes and scores), every output compared on the 8 of 16 samples outside the calibration split.
-    PT2E passes; onnxruntime's QDQ file really is off by more than the int8 gate on this model
-    (measured: relative MAE 6.6% on boxes, 14% on scores, whatever its calibration method), and the
-    row fails, with the figure checked here by running the file by hand on those 8 samples."""
+    of boxes and scores) recorded from 64 held-out samples, every output compared on the 32 outside the
+    calibration split, all passing. onnxruntime's QDQ file is shipped in the recipe that was closer to
+    the float file on the calibration split (on this AVX2 machine s8s8 saturates: worst output 15% on
+    the split, against 3% with reduce_range); its figures are checked here by running the file by
+    hand on the judged samples."""
+    import re
+
     import numpy as np
     import onnxruntime as ort
 
     from export_check.golden.manifest import load_golden
 
-    case, folder, config, weights, outputs, code, report = detector
+    folder = tmp_path_factory.mktemp("detector64")
+    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(folder / "samples"), "--model", "digit_detector",
+                    "--count", "64"], check=True, cwd=REPO, capture_output=True)
+    config = folder / "settings.toml"
+    config.write_text(f"arch = \"{MODELS / 'multi_io.py'}:DigitDetectorDict\"\ngolden = \"golden\"\nout = \"out\"\n"
+                      + CASES["detector-dict"][2])
+    weights = MODELS / "checkpoints" / "digit_detector.pth"
+    assert main(["golden", "record", str(weights), "--config", str(config), "--inputs", str(folder / "samples")]) == 0
+    outputs = CASES["detector-dict"][3]
     kinds = ("onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-int8-dynamic")
-    main(["check", str(weights), "--config", str(config), "--no-cache", "-q", "--json", str(tmp_path / "s.json"),
-          "--out", str(tmp_path / "out"), "--artifacts", ",".join(kinds)])
+    code = main(["check", str(weights), "--config", str(config), "--no-cache", "-q", "--json", str(tmp_path / "s.json"),
+                 "--out", str(tmp_path / "out"), "--artifacts", ",".join(kinds)])
     rows = {r["name"]: r for r in json.loads((tmp_path / "s.json").read_text())["rows"]}
+    assert code == 0, [(r["name"], r["status"], r["reasons"]) for r in rows.values()]
     for kind in kinds:
         row = rows[kind]
-        assert [o["name"] for o in row["outputs"]] == list(outputs), (kind, row["reasons"])
-        assert row["metrics"]["images"] == (8 if kind.endswith("static") else 16), (kind, row["metrics"]["images"])
+        assert row["status"] == "pass" and [o["name"] for o in row["outputs"]] == list(outputs), (kind, row["reasons"])
+        assert row["metrics"]["images"] == (32 if kind.endswith("static") else 64), (kind, row["metrics"]["images"])
         if kind.endswith("static"):
-            assert row["details"]["judged_samples"] == "8" and row["details"]["calibration_samples_excluded"] == "8"
-    assert rows["pt2e-int8-static"]["status"] == "pass" and rows["onnx-dynamo-int8-dynamic"]["status"] == "pass"
+            assert row["details"]["judged_samples"] == "32" and row["details"]["calibration_samples_excluded"] == "32"
     static = rows["onnx-int8-static"]
-    assert static["status"] == "fail" and {o["name"]: o["status"] for o in static["outputs"]} == {"boxes": "fail", "scores": "fail"}
+    recipe = static["details"]["recipe"]
+    errors = {name: float(value) for name, value in re.findall(r"(s8s8(?:-reduce-range)?) ([0-9.e+-]+)", recipe)}
+    assert set(errors) == {"s8s8", "s8s8-reduce-range"} and recipe.startswith(min(errors, key=lambda n: errors[n]) + " ")
+    assert static["details"]["reduce_range"] == str(recipe.startswith("s8s8-reduce-range"))
     golden = load_golden(folder / "golden")
     judged = [i for i in range(len(golden)) if i not in golden.calibration_indices()]
     samples = [golden.load_sample(golden.inputs[i]) for i in judged]
@@ -133,5 +148,5 @@ def test_static_int8_on_the_real_detector_is_judged_per_output_on_its_uncalibrat
     names = [o.name for o in float_model.get_outputs()]
     for name, ref, got, row in zip(names, float_model.run(None, feeds), quantized.run(None, feeds), static["outputs"], strict=True):
         relative = float(np.abs(got - ref).mean() / np.abs(ref).mean())
-        assert row["name"] == name and relative > 0.05
+        assert row["name"] == name and relative <= 0.05
         assert row["metrics"]["relative_mae"] == pytest.approx(relative, rel=1e-3), (name, relative)
