@@ -8,6 +8,8 @@
    empty artifact cache, every artifact kind of the default group:
    - ``zoo``: the four bundled digit models (SimpleCNN, ResNet, MobileNetV2, ViT; models/) with
      their 64 golden digits: a model zoo's checks, each longer than a worker's start-up.
+   - ``zoo-modern``: the zoo with ``artifacts = "modern"`` (torch.export, dynamo ONNX, fp16, torchao,
+     static int8: builds of 5-17 s), where the models' own work dominates start-up.
    - ``smallnet``: the user's conv ``SmallNet`` (tests/user_project.py) at 4 widths, golden sets of
      8 photos. Each model's check (~2.5 s) is shorter than starting a worker and its build server
      (~4 s), so ``-n 2`` cannot win there; it shows the fixed cost.
@@ -121,9 +123,10 @@ ZOO = {  # the bundled digit models: checkpoint -> architecture (benchmarks/run.
 }
 
 
-def zoo_project(folder: Path, count: int = 64) -> Path:
+def zoo_project(folder: Path, count: int = 64, artifacts: str = "") -> Path:
     """The four bundled digit models, each in a folder of its own with its settings and a golden
-    set recorded from ``count`` digits (64: the bundled golden digits), declared to the pytest plugin."""
+    set recorded from ``count`` digits (64: the bundled golden digits), declared to the pytest plugin;
+    ``artifacts``: a group or kinds for every model (default: the default group)."""
     import shutil
 
     from export_check.cli import main as cli
@@ -139,7 +142,8 @@ def zoo_project(folder: Path, count: int = 64) -> Path:
         model.mkdir()
         shutil.copyfile(REPO / "models" / "checkpoints" / checkpoint, model / "model.pth")
         (model / "export-check.toml").write_text(f'arch = "{REPO / arch}"\narch-kwargs = {{ image_size = 32 }}\ngolden = "golden"\n'
-                                                  f'inputs = "../digits"\npreprocess = {{ {preprocess} }}\n')
+                                                  f'inputs = "../digits"\npreprocess = {{ {preprocess} }}\n'
+                                                  + (f'artifacts = "{artifacts}"\n' if artifacts else ""))
         assert cli(["golden", "record", str(model / "model.pth"), "-q"]) == 0
         names.append(f'"net{i}/model.pth"')
     (folder / "pyproject.toml").write_text(f"[tool.pytest.ini_options]\nexport_check_models = [{', '.join(names)}]\n")
@@ -150,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--only", choices=("fleet", "pytest"), help="run one of the two benchmarks")
-    parser.add_argument("--projects", default="zoo,zoo256,smallnet", help="pytest projects, comma-separated: zoo, zoo256, smallnet (default: all)")
+    parser.add_argument("--projects", default="zoo,zoo256,smallnet",
+                        help="pytest projects, comma-separated: zoo, zoo256, smallnet, zoo-modern (the zoo with the modern "
+                        "group: builds of 5-17 s each, so the models' checks, not start-up, dominate)")
     args = parser.parse_args(argv)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
@@ -163,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"`export-check --fleet` run {fleet:.1f} s: {serial / fleet:.2f}x faster, same verdicts", flush=True)
         if args.only == "fleet":
             return 0
-        makers = {"zoo": zoo_project, "zoo256": lambda folder: zoo_project(folder, 256), "smallnet": lambda folder: conv_project(folder, 4)}
+        makers = {"zoo": zoo_project, "zoo256": lambda folder: zoo_project(folder, 256), "smallnet": lambda folder: conv_project(folder, 4),
+                  "zoo-modern": lambda folder: zoo_project(folder, 64, "modern")}
         for name in args.projects.split(","):
             project = makers[name](Path(tmp) / name)
             runs = []
