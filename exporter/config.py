@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, TORCH_INTEROP_THREADS
+from .pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVEL_NAMES, TORCH_INTEROP_THREADS
 from .signature import SignatureSettings
 
 FLOAT_MAX_MAE = 1e-5
@@ -261,6 +261,9 @@ class RunConfig:
     opset: int = 17
     onnx_exporter: str = "torchscript"
     threads: int = 1
+    # onnxruntime graph optimisation level the onnx-fp16 row is loaded and run at (an fp16 graph that
+    # crashes onnxruntime at "all" can load at "basic": measured on the ViT)
+    fp16_optimization: str = ORT_GRAPH_OPTIMIZATION
     cache_dir: Path | None = None  # the artifact cache (exporter/cache/); None: no cache
     cache_max_size: float = 5.0  # GB (10^9 bytes) the cache is kept under, least recently used entries evicted; 0: no limit
     diagnose: bool = False  # also build the per-layer int8 tables of passing int8 rows (--diagnose)
@@ -288,6 +291,8 @@ class RunConfig:
                              f"one builds), got {self.jobs!r}")
         _positive_finite("build timeout", self.build_timeout)
         _positive_finite("diagnostics budget", self.diagnostics_budget)
+        if self.fp16_optimization not in ORT_LEVEL_NAMES:
+            raise UsageError(f"onnx-fp16 optimization must be one of {', '.join(ORT_LEVEL_NAMES)}, got {self.fp16_optimization!r}")
         if self.onnx_exporter not in ONNX_EXPORTERS:
             raise UsageError(f"onnx exporter must be one of {', '.join(ONNX_EXPORTERS)}, got {self.onnx_exporter!r}")
         if not isinstance(self.arch_kwargs, dict):
@@ -354,4 +359,5 @@ class RunConfig:
                 "graph_optimization_level": ORT_GRAPH_OPTIMIZATION,
                 "providers": ["CPUExecutionProvider"],
             },
+            "onnx_fp16_graph_optimization_level": self.fp16_optimization,
         }

@@ -29,6 +29,7 @@ from typing import Any
 
 from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, default_cache_dir
 from .errors import UsageError
+from .pinned import ORT_LEVEL_NAMES
 from .signature import SignatureSettings, parse_signature_settings
 
 CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE = "check", "golden record", "golden verify", "golden approve", "history", "merge"
@@ -150,6 +151,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("opset", "opset", "int", "ONNX opset (default: {default})", (CHECK,), default=_run_default("opset"), settings=True, field="opset"),
     Option("onnx-exporter", "onnx_exporter", "str", "torch.onnx exporter (default: {default}; dynamo needs onnxscript)", (CHECK,),
            default=_run_default("onnx_exporter"), choices=ONNX_EXPORTERS, settings=True, field="onnx_exporter"),
+    Option("onnx-fp16-optimization", "fp16_optimization", "str", "onnxruntime graph optimisation level the onnx-fp16 row is "
+           "loaded and run at (default: {default}; basic where an fp16 graph crashes onnxruntime at all)", (CHECK,),
+           default=_run_default("fp16_optimization"), choices=ORT_LEVEL_NAMES, settings=True, field="fp16_optimization"),
     Option("json", "json", "path", "write the full report as JSON", (CHECK,), metavar="PATH"),
     Option("junit", "junit", "path", "write JUnit XML, one test case per row (Jenkins, GitLab, Azure)", (CHECK,), metavar="PATH"),
     Option("markdown", "markdown", "path", "write a Markdown summary, e.g. --markdown \"$GITHUB_STEP_SUMMARY\"", (CHECK,), metavar="PATH"),

@@ -113,6 +113,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             threads=config.threads,
             signature=signature,
             calibration=observe.calibration_feeds(config, golden),  # static int8: the golden set's calibration split
+            fp16_optimization=config.fp16_optimization,
         )
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next

@@ -68,6 +68,7 @@ class BuildContext:
     # The golden set's calibration split (``GoldenSet.calibration``) as batches of named inputs, for
     # the statically quantized kinds; empty when the run has none (the kind then refuses to build).
     calibration: tuple[dict[str, Any], ...] = ()
+    fp16_optimization: str = "all"  # RunConfig.fp16_optimization: the level the onnx-fp16 row loads and runs at
 
     def example_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example as the model takes it: positional tensors in the signature's order, and keywords."""

@@ -19,7 +19,6 @@ from ..errors import ArtifactError
 from ._common import ORT_LEVELS, OnnxRunner, atomic_path, require_dynamic_batch
 from .base import BuildContext
 
-GRAPH_OPTIMIZATION = "all"  # onnxruntime's default, what a deployment gets: pinned, recorded in details
 PROBE_TIMEOUT = 300.0
 
 _PROBE = """
@@ -48,7 +47,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     assert source is not None
     model = onnx.load(str(source))
     converted = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
-    level = ORT_LEVELS[GRAPH_OPTIMIZATION]
+    level = ORT_LEVELS[ctx.fp16_optimization]  # "all" unless the settings say otherwise: pinned, recorded in details
     with atomic_path(path) as tmp:
         onnx.save(converted, str(tmp))
         require_dynamic_batch(tmp, "fp16 conversion", ctx.signature)
@@ -62,11 +61,12 @@ def probe_load(path: Path, level: str) -> None:
     if result.returncode < 0:
         name = signal.Signals(-result.returncode).name
         raise ArtifactError(f"onnxruntime crashed ({name}) loading and running the fp16 model at graph optimisation level {level}; "
-                            "a lower level (basic) may load it")
+                            "a lower level may load it: set onnx-fp16-optimization = \"basic\" in the settings (or pass "
+                            "--onnx-fp16-optimization basic), and deploy the file at that level")
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no message"])[-1][:400]
         raise ArtifactError(f"onnxruntime could not load the fp16 model at graph optimisation level {level}: {last}")
 
 
 def open_runner(path: Path, ctx: BuildContext) -> OnnxRunner:
-    return OnnxRunner(path, ctx.threads, ctx.signature, graph_optimization=GRAPH_OPTIMIZATION)
+    return OnnxRunner(path, ctx.threads, ctx.signature, graph_optimization=ctx.fp16_optimization)

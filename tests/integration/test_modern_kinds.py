@@ -132,8 +132,34 @@ def test_an_fp16_crash_at_the_pinned_level_is_the_rows_error_naming_the_level(tm
         onnx_fp16.probe_load(model, "ORT_ENABLE_ALL")
     monkeypatch.setattr(onnx_fp16, "_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     with pytest.raises(ArtifactError, match=r"onnxruntime crashed \(SIGSEGV\) loading and running the fp16 model at graph optimisation "
-                                            r"level ORT_ENABLE_BASIC; a lower level \(basic\) may load it"):
+                                            r"level ORT_ENABLE_BASIC; a lower level may load it: set onnx-fp16-optimization = \"basic\""):
         onnx_fp16.probe_load(model, "ORT_ENABLE_BASIC")
+
+
+
+def test_the_bundled_vits_fp16_file_crashes_onnxruntime_at_all_and_passes_at_the_basic_level_the_settings_pin(
+        digit_images: Path, tmp_path: Path) -> None:
+    """The bundled ViT's fp16 graph segfaults onnxruntime at ORT_ENABLE_ALL (the default a deployment
+    gets): the row is an error naming the level and the setting to change. With
+    `onnx-fp16-optimization = "basic"` the same file loads, is recorded at that level and passes its
+    gate; the level is part of the cache key, so the error is not served to the second run."""
+    arch = [str(REPO / "models" / "checkpoints" / "vit_digits.pth"), "--arch", f"{REPO / 'models' / 'vit.py'}:VisionTransformer",
+            "--arch-kwargs", json.dumps({"num_classes": 10, "in_channels": 3, "image_size": 32})]
+    golden = ["--golden", str(tmp_path / "golden")]
+    assert main(["golden", "record", *arch, *golden, "--inputs", str(digit_images), "--size", "32", "--mode", "RGB",
+                 "--mean", "0.5,0.5,0.5", "--std", "0.5,0.5,0.5"]) == 0
+    run = ["check", *arch, *golden, "--artifacts", "onnx-fp16", "--cache-dir", str(tmp_path / "cache"), "-q", "--out", str(tmp_path / "out")]
+    assert main([*run, "--json", str(tmp_path / "all.json")]) == 1
+    row = json.loads((tmp_path / "all.json").read_text())["rows"][1]
+    assert row["status"] == "error" and "crashed (SIGSEGV)" in row["reasons"][0] and "ORT_ENABLE_ALL" in row["reasons"][0], row
+    assert "onnx-fp16-optimization" in row["reasons"][0]
+    (tmp_path / "basic.toml").write_text('onnx-fp16-optimization = "basic"\n')
+    assert main([*run, "--config", str(tmp_path / "basic.toml"), "--json", str(tmp_path / "basic.json")]) == 0
+    report = json.loads((tmp_path / "basic.json").read_text())
+    row = report["rows"][1]
+    assert row["status"] == "pass" and row["details"]["graph_optimization_level"] == "ORT_ENABLE_BASIC", row
+    assert 1e-5 < row["metrics"]["relative_mae"] < 0.01  # really fp16: not float32's ~1e-7, within the fp16 gate
+    assert report["settings"]["inference"]["onnx_fp16_graph_optimization_level"] == "basic"
 
 
 # --- the fp16 gate, and the groups -----------------------------------------------------------------------
