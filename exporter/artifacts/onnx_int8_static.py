@@ -75,7 +75,7 @@ class _Reader:
 COMPUTE_OPS = ["Conv", "MatMul", "Gemm"]
 # Tried in this order (most of the graph in int8 first), name -> quantize_static keywords beyond SETTINGS;
 # the first whose calibration error is at most GOOD_ENOUGH is shipped, else the closest of all.
-RECIPES = {
+RECIPES: dict[str, dict[str, Any]] = {
     "s8s8": {},
     "s8s8-reduce-range": {"reduce_range": True},
     "s8s8-compute-ops": {"op_types_to_quantize": COMPUTE_OPS},
