@@ -143,7 +143,7 @@ def zoo_project(folder: Path, count: int = 64, artifacts: str = "") -> Path:
         shutil.copyfile(REPO / "models" / "checkpoints" / checkpoint, model / "model.pth")
         (model / "export-check.toml").write_text(f'arch = "{REPO / arch}"\narch-kwargs = {{ image_size = 32 }}\ngolden = "golden"\n'
                                                   f'inputs = "../digits"\npreprocess = {{ {preprocess} }}\n'
-                                                  + (f'artifacts = "{artifacts}"\n' if artifacts else ""))
+                                                  + (f'artifacts = ["{artifacts}"]\n' if artifacts else ""))
         assert cli(["golden", "record", str(model / "model.pth"), "-q"]) == 0
         names.append(f'"net{i}/model.pth"')
     (folder / "pyproject.toml").write_text(f"[tool.pytest.ini_options]\nexport_check_models = [{', '.join(names)}]\n")
