@@ -96,10 +96,10 @@ def _write_inputs(model: str, count: int) -> None:
         crop.save(inputs / f"{index:04d}.png")
 
 
-def baseline(model: str, checkpoint: Path, golden: Path, work: Path) -> Run:
+def baseline(model: str, checkpoint: Path, golden: Path, work: Path, kinds: tuple[str, ...] = KINDS) -> Run:
     work.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(HERE / "baseline_large.py"), "--arch", arch_spec(model), "--arch-kwargs", json.dumps(MODELS[model][1]),
-           "--checkpoint", str(checkpoint), "--golden", str(golden), "--out", str(work / "baseline"), "--json"]
+           "--checkpoint", str(checkpoint), "--golden", str(golden), "--out", str(work / "baseline"), "--json", "--kinds", ",".join(kinds)]
     sink = work / "baseline.json"
     import os
 
@@ -114,10 +114,12 @@ def baseline(model: str, checkpoint: Path, golden: Path, work: Path) -> Run:
 
 
 def check(model: str, checkpoint: Path, golden: Path, work: Path, cache: Path | None, extra: tuple[str, ...] = (),
-          name: str | None = None) -> Run:
+          name: str | None = None, kinds: tuple[str, ...] = KINDS) -> Run:
     report = work / f"report-{name or ('cold' if cache is None else 'warm')}.json"
     cmd = [*export_check_cmd(), "check", str(checkpoint), "--arch", arch_spec(model), "--arch-kwargs", json.dumps(MODELS[model][1]),
            "--golden", str(golden), "--out", str(work / "ec"), "--json", str(report), "-q", *extra]
+    if kinds != KINDS:
+        cmd += ["--artifacts", ",".join(kinds)]
     cmd += ["--no-cache"] if cache is None else ["--cache-dir", str(cache)]
     return timed(cmd, report, (0, 1))
 
@@ -126,8 +128,9 @@ def baseline_stages(run: Run) -> dict[str, float]:
     seconds = run.report["seconds"]
     stages = {"startup+imports": run.wall - run.report["total_seconds"], "load model": seconds["load"],
               "golden set + eager": seconds["golden"] + seconds["eager"]}
-    stages.update({f"build {kind}": seconds[f"export/{kind}"] for kind in KINDS})
-    stages.update({f"replay {kind}": seconds[f"replay/{kind}"] for kind in KINDS})
+    ran = [kind for kind in KINDS if f"replay/{kind}" in seconds]  # --kinds may have run only some
+    stages.update({f"build {kind}": seconds[f"export/{kind}"] for kind in ran})
+    stages.update({f"replay {kind}": seconds[f"replay/{kind}"] for kind in ran})
     stages["total (wall)"] = run.wall
     return stages
 
@@ -143,10 +146,11 @@ def check_stages(run: Run) -> dict[str, float]:
     if "load_model/eager_pass" in timings:  # the parts, recorded since issue 15
         stages["  of which eager over the golden set"] = timings["load_model/eager_pass"]
     rows = {row["name"]: row for row in report["rows"]}
-    for kind in KINDS:
+    ran = [kind for kind in KINDS if kind in rows]  # --kinds may have run only some
+    for kind in ran:
         stages[f"build {kind}"] = rows.get(kind, {}).get("build_seconds") or 0.0
     stages["waiting for builds"] = timings.get("build", 0.0)
-    for kind in KINDS:
+    for kind in ran:
         stages[f"replay {kind}"] = rows.get(kind, {}).get("replay_seconds") or 0.0
     parts = {"eager self-check (in load model)": timings.get("load_model/eager_self_check", 0.0),
              "eager at the other batch sizes (in load model)": timings.get("load_model/eager_batch_sizes", 0.0),
@@ -174,24 +178,25 @@ def check_stages(run: Run) -> dict[str, float]:
     return stages
 
 
-def bench(model: str, count: int, repeats: int, warm: bool) -> dict[str, Any]:
+def bench(model: str, count: int, repeats: int, warm: bool, kinds: tuple[str, ...] = KINDS, jobs: str | None = None) -> dict[str, Any]:
     checkpoint, golden = prepare(model, count)
     work = LARGE / model / f"run-{count}"
     cache = work / "cache"
     runs: dict[str, list[Run]] = {"baseline": [], "cold": []}
+    extra = ("--jobs", jobs) if jobs else ()
     if warm:
         runs["warm"] = []
     for rep in range(repeats):
         for name in ("baseline", "cold") if rep % 2 == 0 else ("cold", "baseline"):
             if name == "baseline":
-                runs[name].append(baseline(model, checkpoint, golden, work))
+                runs[name].append(baseline(model, checkpoint, golden, work, kinds))
             elif warm:  # cold: the first run into an empty cache (it builds, replays, diagnoses and stores), then warm
                 shutil.rmtree(cache, ignore_errors=True)
-                runs["cold"].append(check(model, checkpoint, golden, work, cache, name="first"))
-                runs["warm"].append(check(model, checkpoint, golden, work, cache))
+                runs["cold"].append(check(model, checkpoint, golden, work, cache, extra, name="first", kinds=kinds))
+                runs["warm"].append(check(model, checkpoint, golden, work, cache, extra, kinds=kinds))
                 print(f"  {model} x {count} warm: {runs['warm'][-1].wall:.1f}s {runs['warm'][-1].maxrss_mb:.0f} MB", flush=True)
             else:
-                runs["cold"].append(check(model, checkpoint, golden, work, None))
+                runs["cold"].append(check(model, checkpoint, golden, work, None, extra, kinds=kinds))
             print(f"  {model} x {count} {name}: {runs[name][-1].wall:.1f}s {runs[name][-1].maxrss_mb:.0f} MB", flush=True)
     result: dict[str, Any] = {"model": model, "images": count}
     for name, series in runs.items():
@@ -204,12 +209,13 @@ def bench(model: str, count: int, repeats: int, warm: bool) -> dict[str, Any]:
     return result
 
 
-def run_all(models: list[str], sizes: list[int], repeats: int, warm: bool = True) -> list[dict[str, Any]]:
+def run_all(models: list[str], sizes: list[int], repeats: int, warm: bool = True, kinds: tuple[str, ...] = KINDS,
+            jobs: str | None = None) -> list[dict[str, Any]]:
     LARGE.mkdir(parents=True, exist_ok=True)
     results = []
     for model in models:
         for size in sizes:
-            results.append(bench(model, size, repeats, warm))
+            results.append(bench(model, size, repeats, warm, kinds, jobs))
             (LARGE / "results.json").write_text(json.dumps(results, indent=1))
     return results
 
@@ -271,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="32,256", help="golden-set sizes (default 32,256)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each kind (default 1: a ResNet-50 run at 256 takes minutes)")
     parser.add_argument("--warm", action="store_true", help="cold = the first run into an empty cache, then time a warm re-run")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated, from the six default kinds (default: all six)")
+    parser.add_argument("--jobs", choices=("1", "2"), help="export-check's --jobs (default: its own default)")
     parser.add_argument("--output", type=Path, help="write the Markdown section here")
     parser.add_argument("--results", type=Path, default=LARGE / "results.json", help="raw numbers (default benchmarks/out/large/results.json)")
     parser.add_argument("--write-inputs", nargs=2, metavar=("MODEL", "COUNT"), help=argparse.SUPPRESS)
@@ -279,9 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         _write_inputs(args.write_inputs[0], int(args.write_inputs[1]))
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if any(m not in MODELS for m in models) or args.repeats < 1:
-        parser.error(f"--models from {', '.join(MODELS)}; --repeats >= 1")
-    results = run_all(models, [int(s) for s in args.sizes.split(",") if s.strip()], args.repeats, args.warm)
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if any(m not in MODELS for m in models) or args.repeats < 1 or not kinds or any(k not in KINDS for k in kinds):
+        parser.error(f"--models from {', '.join(MODELS)}; --kinds from {', '.join(KINDS)}; --repeats >= 1")
+    results = run_all(models, [int(s) for s in args.sizes.split(",") if s.strip()], args.repeats, args.warm, kinds, args.jobs)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(results, indent=1))
     text = render(results)

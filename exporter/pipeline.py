@@ -25,6 +25,7 @@ import numpy as np
 
 from . import __version__, observe
 from .artifacts import KINDS_BY_NAME, BuildContext
+from .artifacts._heap import reused_heap
 from .artifacts.base import INPUT
 from .build import isolation
 from .build.builds import Builds
@@ -122,7 +123,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
             began = time.perf_counter()
-            batches.precompute_eager(_counted(EagerRunner(model, signature).infer, len(golden), signature, progress))
+            with reused_heap():  # eager's activations reused batch to batch, as a torch runner's are (artifacts/_heap.py)
+                batches.precompute_eager(_counted(EagerRunner(model, signature).infer, len(golden), signature, progress))
             parts["load_model/eager_pass"] = time.perf_counter() - began
             began = time.perf_counter()
             held = batches.eager(0)
@@ -130,7 +132,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             parts["load_model/eager_self_check"] += time.perf_counter() - began
             progress("eager at the other batch sizes of the diagnostics")
             began = time.perf_counter()
-            eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
+            with reused_heap():
+                eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
             parts["load_model/eager_batch_sizes"] = time.perf_counter() - began
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)

@@ -19,6 +19,7 @@ from ..errors import ArtifactError
 from ..files import replacing
 from ..pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
 from ..signature import SINGLE, Signature
+from ._heap import reused_heap
 from .base import feeds_to_args, named_outputs, output_arrays, single_input
 
 
@@ -143,16 +144,29 @@ class TorchModuleRunner:
         self.path = path
         self.signature = signature
         self.module: Any = None
+        self.heap_reused = False  # while open: freed activations stay in the heap (_heap.py), as the baseline's happened to
+        self._heap: contextlib.ExitStack | None = None
 
     def load(self, path: Path) -> Any:
         raise NotImplementedError
 
     def __enter__(self) -> TorchModuleRunner:
-        self.module = self.load(self.path)
+        heap = contextlib.ExitStack()
+        self.heap_reused = heap.enter_context(reused_heap())
+        try:
+            self.module = self.load(self.path)
+        except BaseException:
+            heap.close()
+            self.heap_reused = False
+            raise
+        self._heap = heap
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.module = None
+        if self._heap is not None:
+            self._heap.close()
+            self._heap = None
 
     def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
