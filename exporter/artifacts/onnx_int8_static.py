@@ -5,14 +5,17 @@ Static quantization fixes every activation's range from the calibration data, so
 nothing about it (measured: MAE > 1 and 0% top-1 agreement on random inputs, 0.04 on golden digits);
 the row is therefore judged only on the golden samples it was not calibrated on (``observe``).
 
-Two recipes are built and the one closer to the float file *on the calibration split* is shipped
-(the judged samples play no part in the choice): s8s8 (QInt8 activations and weights) and the same
-with ``reduce_range`` (7-bit weights). onnxruntime's x86 int8 kernels multiply u8 x s8 pairs with
-16-bit saturation on CPUs without VNNI (AVX2), which can wreck a model whose ranges are wide, and
-``reduce_range`` is onnxruntime's documented remedy — but it costs precision where nothing
-saturates. Measured on this AVX2 machine: the trained detector (32 calibration samples) relative MAE
-on its scores 14.7% as s8s8 against 2.8% with reduce_range; the bundled ResNet 2.3% as s8s8 against
-5.8%. The row's details say which recipe was shipped, both calibration errors and the CPU's flags.
+Up to four recipes are built (``RECIPES``) and the first close enough to the float file *on the
+calibration split* is shipped, else the closest (the judged samples play no part in the choice):
+s8s8 over the whole graph, then with ``reduce_range`` (7-bit weights), then both on the compute ops
+only (Conv, MatMul, Gemm). onnxruntime's x86 int8 kernels multiply u8 x s8 pairs with 16-bit
+saturation on CPUs without VNNI (AVX2), and ``reduce_range``, onnxruntime's documented remedy, costs
+precision where nothing saturates; quantizing every op (the attention mask's arithmetic) wrecks a
+transformer that int8 matmuls alone do not. Measured on this AVX2 machine, worst output on the split:
+the detector 15% as s8s8, 3.0% with reduce_range; the ResNet 2.1% as s8s8 (5.8% with it); the token
+classifier 131% as s8s8, 2.3% on the compute ops with reduce_range. A recipe that onnxruntime cannot
+quantize or run is skipped and named; the row is an error only when none works. The details name
+the recipe shipped, every tried recipe's calibration error and the CPU's flags.
 
 ``quant_pre_process`` (shape inference and graph optimisation, which onnxruntime recommends before
 quantizing) is tried first with symbolic shape inference, then without it (it fails on the legacy
@@ -93,21 +96,30 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
         pre = Path(folder) / "pre.onnx"
         how = _pre_process(source, pre)
         errors: dict[str, float] = {}
+        failed: dict[str, str] = {}
         for name, extra in RECIPES.items():
             candidate = Path(folder) / f"{name}.onnx"
-            _quantize(pre, candidate, batches, extra)
-            errors[name] = calibration_error(candidate, source, batches, ctx)
+            try:
+                _quantize(pre, candidate, batches, extra)
+                errors[name] = calibration_error(candidate, source, batches, ctx)
+            except Exception as exc:  # onnxruntime raises many types; the next recipe may still work
+                failed[name] = str(exc) if isinstance(exc, ArtifactError) else f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                continue
             if errors[name] <= GOOD_ENOUGH:
                 break
+        if not errors:
+            raise ArtifactError("onnxruntime static quantization failed in every recipe: "
+                                + "; ".join(f"{name}: {why}" for name, why in failed.items()))
         chosen = min(errors, key=lambda name: errors[name])
         with atomic_path(path) as tmp:
             tmp.write_bytes((Path(folder) / f"{chosen}.onnx").read_bytes())
             require_dynamic_batch(tmp, "onnx static int8 quantization", ctx.signature)
-    compared = ", ".join(f"{name} {value:.4g}" for name, value in errors.items())
+    compared = ", ".join([*(f"{name} {value:.4g}" for name, value in errors.items()), *(f"{name} failed" for name in failed)])
     recipe = RECIPES[chosen]
     return {**SETTINGS, "reduce_range": str(bool(recipe.get("reduce_range", False))),
             "op_types_to_quantize": ",".join(recipe.get("op_types_to_quantize", ["all"])),
             "recipe": f"{chosen} (chosen on the calibration split; the worst output's relative MAE against the float file: {compared})",
+            **({"recipes_failed": "; ".join(f"{name}: {why}" for name, why in failed.items())} if failed else {}),
             "cpu_flags": cpu_flags() or "unknown", "pre_process": how, "calibration_samples": str(calibration_count(batches, ctx))}
 
 

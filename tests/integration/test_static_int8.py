@@ -154,3 +154,42 @@ def test_golden_approve_sets_the_split_from_the_command_line(tmp_path: Path, cap
     assert "calibration" not in json.loads((tmp_path / "golden" / "manifest.json").read_text()).get("recording", {})
     assert main([*argv, "--calibration-samples", "10"]) == 0
     assert load_golden(tmp_path / "golden").calibration == CalibrationSplit("sha256", 10)
+
+
+def test_a_qdq_recipe_onnxruntime_refuses_is_skipped_and_named_and_none_working_is_one_error(tmp_path: Path, monkeypatch) -> None:
+    """onnx-int8-static tries its recipes in order: one that onnxruntime's quantizer raises on is named
+    in the details and the next one is shipped; when every recipe fails the row's error lists each
+    one's reason and no file is left behind."""
+    import onnx
+
+    from export_check.artifacts import KINDS_BY_NAME, onnx_int8_static
+    from export_check.artifacts.base import INPUT, BuildContext
+    from export_check.build.builds import build_artifact
+    from export_check.errors import ArtifactError
+
+    model = seeded(TinyNet)
+    example = torch.from_numpy(np.random.default_rng(0).standard_normal((4, 3, 16, 16), dtype=np.float32))
+    calibration = ({INPUT: np.random.default_rng(2).standard_normal((8, 3, 16, 16), dtype=np.float32)},)
+    ctx = BuildContext(model=model, example=example, opset=17, onnx_exporter="torchscript", threads=1, calibration=calibration)
+    outcome = build_artifact(KINDS_BY_NAME["onnx"], ctx, tmp_path / "float.onnx", None)
+    assert outcome.error is None, outcome.error
+    source = outcome.path
+    real = onnx_int8_static._quantize
+
+    def refusing(pre: Path, out: Path, batches: tuple, extra: dict) -> None:
+        if not extra.get("reduce_range"):
+            raise ValueError("refused for the test")
+        real(pre, out, batches, extra)
+
+    monkeypatch.setattr(onnx_int8_static, "_quantize", refusing)
+    monkeypatch.setattr(onnx_int8_static, "GOOD_ENOUGH", 10.0)  # the first recipe that runs is good enough
+    details = onnx_int8_static.build(ctx, tmp_path / "q.onnx", source)
+    assert details["recipe"].startswith("s8s8-reduce-range ") and "s8s8 failed" in details["recipe"], details
+    assert details["recipes_failed"] == "s8s8: ValueError: refused for the test" and details["reduce_range"] == "True"
+    assert any(n.op_type == "DequantizeLinear" for n in onnx.load(str(tmp_path / "q.onnx")).graph.node)  # a QDQ model
+
+    monkeypatch.setattr(onnx_int8_static, "_quantize", lambda *a: (_ for _ in ()).throw(RuntimeError("no kernel")))
+    with pytest.raises(ArtifactError, match=r"failed in every recipe: s8s8: RuntimeError: no kernel; s8s8-reduce-range: "
+                                            r"RuntimeError: no kernel; s8s8-compute-ops: .*s8s8-compute-ops-reduce-range: "):
+        onnx_int8_static.build(ctx, tmp_path / "q2.onnx", source)
+    assert not (tmp_path / "q2.onnx").exists()
