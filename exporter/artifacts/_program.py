@@ -98,19 +98,22 @@ def require_guards_hold(program: Any, model: Any, args: tuple[Any, ...], kwargs:
         except Exception as exc:
             sizes = ", ".join(f"{n} {tuple(t.shape)}" for n, t in (*zip(positional, wide_args, strict=True), *wide_kwargs.items()))
             text = " ".join(str(exc).split())[:300]
-            raise NotApplicable(f"not applicable: torch.export cannot keep this model's dynamic axes free: the exported program refuses "
-                                f"inputs of other sizes that eager takes ({sizes}): {type(exc).__name__}: {text}{_pinning_hint(model)}") from None
+            refused = f"the exported program refuses inputs of other sizes that eager takes ({sizes}): {type(exc).__name__}: {text}"
+            recurrent = _recurrent_layers(model)
+            if recurrent:  # the known upstream limitation: the kind cannot represent this model, said as such
+                raise NotApplicable(f"not applicable: torch.export cannot keep this model's dynamic axes free: {refused} ({recurrent}: "
+                                    "torch.export's recurrent-layer decomposition fixes the number of time steps, pytorch/pytorch#115092); "
+                                    "onnx-dynamo and aoti run this model at every size") from None
+            # any other cause stays an error: a .pt2 that refuses sizes its model takes must not pass quietly
+            raise ArtifactError(f"torch.export kept the dynamic axes symbolic, but {refused}; check the model for code that "
+                                "turns that axis's size into a constant") from None
 
 
-def _pinning_hint(model: Any) -> str:
-    """Why, when the model has the layer known to pin an axis in torch.export."""
+def _recurrent_layers(model: Any) -> str:
+    """The recurrent layer types in the model ("LSTM", "GRU/LSTM"), or "" when there are none."""
     import torch
 
-    recurrent = sorted({type(m).__name__ for m in model.modules() if isinstance(m, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN))})
-    if not recurrent:
-        return "; check the model for code that turns that axis's size into a constant"
-    return (f" ({'/'.join(recurrent)}: torch.export's recurrent-layer decomposition fixes the number of time steps, "
-            "pytorch/pytorch#115092); onnx-dynamo and aoti run this model at every size")
+    return "/".join(sorted({type(m).__name__ for m in model.modules() if isinstance(m, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN))}))
 
 
 def require_dynamic_program(program: Any, ctx: BuildContext) -> None:
