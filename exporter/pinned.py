@@ -9,4 +9,6 @@ TORCH_INTEROP_THREADS = 1
 ORT_INTER_OP_THREADS = 1
 ORT_EXECUTION_MODE = "sequential"  # onnxruntime.ExecutionMode.ORT_SEQUENTIAL
 ORT_GRAPH_OPTIMIZATION = "all"  # onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-ORT_LEVEL_NAMES = ("disabled", "basic", "extended", "all")  # the graph optimisation levels a setting may name
+# the graph optimisation levels a setting may name -> onnxruntime.GraphOptimizationLevel member
+ORT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+ORT_LEVEL_NAMES = tuple(ORT_LEVELS)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ArtifactError
 from ..files import replacing
-from ..pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS
+from ..pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVELS
 from ..signature import SINGLE, Signature
 from ._heap import reused_heap
 from .base import feeds_to_args, named_outputs, output_arrays, single_input
@@ -190,7 +190,6 @@ class TorchScriptRunner(TorchModuleRunner):
 
 
 # onnxruntime's graph optimisation levels by the short name a kind pins and its rows record.
-ORT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
 class OnnxRunner:

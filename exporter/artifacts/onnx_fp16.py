@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from ..errors import ArtifactError
-from ._common import ORT_LEVELS, OnnxRunner, atomic_path, require_dynamic_batch
+from ..pinned import ORT_LEVELS
+from ._common import OnnxRunner, atomic_path, require_dynamic_batch
 from .base import BuildContext
 
 PROBE_TIMEOUT = 300.0

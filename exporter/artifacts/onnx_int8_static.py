@@ -95,13 +95,14 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="export-check-qdq-", dir=path.parent) as folder:
         pre = Path(folder) / "pre.onnx"
         how = _pre_process(source, pre)
+        reference = float_outputs(source, batches, ctx)
         errors: dict[str, float] = {}
         failed: dict[str, str] = {}
         for name, extra in RECIPES.items():
             candidate = Path(folder) / f"{name}.onnx"
             try:
                 _quantize(pre, candidate, batches, extra)
-                errors[name] = calibration_error(candidate, source, batches, ctx)
+                errors[name] = calibration_error(candidate, reference, batches, ctx)
             except Exception as exc:  # onnxruntime raises many types; the next recipe may still work
                 failed[name] = str(exc) if isinstance(exc, ArtifactError) else f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
                 continue
@@ -134,16 +135,22 @@ def _quantize(pre: Path, out: Path, batches: tuple[dict[str, Any], ...], extra: 
         raise ArtifactError(f"onnxruntime quantize_static failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
 
 
-def calibration_error(candidate: Path, source: Path, batches: tuple[dict[str, Any], ...], ctx: BuildContext) -> float:
+def float_outputs(source: Path, batches: tuple[dict[str, Any], ...], ctx: BuildContext) -> list[dict[str, Any]]:
+    """The float file's outputs on every calibration batch, run as the row runs it: computed once, compared with each recipe."""
+    with OnnxRunner(source, ctx.threads, ctx.signature) as reference:
+        return [reference.infer(batch) for batch in batches]
+
+
+def calibration_error(candidate: Path, reference: list[dict[str, Any]], batches: tuple[dict[str, Any], ...], ctx: BuildContext) -> float:
     """The worst float output's relative MAE (sum |quantized - float| / sum |float|, over the calibration
-    batches), as the int8 gate judges every output; both files run as the row runs them."""
+    batches), as the int8 gate judges every output; ``reference``: ``float_outputs`` of the same batches."""
     import numpy as np
 
     diff: dict[str, float] = {}
     size: dict[str, float] = {}
-    with OnnxRunner(source, ctx.threads, ctx.signature) as reference, OnnxRunner(candidate, ctx.threads, ctx.signature) as quantized:
-        for batch in batches:
-            want, got = reference.infer(batch), quantized.infer(batch)
+    with OnnxRunner(candidate, ctx.threads, ctx.signature) as quantized:
+        for batch, want in zip(batches, reference, strict=True):
+            got = quantized.infer(batch)
             for name, ref in want.items():
                 if np.issubdtype(ref.dtype, np.floating):
                     diff[name] = diff.get(name, 0.0) + float(np.abs(got[name].astype(np.float64) - ref).sum())
