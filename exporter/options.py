@@ -385,9 +385,9 @@ def json_data(value: Any, where: str) -> Any:
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
         elif isinstance(item, int) and not isinstance(item, bool) and not -(2**63) <= item < 2**63:
-            raise UsageError(f"{where} holds an integer of {len(str(abs(item)))} digits; at most 64-bit integers")
+            raise UsageError(f"{where} must hold at most 64-bit integers: it holds one of {len(str(abs(item)))} digits")
         elif isinstance(item, float) and not math.isfinite(item):
-            raise UsageError(f"{where} holds {item!r}, which JSON cannot carry; pass a finite number")
+            raise UsageError(f"{where} must hold finite numbers: it holds {item!r}, which JSON cannot carry; pass a finite number")
         elif not (item is None or isinstance(item, (str, int, float))):
             raise UsageError(f"{where} must hold JSON data only (tables, lists, strings, numbers, booleans), "
                              f"got a {type(item).__name__} ({str(item)[:40]})")
