@@ -137,8 +137,15 @@ def _quantize(pre: Path, out: Path, batches: tuple[dict[str, Any], ...], extra: 
 
 def float_outputs(source: Path, batches: tuple[dict[str, Any], ...], ctx: BuildContext) -> list[dict[str, Any]]:
     """The float file's outputs on every calibration batch, run as the row runs it: computed once, compared with each recipe."""
-    with OnnxRunner(source, ctx.threads, ctx.signature) as reference:
-        return [reference.infer(batch) for batch in batches]
+    try:
+        with OnnxRunner(source, ctx.threads, ctx.signature) as reference:
+            return [reference.infer(batch) for batch in batches]
+    except ArtifactError:
+        raise
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidArgument types
+        sizes = sorted({calibration_count((batch,), ctx) for batch in batches})
+        raise ArtifactError(f"the float ONNX file {source.name} fails on the calibration batches ({', '.join(map(str, sizes))} samples), "
+                            f"so nothing can be calibrated: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
 
 
 def calibration_error(candidate: Path, reference: list[dict[str, Any]], batches: tuple[dict[str, Any], ...], ctx: BuildContext) -> float:
