@@ -172,6 +172,9 @@ def check_stages(run: Run) -> dict[str, float]:
     for name, seconds in parts.items():
         stages[f"diagnostics: {name}"] = seconds
     stages["diagnostics (all)"] = total
+    if "replay/diagnostics_waited" in timings:  # since the background diagnosis (observe.RowDiagnosis)
+        eager = parts["eager self-check (in load model)"] + parts["eager at the other batch sizes (in load model)"]
+        stages["diagnostics on the critical path"] = eager + timings.get("replay/diagnostics_inline", 0.0) + timings["replay/diagnostics_waited"]
     stages["replay + diagnostics (this process)"] = timings.get("replay", 0.0)
     stages["cache store"] = timings.get("cache_store", 0.0)
     stages["total (wall)"] = run.wall
@@ -220,28 +223,39 @@ def run_all(models: list[str], sizes: list[int], repeats: int, warm: bool = True
     return results
 
 
+def _critical(result: dict[str, Any]) -> float:
+    """The cold run's diagnostics on its critical path (all of them, for a run from before the background diagnosis)."""
+    stages = result["cold"]["stages"]
+    return stages.get("diagnostics on the critical path", stages["diagnostics (all)"])
+
+
 def render(results: list[dict[str, Any]], title: str = "## Real-size models") -> str:
     lines = [title, "",
              "`benchmarks/large.py` (`python benchmarks/run.py --large only` rewrites just this section): a ResNet-50 and a token "
              "transformer against `benchmarks/baseline_large.py`, one run of each kind per configuration (cold = the first run "
              "into an empty cache, so it includes storing; warm = the re-run it serves). Configurations run: "
              + ", ".join(f"{r['model']} x {r['images']}" for r in results) + ".", "",
-             "| model | images | baseline s | cold s | cold ratio | diagnostics s (share of cold) | warm s (ratio) | peak MB baseline / cold "
-             "(ratio) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "Diagnostics, all = their seconds on either thread; on the critical path = what this process waited for them (eager's "
+             "share in load model, the rows diagnosed on the main thread, and the waits for the rows diagnosed in the background "
+             "while the next row replays, `observe.RowDiagnosis`): the share the target counts. The background thread shares the "
+             "two cores with the replay, so what it slows the replay down by is in the cold ratio, not in the share.", "",
+             "| model | images | baseline s | cold s | cold ratio | diagnostics s, all (share of cold) | on the critical path s (share) "
+             "| warm s (ratio) | peak MB baseline / cold (ratio) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in results:
         b, c = r["baseline"], r["cold"]
         diag = c["stages"]["diagnostics (all)"]
+        path = _critical(r)
         warm = f"{r['warm']['wall']:.2f} ({r['warm']['wall'] / b['wall']:.3f})" if "warm" in r else "-"
         lines.append(f"| {r['model']} | {r['images']} | {b['wall']:.2f} | {c['wall']:.2f} | {c['wall'] / b['wall']:.2f} | "
-                     f"{diag:.2f} ({diag / c['wall']:.1%}) | {warm} | {b['maxrss_mb']:.0f} / {c['maxrss_mb']:.0f} "
-                     f"({c['maxrss_mb'] / b['maxrss_mb']:.2f}) |")
+                     f"{diag:.2f} ({diag / c['wall']:.1%}) | {path:.2f} ({path / c['wall']:.1%}) | {warm} | "
+                     f"{b['maxrss_mb']:.0f} / {c['maxrss_mb']:.0f} ({c['maxrss_mb'] / b['maxrss_mb']:.2f}) |")
     lines += ["", "| target | measured | verdict |", "| --- | --- | --- |"]
     cold = [(r["cold"]["wall"] / r["baseline"]["wall"], f"{r['model']} x {r['images']}") for r in results]
-    share = [(r["cold"]["stages"]["diagnostics (all)"] / r["cold"]["wall"], f"{r['model']} x {r['images']}") for r in results]
+    share = [(_critical(r) / r["cold"]["wall"], f"{r['model']} x {r['images']}") for r in results]
     warm = [(r["warm"]["wall"] / r["baseline"]["wall"], f"{r['model']} x {r['images']}") for r in results if "warm" in r]
     cnn = [(r["cold"]["maxrss_mb"] / r["baseline"]["maxrss_mb"], f"{r['model']} x {r['images']}") for r in results if r["model"] == "resnet50"]
     for label, values, limit, fmt in (("cold run <= 1.10x the baseline", cold, 1.10, "{:.2f}x"),
-                                      ("diagnostics <= 15% of the cold run", share, DIAGNOSTIC_SHARE_TARGET, "{:.1%}"),
+                                      ("diagnostics on the critical path <= 15% of the cold run", share, DIAGNOSTIC_SHARE_TARGET, "{:.1%}"),
                                       ("warm re-run <= 0.25x the baseline", warm, 0.25, "{:.3f}x"),
                                       ("large CNN peak memory <= 1.5x the baseline's", cnn, 1.5, "{:.2f}x")):
         if values:
@@ -264,7 +278,7 @@ def render(results: list[dict[str, Any]], title: str = "## Real-size models") ->
 
 def _rank(stage: str) -> int:
     for rank, prefix in enumerate(("startup", "verify", "load", "  of which", "golden", "build", "waiting", "replay ", "diagnostics:",
-                                   "diagnostics (",
+                                   "diagnostics (", "diagnostics on",
                                    "replay +", "cache")):
         if stage.startswith(prefix):
             return rank

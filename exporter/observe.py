@@ -14,6 +14,7 @@ and is an error when no sample is left to judge.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -218,10 +219,15 @@ def observe_all(
     eager_ahead: dict[int, Any] | None = None,
     by_artifact: bool = True,
     eager_check: EagerSelfCheck | None = None,
+    timings: dict[str, float] | None = None,
 ) -> tuple[list[Observation], float | None]:
     """Every row observed: replayed and diagnosed. ``by_artifact``: eager's outputs are held, so each artifact
     is replayed (and diagnosed) on its own as soon as its build is done; otherwise, after every
-    build, one pass over the golden set runs every artifact (a streamed set is decoded once)."""
+    build, one pass over the golden set runs every artifact (a streamed set is decoded once).
+    ``timings`` gets what the diagnostics cost this thread: ``replay/diagnostics_inline`` (run on it)
+    and ``replay/diagnostics_waited`` (waiting for the ones in the background, ``RowDiagnosis``)."""
+    clock = timings if timings is not None else {}
+    clock["replay/diagnostics_inline"] = clock["replay/diagnostics_waited"] = 0.0
     selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
     replay = Replay(config, golden, batches, model)
     replay.trace.report = progress  # each artifact's replay counts its inputs (exporter/progress.py)
@@ -230,20 +236,31 @@ def observe_all(
         if by_artifact:
             replay.run({}, {}, with_eager=True)  # eager's pass, from the outputs held
             diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
-            rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
+            with _inline(clock):
+                rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
+            pending: RowDiagnosis | None = None
             for kind in builds.order:  # build order; a derived kind's source comes first
                 outcome = builds.get(kind.name)
                 if kind not in selected:
                     continue
-                with contextlib.ExitStack() as one:
+                one = contextlib.ExitStack()  # the row's runner: closed once its diagnosis is done
+                try:
                     runner = replay.open(kind, outcome, ctx, one)
                     if runner is not None:
                         progress(f"replaying {len(golden)} inputs through {kind.name}")
                         replay.run({kind.name: runner}, {kind.name: outcome.notes}, with_eager=False)
-                    # Batch sizes, determinism, latency, where it diverges: through the runner the
-                    # replay used, reusing what it computed (exporter/diagnostics/trace.py).
-                    rows[kind.name] = _with_calibration_note(
-                        replay, kind, diagnoser.observe(replay.artifact_observation(kind, outcome), ctx, runner, kind.name in replay.run_failed))
+                    observed = replay.artifact_observation(kind, outcome)
+                except BaseException:
+                    one.close()
+                    raise
+                if pending is not None:  # the previous row's diagnosis ran while this row replayed
+                    rows[pending.kind.name] = _with_calibration_note(replay, pending.kind, pending.result(clock))
+                # Batch sizes, determinism, latency, where it diverges: through the runner the replay
+                # used, reusing what it computed (exporter/diagnostics/trace.py).
+                pending = RowDiagnosis(diagnoser, kind, observed, ctx, runner, kind.name in replay.run_failed, one)
+                pending.start(config.effective_jobs > 1, clock)
+            if pending is not None:
+                rows[pending.kind.name] = _with_calibration_note(replay, pending.kind, pending.result(clock))
         else:
             outcomes = {kind.name: builds.get(kind.name) for kind in builds.order}
             runners = {}
@@ -253,13 +270,72 @@ def observe_all(
                     runners[kind.name] = runner
             progress(f"replaying {len(golden)} inputs through {len(runners)} artifacts")
             replay.run(runners, {name: outcomes[name].notes for name in runners}, with_eager=True)
-            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
-            rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
-            for kind in selected:
-                runner = runners.get(kind.name) if kind.name not in replay.errors or kind.name in replay.run_failed else None
-                rows[kind.name] = _with_calibration_note(replay, kind, diagnoser.observe(
-                    replay.artifact_observation(kind, outcomes[kind.name]), ctx, runner, kind.name in replay.run_failed))
+            with _inline(clock):
+                diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
+                rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
+                for kind in selected:
+                    runner = runners.get(kind.name) if kind.name not in replay.errors or kind.name in replay.run_failed else None
+                    rows[kind.name] = _with_calibration_note(replay, kind, diagnoser.observe(
+                        replay.artifact_observation(kind, outcomes[kind.name]), ctx, runner, kind.name in replay.run_failed))
     return [rows[EAGER], *(rows[kind.name] for kind in selected)], replay.label_accuracy()
+
+
+@contextlib.contextmanager
+def _inline(clock: dict[str, float]) -> Any:
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        clock["replay/diagnostics_inline"] += time.perf_counter() - began
+
+
+class RowDiagnosis:
+    """One row's diagnosis (``Diagnoser.observe`` through the runner its replay used), run on a
+    thread of its own with ``background`` (``--jobs 2`` and more) or at once, and the row's runner
+    closed when it is done.
+
+    In the background it runs on the second core while the main thread replays the next row: on a
+    costly model the batch-size runs are a sixth of the replay's cost, and this takes them off the run's
+    critical path (benchmarks/large.py; BENCHMARKS.md). At most two runners are open at once: this
+    row's and the next one's. The two threads share nothing they write: the replay trace is keyed by
+    row, warnings are captured per thread (artifacts._common.captured_warnings), file-descriptor
+    redirects are serialised, the progress line is locked. Latency measured while the other thread
+    runs shares the machine with it, as it shares it with the builds. The thread is a daemon: an
+    interrupted run does not wait for it.
+    """
+
+    def __init__(self, diagnoser: Diagnoser, kind: ArtifactKind, observed: Observation, ctx: BuildContext, runner: Any | None,
+                 run_failed: bool, runner_stack: contextlib.ExitStack) -> None:
+        self.diagnoser, self.kind, self.observed, self.ctx = diagnoser, kind, observed, ctx
+        self.runner, self.run_failed, self.runner_stack = runner, run_failed, runner_stack
+        self._thread: threading.Thread | None = None
+        self._result: Observation | None = None
+        self._raised: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            with self.runner_stack:
+                self._result = self.diagnoser.observe(self.observed, self.ctx, self.runner, self.run_failed)
+        except BaseException as exc:  # re-raised on the main thread by result()
+            self._raised = exc
+
+    def start(self, background: bool, clock: dict[str, float]) -> None:
+        if background:
+            self._thread = threading.Thread(target=self._run, name=f"export-check diagnose {self.kind.name}", daemon=True)
+            self._thread.start()
+        else:
+            with _inline(clock):
+                self._run()
+
+    def result(self, clock: dict[str, float]) -> Observation:
+        if self._thread is not None:
+            began = time.perf_counter()
+            self._thread.join()
+            clock["replay/diagnostics_waited"] += time.perf_counter() - began
+        if self._raised is not None:
+            raise self._raised
+        assert self._result is not None
+        return self._result
 
 
 def _with_calibration_note(replay: Replay, kind: ArtifactKind, obs: Observation) -> Observation:

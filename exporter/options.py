@@ -174,9 +174,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-size", "max_size", "float", "evict least recently used entries until the cache holds at most this many GB "
            "(default: cache-max-size in [tool.export-check] of ./pyproject.toml, else 5; 0: every entry not in use)", (CACHE_PRUNE,),
            metavar="GB"),
-    Option("jobs", "jobs", "jobs", "2: replay and diagnose each artifact while the next ones build on the other core; 1: one artifact "
-           "at a time (default: 2 when the process may use 2 or more cores)", (CHECK,), default=_run_default("jobs"), metavar="{1,2}",
-           choices=JOBS, settings=True, field="jobs"),
+    Option("jobs", "jobs", "jobs", "2: replay each artifact while the next ones build, and diagnose it while the next one replays, on the "
+           "other core; 1: one artifact at a time (default: 2 when the process may use 2 or more cores)", (CHECK,),
+           default=_run_default("jobs"), metavar="{1,2}", choices=JOBS, settings=True, field="jobs"),
     Option("build-timeout", "build_timeout", "float", "kill an artifact's build still running after this long; its row becomes an error "
            "(default: {default}; 0: no limit)", (CHECK,), default=BUILD_TIMEOUT, metavar="SECONDS", settings=True, field="build_timeout"),
     Option("diagnose", "diagnose", "switch", "also build the per-layer error tables of passing int8 rows (failing rows always get them)",

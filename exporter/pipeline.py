@@ -139,7 +139,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
             observations, label_accuracy = observe.observe_all(
-                config, golden, batches, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held(), eager_check=eager_check
+                config, golden, batches, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held(), eager_check=eager_check,
+                timings=parts,
             )
         finally:
             isolation.settle()  # a run stopped early leaves no build running behind it

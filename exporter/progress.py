@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -63,6 +64,7 @@ class ProgressLine:
         self._counts: dict[str, tuple[float, int]] = {}  # stage -> (when its first count came, its done then)
         self._last_plain: dict[str, float] = {}
         self._last_draw = -1.0
+        self._lock = threading.Lock()  # the observe stage reports from two threads (a row diagnosed while the next replays)
 
     def width(self) -> int:
         try:
@@ -86,6 +88,10 @@ class ProgressLine:
     def __call__(self, message: str) -> None:
         if self.quiet:
             return
+        with self._lock:
+            self._write(message)
+
+    def _write(self, message: str) -> None:
         now = self.clock()
         text, stage, complete = self._with_estimate(" ".join(message.split()), now)
         if stage is not None:
@@ -107,7 +113,8 @@ class ProgressLine:
         self.stream.flush()
 
     def close(self) -> None:
-        if self.interactive and self._open:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self._open = False
+        with self._lock:
+            if self.interactive and self._open:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+                self._open = False

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -38,47 +39,105 @@ def atomic_path(path: Path) -> Iterator[Path]:
             raise ArtifactError(f"exporter wrote nothing to {tmp.name}")
 
 
-class _ListHandler(logging.Handler):
-    def __init__(self, sink: list[str]) -> None:
-        super().__init__(logging.WARNING)
-        self.sink = sink
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.sink.append(f"log {record.name}: {record.getMessage().strip()}")
-
-
 # Libraries whose loggers print through their own stderr handler and do not propagate to the root
 # (torch._logging sets "torch" up so): their WARNING records are captured there, their handlers muted.
 OWN_HANDLER_LOGGERS = ("torch", "torchao", "onnxscript")
 
 
+class _Capture(logging.Handler):
+    """The one process-wide capture behind every ``captured_warnings`` block, on any thread.
+
+    The observe stage diagnoses one row on a worker thread while the main thread replays the next
+    (exporter/observe.py), and both capture warnings. ``warnings.catch_warnings`` and adding and
+    muting log handlers per block change process-wide state and restore it on exit: two threads
+    entering and leaving in an interleaved order would restore each other's state and leave every
+    later warning recorded into a finished block's list, dropped. So the first block to open installs
+    one capture (warnings' filters and ``showwarning``, a root log handler, the muted handlers) and the
+    last to close removes it; in between, each warning and WARNING log record goes to the innermost
+    open block of the thread that raised it (a thread with no open block: shown as before).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.guard = threading.RLock()
+        self.blocks: dict[int, list[list[str]]] = {}  # thread ident -> its open blocks' note lists, innermost last
+        self.open_blocks = 0
+        self.saved: Any = None  # (the catch_warnings block, the original showwarning, muted handlers and levels, own loggers)
+
+    def _sink(self, thread: int | None) -> list[str] | None:
+        stack = self.blocks.get(thread) if thread is not None else None
+        return stack[-1] if stack else None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sink = self._sink(record.thread)
+        if sink is not None:
+            sink.append(f"log {record.name}: {record.getMessage().strip()}")
+
+    def _showwarning(self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
+        sink = self._sink(threading.get_ident())
+        if sink is None:
+            self.saved[1](message, category, filename, lineno, file, line)
+            return
+        first_line = str(message).strip().splitlines()[0] if str(message).strip() else ""
+        sink.append(f"{category.__name__}: {first_line}")
+
+    def push(self, notes: list[str]) -> None:
+        with self.guard:
+            if self.open_blocks == 0:
+                block = warnings.catch_warnings()
+                block.__enter__()
+                original = warnings.showwarning
+                warnings.simplefilter("always")
+                warnings.showwarning = self._showwarning
+                root = logging.getLogger()
+                root.addHandler(self)
+                own = [logger for name in OWN_HANDLER_LOGGERS if not (logger := logging.getLogger(name)).propagate]
+                muted = [(h, h.level) for logger in own for h in logger.handlers]
+                for logger in own:
+                    logger.addHandler(self)
+                for h, _ in muted:
+                    h.setLevel(logging.CRITICAL + 1)
+                self.saved = (block, original, muted, own)
+            self.open_blocks += 1
+            self.blocks.setdefault(threading.get_ident(), []).append(notes)
+
+    def pop(self, notes: list[str]) -> None:
+        with self.guard:
+            ident = threading.get_ident()
+            stack = self.blocks.get(ident, [])
+            if stack and stack[-1] is notes:
+                stack.pop()
+            if not stack:
+                self.blocks.pop(ident, None)
+            self.open_blocks -= 1
+            if self.open_blocks == 0:
+                block, _, muted, own = self.saved
+                logging.getLogger().removeHandler(self)
+                for logger in own:
+                    logger.removeHandler(self)
+                for h, level in muted:
+                    h.setLevel(level)
+                block.__exit__(None, None, None)  # the filters and showwarning as they were
+                self.saved = None
+
+
+_CAPTURE = _Capture()
+# Redirecting a file descriptor (native_warnings, _native.stdout_into_notes) is process-wide: two
+# threads doing it at once would restore each other's saved descriptor and leave fd 2 (or 1) pointing
+# into a deleted temporary file. One redirect at a time.
+FD_REDIRECT = threading.RLock()
+
+
 @contextlib.contextmanager
 def captured_warnings(notes: list[str]) -> Iterator[None]:
     """Collect warnings and WARNING log records from exporters into ``notes`` for the report,
-    instead of letting them reach the terminal (or fail a ``-W error`` test run)."""
-    handler = _ListHandler(notes)
-    root = logging.getLogger()
-    root.addHandler(handler)
-    muted: list[tuple[logging.Handler, int]] = []
-    own = [logger for name in OWN_HANDLER_LOGGERS if not (logger := logging.getLogger(name)).propagate]
-    for logger in own:
-        logger.addHandler(handler)
-        muted.extend((h, h.level) for h in logger.handlers if h is not handler)
-    for h, _ in muted:
-        h.setLevel(logging.CRITICAL + 1)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield
-        finally:
-            root.removeHandler(handler)
-            for h, level in muted:
-                h.setLevel(level)
-            for logger in own:
-                logger.removeHandler(handler)
-            for w in caught:
-                first_line = str(w.message).strip().splitlines()[0] if str(w.message).strip() else ""
-                notes.append(f"{w.category.__name__}: {first_line}")
+    instead of letting them reach the terminal (or fail a ``-W error`` test run). Thread-safe: what
+    a thread raises goes to its own innermost block (``_Capture``)."""
+    _CAPTURE.push(notes)
+    try:
+        yield
+    finally:
+        _CAPTURE.pop(notes)
 
 
 class NativeWarning(UserWarning):
@@ -95,23 +154,24 @@ def native_warnings() -> Iterator[None]:
     Python's ``warnings``, e.g. when ``torch.jit.load`` rebuilds quantized tensors) become
     :class:`NativeWarning` (so ``captured_warnings`` puts them in the row's notes); anything else
     is passed on to stderr unchanged."""
-    sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:  # no stderr at all (a daemon): nothing to catch
-        yield
-        return
-    try:
-        with tempfile.TemporaryFile() as sink:
-            os.dup2(sink.fileno(), 2)
-            try:
-                yield
-            finally:
-                os.dup2(saved, 2)
-                sink.seek(0)
-                text = sink.read(1 << 16).decode("utf-8", "replace")
-    finally:
-        os.close(saved)
+    with FD_REDIRECT:
+        sys.stderr.flush()
+        try:
+            saved = os.dup(2)
+        except OSError:  # no stderr at all (a daemon): nothing to catch
+            yield
+            return
+        try:
+            with tempfile.TemporaryFile() as sink:
+                os.dup2(sink.fileno(), 2)
+                try:
+                    yield
+                finally:
+                    os.dup2(saved, 2)
+                    sink.seek(0)
+                    text = sink.read(1 << 16).decode("utf-8", "replace")
+        finally:
+            os.close(saved)
     for line in text.splitlines():
         match = _C10_WARNING.match(line)
         if match:

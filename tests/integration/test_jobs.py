@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,15 +27,21 @@ from export_check.artifacts import BUILD_ORDER, DEFAULT_KINDS, KINDS_BY_NAME, Bu
 from export_check.artifacts._common import captured_warnings
 from export_check.build import builds, isolation
 from export_check.config import RunConfig
+from export_check.diagnostics.run import Diagnoser
 from export_check.golden.batches import GoldenBatches
 
 MODES = ("jobs2", "jobs1", "streamed")
 DEFAULT_ORDER = [kind for kind in BUILD_ORDER if kind.name in DEFAULT_KINDS]  # what a run without --artifacts builds
 
 
-def _recording(events: list[tuple[str, tuple[str, ...]]]):
-    """Stand-ins for builds.start_build and observe.Replay.run that log each call into ``events``, then do the real thing."""
-    real_start, real_run = builds.start_build, observe.Replay.run
+def _recording(events: list[tuple[str, tuple[str, ...]]], diagnosed: list[tuple[str, bool, bool | None]], overlap: bool):
+    """Stand-ins for builds.start_build, observe.Replay.run and Diagnoser.observe that log each call, then do
+    the real thing. ``diagnosed``: per row, whether its diagnosis ran on the main thread and (``overlap``:
+    an artifact row waits, up to a minute, for the next row's replay to start) whether the next replay
+    started while it ran; ``None`` for the last row."""
+    real_start, real_run, real_observe = builds.start_build, observe.Replay.run, Diagnoser.observe
+    started: dict[str, threading.Event] = {}
+    order = [kind.name for kind in DEFAULT_ORDER]
 
     def start(kind, *args, **kwargs):
         events.append(("build", (kind.name,)))
@@ -41,38 +49,61 @@ def _recording(events: list[tuple[str, tuple[str, ...]]]):
 
     def run(self, runners, notes, with_eager):
         events.append(("replay", tuple(runners)))
+        for name in runners:
+            started.setdefault(name, threading.Event()).set()
         return real_run(self, runners, notes, with_eager)
 
-    return start, run
+    def diagnose(self, obs, *args, **kwargs):
+        following = order[order.index(obs.name) + 1] if obs.name in order[:-1] else None
+        seen = None if not overlap or following is None else started.setdefault(following, threading.Event()).wait(60)
+        diagnosed.append((obs.name, threading.current_thread() is threading.main_thread(), seen))
+        return real_observe(self, obs, *args, **kwargs)
+
+    return start, run, diagnose
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, list[tuple[str, tuple[str, ...]]]]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, ...]]:
     """The bundled check run three ways, each with the order in which builds started and replays ran."""
-    out: dict[str, tuple[object, list[tuple[str, tuple[str, ...]]]]] = {}
+    out: dict[str, tuple[Any, ...]] = {}
     for mode in MODES:
         events: list[tuple[str, tuple[str, ...]]] = []
-        start, run = _recording(events)
+        diagnosed: list[tuple[str, bool, bool | None]] = []
+        start, run, diagnose = _recording(events, diagnosed, overlap=mode == "jobs2")
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(builds, "start_build", start)
             mp.setattr(observe.Replay, "run", run)
+            mp.setattr(Diagnoser, "observe", diagnose)
             if mode == "streamed":  # nothing fits the memory budget: the set streams batch by batch
                 mp.setattr(pipeline, "GoldenBatches", functools.partial(GoldenBatches, budget=0))
             config = RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN,
                                out_dir=tmp_path_factory.mktemp(mode), jobs=1 if mode == "jobs1" else 2)
-            out[mode] = (pipeline.run_check(config), events)
+            out[mode] = (pipeline.run_check(config), events, diagnosed)
     return out
 
 
 def test_jobs_2_sends_every_build_first_then_replays_each_artifact_as_it_comes(runs) -> None:
-    report, events = runs["jobs2"]
+    report, events, _ = runs["jobs2"]
     order = [kind.name for kind in DEFAULT_ORDER]
     assert events == [*(("build", (name,)) for name in order), ("replay", ()), *(("replay", (name,)) for name in order)]
     assert dict(report.settings)["jobs"] == 2
 
 
+def test_jobs_2_diagnoses_each_artifact_on_a_second_thread_while_the_next_one_replays(runs) -> None:
+    _, _, diagnosed = runs["jobs2"]
+    order = [kind.name for kind in DEFAULT_ORDER]
+    assert diagnosed[0] == ("eager", True, None)  # eager's row before the loop, on the main thread
+    # every artifact row on the diagnosis thread; each (but the last) still running when the next row's replay began
+    assert diagnosed[1:] == [(name, False, name != order[-1] or None) for name in order]
+
+
+def test_jobs_1_diagnoses_on_the_main_thread(runs) -> None:
+    _, _, diagnosed = runs["jobs1"]
+    assert [(name, main) for name, main, _ in diagnosed] == [(name, True) for name in ("eager", *(k.name for k in DEFAULT_ORDER))]
+
+
 def test_jobs_1_builds_and_replays_one_artifact_at_a_time(runs) -> None:
-    report, events = runs["jobs1"]
+    report, events, _ = runs["jobs1"]
     expected: list[tuple[str, tuple[str, ...]]] = [("replay", ())]  # eager's pass, from the outputs held
     for kind in DEFAULT_ORDER:
         expected += [("build", (kind.name,)), ("replay", (kind.name,))]
@@ -81,7 +112,7 @@ def test_jobs_1_builds_and_replays_one_artifact_at_a_time(runs) -> None:
 
 
 def test_a_streamed_set_is_replayed_once_after_every_build(runs) -> None:
-    _, events = runs["streamed"]
+    _, events, _ = runs["streamed"]
     assert events == [*(("build", (kind.name,)) for kind in DEFAULT_ORDER), ("replay", DEFAULT_KINDS)]
 
 

@@ -150,7 +150,7 @@ def test_random_settings_tables_validate_or_fail_with_one_line_naming_the_key(ta
     kinds = {o.python: o.kind for o in SETTINGS.values()}
     assert set(parsed) <= set(kinds) | {"arch_root"}
     for name, value in parsed.items():
-        expected = {"str": str, "path": Path, "int": int, "jobs": int, "float": float, "strlist": tuple, "table": dict}
+        expected = {"str": str, "path": Path, "int": int, "jobs": int, "float": float, "strlist": tuple, "table": dict, "switch": bool}
         assert isinstance(value, Path if name == "arch_root" else expected[kinds[name]]), (name, value)
 
 
