@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError
+from ..versions import cpu_flags
 from ._calibration import calibration_batches, calibration_count
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
 from .base import BuildContext
@@ -88,8 +89,6 @@ GOOD_ENOUGH = 0.025  # half the int8 family's relative-MAE gate (5%): room for t
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
-    from .openvino_ir import cpu_flags
-
     assert source is not None
     batches = calibration_batches(ctx, "onnx-int8-static")
     with tempfile.TemporaryDirectory(prefix="export-check-qdq-", dir=path.parent) as folder:

@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from ..signature import SINGLE
+from ..versions import PRECISION_FLAGS, cpu_flags
 from ._common import atomic_path
 from .base import OUTPUT, BuildContext, NotApplicable, feeds_to_args, single_input
 
 INSTALL = 'pip install "export-check[openvino]" (or pip install openvino)'
 # /proc/cpuinfo flags that decide the precision OpenVINO's CPU plugin picks (bf16 with avx512_bf16 or
 # AMX, fp16 with avx512_fp16 on recent Xeons) or how fast int8/f32 runs.
-PRECISION_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
 XML, BIN = "model.xml", "model.bin"
 
 
@@ -36,19 +36,6 @@ def openvino() -> Any:
     except ImportError:
         raise NotApplicable(f"not applicable: openvino is not installed: {INSTALL}") from None
     return ov
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The precision-relevant flags this CPU has, space-separated ("" when /proc/cpuinfo is unreadable)."""
-    try:
-        text = cpuinfo.read_text(errors="replace")
-    except OSError:
-        return ""
-    present: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            present.update(line.partition(":")[2].split())
-    return " ".join(f for f in PRECISION_FLAGS if f in present)
 
 
 def compile_config(threads: int, f32: bool) -> dict[str, Any]:
