@@ -417,6 +417,8 @@ def render(results: dict[str, Any], command: str) -> str:
         import large
 
         lines += large_section(large.render(results["large"])).splitlines() + [""]
+    elif results.get("large_kept"):  # --large none: the section an earlier run wrote stays
+        lines += results["large_kept"].splitlines() + [""]
     extra = results.get("notes") or []
     if extra:
         lines += ["## Notes", "", *extra, ""]
@@ -428,6 +430,13 @@ LARGE_BEGIN, LARGE_END = "<!-- real-size models: benchmarks/large.py -->", "<!--
 
 def large_section(text: str) -> str:
     return f"{LARGE_BEGIN}\n{text.rstrip()}\n{LARGE_END}\n"
+
+
+def kept_large_section(text: str) -> str:
+    """The real-size section of an earlier BENCHMARKS.md, markers included ("" when it has none)."""
+    if LARGE_BEGIN not in text or LARGE_END not in text:
+        return ""
+    return LARGE_BEGIN + text.split(LARGE_BEGIN, 1)[1].split(LARGE_END, 1)[0] + LARGE_END + "\n"
 
 
 def large_only(args: argparse.Namespace) -> int:
@@ -465,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", type=Path, metavar="RESULTS_JSON", help="only rewrite --output from an earlier run's results.json")
     parser.add_argument("--large", choices=("also", "only", "none"), default="also",
                         help="the real-size models of benchmarks/large.py (ResNet-50, token transformer): also (default), only "
-                             "(rewrite just their section of --output), none")
+                             "(rewrite just their section of --output), none (keep the section --output has)")
     parser.add_argument("--large-sizes", default="32,256", help="golden-set sizes of the real-size models (default 32,256)")
     parser.add_argument("--write-digits", nargs=2, metavar=("COUNT", "DIR"), help=argparse.SUPPRESS)  # digit_images' child
     args = parser.parse_args(argv)
@@ -511,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
         import large
 
         results["large"] = large.run_all(list(large.MODELS), [int(s) for s in args.large_sizes.split(",") if s.strip()], 1)
+    elif args.output.is_file():
+        results["large_kept"] = kept_large_section(args.output.read_text())
     if args.notes is not None and args.notes.is_file():
         results["notes"] = args.notes.read_text().splitlines()
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
