@@ -149,29 +149,42 @@ _C10_WARNING = re.compile(r"^\[W\d{4} [\d:.]+ [^\]]*\] Warning: (?P<text>.*?)(?:
 
 
 @contextlib.contextmanager
+def captured_fd(fd: int, limit: int) -> Iterator[list[str]]:
+    """Point file descriptor ``fd`` (1 or 2) at a temporary file for the block; once it ends (also by
+    an exception), the yielded list holds what was written (its first ``limit`` bytes). One redirect
+    at a time (``FD_REDIRECT``); a process without that descriptor (a daemon) catches nothing."""
+    caught: list[str] = []
+    stream = sys.stdout if fd == 1 else sys.stderr
+    with FD_REDIRECT:
+        stream.flush()
+        try:
+            saved = os.dup(fd)
+        except OSError:
+            yield caught
+            return
+        try:
+            with tempfile.TemporaryFile() as sink:
+                os.dup2(sink.fileno(), fd)
+                try:
+                    yield caught
+                finally:
+                    stream.flush()
+                    os.dup2(saved, fd)
+                    sink.seek(0)
+                    caught.append(sink.read(limit).decode("utf-8", "replace"))
+        finally:
+            os.close(saved)
+
+
+@contextlib.contextmanager
 def native_warnings() -> Iterator[None]:
     """Catch what native code writes to stderr during the block: torch's C++ warnings (which bypass
     Python's ``warnings``, e.g. when ``torch.jit.load`` rebuilds quantized tensors) become
     :class:`NativeWarning` (so ``captured_warnings`` puts them in the row's notes); anything else
     is passed on to stderr unchanged."""
-    with FD_REDIRECT:
-        sys.stderr.flush()
-        try:
-            saved = os.dup(2)
-        except OSError:  # no stderr at all (a daemon): nothing to catch
-            yield
-            return
-        try:
-            with tempfile.TemporaryFile() as sink:
-                os.dup2(sink.fileno(), 2)
-                try:
-                    yield
-                finally:
-                    os.dup2(saved, 2)
-                    sink.seek(0)
-                    text = sink.read(1 << 16).decode("utf-8", "replace")
-        finally:
-            os.close(saved)
+    with captured_fd(2, 1 << 16) as caught:
+        yield
+    text = "".join(caught)
     for line in text.splitlines():
         match = _C10_WARNING.match(line)
         if match:

@@ -5,13 +5,10 @@ report on the user's terminal."""
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
-import tempfile
 import warnings
 from collections.abc import Iterator
 
-from ._common import FD_REDIRECT
+from ._common import captured_fd
 
 
 class ExporterOutput(UserWarning):
@@ -23,27 +20,12 @@ def stdout_into_notes(what: str) -> Iterator[None]:
     """Redirect file descriptor 1 for the block; whatever was printed becomes one
     :class:`ExporterOutput` warning, which the build's ``captured_warnings`` puts in the row's notes
     (also when the build then fails)."""
-    with FD_REDIRECT:
-        sys.stdout.flush()
-        try:
-            saved = os.dup(1)
-        except OSError:
+    caught: list[str] = []
+    try:
+        with captured_fd(1, 1 << 20) as caught:
             yield
-            return
-        text = ""
-        try:
-            with tempfile.TemporaryFile() as sink:
-                os.dup2(sink.fileno(), 1)
-                try:
-                    yield
-                finally:
-                    sys.stdout.flush()
-                    os.dup2(saved, 1)
-                    sink.seek(0)
-                    text = sink.read(1 << 20).decode("utf-8", "replace")
-        finally:
-            os.close(saved)
-            lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-            if lines:
-                text = f"{what} printed {len(lines)} lines (kept out of the terminal): " + " | ".join(lines)[:600]
-                warnings.warn(text, ExporterOutput, stacklevel=3)
+    finally:
+        lines = [line.rstrip() for line in "".join(caught).splitlines() if line.strip()]
+        if lines:
+            text = f"{what} printed {len(lines)} lines (kept out of the terminal): " + " | ".join(lines)[:600]
+            warnings.warn(text, ExporterOutput, stacklevel=3)

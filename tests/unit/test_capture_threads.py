@@ -143,3 +143,19 @@ def test_two_threads_redirecting_stderr_leave_fd_2_where_it_was() -> None:
     assert not failures, failures
     assert b_done.is_set()
     assert _fd2() == before
+
+
+def test_what_native_code_prints_to_stdout_becomes_one_note_also_when_the_block_fails(capfd) -> None:
+    import pytest
+
+    from export_check.artifacts._native import ExporterOutput, stdout_into_notes
+
+    before = os.fstat(1).st_ino
+    printed = r"^the exporter printed 2 lines \(kept out of the terminal\): line one \| line two$"
+    with pytest.warns(ExporterOutput, match=printed), stdout_into_notes("the exporter"):
+        os.write(1, b"line one\n\nline two\n")
+    with pytest.warns(ExporterOutput, match="printed 1 lines"), pytest.raises(RuntimeError), stdout_into_notes("the exporter"):
+        os.write(1, b"a dump before the error\n")
+        raise RuntimeError("export failed")
+    assert capfd.readouterr().out == ""
+    assert os.fstat(1).st_ino == before
