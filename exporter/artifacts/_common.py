@@ -54,19 +54,25 @@ class _Capture(logging.Handler):
     later warning recorded into a finished block's list, dropped. So the first block to open installs
     one capture (warnings' filters and ``showwarning``, a root log handler, the muted handlers) and the
     last to close removes it; in between, each warning and WARNING log record goes to the innermost
-    open block of the thread that raised it (a thread with no open block: shown as before).
+    open block of the thread that raised it. One from a thread with no block of its own (a library's
+    worker thread) goes to the block opened last, as it went to the one open block before: never
+    dropped (the muted handlers would not show it either).
     """
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.guard = threading.RLock()
         self.blocks: dict[int, list[list[str]]] = {}  # thread ident -> its open blocks' note lists, innermost last
-        self.open_blocks = 0
-        self.saved: Any = None  # (the catch_warnings block, the original showwarning, muted handlers and levels, own loggers)
+        self.opened: list[list[str]] = []  # every open block's notes, in the order they opened
+        self.saved: Any = None  # (the catch_warnings block, muted handlers and levels, own loggers)
+        self.original_showwarning: Any = warnings.showwarning
 
     def _sink(self, thread: int | None) -> list[str] | None:
-        stack = self.blocks.get(thread) if thread is not None else None
-        return stack[-1] if stack else None
+        with self.guard:
+            stack = self.blocks.get(thread) if thread is not None else None
+            if stack:
+                return stack[-1]
+            return self.opened[-1] if self.opened else None
 
     def emit(self, record: logging.LogRecord) -> None:
         sink = self._sink(record.thread)
@@ -75,18 +81,18 @@ class _Capture(logging.Handler):
 
     def _showwarning(self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
         sink = self._sink(threading.get_ident())
-        if sink is None:
-            self.saved[1](message, category, filename, lineno, file, line)
+        if sink is None:  # only between the last block's close and showwarning's restore
+            self.original_showwarning(message, category, filename, lineno, file, line)
             return
         first_line = str(message).strip().splitlines()[0] if str(message).strip() else ""
         sink.append(f"{category.__name__}: {first_line}")
 
     def push(self, notes: list[str]) -> None:
         with self.guard:
-            if self.open_blocks == 0:
+            if not self.opened:
                 block = warnings.catch_warnings()
                 block.__enter__()
-                original = warnings.showwarning
+                self.original_showwarning = warnings.showwarning
                 warnings.simplefilter("always")
                 warnings.showwarning = self._showwarning
                 root = logging.getLogger()
@@ -97,8 +103,8 @@ class _Capture(logging.Handler):
                     logger.addHandler(self)
                 for h, _ in muted:
                     h.setLevel(logging.CRITICAL + 1)
-                self.saved = (block, original, muted, own)
-            self.open_blocks += 1
+                self.saved = (block, muted, own)
+            self.opened.append(notes)
             self.blocks.setdefault(threading.get_ident(), []).append(notes)
 
     def pop(self, notes: list[str]) -> None:
@@ -109,9 +115,12 @@ class _Capture(logging.Handler):
                 stack.pop()
             if not stack:
                 self.blocks.pop(ident, None)
-            self.open_blocks -= 1
-            if self.open_blocks == 0:
-                block, _, muted, own = self.saved
+            for i in range(len(self.opened) - 1, -1, -1):
+                if self.opened[i] is notes:
+                    del self.opened[i]
+                    break
+            if not self.opened:
+                block, muted, own = self.saved
                 logging.getLogger().removeHandler(self)
                 for logger in own:
                     logger.removeHandler(self)

@@ -103,6 +103,33 @@ def test_muted_library_handlers_get_their_level_back_after_an_interleaved_close(
         torch_logger.propagate = saved_propagate
 
 
+def test_a_library_thread_without_a_block_of_its_own_reports_into_the_block_opened_last() -> None:
+    """As one block caught every thread's warnings before: a torch log record from a library's worker
+    thread (its own handler muted while a block is open) must land in a row's notes, not nowhere."""
+    torch_logger = logging.getLogger("torch")
+    handler = logging.StreamHandler()
+    saved_propagate = torch_logger.propagate
+    torch_logger.addHandler(handler)
+    torch_logger.propagate = False
+    first: list[str] = []
+    last: list[str] = []
+
+    def library_worker() -> None:
+        warnings.warn("from a worker thread", UserWarning, stacklevel=1)
+        torch_logger.warning("torch, from a worker thread")
+
+    try:
+        with captured_warnings(first), captured_warnings(last):
+            worker = threading.Thread(target=library_worker)
+            worker.start()
+            worker.join(30)
+        assert first == []
+        assert last == ["UserWarning: from a worker thread", "log torch: torch, from a worker thread"]
+    finally:
+        torch_logger.removeHandler(handler)
+        torch_logger.propagate = saved_propagate
+
+
 def _fd2() -> tuple[int, int]:
     st = os.fstat(2)
     return st.st_dev, st.st_ino
