@@ -250,11 +250,11 @@ def observe_all(
                         progress(f"replaying {len(golden)} inputs through {kind.name}")
                         replay.run({kind.name: runner}, {kind.name: outcome.notes}, with_eager=False)
                     observed = replay.artifact_observation(kind, outcome)
+                    if pending is not None:  # the previous row's diagnosis ran while this row replayed
+                        rows[pending.kind.name] = _with_calibration_note(replay, pending.kind, pending.result(clock))
                 except BaseException:
                     one.close()
                     raise
-                if pending is not None:  # the previous row's diagnosis ran while this row replayed
-                    rows[pending.kind.name] = _with_calibration_note(replay, pending.kind, pending.result(clock))
                 # Batch sizes, determinism, latency, where it diverges: through the runner the replay
                 # used, reusing what it computed (exporter/diagnostics/trace.py).
                 pending = RowDiagnosis(diagnoser, kind, observed, ctx, runner, kind.name in replay.run_failed, one)
