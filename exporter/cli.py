@@ -242,9 +242,6 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
     lines to print for the ones that could not be written."""
     if args is None or getattr(args, "command", None) not in ("check", "merge"):
         return []
-    from .paths import error_report_paths
-    from .report import failure, write_text_atomic
-
     done = set(_written(args))
     message = error_message(exc)
     # not over a report this run wrote, nor to the report the error is about ("--html takes one model's
@@ -254,6 +251,10 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
                and flag not in done and not message.startswith((f"{flag} ", f"{path}: "))}
     if not any(reports.values()):
         return []
+    # only now: the writers import the report model (and numpy); a usage error that asked for no report stays light
+    from .paths import error_report_paths
+    from .report import failure, write_text_atomic
+
     raw = getattr(args, "checkpoint", None) or []
     checkpoints = tuple(Path(c) for c in ([raw] if isinstance(raw, (str, Path)) else raw))
     config = getattr(args, "checked_config", None)

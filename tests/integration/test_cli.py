@@ -26,6 +26,23 @@ def test_help_imports_no_torch_numpy_or_onnx() -> None:
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("argv", [["check", "CKPT", "--batch-size", "0"], ["check", "missing.pth"]])
+def test_a_usage_error_without_reports_imports_no_torch_numpy_or_onnx(tmp_path: Path, argv) -> None:
+    """benchmarks/run.py times these (< 0.3 s); writing the error reports of exit 2 must not make them import numpy."""
+    (tmp_path / "CKPT").write_bytes(b"not read before the arguments are checked")
+    code = (
+        "import sys, contextlib, io\n"
+        "from export_check.cli import main\n"
+        "with contextlib.redirect_stderr(io.StringIO()) as err:\n"
+        f"    assert main({argv!r}) == 2\n"
+        "assert err.getvalue().startswith('export-check: error: ')\n"
+        "print(sorted(m for m in ('torch', 'numpy', 'onnx', 'onnxruntime', 'PIL') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
