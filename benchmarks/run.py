@@ -519,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.large == "also":
         import large
 
+        # what is measured so far is kept first: the real-size runs take the better part of an hour
+        (OUT / "results.json").write_text(json.dumps(results, indent=1))
         results["large"] = large.run_all(list(large.MODELS), [int(s) for s in args.large_sizes.split(",") if s.strip()], 1)
     elif args.output.is_file():
         results["large_kept"] = kept_large_section(args.output.read_text())
