@@ -62,17 +62,14 @@ class _Capture(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.guard = threading.RLock()
-        self.blocks: dict[int, list[list[str]]] = {}  # thread ident -> its open blocks' note lists, innermost last
-        self.opened: list[list[str]] = []  # every open block's notes, in the order they opened
+        self.opened: list[tuple[int, list[str]]] = []  # every open block (its thread, its notes), in the order they opened
         self.saved: Any = None  # (the catch_warnings block, muted handlers and levels, own loggers)
         self.original_showwarning: Any = warnings.showwarning
 
     def _sink(self, thread: int | None) -> list[str] | None:
         with self.guard:
-            stack = self.blocks.get(thread) if thread is not None else None
-            if stack:
-                return stack[-1]
-            return self.opened[-1] if self.opened else None
+            own = next((notes for ident, notes in reversed(self.opened) if ident == thread), None)
+            return own if own is not None else self.opened[-1][1] if self.opened else None
 
     def emit(self, record: logging.LogRecord) -> None:
         sink = self._sink(record.thread)
@@ -104,19 +101,13 @@ class _Capture(logging.Handler):
                 for h, _ in muted:
                     h.setLevel(logging.CRITICAL + 1)
                 self.saved = (block, muted, own)
-            self.opened.append(notes)
-            self.blocks.setdefault(threading.get_ident(), []).append(notes)
+            self.opened.append((threading.get_ident(), notes))
 
     def pop(self, notes: list[str]) -> None:
         with self.guard:
             ident = threading.get_ident()
-            stack = self.blocks.get(ident, [])
-            if stack and stack[-1] is notes:
-                stack.pop()
-            if not stack:
-                self.blocks.pop(ident, None)
             for i in range(len(self.opened) - 1, -1, -1):
-                if self.opened[i] is notes:
+                if self.opened[i][0] == ident and self.opened[i][1] is notes:
                     del self.opened[i]
                     break
             if not self.opened:
