@@ -432,11 +432,19 @@ def large_section(text: str) -> str:
     return f"{LARGE_BEGIN}\n{text.rstrip()}\n{LARGE_END}\n"
 
 
+def _split_large(text: str) -> tuple[str, str, str] | None:
+    """An earlier BENCHMARKS.md as (before, its real-size section with the markers, after); None without one."""
+    if LARGE_BEGIN not in text or LARGE_END not in text:
+        return None
+    head, rest = text.split(LARGE_BEGIN, 1)
+    inside, tail = rest.split(LARGE_END, 1)
+    return head, LARGE_BEGIN + inside + LARGE_END + "\n", tail.lstrip("\n")
+
+
 def kept_large_section(text: str) -> str:
     """The real-size section of an earlier BENCHMARKS.md, markers included ("" when it has none)."""
-    if LARGE_BEGIN not in text or LARGE_END not in text:
-        return ""
-    return LARGE_BEGIN + text.split(LARGE_BEGIN, 1)[1].split(LARGE_END, 1)[0] + LARGE_END + "\n"
+    parts = _split_large(text)
+    return "" if parts is None else parts[1]
 
 
 def large_only(args: argparse.Namespace) -> int:
@@ -446,11 +454,8 @@ def large_only(args: argparse.Namespace) -> int:
     results = large.run_all(list(large.MODELS), [int(s) for s in args.large_sizes.split(",") if s.strip()], 1)
     section = large_section(large.render(results))
     old = args.output.read_text() if args.output.is_file() else "# Benchmarks\n"
-    if LARGE_BEGIN in old and LARGE_END in old:
-        head, rest = old.split(LARGE_BEGIN, 1)
-        new = head + section + rest.split(LARGE_END, 1)[1].lstrip("\n")
-    else:
-        new = old.rstrip() + "\n\n" + section
+    parts = _split_large(old)
+    new = old.rstrip() + "\n\n" + section if parts is None else parts[0] + section + parts[2]
     args.output.write_text(new)
     print(f"wrote the real-size models' section of {args.output}")
     return 0
