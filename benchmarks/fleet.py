@@ -11,8 +11,12 @@
    - ``zoo-modern``: the zoo with ``artifacts = "modern"`` (torch.export, dynamo ONNX, fp16, torchao,
      static int8: builds of 5-17 s), where the models' own work dominates start-up.
    - ``smallnet``: the user's conv ``SmallNet`` (tests/user_project.py) at 4 widths, golden sets of
-     8 photos. Each model's check (~2.5 s) is shorter than starting a worker and its build server
-     (~4 s), so ``-n 2`` cannot win there; it shows the fixed cost.
+     8 photos. Each model's check (~2.5 s) is about what a second worker costs to start, import torch,
+     start its build server and exit (~3 s of the 2 cores): it shows the fixed cost.
+
+Both pytest runs pass ``-p no:hypothesispytest``: the bench environment has the test extra, whose
+hypothesis plugin imports hypothesis in each process's terminal summary (1.5-2 s; once serially, in
+each worker and then the controller under xdist). A model project need not have it.
 
 Every run's verdicts are compared (per model and row; per pytest item) and must be equal. Run from
 the repo in an environment with export-check and its test extra (pytest-xdist) installed::
@@ -83,7 +87,9 @@ def _items(text: str) -> dict[tuple[str, str], str]:
 
 def bench_pytest(folder: Path, env: dict[str, str], workers: int) -> tuple[float, dict[tuple[str, str], str]]:
     cache = tempfile.mkdtemp(prefix="fleet-bench-cache-")  # cold: nothing built by an earlier run
-    args = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", *(["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"])]
+    # -p no:hypothesispytest: not export-check's cost (the module docstring says why)
+    args = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+            *(["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"])]
     seconds, done = _run(args, folder, {**env, "XDG_CACHE_HOME": cache})
     items = _items(done.stdout)
     assert items and len(items) % 4 == 0, done.stdout[-2000:]
