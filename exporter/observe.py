@@ -241,7 +241,7 @@ def observe_all(
             pending: RowDiagnosis | None = None
             for kind in builds.order:  # build order; a derived kind's source comes first
                 outcome = builds.get(kind.name)
-                if kind not in selected:
+                if kind.name not in config.selected_kinds:  # by name: a kind's identity is its name
                     continue
                 one = contextlib.ExitStack()  # the row's runner: closed once its diagnosis is done
                 try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -186,3 +187,27 @@ def test_plugin_is_registered_and_loads_nothing_heavy(tmp_path: Path) -> None:
         "Settings come from [tool.export-check] or export-check.toml beside the checkpoint.",
     ):
         assert "".join(text.split()) in squashed, text
+
+
+RELOADED = """
+import sys, tempfile
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+import export_check.build.builds  # keeps the BUILD_ORDER of this copy of export_check.artifacts
+for name in [m for m in sys.modules if m.startswith("export_check.artifacts") or m == "export_check.observe"]:
+    del sys.modules[name]
+import export_check
+report = export_check.check(DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, artifacts=["torchscript-trace"],
+                            out=tempfile.mkdtemp(), no_cache=True)
+print([(r.name, r.status) for r in report.rows])
+"""
+
+
+def test_a_check_keeps_every_row_when_the_artifact_table_was_imported_twice() -> None:
+    """pytester's in-process runs drop from sys.modules what the inner session imported, so the next
+    one imports export_check.artifacts afresh while modules kept from before hold the old table. The
+    rows are matched by kind name: this test file run alone used to fail every item with a KeyError."""
+    tests = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", RELOADED], capture_output=True, text=True, timeout=600, cwd=tests,
+                          env={**os.environ, "PYTHONPATH": str(tests)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[('eager', 'pass'), ('torchscript-trace', 'pass')]"
