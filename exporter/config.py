@@ -297,12 +297,11 @@ class RunConfig:
             raise UsageError(f"onnx exporter must be one of {', '.join(ONNX_EXPORTERS)}, got {self.onnx_exporter!r}")
         if not isinstance(self.arch_kwargs, dict):
             raise UsageError(f"arch kwargs must be a JSON object, got {self.arch_kwargs!r}")
-        from .artifacts import GROUPS, KIND_NAMES
+        from .artifacts import KIND_NAMES, unknown_kinds_message
 
-        unknown = [k for k in self.kinds if k not in KIND_NAMES]
+        unknown = [k for k in self.kinds if k not in KIND_NAMES]  # groups are resolved by now (options.to_run_config)
         if unknown:
-            raise UsageError(f"unknown artifact kind(s) {', '.join(unknown)}; choose from the groups {', '.join(GROUPS)} "
-                             f"or the kinds {', '.join(KIND_NAMES)}")
+            raise UsageError(unknown_kinds_message(unknown))
         if len(set(self.kinds)) != len(self.kinds):
             raise UsageError(f"artifact kinds listed twice: {', '.join(self.kinds)}")
 

@@ -146,7 +146,7 @@ OPTIONS: tuple[Option, ...] = (
            settings=True, field="out_dir"),
     Option("artifacts", "artifacts", "strlist", "comma-separated kinds or groups to build: default, modern, all, "
            "or kind names (default: default; README, \"Artifact groups\")", (CHECK,), default=_run_default("kinds"),
-           metavar="KINDS", settings=True, field="kinds"),
+           metavar="KINDS", settings=True, field="kinds", check=lambda value, source: _known_kinds(value, f"{source}: artifacts")),
     *(_gate_row(o) for o in GATE_OPTIONS),
     Option("opset", "opset", "int", "ONNX opset (default: {default})", (CHECK,), default=_run_default("opset"), settings=True, field="opset"),
     Option("onnx-exporter", "onnx_exporter", "str", "torch.onnx exporter (default: {default}; dynamo needs onnxscript)", (CHECK,),
@@ -270,6 +270,17 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             parser.add_argument(*([o.short] if o.short else []), f"--{o.name}", dest=o.python, **kw)
 
 
+def _known_kinds(names: tuple[str, ...], where: str) -> None:
+    """A settings file's ``artifacts``: at least one name, each a kind or a group (the file named in the error)."""
+    from .artifacts import GROUPS, KIND_NAMES, unknown_kinds_message
+
+    if not names:
+        raise UsageError(f"{where} must name kinds or groups, e.g. \"modern\" or [\"onnx\", \"aoti\"], got []")
+    unknown = [n for n in names if n not in KIND_NAMES and n not in GROUPS]
+    if unknown:
+        raise UsageError(f"{where} must name kinds or groups: {unknown_kinds_message(unknown)}")
+
+
 def coerce(value: Any, kind: str, base: Path | None, where: str) -> Any:
     """A settings value of ``kind``, checked; a relative path is made relative to ``base`` (if any).
     Every problem is one line starting with ``where`` ("pyproject.toml: batch-size")."""
@@ -293,6 +304,11 @@ def coerce(value: Any, kind: str, base: Path | None, where: str) -> Any:
             raise UsageError(f"{where} must be a finite number >= 0, got {value!r}")
         return float(value)
     if kind == "strlist":
+        if isinstance(value, str):  # artifacts = "modern" or "onnx, aoti", as --artifacts takes it
+            parts = [part.strip() for part in value.split(",") if part.strip()]
+            if not parts:
+                raise UsageError(f"{where} must name kinds or groups, e.g. \"modern\" or [\"onnx\", \"aoti\"], got {value!r}")
+            value = parts
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UsageError(f"{where} must be a list of strings, got {value!r}")
         return tuple(value)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .base import ArtifactKind, BuildContext, Runner
 
 __all__ = ["ArtifactKind", "BuildContext", "Runner", "KINDS", "KIND_NAMES", "KINDS_BY_NAME", "BUILD_ORDER", "GROUPS", "DEFAULT_KINDS",
-           "resolve_kinds"]
+           "resolve_kinds", "unknown_kinds_message"]
 
 KINDS: tuple[ArtifactKind, ...] = (
     ArtifactKind("torchscript-trace", ".pt", "float", "export_check.artifacts.torchscript_trace", None, "torch",
@@ -86,6 +86,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 assert not set(GROUPS) & set(KIND_NAMES) and all(set(g) <= set(KIND_NAMES) for g in GROUPS.values())
 DEFAULT_KINDS: tuple[str, ...] = GROUPS["default"]
+
+
+def unknown_kinds_message(unknown: list[str]) -> str:
+    """The one line that refuses ``unknown`` names, with the choices (a settings file's key and RunConfig)."""
+    return f"unknown artifact kind(s) {', '.join(unknown)}; choose from the groups {', '.join(GROUPS)} or the kinds {', '.join(KIND_NAMES)}"
 
 
 def resolve_kinds(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:

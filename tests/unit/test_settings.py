@@ -22,6 +22,13 @@ def test_relative_paths_are_relative_to_the_settings_file(tmp_path: Path) -> Non
     assert found["batch_size"] == 4
 
 
+def test_artifacts_as_one_string_reads_as_the_command_line_does(tmp_path: Path) -> None:
+    """``artifacts = "modern"`` and ``"onnx, aoti"`` are the list ``--artifacts`` would give."""
+    for text, kinds in (('"modern"', ("modern",)), ('"onnx, aoti"', ("onnx", "aoti")), ('["default", "aoti"]', ("default", "aoti"))):
+        (tmp_path / "export-check.toml").write_text(f"artifacts = {text}\n")
+        assert find_settings(tmp_path / "m.pth")["artifacts"] == kinds
+
+
 def test_file_beside_the_checkpoint_wins(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.export-check]\narch = "a.py:A"\n')
     (tmp_path / "export-check.toml").write_text('arch = "b.py:B"\n')
@@ -39,6 +46,10 @@ def test_file_beside_the_checkpoint_wins(tmp_path: Path) -> None:
         ('[tool.export-check]\nbuild-timeout = "1h"\n', "build-timeout must be a finite number >= 0"),
         ('[tool.export-check]\nmax-mea = 1\n', "unknown key 'max-mea'"),
         ('[tool.export-check\n', "not valid TOML"),
+        ('[tool.export-check]\nartifacts = []\n', r"artifacts must name kinds or groups, e\.g\. \"modern\" .*, got \[\]"),
+        ('[tool.export-check]\nartifacts = " , "\n', "artifacts must name kinds or groups, .* got ' , '"),
+        ('[tool.export-check]\nartifacts = ["onnx", "onnx-fp61"]\n', "groups: unknown artifact kind.s. onnx-fp61; choose from the groups"),
+        ('[tool.export-check]\nartifacts = "modrn"\n', "artifacts must name kinds or groups: unknown artifact kind.s. modrn"),
     ],
 )
 def test_bad_settings_name_the_file_and_key(tmp_path: Path, text: str, match: str) -> None:
