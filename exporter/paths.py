@@ -27,10 +27,13 @@ MANIFEST = "manifest.json"  # exporter/golden/manifest.py's name for it, without
 
 
 def check_lengths(paths: Mapping[str, Path | None]) -> None:
-    """Refuse a path with a component over ``NAME_MAX`` bytes, naming the option (``{"--json": path}``)."""
+    """Refuse a path with a component over ``NAME_MAX`` bytes, or with a NUL byte (no file name holds
+    one), naming the option (``{"--json": path}``)."""
     for what, path in paths.items():
         if path is None:
             continue
+        if "\x00" in str(path):
+            raise UsageError(f"{what} {shown(str(path))[:120]}: holds a NUL byte, which no file name can; pass a plain path")
         for part in Path(path).parts:
             size = len(os.fsencode(part))
             if size > NAME_MAX:
@@ -73,9 +76,9 @@ def error_report_paths(reports: Mapping[str, Path | None], checkpoints: tuple[Pa
             check_lengths({flag: report})
             refused = _report_refusal(flag, report, protected, golden, {})
             shared = [other for other, path in reports.items() if other != flag and path is not None and _key(path) == _key(report)]
-        except (UsageError, OSError):
+            real = _real(report)
+        except (UsageError, OSError, ValueError):  # ValueError: a NUL byte, which no path can hold
             continue
-        real = _real(report)
         if refused is None and not shared and not any((folder / MANIFEST).exists() for folder in (real, *real.parents)):
             safe[flag] = report
     return safe
@@ -88,20 +91,23 @@ def _key(report: Path) -> Path:
 
 
 def _protected(checkpoints: tuple[Path, ...], golden_dir: Path, arch: str) -> dict[Path, str]:
-    golden = _real(golden_dir)
-    protected = {_real(c): "the checkpoint" for c in checkpoints}
-    protected.update({golden: "the golden set", golden / MANIFEST: "the golden set's manifest"})
+    """The files a report must not overwrite. A path with a NUL byte (a refused command line's) names
+    no file, so it protects nothing."""
+    protected = {real: "the checkpoint" for c in checkpoints if (real := _real_or_none(c)) is not None}
+    golden = _real_or_none(golden_dir)
+    if golden is not None:
+        protected.update({golden: "the golden set", golden / MANIFEST: "the golden set's manifest"})
     arch_file = _arch_file(arch)
-    if arch_file is not None:
-        protected[_real(arch_file)] = "the architecture's source file"
+    if arch_file is not None and (real := _real_or_none(arch_file)) is not None:
+        protected[real] = "the architecture's source file"
     return protected
 
 
 def _artifacts(out_dir: Path) -> dict[Path, str]:
     from .artifacts import KINDS
 
-    out = _real(out_dir)
-    return {out / kind.filename(): f"the {kind.name} artifact" for kind in KINDS}
+    out = _real_or_none(out_dir)
+    return {} if out is None else {out / kind.filename(): f"the {kind.name} artifact" for kind in KINDS}
 
 
 def _report_refusal(flag: str, report: Path, protected: Mapping[Path, str], golden_dir: Path, seen: dict[Path, str]) -> str | None:
@@ -127,6 +133,14 @@ STDOUT_KEY = Path("<standard output>")
 
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
+
+
+def _real_or_none(path: Path) -> Path | None:
+    """``path`` resolved, or None when no file can have it (a NUL byte)."""
+    try:
+        return _real(path)
+    except ValueError:
+        return None
 
 
 def _arch_file(arch: str) -> Path | None:

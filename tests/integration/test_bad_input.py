@@ -565,8 +565,14 @@ def test_settings_values_are_data_never_evaluated_or_run_by_a_shell(tmp_path: Pa
     checkpoint = save_state(seeded(TinyNet), tmp_path / "model.pth")
     exit_code, _, err = run_cli(capfd, checkpoint, "-q")
     assert exit_code == 2
-    assert_one_line_error(err, "unknown artifact kind")
+    assert_one_line_error(err, "pyproject.toml: artifacts must name kinds or groups: unknown artifact kind")
     assert not marker.exists()
+    # the file is refused while it is read, whatever the command line says; without that key the rest is read
+    exit_code, _, err = run_cli(capfd, checkpoint, "--artifacts", "onnx", "-q")
+    assert exit_code == 2 and not marker.exists()
+    assert_one_line_error(err, "unknown artifact kind")
+    settings = tmp_path / "pyproject.toml"
+    settings.write_text("".join(line for line in settings.read_text().splitlines(keepends=True) if not line.startswith("artifacts")))
     exit_code, _, err = run_cli(capfd, checkpoint, "--artifacts", "onnx", "-q")
     assert exit_code == 2 and not marker.exists()
     assert_one_line_error(err, "golden set not found")  # the strings were taken as plain paths

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,9 @@ def test_a_usage_error_without_reports_imports_no_torch_numpy_or_onnx(tmp_path: 
         (["CKPT", "--arch", "m:F", "--jobs", "two"], "argument --jobs: invalid int value: 'two'"),
         (["CKPT", "--arch", "m:F", "--build-timeout", "-1"], "build timeout must be a finite number >= 0, got -1.0"),
         (["CKPT", "--arch", "m:F", "--build-timeout", "nan"], "build timeout must be a finite number >= 0, got nan"),
+        # a NUL byte in a path (found by the fuzzer below): the report path, and a refused command line's paths
+        (["CKPT", "--arch", "m:F", "--json", "r\x00.json"], "--json r\\x00.json: holds a NUL byte, which no file name can"),
+        (["CKPT\x00", "--json", "r.json", "--batch-size", "x"], "argument --batch-size: invalid int value: 'x'"),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys, argv, message) -> None:
@@ -90,12 +94,17 @@ def test_verify_of_a_missing_golden_set_is_a_finding_on_stdout_and_exit_1(tmp_pa
                                       "--int8-min-top1",
                                       "--arch-kwargs", "-q", "--opset", "nan", "-1", "1e-5", "{}", "[]", "onnx",
                                       "/nonexistent.pth", "", "--size", "x", "a:b"]) | st.text(max_size=12), max_size=6))
-def test_fuzzed_arguments_never_traceback(argv: list[str], capsys) -> None:
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # --help / --version
-        assert exc.code == 0
-        return
+def test_fuzzed_arguments_never_traceback(argv: list[str], capsys, monkeypatch) -> None:
+    # each example in a folder of its own: a fuzzed `--json onnx` writes its error report to ./onnx
+    with tempfile.TemporaryDirectory() as folder:
+        monkeypatch.chdir(folder)
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # --help / --version
+            assert exc.code == 0
+            return
+        finally:
+            monkeypatch.undo()
     captured = capsys.readouterr()  # read per example, so each sees only its own output
     assert code in (1, 2), (argv, captured)
     assert "Traceback" not in captured.err
