@@ -44,8 +44,16 @@ COLOR_CHOICES = ("auto", "always", "never")  # --color (exporter/report/text.py:
 # How a value is read and checked, by kind: the type argparse converts a flag's text with (None: kept
 # as text; artifacts and arch-kwargs text is read by the overlay, which names the flag), and the rules
 # a settings file's (or a plugin keyword's) value must meet (coerce).
+def _path_argument(text: str) -> Path:
+    """A path flag's text as a Path; a NUL byte (which no file name holds, and which os calls refuse
+    with a ValueError) is argparse's one-line error naming the flag."""
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a NUL byte, which no file name can; pass a plain path")
+    return Path(text)
+
+
 KINDS: dict[str, Callable[[str], Any] | None] = {
-    "str": None, "path": Path, "int": int, "jobs": int, "float": float, "strlist": None, "table": None, "switch": None,
+    "str": None, "path": _path_argument, "int": int, "jobs": int, "float": float, "strlist": None, "table": None, "switch": None,
 }
 
 

@@ -58,9 +58,12 @@ def test_a_usage_error_without_reports_imports_no_torch_numpy_or_onnx(tmp_path: 
         (["CKPT", "--arch", "m:F", "--jobs", "two"], "argument --jobs: invalid int value: 'two'"),
         (["CKPT", "--arch", "m:F", "--build-timeout", "-1"], "build timeout must be a finite number >= 0, got -1.0"),
         (["CKPT", "--arch", "m:F", "--build-timeout", "nan"], "build timeout must be a finite number >= 0, got nan"),
-        # a NUL byte in a path (found by the fuzzer below): the report path, and a refused command line's paths
-        (["CKPT", "--arch", "m:F", "--json", "r\x00.json"], "--json r\\x00.json: holds a NUL byte, which no file name can"),
-        (["CKPT\x00", "--json", "r.json", "--batch-size", "x"], "argument --batch-size: invalid int value: 'x'"),
+        # a NUL byte in a path (found by the fuzzer below; os calls raise ValueError on one): refused by the parser
+        (["CKPT", "--arch", "m:F", "--json", "r\x00.json"], "argument --json: 'r\\x00.json' holds a NUL byte, which no file name can"),
+        (["CKPT\x00", "--json", "r.json", "--batch-size", "x"], "argument checkpoint: 'CKPT\\x00' holds a NUL byte"),
+        (["golden", "approve", "CKPT", "--arch", "m:F", "--golden", "g\x00"], "argument --golden: 'g\\x00' holds a NUL byte"),
+        (["history", "h\x00.jsonl"], "argument PATH: 'h\\x00.jsonl' holds a NUL byte"),
+        (["cache", "prune", "--cache-dir", "c\x00"], "argument --cache-dir: 'c\\x00' holds a NUL byte"),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys, argv, message) -> None:
