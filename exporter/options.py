@@ -41,9 +41,7 @@ DEFAULT_GOLDEN = Path("golden")
 DEFAULT_OUT = Path("export-check-out")
 COLOR_CHOICES = ("auto", "always", "never")  # --color (exporter/report/text.py: use_colour)
 
-# How a value is read and checked, by kind: the type argparse converts a flag's text with (None: kept
-# as text; artifacts and arch-kwargs text is read by the overlay, which names the flag), and the rules
-# a settings file's (or a plugin keyword's) value must meet (coerce).
+
 def _path_argument(text: str) -> Path:
     """A path flag's text as a Path; a NUL byte (which no file name holds, and which os calls refuse
     with a ValueError) is argparse's one-line error naming the flag."""
@@ -52,6 +50,9 @@ def _path_argument(text: str) -> Path:
     return Path(text)
 
 
+# How a value is read and checked, by kind: the type argparse converts a flag's text with (None: kept
+# as text; artifacts and arch-kwargs text is read by the overlay, which names the flag), and the rules
+# a settings file's (or a plugin keyword's) value must meet (coerce).
 KINDS: dict[str, Callable[[str], Any] | None] = {
     "str": None, "path": _path_argument, "int": int, "jobs": int, "float": float, "strlist": None, "table": None, "switch": None,
 }
