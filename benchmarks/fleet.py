@@ -3,7 +3,9 @@
 1. A fleet of 8 models (tests/fleet_project.py: the user's DigitsMLP at 8 widths, 12-input golden
    sets, TorchScript-trace and ONNX; one model retrained so it fails) checked by one
    ``export-check --fleet fleet.toml`` run, against the baseline a user had before: 8
-   ``export-check MODEL`` runs one after another. Both cold (``--no-cache``). Target >= 1.6x.
+   ``export-check MODEL`` runs one after another. Both cold (``--no-cache``). Target >= 1.6x. Also
+   one ``--fleet --workers 1`` run: the models one after another in one process, which shows what
+   the pool of workers adds beyond paying the start-up once.
 2. ``pytest -n 2`` on a project declaring 4 models against a serial ``pytest``, each with a fresh,
    empty artifact cache, every artifact kind of the default group:
    - ``zoo``: the four bundled digit models (SimpleCNN, ResNet, MobileNetV2, ViT; models/) with
@@ -58,8 +60,10 @@ def _rows(report: dict) -> dict[str, str]:
     return {row["name"]: row["status"] for row in report["rows"]}
 
 
-def bench_fleet(folder: Path, env: dict[str, str], names: tuple[str, ...]) -> tuple[float, float]:
-    """Seconds for one after another, and for one fleet run; asserts the same verdicts."""
+def bench_fleet(folder: Path, env: dict[str, str], names: tuple[str, ...]) -> tuple[float, float, float]:
+    """Seconds for one after another, for one fleet run, and for one fleet run with ``--workers 1``
+    (the models one after another in one process: what the pool adds beyond paying start-up once);
+    asserts the same verdicts."""
     serial: dict[str, dict[str, str]] = {}
     started = time.perf_counter()
     for name in names:
@@ -71,7 +75,12 @@ def bench_fleet(folder: Path, env: dict[str, str], names: tuple[str, ...]) -> tu
     assert done.returncode == 1, done.stderr
     fleet = {m["name"]: _rows(m["report"]) for m in json.loads((folder / "fleet.json").read_text())["models"]}
     assert fleet == serial, (fleet, serial)
-    return one_by_one, fleet_seconds
+    one_process, done = _run([EXE, "--fleet", "fleet.toml", "--workers", "1", "--no-cache", "-q", "--out", "out-fleet1", "--json", "fleet1.json"],
+                             folder, env)
+    assert done.returncode == 1, done.stderr
+    fleet1 = {m["name"]: _rows(m["report"]) for m in json.loads((folder / "fleet1.json").read_text())["models"]}
+    assert fleet1 == serial, (fleet1, serial)
+    return one_by_one, fleet_seconds, one_process
 
 
 ITEM = re.compile(r"(\w+\d)/model\.pth::(\S+) (PASSED|FAILED)|(PASSED|FAILED) (\w+\d)/model\.pth::(\S+)")
@@ -171,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             pairs = [bench_fleet(zoo.folder, env, zoo.names) for _ in range(args.repeats)]
             serial = statistics.median(p[0] for p in pairs)
             fleet = statistics.median(p[1] for p in pairs)
+            one_process = statistics.median(p[2] for p in pairs)
             print(f"fleet of {len(zoo.names)} models, cold, {os.cpu_count()} cores: one after another {serial:.1f} s, one "
-                  f"`export-check --fleet` run {fleet:.1f} s: {serial / fleet:.2f}x faster, same verdicts", flush=True)
+                  f"`export-check --fleet` run {fleet:.1f} s: {serial / fleet:.2f}x faster, same verdicts; `--fleet --workers 1` "
+                  f"{one_process:.1f} s ({one_process / fleet:.2f}x the parallel run)", flush=True)
         if args.only == "fleet":
             return 0
         makers = {"zoo": zoo_project, "zoo256": lambda folder: zoo_project(folder, 256), "smallnet": lambda folder: conv_project(folder, 4),
