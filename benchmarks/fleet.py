@@ -16,6 +16,9 @@
      8 photos. Each model's check (~2.5 s) is about what a second worker costs to start, import torch,
      start its build server and exit (~3 s of the 2 cores): it shows the fixed cost.
 
+3. ``--only pool``: each of ``--projects`` as one fleet file, ``--fleet --workers 2`` (a worker per
+   core, ``--jobs 1`` each) against ``--workers 1`` (one process, ``--jobs 2`` per model), cold.
+
 Both pytest runs pass ``-p no:hypothesispytest``: the bench environment has the test extra, whose
 hypothesis plugin imports hypothesis in each process's terminal summary (1.5-2 s; once serially, in
 each worker and then the controller under xdist). A model project need not have it.
@@ -165,17 +168,36 @@ def zoo_project(folder: Path, count: int = 64, artifacts: str = "") -> Path:
     return folder
 
 
+def bench_fleet_pool(folder: Path, env: dict[str, str]) -> tuple[float, float]:
+    """A pytest project's four models as one fleet file: seconds for ``--workers 1`` (one process,
+    each model with ``--jobs 2``) and ``--workers 2`` (a worker per core, ``--jobs 1`` each), cold;
+    asserts the same verdicts."""
+    names = sorted(p.name for p in folder.glob("net*"))
+    (folder / "fleet.toml").write_text("".join(f'[models.{n}]\ncheckpoint = "{n}/model.pth"\nconfig = "{n}/export-check.toml"\n' for n in names))
+    seconds, verdicts = [], []
+    for workers in (1, 2):
+        took, done = _run([EXE, "--fleet", "fleet.toml", "--workers", str(workers), "--no-cache", "-q", "--out", f"out-w{workers}",
+                           "--json", f"fleet-w{workers}.json"], folder, env)
+        assert done.returncode in (0, 1), done.stderr
+        seconds.append(took)
+        verdicts.append({m["name"]: _rows(m["report"]) for m in json.loads((folder / f"fleet-w{workers}.json").read_text())["models"]})
+    assert verdicts[0] == verdicts[1], verdicts
+    return seconds[0], seconds[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--only", choices=("fleet", "pytest"), help="run one of the two benchmarks")
+    parser.add_argument("--only", choices=("fleet", "pytest", "pool"),
+                        help="run one benchmark: fleet (8 small models), pytest (-n 2), pool (--fleet --workers 2 against "
+                        "--workers 1 on the --projects, as fleet files)")
     parser.add_argument("--projects", default="zoo,zoo256,smallnet",
                         help="pytest projects, comma-separated: zoo, zoo256, smallnet, zoo-modern (the zoo with the modern "
                         "group: builds of 5-17 s each, so the models' checks, not start-up, dominate)")
     args = parser.parse_args(argv)
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
-        if args.only != "pytest":
+        if args.only in (None, "fleet"):
             zoo = make_zoo(Path(tmp) / "fleet", 8, broken=(3,))
             pairs = [bench_fleet(zoo.folder, env, zoo.names) for _ in range(args.repeats)]
             serial = statistics.median(p[0] for p in pairs)
@@ -190,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
                   "zoo-modern": lambda folder: zoo_project(folder, 64, "modern")}
         for name in args.projects.split(","):
             project = makers[name](Path(tmp) / name)
+            if args.only == "pool":
+                pool = [bench_fleet_pool(project, env) for _ in range(args.repeats)]
+                one, two = statistics.median(r[0] for r in pool), statistics.median(r[1] for r in pool)
+                print(f"fleet file of project {name!r} (4 models), cold: --workers 1 {one:.1f} s, --workers 2 {two:.1f} s: "
+                      f"{one / two:.2f}x faster, same verdicts", flush=True)
+                continue
             runs = []
             for _ in range(args.repeats):
                 s_seconds, s_items = bench_pytest(project, env, 1)
