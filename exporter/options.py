@@ -29,6 +29,7 @@ from typing import Any
 
 from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, default_cache_dir
 from .errors import UsageError
+from .paths import NUL_REFUSAL
 from .pinned import ORT_LEVEL_NAMES
 from .signature import SignatureSettings, parse_signature_settings
 
@@ -46,7 +47,7 @@ def _path_argument(text: str) -> Path:
     """A path flag's text as a Path; a NUL byte (which no file name holds, and which os calls refuse
     with a ValueError) is argparse's one-line error naming the flag."""
     if "\x00" in text:
-        raise argparse.ArgumentTypeError(f"{text!r} holds a NUL byte, which no file name can; pass a plain path")
+        raise argparse.ArgumentTypeError(f"{text!r} {NUL_REFUSAL}")
     return Path(text)
 
 
@@ -279,12 +280,20 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             parser.add_argument(*([o.short] if o.short else []), f"--{o.name}", dest=o.python, **kw)
 
 
+NAME_KINDS = 'must name kinds or groups, e.g. "modern" or ["onnx", "aoti"]'  # an artifacts setting that names none
+
+
+def _comma_list(text: str) -> list[str]:
+    """``--artifacts`` text (or a settings string) as its names: split at commas, blanks dropped."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def _known_kinds(names: tuple[str, ...], where: str) -> None:
     """A settings file's ``artifacts``: at least one name, each a kind or a group (the file named in the error)."""
     from .artifacts import GROUPS, KIND_NAMES, unknown_kinds_message
 
     if not names:
-        raise UsageError(f"{where} must name kinds or groups, e.g. \"modern\" or [\"onnx\", \"aoti\"], got []")
+        raise UsageError(f"{where} {NAME_KINDS}, got []")
     unknown = [n for n in names if n not in KIND_NAMES and n not in GROUPS]
     if unknown:
         raise UsageError(f"{where} must name kinds or groups: {unknown_kinds_message(unknown)}")
@@ -314,9 +323,9 @@ def coerce(value: Any, kind: str, base: Path | None, where: str) -> Any:
         return float(value)
     if kind == "strlist":
         if isinstance(value, str):  # artifacts = "modern" or "onnx, aoti", as --artifacts takes it
-            parts = [part.strip() for part in value.split(",") if part.strip()]
+            parts = _comma_list(value)
             if not parts:
-                raise UsageError(f"{where} must name kinds or groups, e.g. \"modern\" or [\"onnx\", \"aoti\"], got {value!r}")
+                raise UsageError(f"{where} {NAME_KINDS}, got {value!r}")
             value = parts
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UsageError(f"{where} must be a list of strings, got {value!r}")
@@ -356,8 +365,7 @@ def from_keywords(command: str, keywords: Mapping[str, Any]) -> dict[str, Any]:
 def _explicit_value(o: Option, value: Any) -> Any:
     """An explicit artifacts list or arch-kwargs object from its text (or, from the plugin, a list or dict)."""
     if o.kind == "strlist":
-        parts = value.split(",") if isinstance(value, str) else [p for item in value for p in item.split(",")]
-        kinds = tuple(p.strip() for p in parts if p.strip())
+        kinds = tuple(_comma_list(value) if isinstance(value, str) else [p for item in value for p in _comma_list(item)])
         if not kinds:
             raise UsageError(f"--{o.name} is empty; list kinds separated by commas")
         return kinds

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .config import RunConfig
 
 NAME_MAX = 255  # bytes per path component on every filesystem Linux and macOS use (ext4, xfs, btrfs, apfs, tmpfs)
+NUL_REFUSAL = "holds a NUL byte, which no file name can; pass a plain path"  # os calls raise ValueError on one
 MANIFEST = "manifest.json"  # exporter/golden/manifest.py's name for it, without importing numpy for it
 
 
@@ -33,7 +34,7 @@ def check_lengths(paths: Mapping[str, Path | None]) -> None:
         if path is None:
             continue
         if "\x00" in str(path):
-            raise UsageError(f"{what} {shown(str(path))[:120]}: holds a NUL byte, which no file name can; pass a plain path")
+            raise UsageError(f"{what} {shown(str(path))[:120]}: {NUL_REFUSAL}")
         for part in Path(path).parts:
             size = len(os.fsencode(part))
             if size > NAME_MAX:

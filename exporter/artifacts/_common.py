@@ -69,7 +69,9 @@ class _Capture(logging.Handler):
     def _sink(self, thread: int | None) -> list[str] | None:
         with self.guard:
             own = next((notes for ident, notes in reversed(self.opened) if ident == thread), None)
-            return own if own is not None else self.opened[-1][1] if self.opened else None
+            if own is not None or not self.opened:
+                return own
+            return self.opened[-1][1]  # a thread with no block of its own (a library's worker): the block opened last
 
     def emit(self, record: logging.LogRecord) -> None:
         sink = self._sink(record.thread)
