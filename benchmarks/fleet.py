@@ -74,16 +74,21 @@ def bench_fleet(folder: Path, env: dict[str, str], names: tuple[str, ...]) -> tu
         assert done.returncode in (0, 1), done.stderr
         serial[name] = _rows(json.loads((folder / f"{name}.json").read_text()))
     one_by_one = time.perf_counter() - started
-    fleet_seconds, done = _run([EXE, "--fleet", "fleet.toml", "--no-cache", "-q", "--out", "out-fleet", "--json", "fleet.json"], folder, env)
-    assert done.returncode == 1, done.stderr
-    fleet = {m["name"]: _rows(m["report"]) for m in json.loads((folder / "fleet.json").read_text())["models"]}
+    fleet_seconds, fleet = _fleet(folder, env, None, (1,))
     assert fleet == serial, (fleet, serial)
-    one_process, done = _run([EXE, "--fleet", "fleet.toml", "--workers", "1", "--no-cache", "-q", "--out", "out-fleet1", "--json", "fleet1.json"],
-                             folder, env)
-    assert done.returncode == 1, done.stderr
-    fleet1 = {m["name"]: _rows(m["report"]) for m in json.loads((folder / "fleet1.json").read_text())["models"]}
+    one_process, fleet1 = _fleet(folder, env, 1, (1,))
     assert fleet1 == serial, (fleet1, serial)
     return one_by_one, fleet_seconds, one_process
+
+
+def _fleet(folder: Path, env: dict[str, str], workers: int | None, codes: tuple[int, ...]) -> tuple[float, dict[str, dict[str, str]]]:
+    """One cold ``export-check --fleet fleet.toml`` run (``--workers``, else the default): its
+    seconds and each model's verdicts by row; asserts its exit code is one of ``codes``."""
+    tag = "" if workers is None else f"-w{workers}"
+    took, done = _run([EXE, "--fleet", "fleet.toml", *([] if workers is None else ["--workers", str(workers)]), "--no-cache", "-q",
+                       "--out", f"out-fleet{tag}", "--json", f"fleet{tag}.json"], folder, env)
+    assert done.returncode in codes, done.stderr
+    return took, {m["name"]: _rows(m["report"]) for m in json.loads((folder / f"fleet{tag}.json").read_text())["models"]}
 
 
 ITEM = re.compile(r"(\w+\d)/model\.pth::(\S+) (PASSED|FAILED)|(PASSED|FAILED) (\w+\d)/model\.pth::(\S+)")
@@ -174,15 +179,9 @@ def bench_fleet_pool(folder: Path, env: dict[str, str]) -> tuple[float, float]:
     asserts the same verdicts."""
     names = sorted(p.name for p in folder.glob("net*"))
     (folder / "fleet.toml").write_text("".join(f'[models.{n}]\ncheckpoint = "{n}/model.pth"\nconfig = "{n}/export-check.toml"\n' for n in names))
-    seconds, verdicts = [], []
-    for workers in (1, 2):
-        took, done = _run([EXE, "--fleet", "fleet.toml", "--workers", str(workers), "--no-cache", "-q", "--out", f"out-w{workers}",
-                           "--json", f"fleet-w{workers}.json"], folder, env)
-        assert done.returncode in (0, 1), done.stderr
-        seconds.append(took)
-        verdicts.append({m["name"]: _rows(m["report"]) for m in json.loads((folder / f"fleet-w{workers}.json").read_text())["models"]})
-    assert verdicts[0] == verdicts[1], verdicts
-    return seconds[0], seconds[1]
+    (one, one_verdicts), (two, two_verdicts) = (_fleet(folder, env, workers, (0, 1)) for workers in (1, 2))
+    assert one_verdicts == two_verdicts, (one_verdicts, two_verdicts)
+    return one, two
 
 
 def main(argv: list[str] | None = None) -> int:
