@@ -26,7 +26,7 @@ from .artifacts._common import captured_warnings, dedupe
 from .artifacts.base import logits_of
 from .build.builds import BuildOutcome, Builds, Progress
 from .compare import ErrorAccumulator, ShapeMismatch
-from .config import RunConfig
+from .config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
 from .diagnostics import EagerSelfCheck
 from .diagnostics.run import EAGER, Diagnoser, eager_seconds_per_image
 from .diagnostics.run import eager_self_check as self_check_of
@@ -40,6 +40,7 @@ from .golden.batches import GoldenBatches
 from .golden.manifest import GoldenSet, stack_batches
 from .measurements import Observation
 from .model import EagerRunner
+from .versions import kernel_choices
 
 
 class Replay:
@@ -171,8 +172,12 @@ class Replay:
 
     def artifact_observation(self, kind: ArtifactKind, outcome: BuildOutcome) -> Observation:
         artifact = file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
-        common: dict[str, Any] = {"name": kind.name, "family": kind.family, "compared_with": "eager", "artifact": artifact,
-                                  "build_seconds": outcome.seconds, "details": tuple(sorted(outcome.details.items())),
+        family = precision_family(kind.family, outcome.details)
+        details = dict(outcome.details)
+        if family in CPU_DEPENDENT_FAMILIES:  # the verdict may change with the CPU: say which decided it
+            details.update({key: value for key, value in kernel_choices().items() if key not in details})
+        common: dict[str, Any] = {"name": kind.name, "family": family, "compared_with": "eager", "artifact": artifact,
+                                  "build_seconds": outcome.seconds, "details": tuple(sorted(details.items())),
                                   "notes": dedupe(outcome.notes)}
         if kind.calibrated:
             common["details"], judged_error = self._calibration_details(kind, common["details"])

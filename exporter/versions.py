@@ -36,3 +36,26 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
         if line.startswith("flags"):
             present.update(line.partition(":")[2].split())
     return " ".join(f for f in PRECISION_FLAGS if f in present)
+
+
+# The environment variables that narrow the instruction set a runtime may use on this CPU (README, "What
+# varies by CPU"): torch's ATen kernels (ATEN_CPU_CAPABILITY: default, avx2, avx512) and oneDNN's, which
+# torch's convolutions and OpenVINO's CPU plugin both use (ONEDNN_MAX_CPU_ISA, DNNL_MAX_CPU_ISA its old
+# name). onnxruntime's MLAS kernels and OpenVINO's choice of bf16 read the CPU itself: no variable
+# narrows them in a release build.
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def kernel_choices() -> dict[str, str]:
+    """What decides which kernels run here, beside the library versions: the CPU's precision flags and
+    every instruction-set variable that is set. Part of the cache key (a result measured on another CPU,
+    or under another cap, is not served) and of the details of every row whose verdict may depend on it.
+
+    >>> sorted(kernel_choices())[:1]
+    ['cpu_flags']
+    """
+    import os
+
+    choices = {"cpu_flags": cpu_flags() or "unknown"}
+    choices.update({name: os.environ[name] for name in ISA_VARIABLES if os.environ.get(name)})
+    return choices

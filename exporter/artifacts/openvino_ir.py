@@ -38,11 +38,38 @@ def openvino() -> Any:
     return ov
 
 
+# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) that leave out its bf16 kernels. OpenVINO picks its
+# default precision from the CPU's own flags, not from the cap: capped below bf16 on a bf16 CPU it
+# compiles bf16 nodes oneDNN then cannot run ("Convolution node ... is not initialized"). A CPU of the
+# capped kind has no bf16, so its default is f32: under such a cap the row pins f32, as that CPU would.
+BELOW_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"})
+
+
+def bf16_capped() -> str | None:
+    """The instruction-set cap that rules out bf16 kernels (``"ONEDNN_MAX_CPU_ISA=AVX2"``), or None."""
+    import os
+
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):  # oneDNN reads the first that is set
+        value = os.environ.get(name, "")
+        if value:
+            return f"{name}={value}" if value.upper() in BELOW_BF16 else None
+    return None
+
+
 def compile_config(threads: int, f32: bool) -> dict[str, Any]:
     config: dict[str, Any] = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
-    if f32:
+    if f32 or bf16_capped():
         config["INFERENCE_PRECISION_HINT"] = "f32"
     return config
+
+
+def precision_hint(f32: bool) -> str:
+    if f32:
+        return "f32 (pinned)"
+    cap = bf16_capped()
+    if cap:
+        return f"f32: {cap} caps oneDNN below bf16, as on a CPU without avx512_bf16"
+    return "runtime default: bf16 on a CPU with avx512_bf16 or amx_bf16, else f32"
 
 
 def build_ir(ctx: BuildContext, path: Path, f32: bool) -> dict[str, str]:
@@ -58,7 +85,8 @@ def build_ir(ctx: BuildContext, path: Path, f32: bool) -> dict[str, str]:
     compiled = ov.Core().compile_model(read_ir(path), "CPU", compile_config(ctx.threads, f32))
     return {"weights": "f32" if f32 else "fp16 (save_model default compress_to_fp16)",
             "inference_precision": _type_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
-            "precision_hint": "f32 (pinned)" if f32 else "runtime default",
+            # the precision, and so the gate family (config.precision_family), is the CPU's choice here
+            "precision_hint": precision_hint(f32),
             "cpu_flags": cpu_flags() or "(none of " + ", ".join(PRECISION_FLAGS) + ")",
             "openvino": str(ov.__version__)}
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import __version__
 from ..files import sha256_file
-from ..versions import library_versions
+from ..versions import kernel_choices, library_versions
 
 FORMAT = 3  # 3: meta.json sealed with an HMAC (2: unsealed observations; 1: judged rows)
 
@@ -98,4 +98,7 @@ def run_key_inputs(
         "export": export_settings,
         "inference": inference_settings,
         "versions": library_versions(),
+        # int8, fp16 and bf16 kernels differ by CPU (VNNI, avx512_bf16) and by an instruction-set cap:
+        # a cache shared between machines serves only results measured on this kind of CPU
+        "kernels": kernel_choices(),
     }

@@ -16,8 +16,11 @@ import numpy as np
 import pytest
 
 import export_check
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, NUDGE
 from export_check.report import json_report
+
+# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+pytestmark = [pytest.mark.cpu_sensitive, pytest.mark.cheap]
 
 SCHEMA = json_report.schema()
 
@@ -42,10 +45,12 @@ def captured_fds() -> Iterator[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, tuple[export_check.Report, str]]:
-    """Three real runs of the bundled ResNet on the bundled 64 digits, through the API: passing (onnx,
-    cold, stored in a cache), failing (held to MAE 1e-9, its onnx file from that cache: thresholds are
-    not in its key), and an error row (onnx's build killed by a 10 ms --build-timeout)."""
+def runs(tmp_path_factory, nudged_checkpoint) -> dict[str, tuple[export_check.Report, str]]:
+    """Three real runs of the bundled ResNet, its logits nudged by NUDGE (conftest), on the bundled 64
+    digits, through the API: passing (onnx, cold, stored in a cache), failing (held to MAE 1e-9, its onnx
+    file from that cache: thresholds are not in its key), and an error row (onnx's build killed by a
+    10 ms --build-timeout). The nudge makes eager fail the tight gate on every CPU, where the bundled
+    model itself reproduces its reference exactly on some."""
     base = tmp_path_factory.mktemp("api")
     cache, key = base / "cache", base / "key" / "cache.key"
     key.parent.mkdir(mode=0o700)
@@ -56,7 +61,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[export_check.Report, str]]:
         for name, options in (("passing", dict(cache_dir=cache)), ("failing", dict(cache_dir=cache, max_mae=1e-9)),
                               ("error", dict(no_cache=True, build_timeout=0.01))):
             with captured_fds() as printed:
-                report = export_check.check(DEFAULT_CHECKPOINT, out=base / name, **common, **options)
+                report = export_check.check(nudged_checkpoint, out=base / name, **common, **options)
             found[name] = (report, printed[0])
     return found
 
@@ -76,7 +81,7 @@ def _hand_inputs() -> np.ndarray:
     return np.stack(arrays)
 
 
-def test_check_returns_the_report_prints_nothing_and_its_numbers_are_the_artifacts(runs) -> None:
+def test_check_returns_the_report_prints_nothing_and_its_numbers_are_the_artifacts(runs, nudged_checkpoint) -> None:
     import onnxruntime as ort
     import torch
 
@@ -91,7 +96,7 @@ def test_check_returns_the_report_prints_nothing_and_its_numbers_are_the_artifac
     # truth from outside the tool: the shipped .onnx file run by hand beside eager, at the run's batch size
     inputs = _hand_inputs()
     model = ResNet()
-    model.load_state_dict(torch.load(DEFAULT_CHECKPOINT, weights_only=True))
+    model.load_state_dict(torch.load(nudged_checkpoint, weights_only=True))
     model.eval()
     session = ort.InferenceSession(onnx.artifact.path, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
@@ -107,7 +112,8 @@ def test_check_returns_the_report_prints_nothing_and_its_numbers_are_the_artifac
     hand_eager_mae = float(np.abs(eager_all - reference).mean())
     assert onnx.metrics is not None and report.row("eager").metrics is not None
     assert 1e-8 < hand_onnx_mae < 1e-5 and onnx.metrics.mae == pytest.approx(hand_onnx_mae, rel=0.2)
-    assert hand_eager_mae < 1e-5 and report.row("eager").metrics.mae < 1e-5
+    # the nudge, measured by hand: eager sits NUDGE from the reference (float32 rounding and CPU drift under 1e-6)
+    assert abs(hand_eager_mae - NUDGE) < 1e-6 and report.row("eager").metrics.mae == pytest.approx(hand_eager_mae, rel=0.05)
     assert onnx.metrics.max_abs == pytest.approx(float(np.abs(shipped_all - eager_all).max()), rel=0.2)
     assert onnx.metrics.top1_agreement == 1.0 == float((shipped_all.argmax(1) == eager_all.argmax(1)).mean())
 

@@ -15,6 +15,9 @@ from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.pipeline import run_check
 
+# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+pytestmark = pytest.mark.cpu_sensitive
+
 BRANCHY = f"{TESTS / 'arches.py'}:BranchOnBrightness"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,10 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
 from export_check.artifacts import DEFAULT_KINDS
 from export_check.config import RunConfig
 from export_check.pipeline import run_check
+from export_check.versions import cpu_flags
+
+# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+pytestmark = [pytest.mark.cpu_sensitive, pytest.mark.cheap]
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +71,14 @@ def test_default_run_float_rows_within_1e5_and_int8_really_quantized(default_run
         assert metrics["relative_mae"] == metrics["mae"] / metrics["reference_mean_abs"]
         assert metrics["top1_agreement"] >= 0.98
         assert rows[name]["within_reference_mae"] is False
+        # an int8 verdict may move with the CPU (VNNI or not): the row names the CPU flags and the caps that decided it,
+        # read here from /proc/cpuinfo and the environment
+        details = rows[name]["details"]
+        assert details["cpu_flags"] == (cpu_flags() or "unknown")
+        for variable in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):
+            assert details.get(variable) == (os.environ.get(variable) or None), variable
+    for name in ("eager", "torchscript-trace", "onnx"):  # a float verdict does not depend on the CPU: no flags
+        assert "cpu_flags" not in rows[name].get("details", {}), name
     # the bundled model is a real classifier of the golden digits
     assert report["golden"]["eager_label_accuracy"] >= 0.95
 

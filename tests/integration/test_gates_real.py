@@ -14,17 +14,22 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_GOLDEN
 from export_check.cli import main
 from export_check.golden.manifest import load_golden
+
+# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+pytestmark = [pytest.mark.cpu_sensitive, pytest.mark.cheap]
 
 ATOL, RTOL, MAX_ABS = 1e-6, 1e-7, 2e-6
 
 
 @pytest.fixture(scope="module")
-def gated(tmp_path_factory: pytest.TempPathFactory):
+def gated(tmp_path_factory: pytest.TempPathFactory, nudged_checkpoint: Path):
+    """The bundled ResNet nudged by NUDGE (conftest): eager breaks these tolerances against its reference on
+    every CPU, not only where the kernels drift from the ones that recorded it."""
     out = tmp_path_factory.mktemp("gated")
-    argv = [str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx", "--out", str(out / "artifacts"), "-q",
+    argv = [str(nudged_checkpoint), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx", "--out", str(out / "artifacts"), "-q",
             "--no-cache", "--atol", str(ATOL), "--rtol", str(RTOL), "--max-abs", str(MAX_ABS), "--batch-size", "16",
             "--json", str(out / "r.json"), "--junit", str(out / "r.xml"), "--markdown", str(out / "r.md"), "--html", str(out / "r.html")]
     with contextlib.redirect_stdout(io.StringIO()) as printed:
@@ -32,7 +37,7 @@ def gated(tmp_path_factory: pytest.TempPathFactory):
     return code, out, json.loads((out / "r.json").read_text()), printed.getvalue()
 
 
-def _by_hand(onnx_file: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _by_hand(onnx_file: Path, checkpoint: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The golden reference, eager's and the ONNX file's logits over the golden set, batch 16, without the tool's runners."""
     import onnxruntime as ort
 
@@ -40,7 +45,7 @@ def _by_hand(onnx_file: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     torch.set_num_threads(1)
     model = ResNet()
-    model.load_state_dict(torch.load(DEFAULT_CHECKPOINT, weights_only=True))
+    model.load_state_dict(torch.load(checkpoint, weights_only=True))
     model.eval()
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
@@ -54,10 +59,10 @@ def _by_hand(onnx_file: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return golden.reference(), np.concatenate(eager), np.concatenate(onnx)
 
 
-def test_allclose_counts_are_numpys_on_the_same_outputs(gated) -> None:
+def test_allclose_counts_are_numpys_on_the_same_outputs(gated, nudged_checkpoint) -> None:
     code, out, report, _ = gated
     rows = {r["name"]: r for r in report["rows"]}
-    reference, eager, onnx = _by_hand(Path(rows["onnx"]["artifact"]["path"]))
+    reference, eager, onnx = _by_hand(Path(rows["onnx"]["artifact"]["path"]), nudged_checkpoint)
     for name, candidate, against in (("eager", eager, reference), ("onnx", onnx, eager)):
         c, a = candidate.astype(np.float64), against.astype(np.float64)
         outside = int((~np.isclose(c, a, rtol=RTOL, atol=ATOL)).sum())
@@ -66,37 +71,42 @@ def test_allclose_counts_are_numpys_on_the_same_outputs(gated) -> None:
         # the tool's replay and ours run the same files at the same batch size: the same count, give or
         # take a value at the very edge of its bound (onnxruntime is not bit-identical run to run)
         assert abs(count["violations"] - outside) <= 2, (name, count["violations"], outside)
-        assert outside > 0 and count["violations"] > 0  # these tight tolerances are broken on the bundled model
-        assert rows[name]["status"] == "fail"
-        assert any(r.startswith(f"allclose(atol={ATOL:g}, rtol={RTOL:g}): {count['violations']} of {c.size} values outside")
-                   for r in rows[name]["reasons"])
+        # eager is nudged 4e-6 from its reference: broken on every CPU; onnxruntime against eager breaks them
+        # where its kernels drift past 1e-6, and the verdict follows numpy's count either way
+        assert outside > 0 or name == "onnx"
         diff = np.abs(c - a)
+        broken = (outside > 0, float(diff.max()) > MAX_ABS)
+        assert rows[name]["status"] == ("fail" if any(broken) else "pass"), (name, outside, float(diff.max()))
+        assert broken[0] == any(r.startswith(f"allclose(atol={ATOL:g}, rtol={RTOL:g}): {count['violations']} of {c.size} values outside")
+                                for r in rows[name]["reasons"])
         assert rows[name]["metrics"]["max_abs"] == pytest.approx(float(diff.max()), rel=1e-3, abs=1e-9)
-        assert (float(diff.max()) > MAX_ABS) == any(r.startswith("max abs error") for r in rows[name]["reasons"])
+        assert broken[1] == any(r.startswith("max abs error") for r in rows[name]["reasons"])
         assert rows[name]["gate"]["atol"] == ATOL and rows[name]["gate"]["max_abs"] == MAX_ABS
     assert code == 1 and report["thresholds"]["float"]["atol"] == ATOL and report["thresholds"]["eager"]["rtol"] == RTOL
 
 
 def test_every_view_shows_the_gate_and_its_count(gated) -> None:
     _, out, report, printed = gated
-    onnx = next(r for r in report["rows"] if r["name"] == "onnx")
-    (count,) = onnx["metrics"]["tolerances"]
+    # the eager row: nudged from its reference, it breaks the gate on every CPU (the onnx row only where
+    # onnxruntime drifts past it)
+    failing = next(r for r in report["rows"] if r["name"] == "eager")
+    (count,) = failing["metrics"]["tolerances"]
     cell = f"{count['violations']}/{count['values']}"
     gate = f"atol={ATOL:g} rtol={RTOL:g}"
     markdown = (out / "r.md").read_text()
-    assert "| allclose |" in markdown and re.search(rf"\*\*onnx\*\* \|[^\n]*\| {re.escape(cell)} \|", markdown)
+    assert "| allclose |" in markdown and re.search(rf"\*\*eager\*\* \|[^\n]*\| {re.escape(cell)} \|", markdown)
     assert gate in markdown
     html = (out / "r.html").read_text()
     assert "<th>allclose</th>" in html and f"<td class='n'>{cell}</td>" in html and gate in html
-    case = next(c for c in ET.parse(out / "r.xml").getroot().iter("testcase") if c.get("name") == "onnx")
+    case = next(c for c in ET.parse(out / "r.xml").getroot().iter("testcase") if c.get("name") == "eager")
     system_out = case.find("system-out")
     assert system_out is not None and f"allclose: allclose(atol={ATOL:g}, rtol={RTOL:g}): {count['violations']} of" in (system_out.text or "")
     failure = case.find("failure")
     assert failure is not None and "allclose" in (failure.get("message") or "") + (failure.text or "")
-    assert f"max_abs_at: sample {onnx['metrics']['max_abs_at']['sample']}, element" in (system_out.text or "")
+    assert f"max_abs_at: sample {failing['metrics']['max_abs_at']['sample']}, element" in (system_out.text or "")
     # the terminal table (not a terminal here: 100 columns): an allclose column, the gate, the reason
     header = next(line for line in printed.splitlines() if line.startswith("verdict "))
-    row = next(line for line in printed.splitlines() if line.split()[1:2] == ["onnx"])
+    row = next(line for line in printed.splitlines() if line.split()[1:2] == ["eager"])
     assert header.split().index("allclose") == row.split().index(cell)
     assert f"gates: float MAE<=1e-05 & max<={MAX_ABS:g} & {gate}" in printed
-    assert f"FAIL onnx: allclose(atol={ATOL:g}, rtol={RTOL:g}): {count['violations']} of {count['values']} values outside" in printed
+    assert f"FAIL eager: allclose(atol={ATOL:g}, rtol={RTOL:g}): {count['violations']} of {count['values']} values outside" in printed

@@ -17,6 +17,9 @@ from conftest import REPO
 from export_check.artifacts import DEFAULT_KINDS
 from export_check.cli import main
 
+# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+pytestmark = pytest.mark.cpu_sensitive
+
 MODELS = REPO / "models"
 EXAMPLE = MODELS / "examples" / "sequence_recognizer.toml"
 CASES = {  # case: (class, checkpoint, settings, expected outputs)

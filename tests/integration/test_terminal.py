@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_GOLDEN
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -30,6 +30,9 @@ COLUMN_TITLES = {"verdict", "artifact", "MAE", "max|err|", "top-1", "batch", "re
 
 
 CONFIG: dict[str, str] = {}  # the cache key's home (XDG_CONFIG_HOME) of the module's runs: one key, so the warm cache is trusted
+# The checkpoint every run here checks: the bundled ResNet nudged by NUDGE (conftest), so that eager fails
+# a tight gate on every CPU (the bundled model reproduces its reference exactly on some).
+CHECKPOINT: list[Path] = []
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -39,7 +42,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _argv(cache: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "export_check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", ARTIFACTS,
+    return [sys.executable, "-m", "export_check", str(CHECKPOINT[0]), "--golden", str(DEFAULT_GOLDEN), "--artifacts", ARTIFACTS,
             "--out", str(out), "--cache-dir", str(cache), *extra]
 
 
@@ -113,8 +116,9 @@ def _emulate(output: str, columns: int) -> tuple[list[str], set[int]]:
 
 
 @pytest.fixture(scope="module")
-def warm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def warm(tmp_path_factory: pytest.TempPathFactory, nudged_checkpoint: Path) -> tuple[Path, Path]:
     """A cache filled by one cold run, so every terminal below is a quick cached run of the same check."""
+    CHECKPOINT[:] = [nudged_checkpoint]
     cache, out = tmp_path_factory.mktemp("cache"), tmp_path_factory.mktemp("out")
     CONFIG["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
     result = subprocess.run(_argv(cache, out, "-q"), capture_output=True, text=True, env=_env(), timeout=600)
@@ -129,12 +133,14 @@ def _table(lines: list[str]) -> list[str]:
     return lines[start:end]
 
 
+@pytest.mark.cpu_sensitive  # tox's narrow-* runs repeat it under a capped instruction set
 @pytest.mark.parametrize("columns", [80, 100, 160])
 @pytest.mark.parametrize("outcome", ["pass", "fail"])
 def test_table_fits_the_terminal_verdict_first_coloured_and_no_progress_left(warm, columns: int, outcome: str) -> None:
     cache, out = warm
-    # the failing run: the same cached measurements judged by a gate the ONNX export cannot meet
-    # (its MAE against eager is ~8e-07 on the bundled model), and an allclose gate, so reasons are long
+    # the failing run: the same cached measurements judged by a gate eager (nudged 4e-6 from its reference)
+    # and the ONNX export (onnxruntime's kernels are not torch's: ~1e-7 to 1e-6 from eager) cannot meet,
+    # and an allclose gate, so reasons are long
     extra = () if outcome == "pass" else ("--max-mae", "1e-9", "--atol", "1e-7")
     code, output = run_in_pty(_argv(cache, out, *extra), columns, _env())
     assert code == (0 if outcome == "pass" else 1), output
@@ -146,7 +152,7 @@ def test_table_fits_the_terminal_verdict_first_coloured_and_no_progress_left(war
     assert table[0].split()[:3] == ["verdict", "artifact", "MAE"]
     rows = {line.split()[1]: line.split()[0] for line in table[2:len(ROW_NAMES) + 2]}
     expected = {"pass": {"eager": "PASS", "torchscript-trace": "PASS", "onnx": "PASS"},
-                # torchscript-trace reproduces eager exactly (MAE 0); eager vs golden is ~3e-07
+                # torchscript-trace runs eager's own kernels (MAE 0); eager vs golden is the nudge, 4e-06
                 "fail": {"eager": "FAIL", "torchscript-trace": "PASS", "onnx": "FAIL"}}[outcome]
     assert rows == expected
     # the verdict cells in colour: green pass, red fail; the summary in bold

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
 from export_check.versions import PRECISION_FLAGS, cpu_flags
+
+# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+pytestmark = [pytest.mark.cpu_sensitive, pytest.mark.cheap]
 
 
 def test_only_the_precision_flags_in_their_fixed_order(tmp_path: Path) -> None:
@@ -30,3 +36,67 @@ def test_this_machine_agrees_with_proc_cpuinfo() -> None:
         if line.startswith("flags"):
             present.update(line.split(":", 1)[1].split())
     assert cpu_flags().split() == [flag for flag in PRECISION_FLAGS if flag in present]
+
+
+def test_kernel_choices_hold_the_flags_and_every_instruction_set_cap_that_is_set(monkeypatch) -> None:
+    from export_check.versions import ISA_VARIABLES, kernel_choices
+
+    for name in ISA_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert kernel_choices() == {"cpu_flags": cpu_flags() or "unknown"}
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "")  # set but empty: not a cap
+    assert kernel_choices() == {"cpu_flags": cpu_flags() or "unknown", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def test_a_cap_or_another_cpu_is_another_cache_key(monkeypatch, tmp_path: Path) -> None:
+    """A shared cache never serves an int8 or bf16 verdict measured on another kind of CPU, or under a cap."""
+    from conftest import DEFAULT_ARCH
+    from export_check import versions
+    from export_check.cache import key
+
+    def digest() -> str:
+        inputs = key.run_key_inputs(checkpoint_sha256="c" * 64, golden_manifest_sha256="g" * 64, arch=DEFAULT_ARCH, arch_kwargs={},
+                                    arch_root=None, export_settings={}, inference_settings={})
+        return json.dumps(inputs, sort_keys=True)
+
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    native = digest()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    capped = digest()
+    monkeypatch.setattr(versions, "cpu_flags", lambda cpuinfo=None: "avx2")
+    other_cpu = digest()
+    assert len({native, capped, other_cpu}) == 3
+
+
+def test_a_row_computed_in_bf16_is_judged_by_the_bf16_gate() -> None:
+    from export_check.config import FAMILIES, Thresholds, precision_family
+
+    assert precision_family("fp16", {"inference_precision": "bf16"}) == "bf16"
+    assert precision_family("fp16", {"inference_precision": "f32"}) == "fp16"
+    assert precision_family("float", {}) == "float"
+    gate = Thresholds().gate_for("bf16")
+    assert "bf16" in FAMILIES and (gate.max_relative_mae, gate.min_top1) == (0.02, 0.98)
+    assert Thresholds.from_options({"bf16-min-top1": 0.9}).gate_for("bf16").min_top1 == 0.9
+
+
+def test_the_instruction_set_caps_narrow_torch_and_onednn() -> None:
+    """tox's `narrow` environment runs the CPU-sensitive tests again under ATEN_CPU_CAPABILITY and
+    ONEDNN_MAX_CPU_ISA: a proof only if the caps take. In a fresh interpreter capped at the baseline,
+    torch reports the DEFAULT capability and oneDNN's convolution runs SSE4.1 code; and in this
+    process, a cap that is set is the capability torch runs."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    probe = ("import torch; print('capability', torch.backends.cpu.get_cpu_capability()); "
+             "c = torch.nn.Conv2d(3, 4, 3)\nwith torch.inference_mode(): c(torch.randn(2, 3, 8, 8))")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41", "ONEDNN_VERBOSE": "1"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+    assert "capability DEFAULT" in out and "isa:Intel SSE4.1" in out, out
+    cap = os.environ.get("ATEN_CPU_CAPABILITY")
+    if cap:
+        assert torch.backends.cpu.get_cpu_capability() == cap.upper()

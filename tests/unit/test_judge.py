@@ -168,11 +168,11 @@ def test_eager_row_failing_names_the_weights_and_is_never_failed_by_its_batch_si
                                                "by up to MAE 0.2 per image")
 
 
-@pytest.mark.parametrize("family", ["float", "int8", "eager"])
+@pytest.mark.parametrize("family", ["float", "int8", "fp16", "bf16", "eager"])
 def test_every_family_has_a_gate_and_thresholds_round_trip_their_options(family: str) -> None:
     gate = DEFAULTS.gate_for(family)
     assert gate.mae_bound(1.0) > 0
     loosened = Thresholds.from_options({"max-mae": 2e-5, "int8-max-mae": 0.2, "int8-min-top1": 0.5, "int8-max-relative-mae": 0.1})
     assert loosened.gate_for("eager").max_mae == loosened.gate_for("float").max_mae == 2e-5  # eager follows float
     assert loosened.gate_for("int8") == Gate(max_mae=0.2, min_top1=0.5, max_relative_mae=0.1)
-    assert loosened.to_json().keys() == DEFAULTS.to_json().keys() == {"eager", "float", "int8", "fp16", "reference_mae"}
+    assert loosened.to_json().keys() == DEFAULTS.to_json().keys() == {"eager", "float", "int8", "fp16", "bf16", "reference_mae"}

@@ -59,6 +59,8 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
         # bounds on every value beside MAE, per family (issue 16.5): max-abs and numpy.allclose's atol/rtol
         "max-abs", "atol", "rtol", "int8-max-abs", "int8-atol", "int8-rtol", "fp16-max-abs", "fp16-atol", "fp16-rtol",
         "diagnostics-budget",  # issue 15: the diagnostics' share of a row's replay
+        # issue 23: the bf16 gate family (openvino on a CPU with avx512_bf16 or AMX)
+        "bf16-max-relative-mae", "bf16-max-mae", "bf16-min-top1", "bf16-max-abs", "bf16-atol", "bf16-rtol",
     }
 
 
