@@ -59,3 +59,23 @@ def kernel_choices() -> dict[str, str]:
     choices = {"cpu_flags": cpu_flags() or "unknown"}
     choices.update({name: os.environ[name] for name in ISA_VARIABLES if os.environ.get(name)})
     return choices
+
+
+# oneDNN caps (ONEDNN_MAX_CPU_ISA values) that leave out a feature some runtime picks by reading the CPU
+# itself: such a runtime then plans for kernels oneDNN will not run, a mix no real CPU has.
+# bf16: OpenVINO's default precision (its own CPU check) needs oneDNN's avx512_core_bf16 kernels or above.
+BELOW_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"})
+# VNNI: torch picks its int8 matmul path by at::cpu::is_cpu_support_vnni() (cpuinfo, avx512_vnni); under a cap
+# without VNNI oneDNN's u8s8 code saturates its 16-bit pair sums on the s8 activations torchao feeds it.
+BELOW_VNNI = frozenset({"SSE41", "AVX", "AVX2", "AVX512_CORE"})
+
+
+def onednn_cap_below(isas: frozenset[str]) -> str | None:
+    """The oneDNN cap in force (``"ONEDNN_MAX_CPU_ISA=AVX2"``) when it is one of ``isas`` (any case), else None."""
+    import os
+
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):  # oneDNN reads the first that is set
+        value = os.environ.get(name, "")
+        if value:
+            return f"{name}={value}" if value.upper() in isas else None
+    return None

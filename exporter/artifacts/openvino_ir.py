@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..signature import SINGLE
-from ..versions import PRECISION_FLAGS, cpu_flags
+from ..versions import BELOW_BF16, PRECISION_FLAGS, cpu_flags, onednn_cap_below
 from ._common import atomic_path
 from .base import OUTPUT, BuildContext, NotApplicable, feeds_to_args, single_input
 
@@ -38,22 +38,12 @@ def openvino() -> Any:
     return ov
 
 
-# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) that leave out its bf16 kernels. OpenVINO picks its
-# default precision from the CPU's own flags, not from the cap: capped below bf16 on a bf16 CPU it
-# compiles bf16 nodes oneDNN then cannot run ("Convolution node ... is not initialized"). A CPU of the
-# capped kind has no bf16, so its default is f32: under such a cap the row pins f32, as that CPU would.
-BELOW_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"})
-
-
 def bf16_capped() -> str | None:
-    """The instruction-set cap that rules out bf16 kernels (``"ONEDNN_MAX_CPU_ISA=AVX2"``), or None."""
-    import os
-
-    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):  # oneDNN reads the first that is set
-        value = os.environ.get(name, "")
-        if value:
-            return f"{name}={value}" if value.upper() in BELOW_BF16 else None
-    return None
+    """The oneDNN cap that rules out bf16 kernels (``"ONEDNN_MAX_CPU_ISA=AVX2"``), or None. OpenVINO picks its
+    default precision from the CPU's own flags, not from the cap: capped below bf16 on a bf16 CPU it compiles
+    bf16 nodes oneDNN then cannot run ("Convolution node ... is not initialized"). A CPU of the capped kind
+    has no bf16, so its default is f32: under such a cap the row pins f32, as that CPU would."""
+    return onednn_cap_below(BELOW_BF16)
 
 
 def compile_config(threads: int, f32: bool) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from ..versions import BELOW_VNNI, cpu_flags, onednn_cap_below
 from ._common import TorchModuleRunner, atomic_path, native_warnings
 from ._program import export_program
 from .base import BuildContext, NotApplicable
@@ -30,6 +31,11 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     torchao = _torchao()
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
+    cap = onednn_cap_below(BELOW_VNNI)
+    if cap and "avx512_vnni" in cpu_flags().split():
+        raise NotApplicable(f"not applicable under {cap} on a CPU with avx512_vnni: torch picks its int8 matmul by the CPU's own "
+                            "VNNI flag while oneDNN runs the capped code, which saturates on int8 activations, a mix no real CPU "
+                            "runs; check it without the cap, or on a CPU of that kind")
     linear = sum(isinstance(m, nn.Linear) for m in ctx.model.modules())
     if not linear:
         raise NotApplicable("not applicable: the model has no nn.Linear layer, the layers torchao's int8 dynamic quantization "

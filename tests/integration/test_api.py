@@ -19,7 +19,7 @@ import export_check
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, NUDGE
 from export_check.report import json_report
 
-# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+# tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = [pytest.mark.cpu_sensitive, pytest.mark.cheap]
 
 SCHEMA = json_report.schema()

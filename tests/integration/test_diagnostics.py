@@ -23,7 +23,7 @@ from export_check.golden.manifest import load_golden
 from export_check.judge import shape_reasons
 from export_check.pipeline import run_check
 
-# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+# tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = pytest.mark.cpu_sensitive
 
 ARCHES = TESTS / "data" / "diag_arches.py"

@@ -15,7 +15,7 @@ from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.pipeline import run_check
 
-# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+# tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = pytest.mark.cpu_sensitive
 
 BRANCHY = f"{TESTS / 'arches.py'}:BranchOnBrightness"

@@ -18,7 +18,7 @@ from conftest import DEFAULT_GOLDEN
 from export_check.cli import main
 from export_check.golden.manifest import load_golden
 
-# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+# tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = [pytest.mark.cpu_sensitive, pytest.mark.cheap]
 
 ATOL, RTOL, MAX_ABS = 1e-6, 1e-7, 2e-6

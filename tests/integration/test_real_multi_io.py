@@ -17,7 +17,7 @@ from conftest import REPO
 from export_check.artifacts import DEFAULT_KINDS
 from export_check.cli import main
 
-# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+# tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = pytest.mark.cpu_sensitive
 
 MODELS = REPO / "models"

@@ -91,7 +91,7 @@ def test_links_to_stdout_a_fifo_and_a_symlinked_report_are_written_through_and_f
     assert oct(stat.S_IMODE((tmp_path / "reports" / "junit.xml").stat().st_mode)) == "0o644"  # a replaced file keeps its mode
 
 
-@pytest.mark.cpu_sensitive  # tox's narrow-* runs repeat it under a capped instruction set
+@pytest.mark.cpu_sensitive  # tests/run_narrowed.py repeats it under capped instruction sets
 def test_markdown_append_and_the_step_summary_add_each_checks_summary(tmp_path: Path, capfd, monkeypatch, nudged_checkpoint) -> None:
     summary = tmp_path / "step_summary.md"
     summary.write_text("# Earlier step\n\n")

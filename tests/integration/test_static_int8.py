@@ -21,7 +21,7 @@ from export_check.golden.lifecycle import record_golden
 from export_check.golden.manifest import CalibrationSplit, load_golden
 from export_check.model import load_model
 
-# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+# tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = pytest.mark.cpu_sensitive
 
 STATIC = ("onnx-int8-static", "pt2e-int8-static")

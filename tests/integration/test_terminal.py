@@ -133,7 +133,7 @@ def _table(lines: list[str]) -> list[str]:
     return lines[start:end]
 
 
-@pytest.mark.cpu_sensitive  # tox's narrow-* runs repeat it under a capped instruction set
+@pytest.mark.cpu_sensitive  # tests/run_narrowed.py repeats it under capped instruction sets
 @pytest.mark.parametrize("columns", [80, 100, 160])
 @pytest.mark.parametrize("outcome", ["pass", "fail"])
 def test_table_fits_the_terminal_verdict_first_coloured_and_no_progress_left(warm, columns: int, outcome: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from export_check.versions import PRECISION_FLAGS, cpu_flags
 
-# tox's narrow-* runs repeat this module under a capped instruction set (README, "What varies by CPU")
+# tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = [pytest.mark.cpu_sensitive, pytest.mark.cheap]
 
 
@@ -82,7 +82,7 @@ def test_a_row_computed_in_bf16_is_judged_by_the_bf16_gate() -> None:
 
 
 def test_the_instruction_set_caps_narrow_torch_and_onednn() -> None:
-    """tox's `narrow` environment runs the CPU-sensitive tests again under ATEN_CPU_CAPABILITY and
+    """tests/run_narrowed.py runs the CPU-sensitive tests again under ATEN_CPU_CAPABILITY and
     ONEDNN_MAX_CPU_ISA: a proof only if the caps take. In a fresh interpreter capped at the baseline,
     torch reports the DEFAULT capability and oneDNN's convolution runs SSE4.1 code; and in this
     process, a cap that is set is the capability torch runs."""
@@ -100,3 +100,26 @@ def test_the_instruction_set_caps_narrow_torch_and_onednn() -> None:
     cap = os.environ.get("ATEN_CPU_CAPABILITY")
     if cap:
         assert torch.backends.cpu.get_cpu_capability() == cap.upper()
+
+
+@pytest.mark.parametrize("cap, flags, refused", [
+    ("AVX2", "avx2 avx512f avx512_vnni", True),  # the cap hides VNNI that torch still sees: a mix no CPU has
+    ("avx512_core", "avx2 avx512f avx512_vnni", True),
+    ("AVX512_CORE_VNNI", "avx2 avx512f avx512_vnni", False),
+    ("AVX2", "avx2", False),  # an AVX2 CPU capped at AVX2: what it is anyway
+    ("", "avx2 avx512f avx512_vnni", False),
+])
+def test_torchao_int8_is_not_applicable_where_a_cap_hides_the_vnni_torch_sees(monkeypatch, cap: str, flags: str, refused: bool) -> None:
+    import torch
+
+    from export_check.artifacts import BuildContext, torchao_int8
+    from export_check.artifacts.base import NotApplicable
+
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    monkeypatch.setattr(torchao_int8, "cpu_flags", lambda: flags)
+    ctx = BuildContext(model=torch.nn.Conv2d(3, 4, 3).eval(), example=torch.zeros(2, 3, 8, 8), opset=17, onnx_exporter="torchscript", threads=1)
+    with pytest.raises(NotApplicable) as raised:  # refused for the cap, or else for having no nn.Linear to quantize
+        torchao_int8.build(ctx, Path("unused.pt2"), None)
+    assert (f"not applicable under ONEDNN_MAX_CPU_ISA={cap} on a CPU with avx512_vnni" in str(raised.value)) == refused, raised.value
+    assert refused or "no nn.Linear" in str(raised.value)

@@ -1,0 +1,42 @@
+"""The cpu_sensitive tests again under capped instruction sets (README, "What varies by CPU"); tox runs it
+right after the suite, in the same environment:
+
+    python tests/run_narrowed.py [pytest arguments]
+
+- avx2: every ``cpu_sensitive`` test with ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2, torch's and
+  oneDNN's kernels as on an AVX2 CPU (on one, this is the native run again);
+- default: the ``cheap`` ones with ATEN_CPU_CAPABILITY=default and ONEDNN_MAX_CPU_ISA=SSE41, the baseline.
+
+The pytest arguments narrow the selection further (``-k``, a file); a selection that holds no such test is
+said, not failed (pytest's exit 5). The exit code is the worst of the runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+RUNS = (
+    ("avx2", {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}, "cpu_sensitive"),
+    ("default", {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"}, "cpu_sensitive and cheap"),
+)
+NO_TESTS = 5  # pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def main(args: list[str]) -> int:
+    worst = 0
+    for name, caps, marker in RUNS:
+        shown = " ".join(f"{k}={v}" for k, v in caps.items())
+        print(f"\n=== narrowed run '{name}': {shown} pytest -m '{marker}' {' '.join(args)}", flush=True)
+        code = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-m", marker, *args],
+                              env={**os.environ, **caps}).returncode
+        if code == NO_TESTS:
+            print(f"=== narrowed run '{name}': no test marked {marker!r} in this selection", flush=True)
+            code = 0
+        worst = max(worst, code)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
