@@ -274,8 +274,11 @@ def test_a_poisoned_entry_with_its_sha256_and_size_in_meta_is_rebuilt_and_never_
     assert code == 0 and again is not None and {r["cache"] for r in again["rows"]} == {"hit"}  # sealed again: trusted
 
 
+@pytest.mark.cpu_sensitive  # tests/run_narrowed.py repeats it under capped instruction sets
 def test_a_meta_json_edited_to_claim_better_metrics_cannot_turn_a_fail_into_a_pass(world: World) -> None:
-    strict = ("--max-mae", "5e-7")  # eager (2.8e-7) passes it, onnx (8.0e-7) does not
+    # onnxruntime's kernels are not torch's: the onnx row (7.5e-7 to 8.5e-7 from eager, by instruction set) fails this
+    # gate on every CPU; eager's own verdict depends on the CPU (MAE 0 to 3.9e-7 from the golden set) and is not asserted
+    strict = ("--max-mae", "1e-9")
     code, report = world.check(*strict)
     assert code == 1 and report is not None and row(report, "onnx")["status"] == "fail"
     meta_path = world.entry("onnx") / "meta.json"
@@ -300,8 +303,9 @@ def test_a_meta_json_edited_to_claim_better_metrics_cannot_turn_a_fail_into_a_pa
     # other check, is what stops the forgery (and only the key's owner can make one).
     edit_meta(meta_path, better, secret=world.secrets[0])
     code, served = world.check(*strict)
-    assert code == 0 and served is not None and row(served, "onnx")["cache"] == "hit"
+    assert served is not None and row(served, "onnx")["cache"] == "hit" and row(served, "onnx")["status"] == "pass"
     assert row(served, "onnx")["metrics"]["mae"] == 1e-9
+    assert code == (0 if row(served, EAGER)["status"] == "pass" else 1)  # eager against 1e-9: the CPU's drift decides
 
 
 def test_entries_sealed_under_another_users_key_are_rebuilt_and_a_key_shared_on_purpose_is_trusted(
@@ -471,6 +475,7 @@ class HangsOnLoad(torch.nn.Module):
             i += 1
 
 
+@pytest.mark.cpu_sensitive  # tests/run_narrowed.py repeats it under capped instruction sets
 def test_a_torchscript_entry_that_hangs_on_load_is_rebuilt_and_never_loaded(world: World) -> None:
     # Before: with other thresholds (onnx now fails, so the run is not served whole and every cached
     # file is reused and replayed afresh) the run hung in torch.jit.load of the swapped file.
@@ -484,7 +489,7 @@ def test_a_torchscript_entry_that_hangs_on_load_is_rebuilt_and_never_loaded(worl
     before, sealed = world.snapshot(), world.sealed_files()
     argv = [sys.executable, "-m", "export_check", "check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--golden",
             str(DEFAULT_GOLDEN), "--out", str(world.out), "--cache-dir", str(world.cache), "--artifacts", ",".join(BOTH),
-            "--max-mae", "5e-7", "-q", "--json", str(world.tmp / "r.json")]
+            "--max-mae", "1e-9", "-q", "--json", str(world.tmp / "r.json")]  # onnx fails it on every CPU; the trace is eager's kernels
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert result.returncode == 1, result.stderr  # onnx fails the stricter gate, and nothing hung
     report = json.loads((world.tmp / "r.json").read_text())

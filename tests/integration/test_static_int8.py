@@ -71,8 +71,10 @@ def test_the_bundled_model_passes_judged_only_on_the_samples_it_was_not_calibrat
         on_calibration = float(np.abs(by_hand[kind][calibration] - eager[calibration]).mean())
         assert row["metrics"]["mae"] == pytest.approx(on_judged, rel=1e-4), (kind, on_judged, on_calibration)
         assert on_judged != pytest.approx(on_calibration, rel=1e-4), "the two halves differ, so the row really left one out"
-        # measured: 0.040 (onnxruntime QDQ) and 0.046 (PT2E) over a mean |logit| of 1.72; the int8 gate is 5% of it
-        assert 0.02 < row["metrics"]["mae"] < 0.06 and row["metrics"]["top1_agreement"] == 1.0
+        # really quantized (over 1% of the mean |logit|; measured 0.040 for onnxruntime QDQ and 0.046 for PT2E over 1.72,
+        # which moves with the CPU's int8 kernels) and within the int8 gate, 5% of it
+        scale = row["metrics"]["reference_mean_abs"]
+        assert 0.01 * scale < row["metrics"]["mae"] <= 0.05 * scale and row["metrics"]["top1_agreement"] == 1.0
         assert row["diagnostics"]["layers"] is None or row["diagnostics"]["layers"]["layers"]
 
 
