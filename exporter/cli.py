@@ -23,7 +23,7 @@ from . import __version__
 from .errors import ExportCheckError, UsageError, error_message, one_line
 from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, DEFAULT_GOLDEN, DEFAULT_OUT, HISTORY, MERGE, add_arguments, from_namespace
 from .paths import check_outputs, escaped
-from .settings import check_config, golden_params
+from .settings import check_config, golden_params, settings_files, settings_line
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 SUBCOMMANDS = ("check", "golden", "history", "merge", "cache")
@@ -311,7 +311,7 @@ def _cache_command(args: argparse.Namespace) -> int:
     from .options import OPTION, coerce
     from .settings import find_settings
 
-    settings = find_settings(None)
+    settings = find_settings()
     root = args.cache_dir or settings.get("cache_dir") or default_cache_dir()
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root}: is not a folder; pass the artifact cache's folder with --cache-dir")
@@ -319,6 +319,7 @@ def _cache_command(args: argparse.Namespace) -> int:
     if args.cache_command == "info":
         found = cache.usage(root)
         bound = cache.parse_gb(configured)
+        print(settings_line(settings_files(settings)))
         print(f"cache: {root}{'' if root.exists() else ' (not made yet)'}")
         print(f"entries: {len(found.entries)}")
         print(f"size: {cache.shown_size(found.size)} ({found.size} bytes)")
@@ -364,7 +365,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
             from .settings import find_settings
 
             # no checkpoint here: the golden folder named by the settings of the current directory
-            golden_dir = find_settings(None).get("golden", DEFAULT_GOLDEN)
+            golden_dir = find_settings().get("golden", DEFAULT_GOLDEN)
         intact, lines = lifecycle.verify(golden_dir)
         print("\n".join(lines))
         return EXIT_PASS if intact else EXIT_FAIL
@@ -382,6 +383,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
             raise UsageError("no inputs given: pass --inputs DIR (a folder of images or .npy files), or set inputs in [tool.export-check]")
         recorded = lifecycle.record_golden(inputs_dir=inputs, preprocess=preprocess, force=args.force,
                                            signature_settings=params.signature, calibration=args.calibration_samples, **common)
+        print(settings_line(settings_files(params.settings)))
         if recorded.version == 1:
             print(f"recorded {len(recorded)} inputs and their reference logits {recorded.reference_shape} into {golden_dir}")
         else:
@@ -390,6 +392,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
     diff, written = lifecycle.approve_golden(dry_run=args.dry_run, signature_settings=params.signature,
                                              calibration=args.calibration_samples, **common)
     held = "outputs" if isinstance(diff, lifecycle.OutputsDiff) else "logits"
+    print(settings_line(settings_files(params.settings)))
     print("\n".join(diff.lines()))
     if args.dry_run:
         print("dry run: golden set unchanged")

@@ -199,6 +199,7 @@ def _report(
         seconds=time.perf_counter() - started,
         out_dir=str(out_dir),
         timings=tuple((stage, round(seconds, 4)) for stage, seconds in timings.items()),
+        settings_files=config.settings_files,
     )
 
 

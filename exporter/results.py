@@ -155,6 +155,7 @@ class Report:
     seconds: float
     out_dir: str
     timings: tuple[tuple[str, float], ...] = ()  # wall seconds per pipeline stage, in order
+    settings_files: tuple[str, ...] = ()  # the settings files the run read (RunConfig.settings_files)
 
     @property
     def passed(self) -> bool:
@@ -192,6 +193,7 @@ class Report:
             "golden": self.golden.to_json(),
             "thresholds": self.thresholds.to_json(),
             "settings": dict(self.settings),
+            "settings_files": list(self.settings_files),
             "versions": dict(self.versions),
             "out_dir": self.out_dir,
             "seconds": self.seconds,

@@ -22,7 +22,7 @@ def run_fleet(fleet: Fleet, common: Mapping[str, Any], *, shard: tuple[int, int]
     models = select_shard(fleet, shard)
     workers = max(1, min(workers or usable_cores(), len(models) or 1))
     parallel = ray_address is not None or workers > 1
-    jobs = plan(models, common, parallel)  # every config built (and checked) before the first model starts
+    jobs = plan(models, common, parallel, fleet.source)  # every config built (and checked) before the first model starts
     finished: list[ModelResult] = []
 
     def report_one(result: ModelResult) -> None:

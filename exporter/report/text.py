@@ -21,6 +21,7 @@ from typing import TextIO
 
 from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
+from ..settings import settings_line
 from . import bounds
 from .views import checks_description, diagnostic_lines, latency_text, output_lines, rerun_text, shapes_text, size_text
 
@@ -198,6 +199,7 @@ def render(report: Report, style: Style | None = None) -> str:
     golden = report.golden
     out = _wrapped(f"export-check {report.tool_version}: {report.checkpoint.path} (sha256 {report.checkpoint.sha256[:12]}) "
                    f"vs golden set {golden.path} ({golden.inputs} inputs)", style)
+    out += _wrapped(settings_line(report.settings_files), style)
     if golden.label_accuracy is not None:
         out.append(f"eager top-1 accuracy on the golden labels: {golden.label_accuracy:.1%}")
     out += ["", *_table(report, style), *_wrapped(_gates_line(report), style)]
