@@ -144,13 +144,15 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{done}/{total}] {result.name}: {result.status.upper()} ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
 
-    report = run_fleet(fleet, common, shard=shard, workers=args.workers, ray_address=args.ray, on_result=progress)
+    report = run_fleet(fleet, common, shard=shard, workers=args.workers, ray_address=args.ray, on_result=progress,
+                       reports={f"--{flag}": getattr(args, flag) for flag in ("json", "junit", "markdown")})
     print(views.render_text(report), file=_table_stream(args))
     for model in report.models:
         if model.traceback:
             print(f"export-check: internal error checking {model.name} (a bug; please report it):\n{model.traceback}", file=sys.stderr)
     _written(args).extend(("--json", "--junit", "--markdown"))
-    views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {}))
+    for note in views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {})):
+        print(note, file=sys.stderr)
     return report.exit_code
 
 
@@ -159,10 +161,16 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from .report import fleet as views
 
     _refuse_folders(args)
+    inputs = {os.path.realpath(p): p for p in args.reports}
+    for flag in ("json", "junit", "markdown"):
+        path = getattr(args, flag, None)
+        if path is not None and os.path.realpath(path) in inputs:
+            raise UsageError(f"--{flag} {path}: is a report this merge reads; writing there would overwrite it: choose another path")
     report = merge(args.reports)
     print(views.render_text(report), file=_table_stream(args))
     _written(args).extend(("--json", "--junit", "--markdown"))
-    views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {}))
+    for note in views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {})):
+        print(note, file=sys.stderr)
     return report.exit_code
 
 
@@ -200,12 +208,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _write_views(report: Any, args: argparse.Namespace, markdown_append: bool = False) -> None:
     """Every view of the same report: JSON, JUnit, Markdown (replaced, or appended), HTML, the history line."""
     from .report import html, json_report, junit, markdown, write_text_atomic
+    from .report.seal import sealed
 
     for flag, render in (("json", json_report.render), ("junit", junit.render), ("markdown", markdown.render), ("html", html.render)):
         path = getattr(args, flag)
         if path is not None:
             _written(args).append(f"--{flag}")  # a failure from here on never overwrites it with an error report
-            write_text_atomic(path, render(report), append=markdown_append and flag == "markdown")
+            text = render(report)
+            if flag == "json":  # sealed with the cache key: `export-check merge` takes only what export-check wrote
+                config = getattr(args, "checked_config", None)
+                text, note = sealed(text, None if config is None else config.cache_dir)
+                if note is not None:
+                    print(note, file=sys.stderr)
+            write_text_atomic(path, text, append=markdown_append and flag == "markdown")
     if args.history is not None:
         from .history import append
 
@@ -261,7 +276,9 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
     golden = config.golden if config is not None else getattr(args, "golden", None) or DEFAULT_GOLDEN
     arch = config.arch if config is not None else getattr(args, "arch", None) or ""
     out = config.out_dir if config is not None else getattr(args, "out", None) or DEFAULT_OUT
-    safe = {flag: path for flag, path in error_report_paths(given, checkpoints, golden, arch, out).items() if flag in reports}
+    read = tuple(p for p in (getattr(args, "config", None), getattr(args, "fleet", None)) if isinstance(p, (str, Path)))
+    read += config.settings_files if config is not None else ()
+    safe = {flag: path for flag, path in error_report_paths(given, checkpoints, golden, arch, out, read).items() if flag in reports}
     if getattr(args, "scanned", False):  # a command line the parser refused: only where a report may plainly go
         append = _markdown_append(args, {})
         safe = {flag: path for flag, path in safe.items() if _fresh_or_report(flag, path, append and flag == "--markdown")}
@@ -319,13 +336,13 @@ def _cache_command(args: argparse.Namespace) -> int:
     if args.cache_command == "info":
         found = cache.usage(root)
         bound = cache.parse_gb(configured)
-        print(settings_line(settings_files(settings)))
         print(f"cache: {root}{'' if root.exists() else ' (not made yet)'}")
         print(f"entries: {len(found.entries)}")
         print(f"size: {cache.shown_size(found.size)} ({found.size} bytes)")
         print(f"limit: {'none (cache-max-size = 0)' if bound is None else cache.shown_size(bound)}")
         if found.entries:
             print(f"least recently used: {_when(found.entries[0].last_used)}; most recently: {_when(found.entries[-1].last_used)}")
+        print(settings_line(settings_files(settings)))
         return EXIT_PASS
     if args.cache_command == "clear":
         limit: int | None = 0

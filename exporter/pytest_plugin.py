@@ -439,7 +439,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                            for flag in ("json", "junit", "markdown"))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")  # GitHub's job summary is appended to, never replaced (issue 16.2)
     append = bool(summary) and markdown_path is not None and os.path.realpath(str(summary)) == os.path.realpath(markdown_path)
-    views.write(report, json_path, junit_path, markdown_path, markdown_append=append)
+    for note in views.write(report, json_path, junit_path, markdown_path, markdown_append=append):
+        config.get_terminal_writer().line(note)  # no usable cache key: the session report is written unsealed
 
 
 def _workers(config: pytest.Config) -> int:

@@ -155,7 +155,17 @@ def render_markdown(fleet: FleetReport) -> str:
 
 
 def write(fleet: FleetReport, json_path: Path | None = None, junit_path: Path | None = None, markdown_path: Path | None = None,
-          markdown_append: bool = False) -> None:
+          markdown_append: bool = False) -> list[str]:
+    """Write the views asked for; the JSON sealed with the cache key (exporter/report/seal.py), or, when
+    there is no usable key, unsealed: the note saying so is returned, for the caller to print."""
+    from .seal import sealed
+
+    notes = []
     for path, render in ((json_path, render_json), (junit_path, render_junit), (markdown_path, render_markdown)):
         if path is not None:
-            write_text_atomic(path, render(fleet), append=markdown_append and path is markdown_path)
+            text = render(fleet)
+            if path is json_path:
+                text, note = sealed(text)
+                notes += [note] if note is not None else []
+            write_text_atomic(path, text, append=markdown_append and path is markdown_path)
+    return notes

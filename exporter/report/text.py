@@ -232,9 +232,9 @@ def _cache_lines(report: Report) -> list[str]:
     """Say which rows the artifact cache supplied, and which damaged entries were rebuilt."""
     states = [row.cache for row in report.rows if row.cache is not None]
     if not states:
-        return []
+        return list(report.run_notes)
     hits, restored = states.count("hit"), states.count("artifact")
-    lines = []
+    lines: list[str] = []
     if hits == len(report.rows):
         lines.append("cache: every row reused from the artifact cache, nothing built or replayed (--no-cache to rebuild)")
     elif hits or restored:
