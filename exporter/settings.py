@@ -198,9 +198,19 @@ def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | 
     settings = load_settings(explicit["checkpoint"], explicit.get("config"), start)
     check_arch_inside(settings, explicit, start)
     values = overlay(CHECK, explicit, settings, None if default_out is None else {"out": default_out})
+    _need_arch(values, settings)
     values["signature_settings"] = signature_settings(settings)
     values["settings_files"] = (*also_read, *settings_files(settings))
     return to_run_config(values), settings
+
+
+def _need_arch(values: Mapping[str, Any], settings: Mapping[str, Any]) -> None:
+    """No architecture and no settings file read: say where settings come from (a run standing outside
+    its project no longer finds the project's settings through the checkpoint's folder)."""
+    if not values.get("arch") and not settings_files(settings):
+        raise UsageError(f"no architecture given and no settings file read (settings come from --config, or from the project the run "
+                         f"stands in: {settings.get('_project') or project_root()} up to the folder holding .git); pass --arch "
+                         "module:Factory or path/to/file.py:Factory, run from your project, or pass --config pyproject.toml")
 
 
 @dataclass(frozen=True)
@@ -217,6 +227,7 @@ def golden_params(command: str, explicit: Mapping[str, Any], start: Path | None 
     settings = load_settings(explicit["checkpoint"], explicit.get("config"), start)
     check_arch_inside(settings, explicit, start)
     values = overlay(command, explicit, settings)
+    _need_arch(values, settings)
     if not values["arch"]:
         raise UsageError("no architecture given: pass --arch module:Factory or path/to/file.py:Factory, or set arch in [tool.export-check]")
     common = dict(
