@@ -13,6 +13,7 @@ tighter than this CPU's float drift.
 from __future__ import annotations
 
 import json
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -21,11 +22,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
 from export_check.cli import main
 from export_check.errors import UsageError
 from export_check.settings import find_settings, project_folders, project_root
 
+pytest_plugins = ["pytester"]
 KIND = "torchscript-trace"
 LOOSE = "max-mae = 100.0\nint8-max-relative-mae = 100.0\nint8-min-top1 = 0.0\n"
 
@@ -214,3 +216,30 @@ def test_lookup_never_leaves_the_project(tmp_path_factory, depth: int, git_at: i
     assert folders[-1] == (root.resolve() if root is not None else start.resolve()) == project_root(start)
     assert all(base.resolve() != f for f in folders)
     assert find_settings(None, None, start)["_files"] == ()
+
+
+PLUGIN_TEST = '''
+from pathlib import Path
+
+
+def test_the_plugin_reads_the_rootdirs_project_not_the_checkpoints_folder(export_check, tmp_path):
+    report = export_check({checkpoint!r}, out=tmp_path / "out", no_cache=True)
+    assert report.settings_files == ({settings!r},)
+    assert [(r.name, r.status) for r in report.rows] == [("eager", "fail"), ("{kind}", "pass")]
+    assert report.thresholds.gate_for("eager").max_mae == 1e-5
+    assert not Path({marker!r}).exists()
+'''
+
+
+def test_the_pytest_plugin_keeps_to_the_sessions_project(shared, pytester) -> None:
+    """The plugin's settings come from the project of pytest's rootdir, as the CLI's from the current
+    directory's: the planted files beside the shared checkpoint are not read there either."""
+    shutil.copy(REPO / "models" / "resnet.py", pytester.path / "net.py")
+    (pytester.path / ".git").mkdir()
+    settings = pytester.path / "pyproject.toml"
+    settings.write_text(f'[tool.pytest.ini_options]\naddopts = "-p no:cacheprovider"\n\n[tool.export-check]\narch = "net.py:ResNet"\n'
+                        f'golden = "{DEFAULT_GOLDEN}"\nartifacts = ["{KIND}"]\n')
+    pytester.makepyfile(test_planted=PLUGIN_TEST.format(checkpoint=str(shared["checkpoint"]), settings=str(settings.resolve()),
+                                                        kind=KIND, marker=str(shared["marker"])))
+    result = pytester.runpytest("-q")
+    result.assert_outcomes(passed=1)
