@@ -283,7 +283,8 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
         append = _markdown_append(args, {})
         safe = {flag: path for flag, path in safe.items() if _fresh_or_report(flag, path, append and flag == "--markdown")}
     stopped = failure.Stopped(command=args.command, message=message, kind=type(exc).__name__,
-                              checkpoints=tuple(str(c) for c in checkpoints))
+                              checkpoints=tuple(str(c) for c in checkpoints),
+                              settings_files=None if config is None else config.settings_files)
     notes = []
     for flag, path in safe.items():
         try:
@@ -382,8 +383,11 @@ def _cmd_golden(args: argparse.Namespace) -> int:
             from .settings import find_settings
 
             # no checkpoint here: the golden folder named by the settings of the current directory
-            golden_dir = find_settings().get("golden", DEFAULT_GOLDEN)
+            found = find_settings()
+            golden_dir = found.get("golden", DEFAULT_GOLDEN)
         intact, lines = lifecycle.verify(golden_dir)
+        if args.golden_dir is None:  # the golden folder came from the settings (or their absence): say which
+            print(settings_line(settings_files(found)))
         print("\n".join(lines))
         return EXIT_PASS if intact else EXIT_FAIL
     if args.golden_command is None:

@@ -49,7 +49,12 @@ def test_a_report_over_the_settings_file_the_run_read_is_refused(project: Path, 
     assert main([str(DEFAULT_CHECKPOINT), "-q", "--no-cache", flag, "pyproject.toml", *other]) == 2
     _one_line(capsys, f"{flag} pyproject.toml: is a settings file this run read; writing the report there would overwrite it")
     assert (project / "pyproject.toml").read_bytes() == before
-    assert (tmp_path / ("r.xml" if flag != "--junit" else "r.json")).exists()  # the other report: the error, still written
+    written = tmp_path / ("r.xml" if flag != "--junit" else "r.json")  # the other report: the error, still written
+    read = str(project / "pyproject.toml")
+    if written.suffix == ".json":
+        assert json.loads(written.read_text())["settings_files"] == [read]
+    else:
+        assert f'name="settings_files" value="{read}"' in written.read_text()
 
 
 def test_an_error_report_never_replaces_a_broken_settings_file(project: Path, capsys) -> None:

@@ -243,3 +243,10 @@ def test_the_pytest_plugin_keeps_to_the_sessions_project(shared, pytester) -> No
                                                         kind=KIND, marker=str(shared["marker"])))
     result = pytester.runpytest("-q")
     result.assert_outcomes(passed=1)
+
+
+def test_golden_verify_says_which_settings_named_its_golden_set(shared, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(shared["project"] / "src")
+    assert main(["golden", "verify"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"settings: {shared['project'] / 'pyproject.toml'}" and out[1].startswith(f"golden set {DEFAULT_GOLDEN}: OK")
