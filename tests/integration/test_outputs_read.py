@@ -124,6 +124,12 @@ def test_a_partial_left_by_a_killed_run_is_removed_by_the_next_run(project: Path
     assert main(argv) == 0
     assert not any(p.exists() for p in left)
     assert {r["cache"] for r in json.loads((tmp_path / "r.json").read_text())["rows"]} == {"hit"}
+    # and `cache prune` (as every eviction after a store) sweeps every entry of the cache
+    killed = subprocess.run([sys.executable, "-c", _KILLED, str(private_cache_dir), *entries[0].relative_to(private_cache_dir).parts],
+                            capture_output=True, text=True, cwd=REPO, timeout=120)
+    os.utime(entries[0] / killed.stdout.strip(), (past, past))
+    assert main(["cache", "prune", "--cache-dir", str(private_cache_dir), "--max-size", "100"]) == 0
+    assert not (entries[0] / killed.stdout.strip()).exists() and all(e.is_dir() for e in entries)
 
 
 def test_a_partial_a_live_writer_holds_is_kept(tmp_path: Path) -> None:
