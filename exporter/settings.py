@@ -1,9 +1,9 @@
 """Project settings from ``[tool.export-check]`` in pyproject.toml, or ``export-check.toml``.
 
 Settings come only from places the user chose. Lookup, first found wins: ``--config PATH``; else, in
-each folder from the checkpoint's up to the project root (only when the checkpoint lies inside the
-project), then from the current directory up to the project root, ``export-check.toml`` and then a
-``pyproject.toml`` with a ``[tool.export-check]`` table. The project root is the first folder holding
+each folder from the checkpoint's up to where it meets the current directory's way up (only when the
+checkpoint lies inside the project), then from the current directory up to the project root,
+``export-check.toml`` and then a ``pyproject.toml`` with a ``[tool.export-check]`` table. The project root is the first folder holding
 ``.git`` (a repository or a worktree); where no folder above holds one, the current directory alone.
 Never a folder above the project root, never the folder of a checkpoint outside the project: a
 ``pyproject.toml`` planted in ``/tmp`` or a downloads folder is not read. Every run says which
@@ -116,9 +116,9 @@ def project_folders(start: Path | None = None) -> tuple[Path, ...]:
 
 def find_settings(checkpoint: Path | None = None, explicit: Path | None = None, start: Path | None = None) -> dict[str, Any]:
     """The settings of ``explicit`` (``--config``), else of the project the run stands in (``start``,
-    default the current directory): from the checkpoint's folder up to the project root when the
-    checkpoint lies inside the project (a model's own settings in a repository of several), then from
-    ``start`` up to it. A checkpoint outside the project gives its folder no say. The result's
+    default the current directory): from the checkpoint's folder up to the first folder on the way up
+    from ``start``, when the checkpoint lies inside the project (a model's own settings in a repository
+    of several), then from ``start`` up to the project root. A checkpoint outside the project gives its folder no say. The result's
     ``_files`` names the file read (none: ``()``), ``_project`` the project its code must lie in."""
     if explicit is not None:
         if not explicit.is_file():
@@ -133,8 +133,13 @@ def find_settings(checkpoint: Path | None = None, explicit: Path | None = None, 
     if checkpoint is not None:
         beside = Path(os.path.realpath(Path(checkpoint).parent))  # the folder it lies in (a linked file's target may be a store)
         if beside == root or root in beside.parents:
-            folders = (*(f for f in (beside, *beside.parents) if f == root or root in f.parents), *folders)
-    for folder in dict.fromkeys(folders):
+            own = []  # the checkpoint's own folders, up to where the current directory's way up meets them
+            for folder in (beside, *beside.parents):
+                if folder in folders:
+                    break
+                own.append(folder)
+            folders = (*own, *folders)
+    for folder in folders:
         for name in (f"{TABLE}.toml", "pyproject.toml"):
             candidate = folder / name
             if candidate.is_file():

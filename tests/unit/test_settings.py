@@ -88,3 +88,18 @@ def test_fuzzed_tables_parse_or_fail_with_usage_error(table) -> None:
     assert set(parsed) <= {name for name, _ in KEYS.values()} | {"arch_root"}
     if "arch" in parsed:
         assert parsed["arch_root"] == Path("/base")
+
+
+def test_a_checkpoint_inside_the_project_is_looked_for_from_its_folder_then_from_the_current_directory(tmp_path: Path) -> None:
+    """The model's own folder first (its settings in a repository of several models), up to where it
+    meets the current directory's way up; from there the current directory's folders in their order."""
+    (tmp_path / ".git").mkdir()
+    for folder in ("models/a", "src"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_text('[tool.export-check]\narch = "root.py:R"\n')
+    (tmp_path / "src" / "export-check.toml").write_text('arch = "src.py:S"\n')
+    checkpoint = tmp_path / "models" / "a" / "m.pth"
+    assert find_settings(checkpoint, None, tmp_path / "src")["arch"] == f"{tmp_path / 'src' / 'src.py'}:S"
+    (tmp_path / "models" / "export-check.toml").write_text('arch = "m.py:M"\n')
+    assert find_settings(checkpoint, None, tmp_path / "src")["arch"] == f"{tmp_path / 'models' / 'm.py'}:M"
+    assert find_settings(tmp_path / "src" / "m.pth", None, tmp_path / "src")["arch"] == f"{tmp_path / 'src' / 'src.py'}:S"
