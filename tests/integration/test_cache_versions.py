@@ -94,3 +94,23 @@ def test_an_unwritable_home_runs_without_the_cache_and_says_so_once(tmp_path: Pa
     assert code == 0 and len(said) == 1 and str(blocker) in said[0], out
     assert report["run_notes"] == [said[0]] and {r["cache"] for r in report["rows"]} == {None}
     assert report["passed"] is True
+
+
+def test_every_library_a_kinds_module_imports_is_declared_in_its_row() -> None:
+    """The contract behind the field: whatever third-party package a kind's module imports (at the top
+    or inside a function) is one of the distributions its row declares, so none is left out of the key."""
+    import ast
+    import sys
+    from importlib import import_module, metadata
+
+    by_import = metadata.packages_distributions()
+    for kind in KINDS:
+        path = Path(import_module(kind.module.rsplit(".", 1)[0]).__file__ or "").parent / f"{kind.module.rsplit('.', 1)[1]}.py"
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+        third_party = {d.lower() for name in imported - set(sys.stdlib_module_names) for d in by_import.get(name, ())}
+        assert third_party - {"numpy"} <= set(kind.packages), (kind.name, third_party)
