@@ -250,3 +250,56 @@ def test_golden_verify_says_which_settings_named_its_golden_set(shared, monkeypa
     assert main(["golden", "verify"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"settings: {shared['project'] / 'pyproject.toml'}" and out[1].startswith(f"golden set {DEFAULT_GOLDEN}: OK")
+
+
+REAL_TMP = '''
+import json, os, shutil, subprocess, sys
+from pathlib import Path
+
+import torch
+
+repo = Path(sys.argv[1])
+subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/tmp"], check=True)  # this namespace's own /tmp: no one else sees it
+checkpoint = Path("/tmp/ckpts/model.pth")
+checkpoint.parent.mkdir()
+state = torch.load(repo / "models" / "checkpoints" / "resnet_digits.pth", weights_only=True)
+state["fc.weight"] = state["fc.weight"] * 3.0 + 0.5
+torch.save(state, checkpoint)
+Path("/tmp/evil.py").write_text("from pathlib import Path\\nPath('/tmp/planted-code-ran').write_text('ran')\\nResNet = None\\n")
+Path("/tmp/pyproject.toml").write_text('[tool.export-check]\\narch = "evil.py:ResNet"\\nmax-mae = 100.0\\n'
+                                       'artifacts = ["onnx"]\\n')
+project = Path("/tmp/home/project")
+(project / ".git").mkdir(parents=True)
+shutil.copy(repo / "models" / "resnet.py", project / "net.py")
+(project / "pyproject.toml").write_text(f'[tool.export-check]\\narch = "net.py:ResNet"\\ngolden = "{repo / "golden"}"\\n'
+                                        'artifacts = ["torchscript-trace"]\\n')
+env = {**os.environ, "XDG_CACHE_HOME": "/tmp/xdg-cache", "XDG_CONFIG_HOME": "/tmp/xdg-config"}
+run = subprocess.run([sys.executable, "-m", "export_check", str(checkpoint), "--json", "-", "-q", "--no-cache", "--out", "/tmp/out"],
+                     cwd=project, env=env, capture_output=True, text=True, timeout=600)
+print(json.dumps({"code": run.returncode, "report": json.loads(run.stdout) if run.stdout else None, "stderr": run.stderr,
+                  "ran": Path("/tmp/planted-code-ran").exists()}))
+'''
+
+
+def test_a_real_planted_tmp_pyproject_is_never_read(tmp_path) -> None:
+    """The issue's attack as it happens: /tmp/pyproject.toml, the parent of the checkpoint's folder
+    /tmp/ckpts, loosens the gate and names its own code; the user runs from their project. In a mount
+    namespace of its own, so that the planted file reaches no other run on this machine."""
+    import os
+    import subprocess
+    import sys
+
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot make a mount namespace here: {probe.stderr.strip()}")
+        pytest.skip(f"cannot make a mount namespace here ({probe.stderr.strip()}); tmp_path/shared plays /tmp in the tests above")
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", REAL_TMP, str(REPO)],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["code"] == 1 and not result["ran"], result["stderr"]
+    report = result["report"]
+    assert report["settings_files"] == ["/tmp/home/project/pyproject.toml"]
+    assert [(r["name"], r["status"]) for r in report["rows"]] == [("eager", "fail"), (KIND, "pass")]
+    assert report["thresholds"]["float"]["max_mae"] == 1e-5 and "settings: /tmp/home/project/pyproject.toml" in result["stderr"]
