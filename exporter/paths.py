@@ -52,7 +52,8 @@ def check_outputs(config: RunConfig, reports: Mapping[str, Path | None] | None =
     protected = _protected((config.checkpoint,), config.golden, config.arch, config.settings_files)
     out = _real(config.out_dir)
     for path, what in protected.items():
-        if out in (path, path.parent):  # artifacts are written into --out, never below it
+        # artifacts are written into --out, never below it; a settings file's folder may hold them (no name collides)
+        if out == path or (out == path.parent and not what.startswith("a settings file")):
             raise UsageError(f"--out {shown(str(config.out_dir))}: {'is' if out == path else 'holds'} {what} ({shown(str(path))}); "
                              "artifacts go into --out: pass a folder of its own, e.g. --out export-check-out")
     golden = _real_or_none(config.golden)
