@@ -301,6 +301,8 @@ def _cmd_history(args: argparse.Namespace) -> int:
         raise UsageError(f"--last must be >= 0, got {args.last}")
     if args.html is not None and args.html.is_dir():
         raise UsageError(f"{args.html}: is a directory; --html takes a file path")
+    if args.html is not None and os.path.realpath(args.html) == os.path.realpath(args.history_file):
+        raise UsageError(f"--html {args.html}: is the history file this command reads; writing there would overwrite it: choose another path")
     runs = load(args.history_file)
     print(render_json(runs, args.last) if args.json else render_trend(runs, args.last, args.artifact), end="\n" if not args.json else "")
     if args.html is not None:

@@ -94,6 +94,14 @@ def test_merge_never_writes_over_a_report_it_reads(tmp_path: Path, capsys) -> No
     assert report.read_text() == "{}"
 
 
+def test_history_never_writes_its_page_over_the_history_it_reads(tmp_path: Path, capsys) -> None:
+    history = tmp_path / "h.jsonl"
+    history.write_text("")
+    assert main(["history", str(history), "--html", str(history)]) == 2
+    _one_line(capsys, f"--html {history}: is the history file this command reads")
+    assert history.read_text() == ""
+
+
 _KILLED = """
 import os, signal, sys
 from pathlib import Path
