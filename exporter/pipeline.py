@@ -155,6 +155,10 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         if cache is not None:
             observations = store_observations(cache, config, observations, builds.outcomes, label_accuracy)
             timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
+            if cache.problems:  # best effort: the run's verdicts stand; one line says what was not kept (each row's note says why)
+                count = len(cache.problems)
+                reason = next(iter(cache.problems.values())).removeprefix("cache: ")
+                run_notes.append(f"cache: {count} {'entry' if count == 1 else 'entries'} not stored: {reason}")
         timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
     return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings, run_notes)
 

@@ -240,5 +240,5 @@ def _cache_lines(report: Report) -> list[str]:
     elif hits or restored:
         lines.append(f"cache: {hits} rows reused, {restored} artifact files reused and replayed, the rest built")
     lines += [f"cache: {row.name}: damaged entry rebuilt" for row in report.rows if row.cache == "rebuilt"]
-    return lines
+    return lines + list(report.run_notes)
 

@@ -114,3 +114,20 @@ def test_every_library_a_kinds_module_imports_is_declared_in_its_row() -> None:
                 imported.add(node.module.split(".")[0])
         third_party = {d.lower() for name in imported - set(sys.stdlib_module_names) for d in by_import.get(name, ())}
         assert third_party - {"numpy"} <= set(kind.packages), (kind.name, third_party)
+
+
+def test_a_read_only_cache_folder_serves_nothing_stores_nothing_and_says_so_once(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A cache folder on a read-only filesystem (a CI cache mounted read-only): the check passes and
+    one line says what could not be stored; the rows still carry why."""
+    from conftest import mounted_tmpfs
+
+    with mounted_tmpfs(tmp_path / "ro-cache", "ro,size=64k", "test_an_unwritable_home_runs_without_the_cache_and_says_so_once") as ro:
+        report = tmp_path / "r.json"
+        code = main(["check", str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--golden", str(DEFAULT_GOLDEN), "--artifacts", KIND,
+                     "--out", str(tmp_path / "out"), "--json", str(report), "-q", "--cache-dir", str(ro)])
+    out = capsys.readouterr().out.splitlines()
+    said = [line for line in out if line.startswith("cache: ")]
+    data = json.loads(report.read_text())
+    assert code == 0 and data["passed"] is True
+    assert len(said) == 1 and said[0].startswith("cache: 2 entries not stored: could not store the entry in ") and "Read-only" in said[0]
+    assert data["run_notes"] == said
