@@ -121,6 +121,7 @@ def conv_project(folder: Path, count: int) -> Path:
     from export_check.cli import main as cli
 
     folder.mkdir(parents=True)
+    (folder / ".git").mkdir()  # a project: its models' settings may name its netdef.py (issue 24)
     netdef = write_netdef(folder)
     write_photos(folder / "photos")
     preprocess = ", ".join(f"{k} = {json.dumps(v)}" for k, v in PREPROCESS.items())
@@ -132,7 +133,7 @@ def conv_project(folder: Path, count: int) -> Path:
         torch.save(resolve_factory(f"{netdef}:SmallNet")(width=8 + 4 * i).state_dict(), model / "model.pth")
         (model / "export-check.toml").write_text(f'arch = "{netdef}:SmallNet"\narch-kwargs = {{ width = {8 + 4 * i} }}\ngolden = "golden"\n'
                                                   f'inputs = "../photos"\npreprocess = {{ {preprocess} }}\n')
-        assert cli(["golden", "record", str(model / "model.pth"), "-q"]) == 0
+        assert cli(["golden", "record", str(model / "model.pth"), "--config", str(model / "export-check.toml"), "-q"]) == 0
         names.append(f'"net{i}/model.pth"')
     (folder / "pyproject.toml").write_text(f"[tool.pytest.ini_options]\nexport_check_models = [{', '.join(names)}]\n")
     return folder
@@ -157,6 +158,7 @@ def zoo_project(folder: Path, count: int = 64, artifacts: str = "") -> Path:
     from models.make_golden_images import write_golden_images
 
     folder.mkdir(parents=True)
+    (folder / ".git").mkdir()  # a project: its models' settings may name its architectures (issue 24)
     write_golden_images(folder / "digits", count)
     preprocess = ", ".join(f"{k} = {json.dumps(v)}" for k, v in DIGITS_PREPROCESS.to_json().items() if v is not None)
     names = []
@@ -164,10 +166,13 @@ def zoo_project(folder: Path, count: int = 64, artifacts: str = "") -> Path:
         model = folder / f"net{i}"
         model.mkdir()
         shutil.copyfile(REPO / "models" / "checkpoints" / checkpoint, model / "model.pth")
-        (model / "export-check.toml").write_text(f'arch = "{REPO / arch}"\narch-kwargs = {{ image_size = 32 }}\ngolden = "golden"\n'
+        source, _, factory = arch.partition(":")  # the architecture copied into the project: a settings file's arch lies inside it
+        (folder / "models").mkdir(exist_ok=True)
+        shutil.copyfile(REPO / source, folder / source)
+        (model / "export-check.toml").write_text(f'arch = "../{source}:{factory}"\narch-kwargs = {{ image_size = 32 }}\ngolden = "golden"\n'
                                                   f'inputs = "../digits"\npreprocess = {{ {preprocess} }}\n'
                                                   + (f'artifacts = ["{artifacts}"]\n' if artifacts else ""))
-        assert cli(["golden", "record", str(model / "model.pth"), "-q"]) == 0
+        assert cli(["golden", "record", str(model / "model.pth"), "--config", str(model / "export-check.toml"), "-q"]) == 0
         names.append(f'"net{i}/model.pth"')
     (folder / "pyproject.toml").write_text(f"[tool.pytest.ini_options]\nexport_check_models = [{', '.join(names)}]\n")
     return folder

@@ -23,7 +23,7 @@ from . import __version__
 from .errors import ExportCheckError, UsageError, error_message, one_line
 from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, DEFAULT_GOLDEN, DEFAULT_OUT, HISTORY, MERGE, add_arguments, from_namespace
 from .paths import check_outputs, escaped
-from .settings import check_config, golden_params
+from .settings import check_config, golden_params, settings_files, settings_line
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 SUBCOMMANDS = ("check", "golden", "history", "merge", "cache")
@@ -144,13 +144,15 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"[{done}/{total}] {result.name}: {result.status.upper()} ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
 
-    report = run_fleet(fleet, common, shard=shard, workers=args.workers, ray_address=args.ray, on_result=progress)
+    report = run_fleet(fleet, common, shard=shard, workers=args.workers, ray_address=args.ray, on_result=progress,
+                       reports={f"--{flag}": getattr(args, flag) for flag in ("json", "junit", "markdown")})
     print(views.render_text(report), file=_table_stream(args))
     for model in report.models:
         if model.traceback:
             print(f"export-check: internal error checking {model.name} (a bug; please report it):\n{model.traceback}", file=sys.stderr)
     _written(args).extend(("--json", "--junit", "--markdown"))
-    views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {}))
+    for note in views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {})):
+        print(note, file=sys.stderr)
     return report.exit_code
 
 
@@ -159,10 +161,16 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from .report import fleet as views
 
     _refuse_folders(args)
+    inputs = {os.path.realpath(p): p for p in args.reports}
+    for flag in ("json", "junit", "markdown"):
+        path = getattr(args, flag, None)
+        if path is not None and os.path.realpath(path) in inputs:
+            raise UsageError(f"--{flag} {path}: is a report this merge reads; writing there would overwrite it: choose another path")
     report = merge(args.reports)
     print(views.render_text(report), file=_table_stream(args))
     _written(args).extend(("--json", "--junit", "--markdown"))
-    views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {}))
+    for note in views.write(report, args.json, args.junit, args.markdown, markdown_append=_markdown_append(args, {})):
+        print(note, file=sys.stderr)
     return report.exit_code
 
 
@@ -200,12 +208,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _write_views(report: Any, args: argparse.Namespace, markdown_append: bool = False) -> None:
     """Every view of the same report: JSON, JUnit, Markdown (replaced, or appended), HTML, the history line."""
     from .report import html, json_report, junit, markdown, write_text_atomic
+    from .report.seal import sealed
 
     for flag, render in (("json", json_report.render), ("junit", junit.render), ("markdown", markdown.render), ("html", html.render)):
         path = getattr(args, flag)
         if path is not None:
             _written(args).append(f"--{flag}")  # a failure from here on never overwrites it with an error report
-            write_text_atomic(path, render(report), append=markdown_append and flag == "markdown")
+            text = render(report)
+            if flag == "json":  # sealed with the cache key: `export-check merge` takes only what export-check wrote
+                config = getattr(args, "checked_config", None)
+                text, note = sealed(text, None if config is None else config.cache_dir)
+                if note is not None:
+                    print(note, file=sys.stderr)
+            write_text_atomic(path, text, append=markdown_append and flag == "markdown")
     if args.history is not None:
         from .history import append
 
@@ -261,12 +276,15 @@ def _error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> li
     golden = config.golden if config is not None else getattr(args, "golden", None) or DEFAULT_GOLDEN
     arch = config.arch if config is not None else getattr(args, "arch", None) or ""
     out = config.out_dir if config is not None else getattr(args, "out", None) or DEFAULT_OUT
-    safe = {flag: path for flag, path in error_report_paths(given, checkpoints, golden, arch, out).items() if flag in reports}
+    read = tuple(p for p in (getattr(args, "config", None), getattr(args, "fleet", None)) if isinstance(p, (str, Path)))
+    read += config.settings_files if config is not None else ()
+    safe = {flag: path for flag, path in error_report_paths(given, checkpoints, golden, arch, out, read).items() if flag in reports}
     if getattr(args, "scanned", False):  # a command line the parser refused: only where a report may plainly go
         append = _markdown_append(args, {})
         safe = {flag: path for flag, path in safe.items() if _fresh_or_report(flag, path, append and flag == "--markdown")}
     stopped = failure.Stopped(command=args.command, message=message, kind=type(exc).__name__,
-                              checkpoints=tuple(str(c) for c in checkpoints))
+                              checkpoints=tuple(str(c) for c in checkpoints),
+                              settings_files=None if config is None else config.settings_files)
     notes = []
     for flag, path in safe.items():
         try:
@@ -283,6 +301,8 @@ def _cmd_history(args: argparse.Namespace) -> int:
         raise UsageError(f"--last must be >= 0, got {args.last}")
     if args.html is not None and args.html.is_dir():
         raise UsageError(f"{args.html}: is a directory; --html takes a file path")
+    if args.html is not None and os.path.realpath(args.html) == os.path.realpath(args.history_file):
+        raise UsageError(f"--html {args.html}: is the history file this command reads; writing there would overwrite it: choose another path")
     runs = load(args.history_file)
     print(render_json(runs, args.last) if args.json else render_trend(runs, args.last, args.artifact), end="\n" if not args.json else "")
     if args.html is not None:
@@ -311,7 +331,7 @@ def _cache_command(args: argparse.Namespace) -> int:
     from .options import OPTION, coerce
     from .settings import find_settings
 
-    settings = find_settings(None)
+    settings = find_settings()
     root = args.cache_dir or settings.get("cache_dir") or default_cache_dir()
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root}: is not a folder; pass the artifact cache's folder with --cache-dir")
@@ -325,6 +345,7 @@ def _cache_command(args: argparse.Namespace) -> int:
         print(f"limit: {'none (cache-max-size = 0)' if bound is None else cache.shown_size(bound)}")
         if found.entries:
             print(f"least recently used: {_when(found.entries[0].last_used)}; most recently: {_when(found.entries[-1].last_used)}")
+        print(settings_line(settings_files(settings)))
         return EXIT_PASS
     if args.cache_command == "clear":
         limit: int | None = 0
@@ -364,8 +385,11 @@ def _cmd_golden(args: argparse.Namespace) -> int:
             from .settings import find_settings
 
             # no checkpoint here: the golden folder named by the settings of the current directory
-            golden_dir = find_settings(None).get("golden", DEFAULT_GOLDEN)
+            found = find_settings()
+            golden_dir = found.get("golden", DEFAULT_GOLDEN)
         intact, lines = lifecycle.verify(golden_dir)
+        if args.golden_dir is None:  # the golden folder came from the settings (or their absence): say which
+            print(settings_line(settings_files(found)))
         print("\n".join(lines))
         return EXIT_PASS if intact else EXIT_FAIL
     if args.golden_command is None:
@@ -382,6 +406,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
             raise UsageError("no inputs given: pass --inputs DIR (a folder of images or .npy files), or set inputs in [tool.export-check]")
         recorded = lifecycle.record_golden(inputs_dir=inputs, preprocess=preprocess, force=args.force,
                                            signature_settings=params.signature, calibration=args.calibration_samples, **common)
+        print(settings_line(settings_files(params.settings)))
         if recorded.version == 1:
             print(f"recorded {len(recorded)} inputs and their reference logits {recorded.reference_shape} into {golden_dir}")
         else:
@@ -390,6 +415,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
     diff, written = lifecycle.approve_golden(dry_run=args.dry_run, signature_settings=params.signature,
                                              calibration=args.calibration_samples, **common)
     held = "outputs" if isinstance(diff, lifecycle.OutputsDiff) else "logits"
+    print(settings_line(settings_files(params.settings)))
     print("\n".join(diff.lines()))
     if args.dry_run:
         print("dry run: golden set unchanged")

@@ -304,6 +304,9 @@ class RunConfig:
     # [tool.export-check.model-inputs.*] and [tool.export-check.outputs.*]: what recording a format-2
     # golden set (the pytest plugin's record and regen) applies over what it discovers
     signature_settings: SignatureSettings = field(default_factory=SignatureSettings)
+    # the settings files this run read (settings.find_settings; a fleet run's fleet file first): shown and
+    # recorded in every report, never part of the cache key (the values they set are)
+    settings_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.arch:

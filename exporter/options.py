@@ -144,7 +144,8 @@ OPTIONS: tuple[Option, ...] = (
            check=lambda value, source: json_data(value, f"{source}: arch-kwargs")),
     Option("golden", "golden", "path", "golden set directory (default: {default})", MODEL, default=DEFAULT_GOLDEN, metavar="DIR",
            settings=True, field="golden"),
-    Option("config", "config", "path", "settings file (default: export-check.toml beside the checkpoint, else pyproject.toml)", MODEL,
+    Option("config", "config", "path", "settings file (default: export-check.toml, else [tool.export-check] of pyproject.toml, in "
+           "the current directory or its parents up to the project root, the first folder holding .git)", MODEL,
            metavar="TOML"),
     Option("threads", "threads", "int", "intra-op threads for torch and onnxruntime (default: {default})", MODEL,
            default=_run_default("threads"), settings=True, field="threads"),
@@ -465,4 +466,5 @@ def to_run_config(values: Mapping[str, Any]) -> RunConfig:
         config["cache_dir"] = None
     thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate})
     return RunConfig(**config, arch_root=values["arch_root"], thresholds=thresholds,
-                     signature_settings=values.get("signature_settings") or SignatureSettings())
+                     signature_settings=values.get("signature_settings") or SignatureSettings(),
+                     settings_files=tuple(values.get("settings_files", ())))

@@ -1,8 +1,9 @@
 """Where a run may write: ``--out`` and the report paths are checked before anything is written.
 
-A report path that is the checkpoint, the golden set's manifest or a file inside the golden set, an
-``--out`` that is the golden folder or a folder holding the checkpoint or the golden set: each would
-overwrite (or mix artifacts into) what the run is checking, so each is refused with one line. Paths
+A report path that is the checkpoint, a settings or fleet file the run read, the golden set's manifest
+or a file inside the golden set, an ``--out`` that is the golden folder, inside it, or a folder holding
+the checkpoint or the golden set: each would overwrite (or mix artifacts into) what the run reads, so
+each is refused with one line. Paths
 are compared after resolving links (``os.path.realpath``), so a link or a ``..`` does not hide one.
 A path component longer than the filesystem allows is refused here too, before any work.
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 NAME_MAX = 255  # bytes per path component on every filesystem Linux and macOS use (ext4, xfs, btrfs, apfs, tmpfs)
 NUL_REFUSAL = "holds a NUL byte, which no file name can; pass a plain path"  # os calls raise ValueError on one
 MANIFEST = "manifest.json"  # exporter/golden/manifest.py's name for it, without importing numpy for it
+SETTINGS_NAMES = ("pyproject.toml", "export-check.toml")  # exporter/settings.py's: an error report never replaces one
 
 
 def check_lengths(paths: Mapping[str, Path | None]) -> None:
@@ -47,12 +49,17 @@ def check_outputs(config: RunConfig, reports: Mapping[str, Path | None] | None =
     given: dict[str, Path] = {flag: path for flag, path in (reports or {}).items() if path is not None}
     check_lengths({"checkpoint": config.checkpoint, "--golden": config.golden, "--out": config.out_dir,
                    "--cache-dir": config.cache_dir, **given})
-    protected = _protected((config.checkpoint,), config.golden, config.arch)
+    protected = _protected((config.checkpoint,), config.golden, config.arch, config.settings_files)
     out = _real(config.out_dir)
     for path, what in protected.items():
-        if out in (path, path.parent):  # artifacts are written into --out, never below it
+        # artifacts are written into --out, never below it; a settings file's folder may hold them (no name collides)
+        if out == path or (out == path.parent and not what.startswith("a settings file")):
             raise UsageError(f"--out {shown(str(config.out_dir))}: {'is' if out == path else 'holds'} {what} ({shown(str(path))}); "
                              "artifacts go into --out: pass a folder of its own, e.g. --out export-check-out")
+    golden = _real_or_none(config.golden)
+    if golden is not None and golden in out.parents:
+        raise UsageError(f"--out {shown(str(config.out_dir))}: is inside the golden set {shown(str(config.golden))}, which only "
+                         "`golden record` and `golden approve` write; pass a folder of its own, e.g. --out export-check-out")
     protected.update(_artifacts(config.out_dir))
     seen: dict[Path, str] = {}
     for flag, report in given.items():
@@ -62,12 +69,13 @@ def check_outputs(config: RunConfig, reports: Mapping[str, Path | None] | None =
 
 
 def error_report_paths(reports: Mapping[str, Path | None], checkpoints: tuple[Path, ...], golden: Path, arch: str,
-                       out: Path) -> dict[str, Path]:
+                       out: Path, read: tuple[str | Path, ...] = ()) -> dict[str, Path]:
     """The report paths a run that stopped with an error may write its error reports to: those
     :func:`check_outputs` would accept, judged from what the command line says (the settings file
-    may be what failed), none inside a folder holding a golden set's manifest, and none that two
-    reports share (which of them would it hold?)."""
-    protected = _protected(checkpoints, golden, arch)
+    may be what failed: ``read`` names the files it read or was pointed at, and no file named like a
+    settings file is written), none inside a folder holding a golden set's manifest, and none that
+    two reports share (which of them would it hold?)."""
+    protected = _protected(checkpoints, golden, arch, read)
     protected.update(_artifacts(out))
     safe = {}
     for flag, report in reports.items():
@@ -80,7 +88,8 @@ def error_report_paths(reports: Mapping[str, Path | None], checkpoints: tuple[Pa
             real = _real(report)
         except (UsageError, OSError, ValueError):  # ValueError: a NUL byte, which no path can hold
             continue
-        if refused is None and not shared and not any((folder / MANIFEST).exists() for folder in (real, *real.parents)):
+        if refused is None and not shared and real.name not in SETTINGS_NAMES and not any(
+                (folder / MANIFEST).exists() for folder in (real, *real.parents)):
             safe[flag] = report
     return safe
 
@@ -91,10 +100,11 @@ def _key(report: Path) -> Path:
     return STDOUT_KEY if is_stdout(report) else _real(report)
 
 
-def _protected(checkpoints: tuple[Path, ...], golden_dir: Path, arch: str) -> dict[Path, str]:
-    """The files a report must not overwrite. A path with a NUL byte (a refused command line's) names
-    no file, so it protects nothing."""
-    protected = {real: "the checkpoint" for c in checkpoints if (real := _real_or_none(c)) is not None}
+def _protected(checkpoints: tuple[Path, ...], golden_dir: Path, arch: str, read: tuple[str | Path, ...] = ()) -> dict[Path, str]:
+    """The files a report must not overwrite: what the run reads (``read``: its settings files, a fleet
+    file). A path with a NUL byte (a refused command line's) names no file, so it protects nothing."""
+    protected = {real: "a settings file this run read" for f in read if (real := _real_or_none(Path(f))) is not None}
+    protected.update({real: "the checkpoint" for c in checkpoints if (real := _real_or_none(c)) is not None})
     golden = _real_or_none(golden_dir)
     if golden is not None:
         protected.update({golden: "the golden set", golden / MANIFEST: "the golden set's manifest"})

@@ -29,7 +29,7 @@ from .artifacts._heap import reused_heap
 from .artifacts.base import INPUT
 from .build import isolation
 from .build.builds import Builds
-from .cache.store import cached_observations, open_cache, store_observations
+from .cache.store import CacheUnavailable, cached_observations, open_cache, store_observations
 from .config import RunConfig
 from .diagnostics.run import PendingSelfCheck
 from .errors import ExportCheckError, UsageError
@@ -73,7 +73,12 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     checkpoint_info = file_info(config.checkpoint)
     timings = {"verify_inputs": time.perf_counter() - started}
 
-    cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256, golden.signature.to_json())
+    run_notes: list[str] = []
+    try:
+        cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256, golden.signature.to_json())
+    except CacheUnavailable as exc:  # the cache is best effort: without a key or a folder, the run goes on without it
+        cache = None
+        run_notes.append(f"cache: not used by this run: {exc}")
     if cache is not None:
         with locked_out_dir(out_dir):
             # Every row's artifact and observation cached and intact, and enough to judge with today's
@@ -82,7 +87,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         timings["cache_lookup"] = time.perf_counter() - started - sum(timings.values())
         if hit is not None:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
-            return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings)
+            return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings, run_notes)
 
     # Start the build server (each export runs in a child of it, so a native crash costs one row)
     # now, so that it imports the export libraries while this process loads the model.
@@ -95,7 +100,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         hit = None if cache is None else cached_observations(cache, config, out_dir)
         if hit is not None:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
-            return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings)
+            return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings, run_notes)
         progress("loading checkpoint")
         model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
@@ -150,8 +155,12 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         if cache is not None:
             observations = store_observations(cache, config, observations, builds.outcomes, label_accuracy)
             timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
+            if cache.problems:  # best effort: the run's verdicts stand; one line says what was not kept (each row's note says why)
+                count = len(cache.problems)
+                reason = next(iter(cache.problems.values())).removeprefix("cache: ")
+                run_notes.append(f"cache: {count} {'entry' if count == 1 else 'entries'} not stored: {reason}")
         timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
-    return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings)
+    return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings, run_notes)
 
 
 def _counted(infer: Callable, total: int, signature, progress: Progress) -> Callable:
@@ -177,6 +186,7 @@ def _report(
     started: float,
     out_dir: Path,
     timings: dict[str, float],
+    run_notes: list[str] | None = None,
 ) -> Report:
     recorded_ckpt = golden.model.get("checkpoint_sha256")
     return Report(
@@ -194,11 +204,13 @@ def _report(
         ),
         thresholds=config.thresholds,
         settings=tuple(sorted(config.settings_json().items())),
-        versions=tuple(sorted(library_versions().items())),
+        versions=tuple(sorted(library_versions(config.selected_kinds).items())),
         rows=tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict)),
         seconds=time.perf_counter() - started,
         out_dir=str(out_dir),
         timings=tuple((stage, round(seconds, 4)) for stage, seconds in timings.items()),
+        settings_files=config.settings_files,
+        run_notes=tuple(run_notes or ()),
     )
 
 

@@ -3,7 +3,8 @@
 Declare checkpoints in the pytest configuration; each (model, artifact) pair becomes a test item
 with an id like ``model.pth::onnx-simplified`` (plus ``model.pth::eager``: is this the approved
 model?). Settings come from ``[tool.export-check]``/``export-check.toml`` exactly as for
-``export-check model.pth``, because the CLI and the plugin build the config with the same
+``export-check model.pth`` run in the session's rootdir (its folder and parents up to the project root,
+the first folder holding ``.git``; never the checkpoint's folder), because the CLI and the plugin build the config with the same
 function (``exporter/options.py``)::
 
     [tool.pytest.ini_options]
@@ -89,7 +90,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="linelist",
         default=[],
         help="export-check: checkpoints to check, relative to the ini file; each (model, artifact) pair is a test item. "
-        "Settings come from [tool.export-check] or export-check.toml beside the checkpoint.",
+        "Settings come from [tool.export-check] or export-check.toml of the rootdir's project (up to the folder holding .git).",
     )
 
 
@@ -199,7 +200,8 @@ class _Session:
 
         note = None
         try:
-            config, settings = run_config(checkpoint, options, default_out=lambda: self.out_dir(checkpoint, key))
+            config, settings = run_config(checkpoint, options, default_out=lambda: self.out_dir(checkpoint, key),
+                                          start=self.config.rootpath)
             config = self._jobs(config, options, settings)
             note = self._golden_once(config, settings)
             outcome = Outcome(report=run_check(config), error=None, golden_note=note)
@@ -309,21 +311,23 @@ class _Session:
         return note
 
 
-def run_config(checkpoint: Path, options: dict[str, Any], default_out: Any = None) -> tuple[RunConfig, dict[str, Any]]:
+def run_config(checkpoint: Path, options: dict[str, Any], default_out: Any = None,
+               start: Path | None = None) -> tuple[RunConfig, dict[str, Any]]:
     """The config of ``export-check check CHECKPOINT --option value ...``, and the settings it read,
     built by the function the CLI builds its config with (``export_check.settings.check_config``).
 
     Options are the CLI's long flags with ``_`` for ``-``: ``artifacts=["onnx"]``, ``max_mae=1e-4``,
     ``arch_kwargs={"width": 8}``, ``no_cache=True``; None or False leaves one out, a string is read
     as the flag's text, a name the ``check`` command has no flag for is a UsageError. ``out`` defaults
-    to a private folder when neither the options nor the settings name one.
+    to a private folder when neither the options nor the settings name one. Settings come from the
+    project ``start`` stands in (the session's rootdir; default: the current directory), or ``config``.
     """
     from .options import CHECK, from_keywords
     from .settings import check_config
 
     explicit = from_keywords(CHECK, options)
     explicit["checkpoint"] = Path(checkpoint)
-    return check_config(explicit, default_out=default_out)
+    return check_config(explicit, default_out=default_out, start=start)
 
 
 def _display_name(config: pytest.Config, checkpoint: Path) -> str:
@@ -435,7 +439,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                            for flag in ("json", "junit", "markdown"))
     summary = os.environ.get("GITHUB_STEP_SUMMARY")  # GitHub's job summary is appended to, never replaced (issue 16.2)
     append = bool(summary) and markdown_path is not None and os.path.realpath(str(summary)) == os.path.realpath(markdown_path)
-    views.write(report, json_path, junit_path, markdown_path, markdown_append=append)
+    for note in views.write(report, json_path, junit_path, markdown_path, markdown_append=append):
+        config.get_terminal_writer().line(note)  # no usable cache key: the session report is written unsealed
 
 
 def _workers(config: pytest.Config) -> int:

@@ -155,6 +155,8 @@ class Report:
     seconds: float
     out_dir: str
     timings: tuple[tuple[str, float], ...] = ()  # wall seconds per pipeline stage, in order
+    settings_files: tuple[str, ...] = ()  # the settings files the run read (RunConfig.settings_files)
+    run_notes: tuple[str, ...] = ()  # what the run could not do and went on without (no cache key could be made)
 
     @property
     def passed(self) -> bool:
@@ -192,6 +194,8 @@ class Report:
             "golden": self.golden.to_json(),
             "thresholds": self.thresholds.to_json(),
             "settings": dict(self.settings),
+            "settings_files": list(self.settings_files),
+            "run_notes": list(self.run_notes),
             "versions": dict(self.versions),
             "out_dir": self.out_dir,
             "seconds": self.seconds,

@@ -1,9 +1,18 @@
 """Project settings from ``[tool.export-check]`` in pyproject.toml, or ``export-check.toml``.
 
-Lookup, first found wins: ``--config PATH``; ``export-check.toml`` beside the checkpoint; the nearest
-``pyproject.toml`` with a ``[tool.export-check]`` table, from the checkpoint's folder upwards, then
-from the current directory upwards. Relative paths in a settings file are relative to that file.
-Settings files come from the repo under test: they are parsed strictly and never executed.
+Settings come only from places the user chose. Lookup, first found wins: ``--config PATH``; else, in
+each folder from the checkpoint's up to where it meets the current directory's way up (only when the
+checkpoint lies inside the project), then from the current directory up to the project root,
+``export-check.toml`` and then a ``pyproject.toml`` with a ``[tool.export-check]`` table. The project root is the first folder holding
+``.git`` (a repository or a worktree); where no folder above holds one, the current directory alone.
+Never a folder above the project root, never the folder of a checkpoint outside the project: a
+``pyproject.toml`` planted in ``/tmp`` or a downloads folder is not read. Every run says which
+file it read (``settings_files``: the terminal, the JSON and JUnit reports).
+
+Relative paths in a settings file are relative to that file. Settings files are parsed strictly and
+never executed, except that ``arch`` names code to import: a settings file's file-path ``arch`` must lie
+inside the project (the run's, or the project of the ``--config`` file the user named), else the run
+is refused with one line unless ``--arch`` is given.
 
 >>> parse_settings({"arch": "m.py:Net", "batch-size": 8}, Path("/p"), "pyproject.toml")["batch_size"]
 8
@@ -51,7 +60,7 @@ def anchor_arch(spec: str, base: Path) -> tuple[str, Path]:
     """Make a file-path architecture spec absolute against ``base``; module specs import from ``base``."""
     module_part, sep, attr = spec.rpartition(":")
     if sep and (module_part.endswith(".py") or "/" in module_part) and not Path(os.path.expanduser(module_part)).is_absolute():
-        spec = f"{base / module_part}:{attr}"
+        spec = f"{os.path.normpath(base / module_part)}:{attr}"  # "../net.py" as the file it names, as a fleet file's spec resolves
     return spec, base
 
 
@@ -75,45 +84,109 @@ def _from_file(path: Path) -> dict[str, Any] | None:
         table = data
     settings = parse_settings(table, path.parent, str(path))
     settings["_source"] = str(path)
+    settings["_files"] = (str(path),)
     return settings
 
 
-def find_settings(checkpoint: Path | None, explicit: Path | None = None) -> dict[str, Any]:
-    """The settings that apply to ``checkpoint``, or ``{}`` when no file has any."""
+PROJECT_MARKER = ".git"  # a folder (a repository) or a file (a worktree, a submodule)
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The project a run stands in: the first of ``start`` (default: the current directory) and its
+    parents that holds ``.git``; ``start`` itself when none does."""
+    here = (start if start is not None else Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if os.path.lexists(folder / PROJECT_MARKER):
+            return folder
+    return here
+
+
+def project_folders(start: Path | None = None) -> tuple[Path, ...]:
+    """The folders settings are looked for in: ``start`` (default: the current directory) and its
+    parents up to :func:`project_root`, nearest first."""
+    here = (start if start is not None else Path.cwd()).resolve()
+    root = project_root(here)
+    folders = [here]
+    for folder in here.parents:
+        if folders[-1] == root:
+            break
+        folders.append(folder)
+    return tuple(folders)
+
+
+def find_settings(checkpoint: Path | None = None, explicit: Path | None = None, start: Path | None = None) -> dict[str, Any]:
+    """The settings of ``explicit`` (``--config``), else of the project the run stands in (``start``,
+    default the current directory): from the checkpoint's folder up to the first folder on the way up
+    from ``start``, when the checkpoint lies inside the project (a model's own settings in a repository
+    of several), then from ``start`` up to the project root. A checkpoint outside the project gives its folder no say. The result's
+    ``_files`` names the file read (none: ``()``), ``_project`` the project its code must lie in."""
     if explicit is not None:
         if not explicit.is_file():
             raise UsageError(f"{explicit}: settings file not found; fix --config")
         found = _from_file(explicit)
         if found is None:
             raise UsageError(f"{explicit}: has no [tool.{TABLE}] table; add one or drop --config")
+        found["_project"] = project_root(explicit.resolve().parent)
         return found
-    starts: list[Path] = []
+    folders = project_folders(start)
+    root = folders[-1]
     if checkpoint is not None:
-        beside = checkpoint.parent / f"{TABLE}.toml"
-        if beside.is_file():
-            return _from_file(beside) or {}
-        starts.append(checkpoint.resolve().parent)
-    starts.append(Path.cwd().resolve())
-    for start in starts:
-        for folder in (start, *start.parents):
-            candidate = folder / "pyproject.toml"
+        beside = Path(os.path.realpath(Path(checkpoint).parent))  # the folder it lies in (a linked file's target may be a store)
+        if beside == root or root in beside.parents:
+            own = []  # the checkpoint's own folders, up to where the current directory's way up meets them
+            for folder in (beside, *beside.parents):
+                if folder in folders:
+                    break
+                own.append(folder)
+            folders = (*own, *folders)
+    for folder in folders:
+        for name in (f"{TABLE}.toml", "pyproject.toml"):
+            candidate = folder / name
             if candidate.is_file():
                 found = _from_file(candidate)
                 if found is not None:
+                    found["_project"] = root
                     return found
-    return {}
+    return {"_files": (), "_project": root}
+
+
+def settings_files(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The settings files a run read, as found by :func:`find_settings`."""
+    return tuple(settings.get("_files", ()))
+
+
+def settings_line(files: tuple[str, ...]) -> str:
+    """The one line every run prints: ``settings: /p/pyproject.toml`` or ``settings: none``."""
+    return f"settings: {', '.join(files) if files else 'none'}"
+
+
+def check_arch_inside(settings: Mapping[str, Any], explicit: Mapping[str, Any], start: Path | None = None) -> None:
+    """Refuse a settings file's file-path ``arch`` that lies outside its project (the run's, or that of
+    the ``--config`` file), unless the command line names the architecture itself."""
+    if "arch" in explicit or not settings.get("arch"):
+        return
+    module_part = str(settings["arch"]).rpartition(":")[0]
+    if not (module_part.endswith(".py") or "/" in module_part or "\\" in module_part):
+        return  # a module: imported from the installed libraries, the current directory and the settings file's folder
+    real = Path(os.path.realpath(os.path.expanduser(module_part)))
+    projects = {Path(os.path.realpath(settings.get("_project") or project_root(start))), Path(os.path.realpath(project_root(start)))}
+    if not any(real == p or p in real.parents for p in projects):
+        source = settings.get("_source", "the settings file")
+        raise UsageError(f"{source}: arch names code outside the project ({real} is not inside {' or '.join(sorted(map(str, projects)))}), "
+                         "which a settings file may not run; pass --arch to run it, or move it into the project")
 
 
 # --- the settings read, overlaid on the explicit values (exporter/options.py's table) ---------------
 
 
-def load_settings(checkpoint: Path, config: Path | None) -> dict[str, Any]:
-    """The settings that apply to ``checkpoint`` (``--config`` first), once the checkpoint is known to be there."""
+def load_settings(checkpoint: Path, config: Path | None, start: Path | None = None) -> dict[str, Any]:
+    """The settings of the run (``--config`` first, else the project ``start`` stands in), once the
+    checkpoint is known to be there."""
     from .files import check_readable_file
 
     # The checkpoint is the one thing every command needs: say first when it is not there.
     check_readable_file(checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
-    return find_settings(checkpoint, config)
+    return find_settings(checkpoint, config, start)
 
 
 def signature_settings(settings: Mapping[str, Any]) -> SignatureSettings:
@@ -121,13 +194,28 @@ def signature_settings(settings: Mapping[str, Any]) -> SignatureSettings:
     return parse_signature_settings(settings.get("model_inputs"), settings.get("outputs"), str(settings.get("_source", "settings")))
 
 
-def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | None = None) -> tuple[RunConfig, dict[str, Any]]:
+def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | None = None,
+                 start: Path | None = None, also_read: tuple[str, ...] = ()) -> tuple[RunConfig, dict[str, Any]]:
     """``check``'s RunConfig from explicit values (``checkpoint`` among them), and the settings it read.
-    ``default_out`` makes the out folder when neither the explicit values nor the settings name one."""
-    settings = load_settings(explicit["checkpoint"], explicit.get("config"))
+    ``default_out`` makes the out folder when neither the explicit values nor the settings name one;
+    ``start`` is where the project is looked for (default: the current directory); ``also_read``
+    names files the explicit values came from (a fleet file), recorded with the settings files."""
+    settings = load_settings(explicit["checkpoint"], explicit.get("config"), start)
+    check_arch_inside(settings, explicit, start)
     values = overlay(CHECK, explicit, settings, None if default_out is None else {"out": default_out})
+    _need_arch(values, settings)
     values["signature_settings"] = signature_settings(settings)
+    values["settings_files"] = (*also_read, *settings_files(settings))
     return to_run_config(values), settings
+
+
+def _need_arch(values: Mapping[str, Any], settings: Mapping[str, Any]) -> None:
+    """No architecture and no settings file read: say where settings come from (a run standing outside
+    its project no longer finds the project's settings through the checkpoint's folder)."""
+    if not values.get("arch") and not settings_files(settings):
+        raise UsageError(f"no architecture given and no settings file read (settings come from --config, or from the project the run "
+                         f"stands in: {settings.get('_project') or project_root()} up to the folder holding .git); pass --arch "
+                         "module:Factory or path/to/file.py:Factory, run from your project, or pass --config pyproject.toml")
 
 
 @dataclass(frozen=True)
@@ -140,9 +228,11 @@ class GoldenParams:
     signature: SignatureSettings = SignatureSettings()  # [tool.export-check.model-inputs.*] and [...outputs.*]: record and approve take it
 
 
-def golden_params(command: str, explicit: Mapping[str, Any]) -> GoldenParams:
-    settings = load_settings(explicit["checkpoint"], explicit.get("config"))
+def golden_params(command: str, explicit: Mapping[str, Any], start: Path | None = None) -> GoldenParams:
+    settings = load_settings(explicit["checkpoint"], explicit.get("config"), start)
+    check_arch_inside(settings, explicit, start)
     values = overlay(command, explicit, settings)
+    _need_arch(values, settings)
     if not values["arch"]:
         raise UsageError("no architecture given: pass --arch module:Factory or path/to/file.py:Factory, or set arch in [tool.export-check]")
     common = dict(

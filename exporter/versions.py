@@ -4,19 +4,39 @@ and the CPU features that decide which int8 and bf16 kernels run."""
 from __future__ import annotations
 
 import platform
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-TRACKED = ("torch", "onnx", "onnxruntime", "onnxsim", "numpy", "pillow", "export-check")
+# What every run uses whatever it builds: the eager model, the golden set's decoding, the tool itself.
+# Each artifact kind's own runtimes are a field of its row (exporter/artifacts: ArtifactKind.packages).
+BASE = ("torch", "numpy", "pillow", "export-check")
 
 
-def library_versions() -> dict[str, str]:
+def package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def kind_packages(kinds: Iterable[str] | None = None) -> tuple[str, ...]:
+    """The distributions the kinds named use (None: every kind), each once, in the table's order."""
+    from .artifacts import KINDS
+
+    chosen = None if kinds is None else set(kinds)
+    return tuple(dict.fromkeys(p for k in KINDS if chosen is None or k.name in chosen for p in k.packages))
+
+
+def library_versions(kinds: Iterable[str] | None = None) -> dict[str, str]:
+    """Python, the platform, the base packages and those of ``kinds`` (None: of every kind), by name.
+
+    >>> "onnxruntime" in library_versions(["torchscript-trace"]), "onnxruntime" in library_versions(["onnx"])
+    (False, True)
+    """
     versions = {"python": platform.python_version(), "platform": f"{platform.system()}-{platform.machine()}"}
-    for name in TRACKED:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
+    for name in dict.fromkeys((*BASE, *kind_packages(kinds))):
+        versions[name] = package_version(name)
     return versions
 
 

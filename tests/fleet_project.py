@@ -49,6 +49,7 @@ def make_zoo(folder: Path, count: int, broken: tuple[int, ...] = (), kinds: tupl
     from export_check.cli import main
 
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / ".git").mkdir(exist_ok=True)  # the zoo is a project (issue 24): its models' settings may name its netdef.py
     netdef = write_netdef(folder)
     write_digit_vectors(folder / "digits", count=12)
     names = tuple(f"mlp{i}" for i in range(count))
@@ -58,12 +59,13 @@ def make_zoo(folder: Path, count: int, broken: tuple[int, ...] = (), kinds: tupl
         (folder / name).mkdir(exist_ok=True)
         save_mlp(netdef, hidden, seed=i, out=folder / name / "model.pth")
         (folder / name / "export-check.toml").write_text(
-            # the arch by its absolute path, as the fleet file's "netdef.py" resolves: the same cache key
-            f'arch = "{netdef}:DigitsMLP"\narch-kwargs = {{ hidden = {hidden} }}\ngolden = "golden"\ninputs = "../digits"\n'
+            # resolved to the path the fleet file's "netdef.py" resolves to: the same cache key
+            f'arch = "../netdef.py:DigitsMLP"\narch-kwargs = {{ hidden = {hidden} }}\ngolden = "golden"\ninputs = "../digits"\n'
             f"artifacts = {json.dumps(list(kinds))}\n"
         )
         if record:
-            assert main(["golden", "record", str(folder / name / "model.pth"), "-q"]) == 0, name
+            settings = folder / name / "export-check.toml"  # named: the zoo is not the project the tests stand in
+            assert main(["golden", "record", str(folder / name / "model.pth"), "--config", str(settings), "-q"]) == 0, name
             if i in broken:  # retrained after its golden set was approved: its eager row fails
                 break_model(folder, name)
         fleet += [f"[models.{name}]", f'checkpoint = "{name}/model.pth"', 'arch = "netdef.py:DigitsMLP"',

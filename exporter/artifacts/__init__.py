@@ -2,7 +2,9 @@
 the named groups ``--artifacts`` takes.
 
 Adding a kind is one module (``build`` and ``open_runner``) and one row here, plus its place in
-``BUILD_ORDER`` and in ``GROUPS``. Modules are named by string so that importing this table costs
+``BUILD_ORDER`` and in ``GROUPS``. A row's ``packages`` are the distributions that build, load or run
+its artifact (a derived kind's include its source's): the cache keys each entry on their versions, and
+the report records them (``exporter/versions.py``). Modules are named by string so that importing this table costs
 nothing (``export-check --help`` stays instant).
 """
 
@@ -15,44 +17,62 @@ __all__ = ["ArtifactKind", "BuildContext", "Runner", "KINDS", "KIND_NAMES", "KIN
 
 KINDS: tuple[ArtifactKind, ...] = (
     ArtifactKind("torchscript-trace", ".pt", "float", "export_check.artifacts.torchscript_trace", None, "torch",
-                 "TorchScript from torch.jit.trace on a batch of golden inputs; loaded with torch.jit.load"),
+                 "TorchScript from torch.jit.trace on a batch of golden inputs; loaded with torch.jit.load",
+                 packages=("torch",)),
     ArtifactKind("torchscript-script", ".pt", "float", "export_check.artifacts.torchscript_script", None, "torch",
-                 "TorchScript from torch.jit.script (keeps Python control flow); loaded with torch.jit.load"),
+                 "TorchScript from torch.jit.script (keeps Python control flow); loaded with torch.jit.load",
+                 packages=("torch",)),
     ArtifactKind("onnx", ".onnx", "float", "export_check.artifacts.onnx_export", None, "onnxruntime",
-                 "ONNX with a dynamic batch axis, explicit opset and exporter; run in onnxruntime (CPU)"),
+                 "ONNX with a dynamic batch axis, explicit opset and exporter; run in onnxruntime (CPU)",
+                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
     ArtifactKind("onnx-simplified", ".onnx", "float", "export_check.artifacts.onnx_simplified", "onnx", "onnxruntime",
-                 "the ONNX file simplified by onnxsim; its batch axis must stay dynamic"),
+                 "the ONNX file simplified by onnxsim; its batch axis must stay dynamic",
+                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "onnxsim")),
     ArtifactKind("torch-int8-dynamic", ".pt", "int8", "export_check.artifacts.torch_int8", None, "torch",
-                 "dynamic int8 quantization of nn.Linear (torch.ao), traced and saved as TorchScript"),
+                 "dynamic int8 quantization of nn.Linear (torch.ao), traced and saved as TorchScript",
+                 packages=("torch",)),
     ArtifactKind("onnx-int8-dynamic", ".onnx", "int8", "export_check.artifacts.onnx_int8", "onnx", "onnxruntime",
-                 "onnxruntime.quantization.quantize_dynamic of the ONNX file (int8 weights)"),
+                 "onnxruntime.quantization.quantize_dynamic of the ONNX file (int8 weights)",
+                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
     ArtifactKind("torch-export", ".pt2", "float", "export_check.artifacts.torch_export", None, "torch.export",
-                 "torch.export (batch and declared axes dynamic) saved with torch.export.save; loaded with torch.export.load"),
+                 "torch.export (batch and declared axes dynamic) saved with torch.export.save; loaded with torch.export.load",
+                 packages=("torch",)),
     ArtifactKind("onnx-dynamo", ".onnx", "float", "export_check.artifacts.onnx_dynamo", None, "onnxruntime",
-                 "ONNX from the torch.export-based exporter (torch.onnx.export(dynamo=True), needs onnxscript); run in onnxruntime"),
+                 "ONNX from the torch.export-based exporter (torch.onnx.export(dynamo=True), needs onnxscript); run in onnxruntime",
+                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
     ArtifactKind("onnx-fp16", ".onnx", "fp16", "export_check.artifacts.onnx_fp16", "onnx", "onnxruntime",
-                 "the ONNX file in float16 with float32 inputs and outputs kept; onnxruntime graph optimisation level pinned"),
+                 "the ONNX file in float16 with float32 inputs and outputs kept; onnxruntime graph optimisation level pinned",
+                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
     ArtifactKind("torchao-int8-dynamic", ".pt2", "int8", "export_check.artifacts.torchao_int8", None, "torch.export",
-                 "torchao int8 dynamic activation, int8 weight quantization of nn.Linear, saved with torch.export (needs torchao)"),
+                 "torchao int8 dynamic activation, int8 weight quantization of nn.Linear, saved with torch.export (needs torchao)",
+                 packages=("torch", "torchao")),
     ArtifactKind("aoti", ".pt2", "float", "export_check.artifacts.aoti", None, "aoti",
-                 "an AOTInductor package (aoti_compile_and_package; needs a C++ compiler); loaded with aoti_load_package"),
+                 "an AOTInductor package (aoti_compile_and_package; needs a C++ compiler); loaded with aoti_load_package",
+                 packages=("torch",)),
     ArtifactKind("openvino", ".tar", "fp16", "export_check.artifacts.openvino_ir", None, "openvino",
-                 "OpenVINO IR as deployed: fp16-compressed weights, the CPU's default inference precision (needs openvino)"),
+                 "OpenVINO IR as deployed: fp16-compressed weights, the CPU's default inference precision (needs openvino)",
+                 packages=("torch", "openvino")),
     ArtifactKind("openvino-f32", ".tar", "float", "export_check.artifacts.openvino_f32", None, "openvino",
-                 "the same OpenVINO IR with f32 weights and f32 inference precision pinned (needs openvino)"),
+                 "the same OpenVINO IR with f32 weights and f32 inference precision pinned (needs openvino)",
+                 packages=("torch", "openvino")),
     ArtifactKind("onnx-int8-static", ".onnx", "int8", "export_check.artifacts.onnx_int8_static", "onnx", "onnxruntime",
                  "onnxruntime.quantization.quantize_static (QDQ, int8) of the ONNX file, calibrated on the golden set's "
-                 "calibration split; judged on the other samples", calibrated=True),
+                 "calibration split; judged on the other samples", calibrated=True,
+                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
     ArtifactKind("pt2e-int8-static", ".pt2", "int8", "export_check.artifacts.pt2e_int8_static", None, "torch.export",
                  "torchao PT2E static int8 (X86 Inductor quantizer), calibrated on the golden set's calibration split, saved "
-                 "with torch.export (needs torchao); judged on the other samples", calibrated=True),
+                 "with torch.export (needs torchao); judged on the other samples", calibrated=True,
+                 packages=("torch", "torchao")),
     ArtifactKind("onnx-dynamo-simplified", ".onnx", "float", "export_check.artifacts.onnx_simplified", "onnx-dynamo", "onnxruntime",
-                 "the dynamo ONNX file simplified by onnxsim; its batch axis must stay dynamic"),
+                 "the dynamo ONNX file simplified by onnxsim; its batch axis must stay dynamic",
+                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "onnxsim")),
     ArtifactKind("onnx-dynamo-int8-dynamic", ".onnx", "int8", "export_check.artifacts.onnx_int8", "onnx-dynamo", "onnxruntime",
-                 "onnxruntime.quantization.quantize_dynamic of the dynamo ONNX file (int8 weights)"),
+                 "onnxruntime.quantization.quantize_dynamic of the dynamo ONNX file (int8 weights)",
+                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
     ArtifactKind("onnx-dynamo-int8-static", ".onnx", "int8", "export_check.artifacts.onnx_int8_static", "onnx-dynamo", "onnxruntime",
                  "quantize_static (QDQ, int8) of the dynamo ONNX file, calibrated on the golden set's calibration split; "
-                 "judged on the other samples", calibrated=True),
+                 "judged on the other samples", calibrated=True,
+                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}
@@ -69,6 +89,7 @@ BUILD_ORDER: tuple[ArtifactKind, ...] = tuple(
                  "aoti", "openvino", "openvino-f32", "onnx-dynamo-simplified", "onnx-simplified")
 )
 assert sorted(k.name for k in BUILD_ORDER) == sorted(KIND_NAMES), "every kind needs its place in BUILD_ORDER"
+assert all(set(KINDS_BY_NAME[k.source].packages) <= set(k.packages) for k in KINDS if k.source), "a derived kind runs its source's packages too"
 assert all(BUILD_ORDER.index(KINDS_BY_NAME[k.source]) < BUILD_ORDER.index(k) for k in KINDS if k.source)
 
 # The groups --artifacts takes besides kind names (README, "Artifact groups", says why each holds what).

@@ -103,6 +103,9 @@ class ArtifactKind:
     description: str
     # Calibrated on the golden set's calibration split (static int8): judged only on the other samples.
     calibrated: bool = False
+    # The distributions (package-index names) that build, load or run it, its source's included: the
+    # cache keys its entry on their versions and the report records them (exporter/versions.py).
+    packages: tuple[str, ...] = ()
 
     def impl(self) -> ModuleType:
         return importlib.import_module(self.module)

@@ -1,8 +1,9 @@
 """The cache's key: everything an artifact or its observation depends on, hashed.
 
 The checkpoint's and the golden manifest's sha256, the architecture spec, its kwargs and its
-source file's sha256, the export and inference settings, the library versions, export-check's
-version and the sha256 of its own source. Thresholds are not in it: they judge, they do not change
+source file's sha256, the export and inference settings, the base library versions, export-check's
+version and the sha256 of its own source. Each kind's entry is keyed on the versions of the packages
+its row declares as well (``ArtifactKind.packages``; ``store.ArtifactCache.entry_key``). Thresholds are not in it: they judge, they do not change
 what is observed.
 """
 
@@ -97,7 +98,7 @@ def run_key_inputs(
         "arch_source_sha256": arch_source_sha256(arch, arch_root),
         "export": export_settings,
         "inference": inference_settings,
-        "versions": library_versions(),
+        "versions": library_versions(()),  # the base packages; each kind's own are in its entry's key (store.entry_key)
         # int8, fp16 and bf16 kernels differ by CPU (VNNI, avx512_bf16) and by an instruction-set cap:
         # a cache shared between machines serves only results measured on this kind of CPU
         "kernels": kernel_choices(),

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import secrets
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +30,7 @@ CHUNK = 1 << 20
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+PARTIAL_MIN_AGE = 2.0  # seconds a .partial must be untouched before an unlocked one counts as abandoned
 
 
 class Refused(Exception):
@@ -210,9 +213,45 @@ class Folder:
             os.close(fd)
 
     def new_temp(self, label: str) -> tuple[str, int]:
-        """A fresh hidden ``.partial`` file in this folder (its umask-honouring mode), open for writing."""
+        """A fresh hidden ``.partial`` file in this folder (its umask-honouring mode), open for writing.
+        The descriptor holds an exclusive ``flock`` on it until it is closed: keep it open until the file
+        is committed, so that :meth:`sweep_partials` of another run can tell it from an abandoned one."""
         name = f".{label}.{secrets.token_hex(8)}.partial"
-        return name, os.open(name, _NEW, 0o666, dir_fd=self.fd)
+        fd = os.open(name, _NEW, 0o666, dir_fd=self.fd)
+        with contextlib.suppress(OSError):  # a filesystem without flock: an abandoned file then stays, as before
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return name, fd
+
+    def sweep_partials(self, min_age: float = PARTIAL_MIN_AGE) -> int:
+        """Remove the ``.partial`` files of writers that are gone (a run killed by SIGKILL between
+        creating and committing one): a regular file no process holds a ``flock`` on, untouched for
+        ``min_age`` seconds (the moment between a writer's create and its lock). How many were removed."""
+        removed = 0
+        now = time.time()
+        for name in os.listdir(self.fd):
+            if not (name.startswith(".") and name.endswith(".partial")):
+                continue
+            st = self.lstat(name)
+            if st is None or not stat.S_ISREG(st.st_mode) or now - st.st_mtime < min_age:
+                continue
+            try:
+                fd = os.open(name, _FILE, dir_fd=self.fd)
+            except OSError:
+                continue
+            try:
+                if os.fstat(fd).st_ino != st.st_ino:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:  # held: a writer is at work on it
+                    continue
+                again = self.lstat(name)
+                if again is not None and again.st_ino == st.st_ino:
+                    os.unlink(name, dir_fd=self.fd)
+                    removed += 1
+            finally:
+                os.close(fd)
+        return removed
 
     def commit(self, temp: str, name: str) -> None:
         """Rename ``temp`` onto ``name`` atomically (a link at ``name`` is replaced, not followed)."""
@@ -231,9 +270,9 @@ class Folder:
                 while view:
                     view = view[os.write(fd, view):]
                 os.fsync(fd)
+                self.commit(temp, name)  # while the descriptor (and its lock) is open: never swept as abandoned
             finally:
                 os.close(fd)
-            self.commit(temp, name)
         except BaseException:
             self.discard(temp)
             raise

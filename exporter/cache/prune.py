@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .nofollow import Folder
+
 GB = 10**9
 DEFAULT_MAX_GB = 5.0
 _LAYOUT = re.compile(r"v[0-9]{1,4}")
@@ -126,6 +128,25 @@ def usage(root: Path) -> Usage:
     return Usage(root, tuple(sorted(found, key=lambda e: (e.last_used, str(e.path)))))
 
 
+def sweep_partials(root: Path) -> int:
+    """Remove the ``.partial`` files killed runs left in any entry under ``root`` (nofollow.Folder.sweep_partials:
+    only those no writer holds); how many. Best effort: a folder that cannot be read is passed over."""
+    removed = 0
+    try:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        for layout, layout_fd in _children(root_fd, _LAYOUT):
+            for shard, shard_fd in _children(layout_fd, _SHARD):
+                for name, entry_fd in _children(shard_fd, _ENTRY):
+                    with contextlib.suppress(OSError):
+                        removed += Folder(entry_fd, root / layout / shard / name).sweep_partials()  # _children closes entry_fd
+    finally:
+        os.close(root_fd)
+    return removed
+
+
 def _remove(entry: EntryUse) -> bool | None:
     """Remove one entry folder if no run holds it: ``True`` removed, ``False`` in use, ``None`` gone
     already or not removable (something other than files in it)."""
@@ -194,6 +215,7 @@ def prune(root: Path, limit: int | None, *, wait: float = 0.0) -> Pruned | None:
     with _evicting(root, wait) as held:
         if not held:
             return None
+        sweep_partials(root)
         now = usage(root)
         total, removed, freed, in_use = now.size, 0, 0, 0
         if limit is not None:

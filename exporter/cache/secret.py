@@ -40,6 +40,11 @@ class CacheKeyError(ExportCheckError):
     """The cache key file cannot be used (exit 2): it could not prove who wrote an entry."""
 
 
+class CacheKeyUnavailable(CacheKeyError):
+    """There is no key and none can be made (an unwritable home or config folder): the cache is best
+    effort, so a check goes on without it and says so, where a key that proves nothing stops it."""
+
+
 @dataclass(frozen=True)
 class CacheKey:
     path: Path
@@ -72,8 +77,8 @@ def load_key(cache_root: Path) -> CacheKey:
         try:
             _create(path)
         except OSError as exc:
-            raise CacheKeyError(f"{path}: cannot create the cache key ({exc.strerror or exc}); make its folder "
-                                f"writable {fix}") from None
+            raise CacheKeyUnavailable(f"{path}: cannot create the cache key ({exc.strerror or exc}); make its folder "
+                                      f"writable {fix}") from None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:

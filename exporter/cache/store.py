@@ -3,8 +3,8 @@
 A run's key is the sha256 of everything that can change an artifact or its numbers: the checkpoint's
 sha256, the golden manifest's sha256 (which pins every input and the reference logits), the
 architecture spec, its kwargs and its source file's sha256, the export and inference settings, the
-library versions, export-check's version and the sha256 of its own source. Each artifact kind (and
-the eager model) has one entry under ``sha256(run key, kind)``::
+base library versions, export-check's version and the sha256 of its own source. Each artifact kind
+(and the eager model) has one entry under ``sha256(run key, kind, versions of the kind's packages)``::
 
     <cache-dir>/v3/<2 hex>/<entry key>/meta.json             sealed (HMAC), committed last, atomically
     <cache-dir>/v3/<2 hex>/<entry key>/<sha256[:16]><suffix>  the artifact file, named by content
@@ -47,15 +47,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..artifacts import KINDS_BY_NAME
+from ..errors import error_message
 from ..files import FileInfo, fsync_dir
 from ..measurements import Observation
 from ..signature import SINGLE
+from ..versions import package_version
 from .key import FORMAT, local_module_sources, run_key_inputs
 from .nofollow import Folder, Refused, copy_fd, open_regular, sha256_fd, sha256_regular
 from .plain import from_plain
 from .prune import hold, parse_gb, prune, shown_size, touch
 from .sealed import MAX_META_BYTES, NotSealed, seal, unseal
-from .secret import CacheKey, load_key
+from .secret import CacheKey, CacheKeyUnavailable, load_key
 
 if TYPE_CHECKING:
     from ..build.builds import BuildOutcome
@@ -73,6 +75,12 @@ MISS = "miss"  # built and replayed, then stored
 REBUILT = "rebuilt"  # the entry was damaged or not written by this user's export-check: built again, then stored
 
 UNTRUSTED_NOTE = "cache entry not written by this user's export-check: rebuilt"
+
+
+def kind_versions(name: str) -> dict[str, str]:
+    """The versions of the packages the kind ``name`` declares (none for the eager row)."""
+    kind = KINDS_BY_NAME.get(name)
+    return {} if kind is None else {p: package_version(p) for p in kind.packages}
 
 
 def _canonical(data: Any) -> str:
@@ -114,6 +122,8 @@ class ArtifactCache:
         self._source_hashes: dict[str, str] = {}
         self._local_sources: dict[str, str] | None = None
         self.problems: dict[str, str] = {}  # name -> why storing it failed
+        self._kind_versions: dict[str, dict[str, str]] = {}  # name -> its packages' versions, read once per run
+        self._swept: set[str] = set()  # entries whose abandoned .partial files this run has removed
         # name -> (device, inode, descriptor) of the entry folder this run holds (prune.hold) until release()
         self._held: dict[str, tuple[int, int, int]] = {}
         self._finalizer = weakref.finalize(self, _release, self._held)
@@ -158,7 +168,11 @@ class ArtifactCache:
         return line
 
     def entry_key(self, name: str) -> str:
-        return hashlib.sha256(f"{self.run_key}\0{name}".encode()).hexdigest()
+        """The entry of ``name`` (a kind, or the eager row) under this run's key and the versions of the
+        packages the kind's row declares: upgrading onnxscript, torchao or openvino misses its kinds only."""
+        if name not in self._kind_versions:
+            self._kind_versions[name] = kind_versions(name)
+        return hashlib.sha256(f"{self.run_key}\0{name}\0{_canonical(self._kind_versions[name])}".encode()).hexdigest()
 
     def entry_dir(self, name: str) -> Path:
         key = self.entry_key(name)
@@ -168,6 +182,10 @@ class ArtifactCache:
     def _folder(self, name: str, *, create: bool) -> Iterator[Folder | None]:
         key = self.entry_key(name)
         with Folder.walk(self.root, (LAYOUT, key[:2], key), create=create) as folder:
+            if folder is not None and name not in self._swept:
+                self._swept.add(name)
+                with contextlib.suppress(OSError):  # best effort, as the cache
+                    folder.sweep_partials()  # what a killed run left half written in this entry
             yield folder
 
     # -- reading ------------------------------------------------------------------------------
@@ -355,12 +373,12 @@ class ArtifactCache:
                 try:
                     sha, size = copy_fd(src, out)
                     os.fsync(out)
+                    if expected_sha256 is not None and sha != expected_sha256:
+                        raise _Changed(f"{artifact.name} changed while being stored")
+                    target = f"{sha[:16]}{artifact.suffix}"
+                    folder.commit(temp, target)  # while its descriptor holds the lock (Folder.sweep_partials)
                 finally:
                     os.close(out)
-                if expected_sha256 is not None and sha != expected_sha256:
-                    raise _Changed(f"{artifact.name} changed while being stored")
-                target = f"{sha[:16]}{artifact.suffix}"
-                folder.commit(temp, target)
             except BaseException:
                 folder.discard(temp)
                 raise
@@ -386,7 +404,8 @@ class _Changed(Exception):
 def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256: str,
                signature: dict[str, Any] | None = None) -> ArtifactCache | None:
     """The cache for this run's key, or ``None`` when the run has no cache (``--no-cache``);
-    ``CacheKeyError`` when this user's cache key cannot be trusted (``secret``)."""
+    ``CacheKeyError`` when this user's cache key cannot be trusted (``secret``); ``CacheUnavailable``
+    when there is no key and none can be made, or no cache folder: the cache is best effort."""
     if config.cache_dir is None:
         return None
     inputs = run_key_inputs(
@@ -400,7 +419,21 @@ def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256
     )
     # the outputs' kinds and which are compared shape the observations (a format-1 set: SINGLE)
     inputs["signature"] = signature if signature is not None else SINGLE.to_json()
-    return ArtifactCache(config.cache_dir, inputs, load_key(config.cache_dir), max_bytes=parse_gb(config.cache_max_size))
+    try:
+        key = load_key(config.cache_dir)
+    except CacheKeyUnavailable as exc:
+        raise CacheUnavailable(error_message(exc)) from None
+    try:
+        config.cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CacheUnavailable(f"{config.cache_dir}: cannot create the cache folder ({exc.strerror or exc}); make it writable, "
+                               "pass another --cache-dir, or pass --no-cache") from None
+    return ArtifactCache(config.cache_dir, inputs, key, max_bytes=parse_gb(config.cache_max_size))
+
+
+class CacheUnavailable(Exception):
+    """This run can use no cache (no key can be made, no cache folder created): it goes on without one
+    and says so in one line, the message. A key that proves nothing is a CacheKeyError instead (exit 2)."""
 
 
 @dataclass(frozen=True)

@@ -1,34 +1,43 @@
 """``export-check merge REPORT.json ...``: the JSON reports of several runs (CI shards, say) as one
 fleet report, with the verdicts each run gave. Reads the two kinds of JSON report the tool writes: a
-fleet's (``schema: export-check-fleet-report``) and one model's (``schema: export-check-report``);
-anything else is refused with one line. A model in two reports is refused (merge each shard once);
+fleet's (``schema: export-check-fleet-report``) and one model's (``schema: export-check-report``), each
+sealed with the cache key (exporter/report/seal.py; checked before the JSON is parsed); anything
+else, and a report edited since, is refused with one line. A model in two reports is refused (merge each shard once);
 a model of the fleet that no report holds becomes an error row (a shard that did not run never
 passes silently).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..cache.secret import CacheKey
 from ..errors import UsageError
+from ..report.seal import MAX_REPORT_BYTES, reader_key, verified
 from .result import MISSING, FleetReport, ModelResult
 
 FLEET_SCHEMA, MODEL_SCHEMA = "export-check-fleet-report", "export-check-report"
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, key: Callable[[], CacheKey]) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_REPORT_BYTES + 1)
+        if len(raw) > MAX_REPORT_BYTES:
+            raise UsageError(f"{path}: more than {MAX_REPORT_BYTES >> 20} MB, larger than any report export-check writes; "
+                             "pass the files written by --json")
+        data = json.loads(verified(path, raw, key).decode("utf-8"))  # the seal is checked before any JSON is parsed
     except FileNotFoundError:
         raise UsageError(f"{path}: report not found; pass the JSON files written by export-check --json") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a directory; pass the JSON files written by export-check --json") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError; so is a NUL in the path
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError; so is a NUL in the path
         raise UsageError(f"{path}: not a JSON report of export-check ({type(exc).__name__}); pass the files written by --json") from None
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in (FLEET_SCHEMA, MODEL_SCHEMA):
@@ -54,8 +63,9 @@ def merge(paths: Sequence[Path]) -> FleetReport:
     by_name: dict[str, tuple[ModelResult, Path]] = {}
     fleets: dict[str, tuple[str, ...]] = {}  # fleet sha256 -> its model names
     files: list[str] = []
+    key = functools.cache(reader_key)  # read once, and only when a sealed report needs it
     for path in paths:
-        data = _read(path)
+        data = _read(path, key)
         if data["schema"] == FLEET_SCHEMA and data.get("fleet_sha256"):
             fleets[data["fleet_sha256"]] = tuple(data.get("fleet_models") or ())
             files.append(str(data.get("fleet_file") or "checkpoints on the command line"))

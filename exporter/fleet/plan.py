@@ -37,11 +37,12 @@ def out_folder(name: str, taken: set[str]) -> str:
     return slug
 
 
-def plan(models: Sequence[FleetModel], common: Mapping[str, Any], parallel: bool) -> list[Job]:
+def plan(models: Sequence[FleetModel], common: Mapping[str, Any], parallel: bool, source: str | None = None) -> list[Job]:
     """``common``: the command line's explicit check values (python names), over each model's own.
     Every model writes into its own folder under ``--out`` (one out-dir lock each, so models never
     wait for one another), and when models run in parallel each builds its artifacts one at a time
-    (``--jobs 1``) unless the command line says otherwise: the cores go to the models."""
+    (``--jobs 1``) unless the command line says otherwise: the cores go to the models. ``source``: the
+    fleet file, recorded first among each model's settings files."""
     from ..settings import check_config
 
     jobs, taken = [], set()  # type: ignore[var-annotated]
@@ -49,7 +50,7 @@ def plan(models: Sequence[FleetModel], common: Mapping[str, Any], parallel: bool
         explicit = {**model.explicit, **common, "checkpoint": model.checkpoint}
         if parallel and "jobs" not in common:
             explicit["jobs"] = 1
-        config, _ = check_config(explicit)
+        config, _ = check_config(explicit, also_read=() if source is None else (source,))
         changes: dict[str, Any] = {}
         if model.arch_root is not None and "arch" not in common:
             changes["arch_root"] = model.arch_root  # a module arch named by the fleet file imports from beside it

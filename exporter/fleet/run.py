@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..paths import check_outputs
 from .local import run_pool, run_serial, usable_cores
 from .plan import plan
 from .result import FleetReport, ModelResult
@@ -15,14 +17,19 @@ from .spec import Fleet, select_shard
 
 
 def run_fleet(fleet: Fleet, common: Mapping[str, Any], *, shard: tuple[int, int] | None = None, workers: int | None = None,
-              ray_address: str | None = None, on_result: Callable[[ModelResult, int, int], None] | None = None) -> FleetReport:
+              ray_address: str | None = None, on_result: Callable[[ModelResult, int, int], None] | None = None,
+              reports: Mapping[str, Path | None] | None = None) -> FleetReport:
     """Check the fleet's models (those of ``shard``): in a pool of ``workers`` processes (default: the
-    usable cores, at most one per model), one after another (``workers=1``), or on Ray."""
+    usable cores, at most one per model), one after another (``workers=1``), or on Ray. ``reports``
+    (``{"--json": path}``) are refused before any model starts when one would overwrite what a model's
+    check reads: its checkpoint, golden set, architecture, settings file or the fleet file."""
     started = time.perf_counter()
     models = select_shard(fleet, shard)
     workers = max(1, min(workers or usable_cores(), len(models) or 1))
     parallel = ray_address is not None or workers > 1
-    jobs = plan(models, common, parallel)  # every config built (and checked) before the first model starts
+    jobs = plan(models, common, parallel, fleet.source)  # every config built (and checked) before the first model starts
+    for job in jobs:
+        check_outputs(job.config, reports)
     finished: list[ModelResult] = []
 
     def report_one(result: ModelResult) -> None:

@@ -100,7 +100,7 @@ def _number(value: Any, where: str) -> float:
 
 
 def _model(name: str, table: Any, defaults: Mapping[str, Any], base: Path, source: str) -> FleetModel:
-    from ..settings import parse_settings
+    from ..settings import check_arch_inside, parse_settings, project_root
 
     where = f"{source}: models.{name}"
     if not isinstance(table, dict):
@@ -111,6 +111,8 @@ def _model(name: str, table: Any, defaults: Mapping[str, Any], base: Path, sourc
         raise UsageError(f"{where}: no checkpoint; add checkpoint = \"path/to/model.pth\"")
     explicit = parse_settings(merged, base, where)  # the keys of [tool.export-check], checked the same way
     explicit.pop("_source", None)
+    if "arch" in explicit:  # code the fleet file names: inside its project or the run's, as a settings file's
+        check_arch_inside({"arch": explicit["arch"], "_project": project_root(base), "_source": where}, {})
     arch_root = explicit.pop("arch_root", None)
     for key in ("inputs", "preprocess", "model_inputs", "outputs"):
         if key in explicit:

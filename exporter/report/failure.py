@@ -38,6 +38,7 @@ class Stopped:
     kind: str  # the error's class name, e.g. GoldenError
     checkpoints: tuple[str, ...] = ()
     created: str = ""
+    settings_files: tuple[str, ...] | None = None  # what the run had read when it stopped; None: it stopped before knowing
 
     @property
     def stamp(self) -> str:
@@ -62,6 +63,8 @@ def render_json(stopped: Stopped) -> str:
         "checkpoints": list(stopped.checkpoints),
         "rows": [],
     }
+    if stopped.settings_files is not None:
+        doc["settings_files"] = list(stopped.settings_files)
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -73,7 +76,8 @@ def render_junit(stopped: Stopped, hostname: str | None = None) -> str:
                           hostname=_clean(hostname if hostname is not None else socket.gethostname() or "localhost"))
     properties = ET.SubElement(suite, "properties")
     for name, value in (("tool_version", __version__), ("created_utc", stopped.stamp), ("exit_code", str(EXIT_USAGE)),
-                        *(("checkpoint", path) for path in stopped.checkpoints)):
+                        *(("checkpoint", path) for path in stopped.checkpoints),
+                        *((("settings_files", ", ".join(stopped.settings_files) or "none"),) if stopped.settings_files is not None else ())):
         ET.SubElement(properties, "property", name=name, value=_clean(value))
     case = ET.SubElement(suite, "testcase", name=f"export-check {stopped.command}", classname=_clean(stopped.suite), time="0.000")
     text = _clean(f"export-check: error: {stopped.message}")

@@ -67,10 +67,21 @@ def problem_lines(fleet: FleetReport) -> list[str]:
     return lines
 
 
+def settings_files(fleet: FleetReport) -> tuple[str, ...]:
+    """Every settings file a model of the fleet read (its report's ``settings_files``), each once."""
+    found: dict[str, None] = {}
+    for model in fleet.models:
+        files = (model.report or {}).get("settings_files") or ()
+        found.update(dict.fromkeys(str(f) for f in files if isinstance(f, str)))
+    return tuple(found)
+
+
 def render_text(fleet: FleetReport) -> str:
+    from ..settings import settings_line
+
     width = max([len(m.name) for m in fleet.models] + [5])
     head = f"export-check fleet: {fleet.counts_text()}" + (f" (shard {fleet.shard})" if fleet.shard else "")
-    lines = [head, f"  {'model':<{width}}  status  {'rows':<34}  seconds  worker"]
+    lines = [head, settings_line(settings_files(fleet)), f"  {'model':<{width}}  status  {'rows':<34}  seconds  worker"]
     for m in fleet.models:
         lines.append(f"  {m.name:<{width}}  {m.status.upper():<6}  {_counts(m):<34}  {m.seconds:7.1f}  {m.worker or '-'}")
     problems = problem_lines(fleet)
@@ -97,6 +108,10 @@ def render_junit(fleet: FleetReport) -> str:
     totals = {"tests": 0, "failures": 0, "errors": 0}
     for model in fleet.models:
         suite = ET.SubElement(root, "testsuite", name=_clean(model.name), time=_seconds(model.seconds))
+        files = (model.report or {}).get("settings_files")
+        if isinstance(files, list):
+            properties = ET.SubElement(suite, "properties")
+            ET.SubElement(properties, "property", name="settings_files", value=_clean(", ".join(map(str, files)) or "none"))
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         cases = _rows(model) or [{"name": "check", "status": "error", "reasons": [model.error or ""]}]
         for row in cases:
@@ -140,7 +155,17 @@ def render_markdown(fleet: FleetReport) -> str:
 
 
 def write(fleet: FleetReport, json_path: Path | None = None, junit_path: Path | None = None, markdown_path: Path | None = None,
-          markdown_append: bool = False) -> None:
+          markdown_append: bool = False) -> list[str]:
+    """Write the views asked for; the JSON sealed with the cache key (exporter/report/seal.py), or, when
+    there is no usable key, unsealed: the note saying so is returned, for the caller to print."""
+    from .seal import sealed
+
+    notes = []
     for path, render in ((json_path, render_json), (junit_path, render_junit), (markdown_path, render_markdown)):
         if path is not None:
-            write_text_atomic(path, render(fleet), append=markdown_append and path is markdown_path)
+            text = render(fleet)
+            if path is json_path:
+                text, note = sealed(text)
+                notes += [note] if note is not None else []
+            write_text_atomic(path, text, append=markdown_append and path is markdown_path)
+    return notes

@@ -103,6 +103,7 @@ def build_tree(report: Report, hostname: str | None = None) -> ET.Element:
         ("golden", report.golden.path),
         ("golden_inputs", str(report.golden.inputs)),
         ("golden_manifest_sha256", report.golden.manifest_sha256),
+        ("settings_files", ", ".join(report.settings_files) or "none"),
         *((f"gate_{family.name}", gate) for family, gate in report.thresholds.described()),
         *((f"version_{name}", version) for name, version in report.versions),
     ]

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
+from ..settings import settings_line
 from . import bounds
 from .views import checks_description, diagnostic_lines, latency_text, output_lines, rerun_text, shapes_text, size_text
 
@@ -198,6 +199,7 @@ def render(report: Report, style: Style | None = None) -> str:
     golden = report.golden
     out = _wrapped(f"export-check {report.tool_version}: {report.checkpoint.path} (sha256 {report.checkpoint.sha256[:12]}) "
                    f"vs golden set {golden.path} ({golden.inputs} inputs)", style)
+    out += _wrapped(settings_line(report.settings_files), style)
     if golden.label_accuracy is not None:
         out.append(f"eager top-1 accuracy on the golden labels: {golden.label_accuracy:.1%}")
     out += ["", *_table(report, style), *_wrapped(_gates_line(report), style)]
@@ -230,13 +232,13 @@ def _cache_lines(report: Report) -> list[str]:
     """Say which rows the artifact cache supplied, and which damaged entries were rebuilt."""
     states = [row.cache for row in report.rows if row.cache is not None]
     if not states:
-        return []
+        return list(report.run_notes)
     hits, restored = states.count("hit"), states.count("artifact")
-    lines = []
+    lines: list[str] = []
     if hits == len(report.rows):
         lines.append("cache: every row reused from the artifact cache, nothing built or replayed (--no-cache to rebuild)")
     elif hits or restored:
         lines.append(f"cache: {hits} rows reused, {restored} artifact files reused and replayed, the rest built")
     lines += [f"cache: {row.name}: damaged entry rebuilt" for row in report.rows if row.cache == "rebuilt"]
-    return lines
+    return lines + list(report.run_notes)
 

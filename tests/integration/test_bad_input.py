@@ -551,7 +551,8 @@ def test_out_dir_on_a_read_only_filesystem(read_only_dir: Path, tmp_path: Path, 
 # --- configuration from the repo under test ------------------------------------------------------
 
 
-def test_settings_values_are_data_never_evaluated_or_run_by_a_shell(tmp_path: Path, capfd) -> None:
+def test_settings_values_are_data_never_evaluated_or_run_by_a_shell(tmp_path: Path, capfd, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the project the run stands in holds the settings (issue 24)
     marker = tmp_path / "ran"
     code = f"__import__('os').system('touch {marker}')"
     (tmp_path / "pyproject.toml").write_text(
@@ -574,6 +575,9 @@ def test_settings_values_are_data_never_evaluated_or_run_by_a_shell(tmp_path: Pa
     settings = tmp_path / "pyproject.toml"
     settings.write_text("".join(line for line in settings.read_text().splitlines(keepends=True) if not line.startswith("artifacts")))
     exit_code, _, err = run_cli(capfd, checkpoint, "--artifacts", "onnx", "-q")
+    assert exit_code == 2 and not marker.exists()
+    assert_one_line_error(err, "arch names code outside the project")  # the test's TinyNet lies outside tmp_path
+    exit_code, _, err = run_cli(capfd, checkpoint, "--artifacts", "onnx", "--arch", TINY, "-q")
     assert exit_code == 2 and not marker.exists()
     assert_one_line_error(err, "golden set not found")  # the strings were taken as plain paths
 

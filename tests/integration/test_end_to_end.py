@@ -99,18 +99,19 @@ def test_default_run_reports_files_hashes_and_versions(default_run) -> None:
     assert not [p for p in artifacts.iterdir() if ".partial" in p.name]
 
 
-def test_check_runs_from_config_outside_the_repo_cwd(tmp_path: Path) -> None:
-    """Settings come from the pyproject.toml above the checkpoint, relative to that file, not the cwd."""
-    result = subprocess.run(
-        [sys.executable, "-m", "export_check", str(DEFAULT_CHECKPOINT), "--artifacts", "torchscript-script",
-         "--out", str(tmp_path / "out"), "-q"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "torchscript-script" in result.stdout and "PASSED: 2 passed" in result.stdout
+def test_check_outside_the_repo_reads_its_settings_only_when_named(tmp_path: Path) -> None:
+    """Issue 24: standing outside the repository, the pyproject.toml above the checkpoint is not read
+    (one line says where settings come from); named with --config, it is, relative to that file."""
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "export_check", str(DEFAULT_CHECKPOINT), "--artifacts", "torchscript-script",
+                               "--out", str(tmp_path / "out"), "-q", *extra], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    outside = run()
+    assert outside.returncode == 2 and outside.stdout == ""
+    assert outside.stderr.startswith("export-check: error: no architecture given and no settings file read") and outside.stderr.count("\n") == 1
+    named = run("--config", str(REPO / "pyproject.toml"))
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert f"settings: {REPO / 'pyproject.toml'}" in named.stdout and "PASSED: 2 passed" in named.stdout
 
 
 def test_run_check_api_matches_cli_defaults(tmp_path: Path) -> None:

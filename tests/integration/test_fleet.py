@@ -145,7 +145,8 @@ def test_shards_then_merge_give_the_whole_fleets_verdicts_and_the_cache_serves_e
     assert {m["name"] for m in missing} == {n for n in zoo.names if shard_index(n, 2) == 1}
     # a single model's --json report merges too
     single = tmp_path / "single.json"
-    assert main([str(zoo.checkpoint("mlp0")), "-q", "--out", str(tmp_path / "one"), "--json", str(single), "--cache-dir", str(runs / "cache")]) == 0
+    assert main([str(zoo.checkpoint("mlp0")), "-q", "--out", str(tmp_path / "one"), "--json", str(single), "--cache-dir", str(runs / "cache"),
+                 "--config", str(zoo.folder / "mlp0" / "export-check.toml")]) == 0
     assert {r["cache"] for r in json.loads(single.read_text())["rows"]} == {"hit"}
     assert main(["merge", str(single), "--json", str(tmp_path / "m1.json")]) == 0
     assert _verdicts(json.loads((tmp_path / "m1.json").read_text())) == {str(zoo.checkpoint("mlp0")): _verdicts(whole)["mlp0"]}
@@ -154,12 +155,17 @@ def test_shards_then_merge_give_the_whole_fleets_verdicts_and_the_cache_serves_e
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("not json at all", "not a JSON report of export-check (JSONDecodeError)"),
-        ('{"rows": []}', "not a JSON report of export-check (no schema"),
-        ('{"schema": "export-check-fleet-report", "models": [{"name": "x"}]}', "a damaged export-check report"),
+        ("not json at all", "not a report export-check wrote (it carries no seal); pass the --json files export-check wrote, unedited"),
+        ('{"rows": []}', "not a report export-check wrote (it carries no seal)"),
+        ('{"schema": "export-check-fleet-report", "models": [{"name": "x"}]}', "not a report export-check wrote (it carries no seal)"),
+        ('{"export_check_seal": "hmac-sha256:0123456789abcdef:' + "0" * 64 + '",\n "schema": "export-check-report"}',
+         "sealed with another key (key 0123456789abcdef, this machine's is "),
     ],
 )
 def test_merge_refuses_what_the_tool_did_not_write_with_one_line(tmp_path: Path, capsys, content: str, message: str) -> None:
+    from export_check.cache.secret import load_key
+
+    load_key(tmp_path / "cache")  # this user's key exists: a seal is checked against it
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     assert main(["merge", str(bad)]) == 2
@@ -167,9 +173,11 @@ def test_merge_refuses_what_the_tool_did_not_write_with_one_line(tmp_path: Path,
     assert err.startswith(f"export-check: error: {bad}: {message}") and err.count("\n") == 1
 
 
-def test_merge_refuses_a_model_twice_and_reports_of_other_fleets(zoo: Zoo, runs: Path, tmp_path: Path, capsys) -> None:
+def test_merge_refuses_a_model_twice_and_reports_of_other_fleets(zoo: Zoo, runs: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(runs / "key" / "cache.key"))  # the key the runs sealed their reports with
     assert main(["merge", str(runs / "fleet.json"), str(runs / "fleet.json")]) == 2
     assert "model 'mlp0' is also in" in capsys.readouterr().err
+    monkeypatch.chdir(zoo.folder)  # standing in the zoo's project: each checkpoint's own export-check.toml applies
     other = main([str(zoo.checkpoint("mlp0")), str(zoo.checkpoint("mlp2")), "-q", "--out", str(tmp_path / "o"), "--json", str(tmp_path / "b.json"),
                   "--cache-dir", str(runs / "cache"), "--workers", "1"])
     assert other == 0

@@ -62,14 +62,21 @@ def _record(case: str, tmp_path_factory: pytest.TempPathFactory):
         (folder / "export-check.toml").write_text(settings)
     arch = f"{TESTS / 'arches.py'}:{factory.__name__}"
     inputs = _samples(folder / "samples", samples)
-    assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(inputs), "--golden", str(folder / "golden")]) == 0
+    assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(inputs), "--golden", str(folder / "golden"),
+                 *_config(folder)]) == 0
     return case, factory, folder, checkpoint, arch, outputs
+
+
+def _config(folder: Path) -> list[str]:
+    """The case's settings file, named: it lies outside the project the tests stand in (issue 24)."""
+    settings = folder / "export-check.toml"
+    return ["--config", str(settings)] if settings.exists() else []
 
 
 def _check(folder: Path, checkpoint: Path, arch: str, tag: str) -> tuple[int, dict]:
     report = folder / f"{tag}.json"
     code = main(["check", str(checkpoint), "--arch", arch, "--golden", str(folder / "golden"), "--out", str(folder / f"out-{tag}"),
-                 "--no-cache", "-q", "--artifacts", ",".join(FLOAT), "--json", str(report)])
+                 "--no-cache", "-q", "--artifacts", ",".join(FLOAT), "--json", str(report), *_config(folder)])
     return code, json.loads(report.read_text())
 
 

@@ -235,6 +235,7 @@ def test_hostile_arch_kwargs_json_is_one_line_before_any_work(project: Path, cap
 ])
 def test_non_json_arch_kwargs_in_toml_are_one_line_and_the_run_never_starts(project: Path, capfd, monkeypatch, value: str, says: str) -> None:
     """A TOML date in arch-kwargs used to pass the run and then crash the --json report."""
+    monkeypatch.chdir(project)  # the project's settings: read where the run stands (issue 24)
     (project / "pyproject.toml").write_text(f'[tool.export-check]\narch = "resnet.py:ResNet"\ngolden = "golden"\n'
                                             f'arch-kwargs = {{num_classes = 10, when = {value}}}\n')
     report = project.parent / f"{project.name}-r.json"

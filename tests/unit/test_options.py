@@ -25,8 +25,8 @@ from export_check.settings import golden_params, parse_settings
 
 # RunConfig fields no option sets directly: arch_root goes with arch (the folder of the settings file
 # that named it); thresholds are set by the gate rows; signature_settings by the settings-only
-# model-inputs and outputs tables.
-DERIVED = {"arch_root", "thresholds", "signature_settings"}
+# model-inputs and outputs tables; settings_files by the lookup that found them (issue 24).
+DERIVED = {"arch_root", "thresholds", "signature_settings", "settings_files"}
 
 
 def test_every_user_settable_runconfig_field_has_exactly_one_row() -> None:

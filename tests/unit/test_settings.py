@@ -11,12 +11,13 @@ from export_check.settings import KEYS, find_settings, parse_settings
 
 
 def test_relative_paths_are_relative_to_the_settings_file(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()  # the project root: its pyproject.toml is found from a folder below
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname = "x"\n\n[tool.export-check]\narch = "net.py:Net"\ngolden = "gold"\nbatch-size = 4\n'
         '[tool.export-check.arch-kwargs]\nnum_classes = 3\n'
     )
     (tmp_path / "sub").mkdir()
-    found = find_settings(tmp_path / "sub" / "model.pth")
+    found = find_settings(None, None, tmp_path / "sub")
     assert found["golden"] == tmp_path / "gold"
     assert found["arch_kwargs"] == {"num_classes": 3}
     assert found["batch_size"] == 4
@@ -26,13 +27,23 @@ def test_artifacts_as_one_string_reads_as_the_command_line_does(tmp_path: Path) 
     """``artifacts = "modern"`` and ``"onnx, aoti"`` are the list ``--artifacts`` would give."""
     for text, kinds in (('"modern"', ("modern",)), ('"onnx, aoti"', ("onnx", "aoti")), ('["default", "aoti"]', ("default", "aoti"))):
         (tmp_path / "export-check.toml").write_text(f"artifacts = {text}\n")
-        assert find_settings(tmp_path / "m.pth")["artifacts"] == kinds
+        assert find_settings(None, None, tmp_path)["artifacts"] == kinds
 
 
-def test_file_beside_the_checkpoint_wins(tmp_path: Path) -> None:
+def test_export_check_toml_wins_over_pyproject_in_the_same_folder(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.export-check]\narch = "a.py:A"\n')
     (tmp_path / "export-check.toml").write_text('arch = "b.py:B"\n')
-    assert find_settings(tmp_path / "m.pth")["arch"] == f"{tmp_path / 'b.py'}:B"
+    assert find_settings(None, None, tmp_path)["arch"] == f"{tmp_path / 'b.py'}:B"
+
+
+def test_the_checkpoints_folder_is_no_place_settings_come_from(tmp_path: Path, monkeypatch) -> None:
+    """Issue 24: settings beside (or above) the checkpoint are read only when the run stands there."""
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "export-check.toml").write_text('arch = "b.py:B"\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.export-check]\narch = "a.py:A"\n')
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")  # no .git above: the current directory alone
+    assert find_settings(tmp_path / "ckpt" / "m.pth") == {"_files": (), "_project": (tmp_path / "work").resolve()}
 
 
 @pytest.mark.parametrize(
@@ -55,7 +66,7 @@ def test_file_beside_the_checkpoint_wins(tmp_path: Path) -> None:
 def test_bad_settings_name_the_file_and_key(tmp_path: Path, text: str, match: str) -> None:
     (tmp_path / "pyproject.toml").write_text(text)
     with pytest.raises(UsageError, match=match) as info:
-        find_settings(tmp_path / "m.pth")
+        find_settings(None, None, tmp_path)
     assert str(tmp_path / "pyproject.toml") in str(info.value)
 
 
@@ -77,3 +88,18 @@ def test_fuzzed_tables_parse_or_fail_with_usage_error(table) -> None:
     assert set(parsed) <= {name for name, _ in KEYS.values()} | {"arch_root"}
     if "arch" in parsed:
         assert parsed["arch_root"] == Path("/base")
+
+
+def test_a_checkpoint_inside_the_project_is_looked_for_from_its_folder_then_from_the_current_directory(tmp_path: Path) -> None:
+    """The model's own folder first (its settings in a repository of several models), up to where it
+    meets the current directory's way up; from there the current directory's folders in their order."""
+    (tmp_path / ".git").mkdir()
+    for folder in ("models/a", "src"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_text('[tool.export-check]\narch = "root.py:R"\n')
+    (tmp_path / "src" / "export-check.toml").write_text('arch = "src.py:S"\n')
+    checkpoint = tmp_path / "models" / "a" / "m.pth"
+    assert find_settings(checkpoint, None, tmp_path / "src")["arch"] == f"{tmp_path / 'src' / 'src.py'}:S"
+    (tmp_path / "models" / "export-check.toml").write_text('arch = "m.py:M"\n')
+    assert find_settings(checkpoint, None, tmp_path / "src")["arch"] == f"{tmp_path / 'models' / 'm.py'}:M"
+    assert find_settings(tmp_path / "src" / "m.pth", None, tmp_path / "src")["arch"] == f"{tmp_path / 'src' / 'src.py'}:S"
