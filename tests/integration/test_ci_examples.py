@@ -150,7 +150,9 @@ def test_the_hook_entries_run_as_pre_commit_runs_them(tmp_path: Path) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "PASSED: 7 passed, 0 failed, 0 errors" in checked.stdout and checked.stderr == ""
     verified = run(found["export-check-golden"], ["golden/manifest.json"])
-    assert verified.returncode == 0 and verified.stdout.startswith(f"golden set {project / 'golden'}: OK (64 inputs"), verified.stdout
+    # the settings file it read first (issue 24: every run says which), then the verdict
+    assert verified.returncode == 0 and verified.stdout.startswith(f"settings: {project / 'pyproject.toml'}\ngolden set {project / 'golden'}: "
+                                                                   "OK (64 inputs"), verified.stdout
     victim = sorted((project / "golden" / "inputs").iterdir())[0]
     victim.write_bytes(victim.read_bytes() + b"\0")  # a changed golden file fails the hook, naming it
     verified = run(found["export-check-golden"], [f"golden/inputs/{victim.name}"])
