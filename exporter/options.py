@@ -27,7 +27,7 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, default_cache_dir
+from .config import BUILD_TIMEOUT, GATE_OPTIONS, check_cache_gb, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, default_cache_dir
 from .errors import UsageError
 from .paths import NUL_REFUSAL
 from .pinned import ORT_LEVEL_NAMES
@@ -178,7 +178,8 @@ OPTIONS: tuple[Option, ...] = (
     # the cache's bound and `export-check cache info|prune|clear` (exporter/cache/prune.py)
     Option("cache-max-size", "cache_max_size", "float", "keep the artifact cache under this many GB (10^9 bytes): after a run stores, "
            "the least recently used entries no run is using are evicted (default: {default}; 0: no limit)", (CHECK,),
-           default=_run_default("cache_max_size"), metavar="GB", settings=True, field="cache_max_size"),
+           default=_run_default("cache_max_size"), metavar="GB", settings=True, field="cache_max_size",
+           check=lambda value, source: check_cache_gb(value, f"{source}: cache-max-size")),
     Option("cache-dir", "cache_dir", "path", "the artifact cache (default: cache-dir in [tool.export-check] of ./pyproject.toml, else "
            "$XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR), metavar="DIR"),
     Option("max-size", "max_size", "float", "evict least recently used entries until the cache holds at most this many GB "

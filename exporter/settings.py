@@ -12,7 +12,6 @@ Settings files come from the repo under test: they are parsed strictly and never
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,13 +55,9 @@ def anchor_arch(spec: str, base: Path) -> tuple[str, Path]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc}); fix the file") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc}); check its permissions") from None
+    from .parsing import load_toml
+
+    return load_toml(path, "settings file", "fix the file")  # bounded: size, nesting, numbers, UTF-8, a FIFO refused
 
 
 def _from_file(path: Path) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ passes silently).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,14 +21,10 @@ FLEET_SCHEMA, MODEL_SCHEMA = "export-check-fleet-report", "export-check-report"
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: report not found; pass the JSON files written by export-check --json") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; pass the JSON files written by export-check --json") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError; so is a NUL in the path
-        raise UsageError(f"{path}: not a JSON report of export-check ({type(exc).__name__}); pass the files written by --json") from None
+    from ..parsing import REPORT_MAX_BYTES, read_json
+
+    # bounded: a regular file (a FIFO refused), its size, nesting, numbers, UTF-8
+    data = read_json(path, REPORT_MAX_BYTES, "report", "pass the JSON files written by export-check --json")
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in (FLEET_SCHEMA, MODEL_SCHEMA):
         raise UsageError(f"{path}: not a JSON report of export-check (no schema {FLEET_SCHEMA!r} or {MODEL_SCHEMA!r}); "
