@@ -246,6 +246,9 @@ def run_outputs(
                 raise GoldenError(f"{checkpoint}: the model produced {bad} NaN/Inf values in output {name}; "
                                   "refusing to record them as the reference")
             values.extend(np.ascontiguousarray(np.take(array, j, axis=spec.batch_axis)) for j in range(n))
+        if spec.compared and not any(v.size for v in values):
+            raise GoldenError(f"{checkpoint}: output {name} has no values (shape {tuple(first.shape)}): a comparison over nothing "
+                              f"would pass; return an output with values, or set compare = false in [tool.export-check.outputs.{name}]")
         specs.append(spec)
         reference[name] = values
     return tuple(specs), reference

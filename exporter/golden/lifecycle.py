@@ -215,6 +215,9 @@ def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, 
             rows.append(_rows_of(model, np.stack([array for _, array in chunk])))
             chunk = list(islice(rest, batch_size))
         reference = np.concatenate(rows)
+        if reference.size == 0:
+            raise GoldenError(f"{info['checkpoint']}: the model's output has no values (shape {reference.shape}): a comparison over "
+                              "nothing would pass; return logits with values")
         finite_or_raise(reference, str(info["checkpoint"]))
         split = calibration_split(len(reference), calibration, golden_dir)
         return writer.commit_v1(preprocess, reference, _recording(model, batch_size, split), info, library_versions())
