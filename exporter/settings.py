@@ -76,7 +76,7 @@ def _from_file(path: Path) -> dict[str, Any] | None:
 def find_settings(checkpoint: Path | None, explicit: Path | None = None) -> dict[str, Any]:
     """The settings that apply to ``checkpoint``, or ``{}`` when no file has any."""
     if explicit is not None:
-        if not explicit.is_file():
+        if not explicit.exists():  # a FIFO or a device exists: reading it refuses it, without waiting
             raise UsageError(f"{explicit}: settings file not found; fix --config")
         found = _from_file(explicit)
         if found is None:

@@ -72,3 +72,16 @@ class CollidingNames(nn.Module):
 
     def forward(self, x: torch.Tensor) -> dict[str, object]:
         return {"a.b": self.one(x), "a": {"b": self.two(x)}}
+
+
+class TokenBag(nn.Module):
+    """Token ids ``(N, T)`` int64 in, ``(N, classes)`` logits out: an embedding bag. An id outside
+    ``0 .. vocab-1`` (``-1``, ``2**62``) makes ``nn.Embedding`` raise ``IndexError``."""
+
+    def __init__(self, vocab: int = 50, num_classes: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, 8)
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(ids).mean(1))

@@ -317,6 +317,8 @@ def conform_sample(arrays: dict[str, np.ndarray], inputs: Any, shown: Path) -> d
             array = cast
         if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
             raise GoldenError(f"{shown}: input {spec.name!r} holds NaN or Inf values; replace it or re-record")
+        if array.size == 0:  # nothing to run the model on (a 0-d array holds one value: it is up to the model)
+            raise GoldenError(f"{shown}: input {spec.name!r} holds no values (shape {tuple(array.shape)}); replace it or re-record")
         if spec.batch_axis > array.ndim:
             raise GoldenError(f"{shown}: input {spec.name!r} has shape {tuple(array.shape)} without its batch axis, so its batch "
                               f"axis can be 0..{array.ndim}, not {spec.batch_axis}; fix the file or re-record")

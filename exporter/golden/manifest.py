@@ -55,6 +55,7 @@ from .reading import (
     FILE_MAX_BYTES,
     GOLDEN_MAX_BYTES,
     MANIFEST_MAX_BYTES,
+    check_sample_size,
     declared_bytes,
     lfs_pointer,
     load_json,
@@ -595,7 +596,9 @@ def load_golden(root: Path) -> GoldenSet:
 
 
 def _within_total(total: int, size: int, shown: Path) -> int:
-    """The decoded bytes the samples so far declare, ``size`` added; over ``GOLDEN_MAX_BYTES`` one GoldenError naming ``shown``."""
+    """The decoded bytes the samples so far declare, ``size`` (one sample's) added; one GoldenError naming
+    ``shown`` when that sample declares over ``SAMPLE_MAX_BYTES``, or all so far over ``GOLDEN_MAX_BYTES``."""
+    check_sample_size(size, shown)
     total += size
     if total > GOLDEN_MAX_BYTES:
         raise GoldenError(f"{shown}: with it the samples declare {total:,} bytes of arrays once decompressed, over the "

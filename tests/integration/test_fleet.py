@@ -154,7 +154,7 @@ def test_shards_then_merge_give_the_whole_fleets_verdicts_and_the_cache_serves_e
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("not json at all", "not a JSON report of export-check (JSONDecodeError)"),
+        ("not json at all", "not valid JSON (Expecting value at line 1)"),
         ('{"rows": []}', "not a JSON report of export-check (no schema"),
         ('{"schema": "export-check-fleet-report", "models": [{"name": "x"}]}', "a damaged export-check report"),
     ],
