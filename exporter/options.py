@@ -27,7 +27,7 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .config import BUILD_TIMEOUT, GATE_OPTIONS, check_cache_gb, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, default_cache_dir
+from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, check_cache_gb, default_cache_dir
 from .errors import UsageError
 from .paths import NUL_REFUSAL
 from .pinned import ORT_LEVEL_NAMES

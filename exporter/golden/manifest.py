@@ -587,7 +587,9 @@ def load_golden(root: Path) -> GoldenSet:
     golden = read_manifest(root)
     total = 0
     for item in golden.inputs:
-        total = _within_total(total, declared_bytes(_read_verified(root, item.file, item.sha256), item.file, root / item.file), root / item.file)
+        total += _declared(root, item)
+        if total > GOLDEN_MAX_BYTES:
+            raise _over_total(total, root / item.file)
     if golden.version == VERSION_1:
         golden.reference()
     else:
@@ -595,15 +597,18 @@ def load_golden(root: Path) -> GoldenSet:
     return golden
 
 
-def _within_total(total: int, size: int, shown: Path) -> int:
-    """The decoded bytes the samples so far declare, ``size`` (one sample's) added; one GoldenError naming
-    ``shown`` when that sample declares over ``SAMPLE_MAX_BYTES``, or all so far over ``GOLDEN_MAX_BYTES``."""
+def _declared(root: Path, item: GoldenInput) -> int:
+    """The decoded bytes ``item``'s file declares, the file read and hash-checked; one GoldenError
+    naming it when that is over ``SAMPLE_MAX_BYTES``."""
+    shown = root / item.file
+    size = declared_bytes(_read_verified(root, item.file, item.sha256), item.file, shown)
     check_sample_size(size, shown)
-    total += size
-    if total > GOLDEN_MAX_BYTES:
-        raise GoldenError(f"{shown}: with it the samples declare {total:,} bytes of arrays once decompressed, over the "
-                          f"{GOLDEN_MAX_BYTES:,} bytes a golden set may hold in all; record a smaller set")
-    return total
+    return size
+
+
+def _over_total(total: int, shown: Path) -> GoldenError:
+    return GoldenError(f"{shown}: with it the samples declare {total:,} bytes of arrays once decompressed, over the {GOLDEN_MAX_BYTES:,} "
+                       "bytes a golden set may hold in all; record a smaller set")
 
 
 @dataclass(frozen=True)
@@ -634,13 +639,13 @@ def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
     except GoldenError as exc:
         return None, [Problem(MANIFEST, str(exc))]
     problems = []
-    total: int | None = 0  # None once over the bound: that is said once, of the sample that crossed it
+    total = 0  # the bound on the set's total is said once, of the sample that crosses it
     for item in golden.inputs:
         try:
-            if total is not None:
-                size = declared_bytes(_read_verified(root, item.file, item.sha256), item.file, root / item.file)
-                total, before = None, total
-                total = _within_total(before, size, root / item.file)
+            size = _declared(root, item)
+            total += size
+            if total - size <= GOLDEN_MAX_BYTES < total:  # said once, of the sample that crosses it
+                raise _over_total(total, root / item.file)
             golden.load_sample(item)
         except GoldenError as exc:
             problems.append(Problem(item.file, str(exc), _classify(root, item.file, item.sha256), item.name))

@@ -198,17 +198,24 @@ def test_merge_of_a_fifo_is_refused_without_waiting(tmp_path: Path, capfd) -> No
 
 # --- history -----------------------------------------------------------------------------------------
 
-_LINE = ('{"format": "export-check-history", "version": 1, "time": "t", "tool_version": "1", "checkpoint_sha256": "", '
-         '"golden_manifest_sha256": "", "rows": [%s]}')
+def _line(*rows: str) -> str:
+    """One history line as --history writes it, with ``rows`` (JSON objects' text)."""
+    return ('{"format": "export-check-history", "version": 1, "time": "t", "tool_version": "1", "checkpoint_sha256": "", '
+            f'"golden_manifest_sha256": "", "rows": [{", ".join(rows)}]}}')
+
+
+def _row(**fields: str) -> str:
+    return "{" + ", ".join(['"name": "onnx"', '"status": "pass"', *(f'"{k}": {v}' for k, v in fields.items())]) + "}"
+
 
 HISTORY_CASES = {
     "deep": ("[" * 100_000 + "]" * 100_000, "nests 100000 levels deep"),
-    "5000-digit-size": (_LINE % ('{"name": "onnx", "status": "pass", "size_bytes": %s}' % ("9" * 5000)), "holds an integer of 5,000 digits"),
-    "400-digit-mae": (_LINE % ('{"name": "onnx", "status": "pass", "mae": %s}' % ("9" * 400)), "holds an integer of 400 digits"),
-    "20-digit-size": (_LINE % '{"name": "onnx", "status": "pass", "size_bytes": 99999999999999999999}', "rows[0].size_bytes must be an integer from 0"),
-    "1e999": (_LINE % '{"name": "onnx", "status": "pass", "mae": 1e999}', "holds the number 1e999, too large for a float"),
-    "nan": (_LINE % '{"name": "onnx", "status": "pass", "mae": NaN}', "NaN is not valid here"),
-    "half-a-line": (_LINE[:60], "not valid JSON"),
+    "5000-digit-size": (_line(_row(size_bytes="9" * 5000)), "holds an integer of 5,000 digits"),
+    "400-digit-mae": (_line(_row(mae="9" * 400)), "holds an integer of 400 digits"),
+    "20-digit-size": (_line(_row(size_bytes="9" * 20)), "rows[0].size_bytes must be an integer from 0"),
+    "1e999": (_line(_row(mae="1e999")), "holds the number 1e999, too large for a float"),
+    "nan": (_line(_row(mae="NaN")), "NaN is not valid here"),
+    "half-a-line": (_line()[:60], "not valid JSON"),
 }
 
 
@@ -216,7 +223,7 @@ HISTORY_CASES = {
 def test_a_corrupted_history_line_is_one_line_naming_it(case: str, tmp_path: Path, capfd) -> None:
     text, says = HISTORY_CASES[case]
     path = tmp_path / "history.jsonl"
-    path.write_text(_LINE % "" + "\n" + text + "\n")
+    path.write_text(_line() + "\n" + text + "\n")
     for argv in (["history", path], ["history", path, "--json"], ["history", path, "--html", tmp_path / "trend.html"]):
         with deadline(60):
             code, out, err = run(capfd, *argv)
@@ -227,7 +234,7 @@ def test_a_corrupted_history_line_is_one_line_naming_it(case: str, tmp_path: Pat
 
 def test_a_history_file_that_is_not_utf8_is_one_line(tmp_path: Path, capfd) -> None:
     path = tmp_path / "history.jsonl"
-    path.write_bytes((_LINE % "").encode() + b"\n\xff\xfe\n")
+    path.write_bytes(_line().encode() + b"\n\xff\xfe\n")
     code, _, err = run(capfd, "history", path)
     assert code == 2
     one_line(err, str(path), "is not UTF-8 text (byte 0xff at offset")
@@ -446,7 +453,7 @@ def test_an_output_without_values_is_refused_at_record(arch: str, says: str, tmp
     code, _, err = run(capfd, "golden", "record", checkpoint, "--arch", f"{FAULTS}:{arch}", "--inputs", images, "--golden", tmp_path / "golden",
                        "--size", "32", "--mode", "RGB")
     assert code == 2
-    one_line(err, str(checkpoint), says, "a comparison over nothing would pass")
+    one_line(err, f"{checkpoint.name if arch == 'NothingOut' else checkpoint}: {says}", "a comparison over nothing would pass")
     assert not (tmp_path / "golden" / MANIFEST).exists()
 
 
@@ -512,8 +519,9 @@ def test_fuzzed_json_parses_within_bounds_or_fails_with_one_usage_error(value, d
 
 
 @_FUZZ
-@given(st.text(max_size=300) | st.builds(lambda n: _LINE % ('{"name": "x", "mae": %s, "size_bytes": %s}' % n), st.tuples(
-    st.sampled_from(["1", "1e999", "NaN", "-0.5", "9" * 25, "null"]), st.sampled_from(["1", "-1", "9" * 20, "null", "1.5"]))))
+@given(st.text(max_size=300) | st.builds(lambda mae, size: _line(_row(mae=mae, size_bytes=size)),
+                                         st.sampled_from(["1", "1e999", "NaN", "-0.5", "9" * 25, "null"]),
+                                         st.sampled_from(["1", "-1", "9" * 20, "null", "1.5"])))
 def test_fuzzed_history_lines_parse_or_fail_with_one_history_error(text: str) -> None:
     try:
         run_ = parse_line(text, "h.jsonl", 3)
