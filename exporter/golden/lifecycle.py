@@ -206,13 +206,13 @@ def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, 
                       rest: Iterator[tuple[NewInput, np.ndarray]], preprocess: Preprocess | None, batch_size: int,
                       info: dict[str, Any], calibration: int | CalibrationSplit | None) -> GoldenSet:
     """Format 1, a batch at a time: store the batch's inputs, keep its logits, read the next batch."""
-    from ..artifacts._heap import reused_heap
+    from ..artifacts._heap import mapped_large_blocks
 
     rows = []
-    # Each batch's decoded images and activations reuse the last batch's heap pages: without this, glibc
-    # scattered them among the small blocks that outlive a batch, and the heap grew with the number of
-    # inputs (+483 MB for 2,048 images of 224x224 over 32; benchmarks/record_memory.py).
-    with writing(golden_dir) as writer, reused_heap():
+    # Each batch's large blocks (decoded images, the batch, activations) mapped apart from the heap:
+    # without this the heap grew with the number of inputs (+483 MB for 2,048 images of 224x224 over
+    # 32; now +33 MB; benchmarks/record_memory.py, artifacts/_heap.py).
+    with writing(golden_dir) as writer, mapped_large_blocks():
         chunk = first
         while chunk:
             for item, _ in chunk:
