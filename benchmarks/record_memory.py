@@ -7,6 +7,7 @@ within +150 MB of 32 images (the issue measured 763 MB for 2,048 before recordin
 
     python benchmarks/record_memory.py                 # 32 and 2048 images, one run each
     python benchmarks/record_memory.py --sizes 32 512 --repeats 3
+    python benchmarks/record_memory.py --format 2        # the output declared: format 2's path
 
 The images are written by a child process (as in ``benchmarks/run.py``): Linux carries a forked
 child's high-water mark across ``exec``, so this process stays small lest its size become every
@@ -52,14 +53,19 @@ def _write_images(count: int, folder: Path) -> None:
         digit_to_image(digits[index]).convert("RGB").resize((SIDE, SIDE), Image.Resampling.BILINEAR).save(folder / f"{n:05d}.png")
 
 
-def record(count: int) -> tuple[float, float]:
-    """One ``golden record`` of ``count`` images: (seconds, peak RSS in MB)."""
+def record(count: int, version: int = 1) -> tuple[float, float]:
+    """One ``golden record`` of ``count`` images: (seconds, peak RSS in MB). ``version`` 2: the output
+    declared in a settings file, which records format 2 (the path of models of several outputs)."""
     inputs = images(count)
-    golden = OUT / f"golden-{count}"
+    golden = OUT / f"golden-{count}-v{version}"
     shutil.rmtree(golden, ignore_errors=True)
     cmd = [sys.executable, "-m", "export_check", "golden", "record", str(REPO / "models" / "checkpoints" / "resnet_digits.pth"),
            "--arch", f"{REPO / 'models' / 'resnet.py'}:ResNet", "--inputs", str(inputs), "--golden", str(golden),
            "--size", str(SIDE), "--mode", "RGB", "--mean", "0.5,0.5,0.5", "--std", "0.5,0.5,0.5", "--batch-size", "16"]
+    if version == 2:
+        settings = OUT / "format2.toml"
+        settings.write_text('[outputs.output]\nkind = "logits"\n')
+        cmd += ["--config", str(settings)]
     began = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -68,7 +74,7 @@ def record(count: int) -> tuple[float, float]:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"golden record of {count} images failed: {err.strip()}")
     recorded = json.loads((golden / "manifest.json").read_text())
-    assert len(recorded["inputs"]) == count, len(recorded["inputs"])
+    assert len(recorded["inputs"]) == count and recorded["version"] == version, (len(recorded["inputs"]), recorded["version"])
     return seconds, usage.ru_maxrss / 1024
 
 
@@ -76,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 2048])
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--format", type=int, choices=(1, 2), default=1, help="the golden format to record (default: 1)")
     parser.add_argument("--write-images", nargs=2, metavar=("COUNT", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.write_images:
@@ -83,9 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     peaks: dict[int, float] = {}
     for count in args.sizes:
-        runs = [record(count) for _ in range(args.repeats)]
+        runs = [record(count, args.format) for _ in range(args.repeats)]
         peaks[count] = statistics.median(mb for _, mb in runs)
-        print(f"{count:>6} images of {SIDE}x{SIDE}: peak RSS {peaks[count]:.0f} MB, {statistics.median(s for s, _ in runs):.1f} s", flush=True)
+        seconds = statistics.median(s for s, _ in runs)
+        print(f"{count:>6} images of {SIDE}x{SIDE}, format {args.format}: peak RSS {peaks[count]:.0f} MB, {seconds:.1f} s", flush=True)
     small, large = min(peaks), max(peaks)
     growth = peaks[large] - peaks[small]
     verdict = "within" if growth <= TARGET_MB else "OVER"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -178,11 +178,16 @@ def record_golden(
         if unknown:
             raise GoldenError(f"[tool.export-check.model-inputs.{unknown[0]}]: the inputs are images or .npy tensors, so the model "
                               f"has one input, named {INPUT!r}; fix the name")
-        every = first + list(decoded)
         inputs = (settings.apply_input(InputSpec(INPUT)),)
-        samples = [conform_sample({INPUT: a}, inputs, inputs_dir / item.name) for item, a in every]
-        return _write_v2(golden_dir, model, samples, inputs, [item for item, _ in every], preprocess, settings, checkpoint, arch,
-                         arch_kwargs, batch_size, calibration_split(len(every), calibration, golden_dir))
+        new_inputs: list[NewInput] = []  # their bytes (the files as read), filled as the samples stream past eager
+
+        def samples() -> Iterator[dict[str, np.ndarray]]:
+            for item, array in chain(first, decoded):
+                new_inputs.append(item)
+                yield conform_sample({INPUT: array}, inputs, inputs_dir / item.name)
+
+        return _write_v2(golden_dir, model, samples(), inputs, new_inputs, preprocess, settings, checkpoint, arch,
+                         arch_kwargs, batch_size, calibration_split(len(paths), calibration, golden_dir))
 
 
 def _decoded_inputs(paths: Sequence[Path], labels: Mapping[str, int], preprocess: Preprocess | None,
@@ -259,11 +264,14 @@ def calibration_split(samples: int, calibration: int | CalibrationSplit | None, 
 
 
 def _write_v2(
-    golden_dir: Path, model: Any, samples: Sequence[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], new_inputs: Sequence[NewInput],
+    golden_dir: Path, model: Any, samples: Iterable[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], new_inputs: Sequence[NewInput],
     preprocess: Preprocess | None, settings: SignatureSettings, checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], batch_size: int,
     calibration: CalibrationSplit,
 ) -> GoldenSet:
-    outputs, reference = run_outputs(model, samples, inputs, settings, checkpoint, batch_size)
+    from ..artifacts._heap import mapped_large_blocks
+
+    with mapped_large_blocks():  # as _record_streaming's batches
+        outputs, reference = run_outputs(model, samples, inputs, settings, checkpoint, batch_size)
     signature = Signature(inputs=inputs, outputs=outputs)
     return write_golden_v2(golden_dir, new_inputs, preprocess, signature, reference, _recording(model, batch_size, calibration),
                            _model_info(checkpoint, arch, arch_kwargs), library_versions())

@@ -319,6 +319,20 @@ def test_samples_that_inflate_on_reading_fail_verify_and_check_before_anything_r
     assert not (tmp_path / "out").exists()
 
 
+def test_golden_record_refuses_an_input_sample_that_inflates(tmp_path: Path, capfd) -> None:
+    checkpoint = save_state(seeded(_token_bag()), tmp_path / "tokens.pth")
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    np.savez(folder / "a.npz", ids=np.arange(6, dtype=np.int64))
+    (folder / "b.npz").write_bytes(npz(compressed=True, ids=np.zeros(10 << 20, np.int64)))
+    with deadline(60):
+        code, _, err = run(capfd, "golden", "record", checkpoint, "--arch", f"{FAULTS}:TokenBag", "--inputs", folder, "--golden",
+                           tmp_path / "golden")
+    assert code == 2
+    one_line(err, str(folder / "b.npz"), f"over the {SAMPLE_MAX_BYTES:,} bytes one sample may hold")
+    assert not (tmp_path / "golden" / MANIFEST).exists()
+
+
 def test_a_member_that_decompresses_past_its_declared_size_is_refused(tmp_path: Path, capfd) -> None:
     """A zip header declaring 48 bytes in front of a member that inflates to 8 MB: reading stops at the declared size + 1."""
     checkpoint, golden, files = _record_tokens(tmp_path, capfd)
