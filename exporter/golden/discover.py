@@ -190,13 +190,13 @@ def run_outputs(
     """
     runner = EagerRunner(model, Signature(inputs=inputs, outputs=()))
     runs: list[tuple[int, int, dict[str, tuple[int, ...]], dict[str, np.ndarray]]] = []  # (start, n, input shapes, outputs)
-    first: Mapping[str, np.ndarray] | None = None
+    first_sample: Mapping[str, np.ndarray] | None = None
 
     def kept_first(stream: Iterable[Mapping[str, np.ndarray]]) -> Iterator[Mapping[str, np.ndarray]]:
-        nonlocal first
+        nonlocal first_sample
         for sample in stream:
-            if first is None:
-                first = sample
+            if first_sample is None:
+                first_sample = sample
             yield sample
 
     for start, feeds in stack_batches(kept_first(samples), inputs, batch_size):
@@ -206,13 +206,13 @@ def run_outputs(
             raise GoldenError(f"{checkpoint}: the model returns outputs {', '.join(out)} on samples {start}.., but {', '.join(runs[0][3])} "
                               "on the first; export-check records one output structure")
         runs.append((start, n, {name: tuple(array.shape) for name, array in feeds.items()}, out))
-    if first is None:
+    if first_sample is None:
         raise GoldenError(f"{checkpoint}: no samples to record")
     sizes = {n for _, n, _, _ in runs}
     probes = []
     if len(sizes) < 2:
         k = 1 if 1 not in sizes else 2
-        out = _infer(runner, stack_samples([first] * k, inputs), checkpoint, 0, k)
+        out = _infer(runner, stack_samples([first_sample] * k, inputs), checkpoint, 0, k)
         if list(out) != list(runs[0][3]):
             raise GoldenError(f"{checkpoint}: the model returns outputs {', '.join(out)} on a batch of {k}, but {', '.join(runs[0][3])} "
                               f"on a batch of {runs[0][1]}; export-check records one output structure")
