@@ -85,3 +85,16 @@ class TokenBag(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.head(self.embed(ids).mean(1))
+
+
+class BakedBatchSize(nn.Module):
+    """Flattens with ``int(x.shape[0])``: a Python int, so ``torch.jit.trace`` bakes the example's batch
+    size into the artifact, which then raises on a batch of any other size; eager takes any size."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2))
+        self.head = nn.Linear(16, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).reshape(int(x.shape[0]), 16))

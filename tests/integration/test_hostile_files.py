@@ -430,6 +430,27 @@ def test_a_dict_returning_model_against_a_single_output_golden_set_is_one_line(t
     assert "errors=\"1\"" in (tmp_path / "report.xml").read_text()
 
 
+def test_an_artifact_that_raises_on_the_golden_inputs_is_that_rows_error(tmp_path: Path, digit_images: Path, capfd) -> None:
+    """The trace bakes the example's batch size (16) in; the set's last batch holds 8 (24 = 16 + 8): the
+    artifact raises there, eager does not. That row fails, its reason naming the inputs and the exception;
+    the run goes on (exit 1, not 2) and writes its reports."""
+    import fault_arches
+
+    checkpoint = save_state(seeded(fault_arches.BakedBatchSize), tmp_path / "baked.pth")
+    arch = f"{FAULTS}:BakedBatchSize"
+    code, _, err = run(capfd, "golden", "record", checkpoint, "--arch", arch, "--inputs", digit_images, "--golden", tmp_path / "golden",
+                       "--size", "32", "--mode", "RGB")
+    assert code == 0, err
+    code, out, err = run(capfd, *check_argv(tmp_path, "--junit", tmp_path / "report.xml", checkpoint=checkpoint, arch=arch,
+                                            golden=tmp_path / "golden"))
+    assert code == 1 and "Traceback" not in err
+    doc = json.loads((tmp_path / "report.json").read_text())
+    rows = {r["name"]: r for r in doc["rows"]}
+    assert rows["eager"]["status"] == "pass" and rows["torchscript-trace"]["status"] == "fail"
+    assert rows["torchscript-trace"]["reasons"][0].startswith("running failed at inputs 16..23: RuntimeError: shape '[16, 16]' is invalid")
+    assert "failures=\"1\"" in (tmp_path / "report.xml").read_text()
+
+
 # --- outputs never lost or judged on nothing (item 5) ------------------------------------------------
 
 
