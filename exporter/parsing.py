@@ -113,9 +113,11 @@ def read_json(path: Path, limit: int, what: str, fix: str, error: type[ExportChe
 # --- TOML --------------------------------------------------------------------------------------
 
 
-def load_toml(path: Path, what: str, fix: str, error: type[ExportCheckError] = UsageError) -> dict[str, Any]:
-    """A TOML file from outside (a settings or fleet file), read within the bounds and parsed, then its
-    values checked (:func:`check_values`): one ``error`` line naming the file otherwise."""
+def load_toml(path: Path, what: str, fix: str, error: type[ExportCheckError] = UsageError, ours: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A TOML file from outside (a settings or fleet file), read within the bounds and parsed, then the
+    values of its table ``ours`` (``("tool", "export-check")`` in a ``pyproject.toml``; ``()``: the whole
+    file) checked (:func:`check_values`): one ``error`` line naming the file otherwise. Other tools'
+    tables are theirs to judge: an ``inf`` there is no reason to refuse the file."""
     text = read_text(path, TOML_MAX_BYTES, what, fix, error)
     try:
         data = tomllib.loads(text)
@@ -126,15 +128,18 @@ def load_toml(path: Path, what: str, fix: str, error: type[ExportCheckError] = U
     except ValueError as exc:  # an integer of over 4,300 digits (int()'s limit)
         what_is = "an integer of over 4,300 digits" if "digits" in str(exc) else f"a value that cannot be read ({' '.join(str(exc).split())[:100]})"
         raise error(f"{path}: holds {what_is}, outside the 64-bit range; {fix}") from None
-    check_values(data, path, fix, error)
+    checked: Any = data
+    for key in ours:
+        checked = checked.get(key) if isinstance(checked, dict) else None
+    check_values(checked, path, fix, error, ".".join(ours))
     return data
 
 
-def check_values(data: Any, shown: Path | str, fix: str, error: type[ExportCheckError] = UsageError) -> None:
+def check_values(data: Any, shown: Path | str, fix: str, error: type[ExportCheckError] = UsageError, at: str = "") -> None:
     """Every value of parsed ``data`` (walked without recursion): at most ``MAX_DEPTH`` levels deep,
-    integers within 64 bits, floats finite. A TOML file of dotted keys (``a.b.c... = 1``) nests without
+    integers within 64 bits, floats finite (``at``: the key ``data`` sits at). A TOML file of dotted keys (``a.b.c... = 1``) nests without
     the parser recursing, and a 4,000-digit integer parses: both are refused here, naming the key."""
-    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    stack: list[tuple[Any, str, int]] = [(data, at, at.count(".") + 1 if at else 0)]
     while stack:
         value, key, depth = stack.pop()
         where = f" at {key[:80]}" if key else ""

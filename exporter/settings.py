@@ -57,7 +57,8 @@ def anchor_arch(spec: str, base: Path) -> tuple[str, Path]:
 def _read_toml(path: Path) -> dict[str, Any]:
     from .parsing import load_toml
 
-    return load_toml(path, "settings file", "fix the file")  # bounded: size, nesting, numbers, UTF-8, a FIFO refused
+    ours = ("tool", TABLE) if path.name == "pyproject.toml" else ()  # other tools' tables are theirs to judge
+    return load_toml(path, "settings file", "fix the file", ours=ours)  # bounded: size, nesting, numbers, UTF-8, a FIFO refused
 
 
 def _from_file(path: Path) -> dict[str, Any] | None:

@@ -123,6 +123,20 @@ def test_a_hostile_fleet_file_is_one_line_before_any_model_runs(case: str, tmp_p
     assert not (tmp_path / "out").exists()
 
 
+def test_other_tools_tables_in_pyproject_are_theirs_to_judge(tmp_path: Path) -> None:
+    """Only [tool.export-check] is held to the bounds on values: an inf, a 100-bit integer or deep dotted keys in
+    another tool's table do not make export-check refuse the file."""
+    from export_check.settings import find_settings
+
+    path = tmp_path / "pyproject.toml"
+    path.write_text("[tool.other]\nlimit = inf\nbig = 999999999999999999999999999999\n" + ".".join(["a"] * 100) + " = 1\n"
+                    "[tool.export-check]\nbatch-size = 8\n")
+    assert find_settings(None, path)["batch_size"] == 8
+    path.write_text("[tool.other]\nlimit = 1\n[tool.export-check]\nbatch-size = 8\narch-kwargs = { scale = inf }\n")
+    with pytest.raises(UsageError, match="the number at tool.export-check.arch-kwargs.scale is inf"):
+        find_settings(None, path)
+
+
 @pytest.mark.parametrize("flag", ["--config", "--fleet"])
 def test_a_fifo_as_settings_or_fleet_file_is_refused_without_waiting(flag: str, tmp_path: Path, capfd) -> None:
     fifo = tmp_path / "settings.toml"
