@@ -327,7 +327,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 def _cache_command(args: argparse.Namespace) -> int:
     from .cache import prune as cache
-    from .config import default_cache_dir
+    from .config import check_cache_gb, default_cache_dir
     from .options import OPTION, coerce
     from .settings import find_settings
 
@@ -350,7 +350,7 @@ def _cache_command(args: argparse.Namespace) -> int:
     if args.cache_command == "clear":
         limit: int | None = 0
     else:
-        gb = configured if args.max_size is None else coerce(args.max_size, "float", None, "--max-size")
+        gb = configured if args.max_size is None else check_cache_gb(coerce(args.max_size, "float", None, "--max-size"), "--max-size")
         limit = cache.parse_gb(gb)
     pruned = cache.prune(root, limit, wait=60.0)
     if pruned is None:

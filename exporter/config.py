@@ -58,6 +58,22 @@ def _positive_finite(name: str, value: float) -> None:
         raise UsageError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
+CACHE_MAX_GB = 1e9  # an exabyte: a bound no disk reaches, so that the size in bytes is always a 64-bit integer
+
+
+def check_cache_gb(value: Any, where: str) -> float:
+    """A cache size in GB (``cache-max-size``, ``cache prune --max-size``): finite, from 0 to ``CACHE_MAX_GB``.
+
+    >>> check_cache_gb(1e308, "--max-size")
+    Traceback (most recent call last):
+    export_check.errors.UsageError: --max-size must be a number of GB from 0 to 1e+09, got 1e+308
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= CACHE_MAX_GB:
+        shown = f"{value:g}" if isinstance(value, float) else repr(value)
+        raise UsageError(f"{where} must be a number of GB from 0 to {CACHE_MAX_GB:g}, got {shown}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class Gate:
     """What one row must meet: MAE at most ``max_mae`` (absolute, in the output's units) and/or at
@@ -324,6 +340,7 @@ class RunConfig:
                              f"one builds), got {self.jobs!r}")
         _positive_finite("build timeout", self.build_timeout)
         _positive_finite("diagnostics budget", self.diagnostics_budget)
+        check_cache_gb(self.cache_max_size, "cache-max-size")
         if self.fp16_optimization not in ORT_LEVEL_NAMES:
             raise UsageError(f"onnx-fp16 optimization must be one of {', '.join(ORT_LEVEL_NAMES)}, got {self.fp16_optimization!r}")
         if self.onnx_exporter not in ONNX_EXPORTERS:

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import stat
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ExportCheckError, one_line
+from .parsing import HISTORY_MAX_BYTES, load_json, read_text
 
 FORMAT = "export-check-history"
 VERSION = 1  # commit, ci_run, ci_url and each row's cached were added within version 1: older lines lack them
@@ -41,6 +43,7 @@ RUN_VARIABLES = ("GITHUB_RUN_ID", "CI_PIPELINE_ID", "BUILD_ID", "BUILD_BUILDID",
                  "BUILDKITE_BUILD_ID", "TRAVIS_BUILD_ID")
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _MAX_FIELD = 200
+_MAX_NUMBER = (1 << 63) - 1  # a history value beyond this is damage, not a measurement
 
 
 class HistoryError(ExportCheckError):
@@ -175,8 +178,10 @@ def append(report: Any, path: Path, origin: Provenance | None = None) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(f"{path}.lock"):
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
             try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: the line would go nowhere, or block
+                    raise HistoryError(f"{path}: is not a regular file; choose a --history path of a file")
                 if os.fstat(fd).st_size and not _ends_with_newline(fd):
                     line = b"\n" + line  # a killed writer left a partial last line: keep ours on a line of its own
                 os.write(fd, line)
@@ -199,19 +204,17 @@ def _need(cond: bool, where: str, what: str) -> None:
 
 def _opt_float(data: dict[str, Any], key: str, where: str) -> float | None:
     value = data.get(key)
-    _need(value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)), where, f"{key} must be a number or null")
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    _need(value is None or (is_number and math.isfinite(value) and abs(value) <= _MAX_NUMBER), where,
+          f"{key} must be a finite number or null")
     return None if value is None else float(value)
 
 
 def parse_line(text: str, source: str, lineno: int) -> HistoryRun:
     """Parse one history line; every problem names the file and the line."""
     where = f"{source}:{lineno}"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise HistoryError(
-            f"{where}: not valid JSON ({exc.msg}); fix or delete that line (each line is one run written by --history)"
-        ) from None
+    # bounded: nesting, integer digits, finite numbers (a damaged line is one error naming it, never a traceback)
+    data = load_json(text, where, "fix or delete that line (each line is one run written by --history)", HistoryError)
     _need(isinstance(data, dict), where, "a line must be a JSON object")
     _need(data.get("format") == FORMAT, where, f"format is {data.get('format')!r}, expected {FORMAT!r}")
     version = data.get("version")
@@ -223,8 +226,8 @@ def parse_line(text: str, source: str, lineno: int) -> HistoryRun:
         is_row = isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("status", ""), str)
         _need(is_row, where, f"rows[{i}] must be an object with a name")
         size = r.get("size_bytes")
-        is_size = size is None or (isinstance(size, int) and not isinstance(size, bool))
-        _need(is_size, where, f"rows[{i}].size_bytes must be an integer or null")
+        is_size = size is None or (isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= _MAX_NUMBER)
+        _need(is_size, where, f"rows[{i}].size_bytes must be an integer from 0 to 2^63 or null")
         cached = r.get("cached", False)
         _need(isinstance(cached, bool), where, f"rows[{i}].cached must be true or false")
         rows.append(HistoryRow(
@@ -247,14 +250,10 @@ def parse_line(text: str, source: str, lineno: int) -> HistoryRun:
 
 
 def load(path: Path) -> list[HistoryRun]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise HistoryError(f"{path}: history file not found; write one with `export-check CHECKPOINT --history {path}`") from None
-    except IsADirectoryError:
-        raise HistoryError(f"{path}: is a directory; pass the history file written by --history") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise HistoryError(f"{path}: cannot read the history file ({getattr(exc, 'strerror', None) or exc}); check the path") from None
+    if not path.exists():
+        raise HistoryError(f"{path}: history file not found; write one with `export-check CHECKPOINT --history {path}`")
+    # a regular file (a FIFO or device refused, never waited on), at most HISTORY_MAX_BYTES, UTF-8
+    text = read_text(path, HISTORY_MAX_BYTES, "history file", "pass the history file written by --history", HistoryError)
     return [parse_line(line, str(path), n) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
 
 

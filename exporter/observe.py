@@ -43,6 +43,28 @@ from .model import EagerRunner
 from .versions import kernel_choices
 
 
+def eager_failure(config: RunConfig, golden: GoldenSet, start: int, feeds: dict[str, np.ndarray], exc: BaseException,
+                  infer: Any) -> ArchitectureError:
+    """The run's one-line error when eager raises on the golden batch at ``start`` (``feeds``), or returns
+    outputs the golden set does not have: the input file and the exception. The batch's samples are run
+    one at a time to name the first that fails alone; when none does, the line names the batch."""
+    count = length(feeds, golden.signature)
+    items = golden.inputs[start : start + count]
+    fix = "check that --arch and the golden set's preprocessing match the model, or re-record the golden set"
+    if isinstance(exc, ArtifactError):  # the outputs do not fit the golden set: every input would say so
+        return ArchitectureError(f"{config.checkpoint}: {exc} (on the golden input {golden.root / items[0].file}); the golden set holds "
+                                 f"outputs {', '.join(golden.signature.output_names)}: check --arch, or re-record the golden set")
+    for offset, item in enumerate(items if count > 1 else ()):
+        one = {spec.name: np.take(feeds[spec.name], [offset], axis=spec.batch_axis) for spec in golden.signature.inputs}
+        try:
+            infer(one)
+        except Exception as alone:  # any exception of the user's model: its message is the line
+            return ArchitectureError(f"{config.checkpoint}: the eager model fails on the golden input {golden.root / item.file} "
+                                     f"({describe_exception(alone)}); {fix}")
+    shown = golden.root / items[0].file if count == 1 else f"{golden.root / items[0].file} .. {items[-1].file} (a batch of {count})"
+    return ArchitectureError(f"{config.checkpoint}: the eager model fails on the golden input {shown} ({describe_exception(exc)}); {fix}")
+
+
 class Replay:
     """Replays the golden set through runners, batch by batch, accumulating each row's errors
     against eager per compared output, and what the diagnostics reuse (``trace``)."""
@@ -103,10 +125,7 @@ class Replay:
                 held = (self.eager_runner.infer(feeds), time.perf_counter() - began)
             eager = self._compared(held[0], EagerRunner.name)
         except Exception as exc:
-            raise ArchitectureError(
-                f"{self.config.checkpoint}: the eager model fails on the golden inputs ({describe_exception(exc)}); "
-                "check that --arch and the golden set's preprocessing match the model"
-            ) from None
+            raise eager_failure(self.config, self.golden, start, feeds, exc, self.eager_runner.infer) from None
         if record:
             n = length(feeds, self.signature)
             primary = logits_of(eager, EagerRunner.name)

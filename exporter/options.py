@@ -27,7 +27,7 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, default_cache_dir
+from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, check_cache_gb, default_cache_dir
 from .errors import UsageError
 from .paths import NUL_REFUSAL
 from .pinned import ORT_LEVEL_NAMES
@@ -178,12 +178,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("no-cache", "no_cache", "switch", "build and replay everything; neither read nor write the artifact cache", (CHECK,)),
     # the cache's bound and `export-check cache info|prune|clear` (exporter/cache/prune.py)
     Option("cache-max-size", "cache_max_size", "float", "keep the artifact cache under this many GB (10^9 bytes): after a run stores, "
-           "the least recently used entries no run is using are evicted (default: {default}; 0: no limit)", (CHECK,),
-           default=_run_default("cache_max_size"), metavar="GB", settings=True, field="cache_max_size"),
+           "the least recently used entries no run is using are evicted (default: {default}; 0: no limit; at most 1e9)", (CHECK,),
+           default=_run_default("cache_max_size"), metavar="GB", settings=True, field="cache_max_size",
+           check=lambda value, source: check_cache_gb(value, f"{source}: cache-max-size")),
     Option("cache-dir", "cache_dir", "path", "the artifact cache (default: cache-dir in [tool.export-check] of ./pyproject.toml, else "
            "$XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR), metavar="DIR"),
     Option("max-size", "max_size", "float", "evict least recently used entries until the cache holds at most this many GB "
-           "(default: cache-max-size in [tool.export-check] of ./pyproject.toml, else 5; 0: every entry not in use)", (CACHE_PRUNE,),
+           "(default: cache-max-size in [tool.export-check] of ./pyproject.toml, else 5; 0: every entry not in use; at most 1e9)", (CACHE_PRUNE,),
            metavar="GB"),
     Option("jobs", "jobs", "jobs", "2: replay each artifact while the next ones build, and diagnose it while the next one replays, on the "
            "other core; 1: one artifact at a time (default: 2 when the process may use 2 or more cores)", (CHECK,),

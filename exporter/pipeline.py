@@ -32,11 +32,11 @@ from .build.builds import Builds
 from .cache.store import CacheUnavailable, cached_observations, open_cache, store_observations
 from .config import RunConfig
 from .diagnostics.run import PendingSelfCheck
-from .errors import ExportCheckError, UsageError
+from .errors import ExportCheckError, GoldenError, UsageError
 from .feeds import length
 from .files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .golden.batches import GoldenBatches
-from .golden.manifest import GoldenSet, load_golden
+from .golden.manifest import MANIFEST, GoldenSet, load_golden
 from .judge import judge_rows
 from .measurements import Observation
 from .model import EagerRunner, load_model, pinned_threads
@@ -67,6 +67,12 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     checked = config.signature_settings.at_check(golden.signature)
     if checked != golden.signature:  # a setting changes an output's kind or leaves it out of the comparison
         golden = dataclasses.replace(golden, signature=checked)
+    empty = golden.empty_outputs()
+    if empty:  # "top-1 100 %" over zero values is no verdict
+        name, shape = empty[0]
+        raise GoldenError(f"{config.golden / MANIFEST}: output {name} holds no values (shape {shape} per sample): a comparison over nothing "
+                          f"would pass; re-record the golden set from a model whose output has values, or set compare = false in "
+                          f"[tool.export-check.outputs.{name}]")
     # the approved outputs read and checked now, so a damaged set fails before any export
     golden.reference() if golden.signature is SINGLE else golden.reference_samples()
     out_dir = prepare_out_dir(config.out_dir)
@@ -108,7 +114,10 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         progress("running the eager model on the first batch (does it reproduce itself?)")
         began = time.perf_counter()
         # eager first, before anything is built; its second call on the first batch is the eager pass's
-        pending_check = PendingSelfCheck(model, batches.first, signature)
+        try:
+            pending_check = PendingSelfCheck(model, batches.first, signature)
+        except Exception as exc:  # the model cannot take the golden inputs: the run's one-line error, naming the input
+            raise observe.eager_failure(config, golden, 0, batches.first, exc, EagerRunner(model, signature).infer) from None
         parts = {"load_model/eager_self_check": time.perf_counter() - began}  # parts of load_model, for the benchmarks
         first = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batches.first.items()}
         ctx = BuildContext(

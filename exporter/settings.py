@@ -21,7 +21,6 @@ is refused with one line unless ``--arch`` is given.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,13 +64,10 @@ def anchor_arch(spec: str, base: Path) -> tuple[str, Path]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc}); fix the file") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc}); check its permissions") from None
+    from .parsing import load_toml
+
+    ours = ("tool", TABLE) if path.name == "pyproject.toml" else ()  # other tools' tables are theirs to judge
+    return load_toml(path, "settings file", "fix the file", ours=ours)  # bounded: size, nesting, numbers, UTF-8, a FIFO refused
 
 
 def _from_file(path: Path) -> dict[str, Any] | None:
@@ -121,7 +117,7 @@ def find_settings(checkpoint: Path | None = None, explicit: Path | None = None, 
     of several), then from ``start`` up to the project root. A checkpoint outside the project gives its folder no say. The result's
     ``_files`` names the file read (none: ``()``), ``_project`` the project its code must lie in."""
     if explicit is not None:
-        if not explicit.is_file():
+        if not explicit.exists():  # a FIFO or a device exists: reading it refuses it, without waiting
             raise UsageError(f"{explicit}: settings file not found; fix --config")
         found = _from_file(explicit)
         if found is None:

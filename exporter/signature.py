@@ -101,10 +101,14 @@ def flatten_outputs(out: Any, prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else key
-        if isinstance(value, (Mapping, tuple, list)):
-            flat.update(flatten_outputs(value, name))
-        else:
-            flat[name] = value
+        leaves = flatten_outputs(value, name) if isinstance(value, (Mapping, tuple, list)) else {name: value}
+        clash = next((n for n in leaves if n in flat), None)
+        if clash is not None:  # {"a.b": x, "a": {"b": y}}: one of them would be lost, never compared
+            from .errors import ArtifactError
+
+            raise ArtifactError(f"returned two outputs that are both named {clash!r} once nested keys are joined with dots (a key "
+                                "holding a dot, or a number key beside a position); rename one, so that every output is recorded and compared")
+        flat.update(leaves)
     return flat
 
 

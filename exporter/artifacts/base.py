@@ -156,7 +156,10 @@ def output_arrays(out: object, what: str, bare: str = "output") -> dict[str, np.
 
     from ..signature import flatten_outputs
 
-    flat = flatten_outputs(out)
+    try:
+        flat = flatten_outputs(out)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{what} {exc}") from None
     named: dict[str, np.ndarray] = {}
     for name, leaf in flat.items():
         value = _array(leaf)

@@ -10,7 +10,6 @@ passes silently).
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,19 +25,13 @@ FLEET_SCHEMA, MODEL_SCHEMA = "export-check-fleet-report", "export-check-report"
 
 
 def _read(path: Path, key: Callable[[], CacheKey]) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_REPORT_BYTES + 1)
-        if len(raw) > MAX_REPORT_BYTES:
-            raise UsageError(f"{path}: more than {MAX_REPORT_BYTES >> 20} MB, larger than any report export-check writes; "
-                             "pass the files written by --json")
-        data = json.loads(verified(path, raw, key).decode("utf-8"))  # the seal is checked before any JSON is parsed
-    except FileNotFoundError:
-        raise UsageError(f"{path}: report not found; pass the JSON files written by export-check --json") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; pass the JSON files written by export-check --json") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError; so is a NUL in the path
-        raise UsageError(f"{path}: not a JSON report of export-check ({type(exc).__name__}); pass the files written by --json") from None
+    from ..parsing import load_json, read_text
+
+    fix = "pass the JSON files written by export-check --json"
+    # bounded: a regular file (a FIFO refused), its size, UTF-8; then the seal, checked on the bytes before any
+    # JSON is parsed; then the JSON within the bounds (nesting, numbers)
+    text = read_text(path, MAX_REPORT_BYTES, "report", fix)
+    data = load_json(verified(path, text.encode("utf-8"), key).decode("utf-8"), path, fix)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in (FLEET_SCHEMA, MODEL_SCHEMA):
         raise UsageError(f"{path}: not a JSON report of export-check (no schema {FLEET_SCHEMA!r} or {MODEL_SCHEMA!r}); "

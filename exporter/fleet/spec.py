@@ -18,7 +18,6 @@ import hashlib
 import math
 import os
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,17 +141,11 @@ def _model(name: str, table: Any, defaults: Mapping[str, Any], base: Path, sourc
 
 def parse_fleet(path: Path) -> Fleet:
     """Read and check a fleet file; every problem is one line naming the file, the model and the key."""
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: fleet file not found; fix --fleet") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; --fleet takes a TOML file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: not valid TOML ({exc}); fix the fleet file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise UsageError(f"{str(path)!r}: cannot read the fleet file ({exc}); check it") from None
+    from ..parsing import load_toml
+
+    if "\x00" in str(path):
+        raise UsageError(f"{str(path)!r}: cannot read the fleet file (a file name holds no NUL byte); fix --fleet")
+    data = load_toml(path, "fleet file", "fix --fleet or the fleet file")  # bounded: size, nesting, numbers, UTF-8, a FIFO refused
     source, base = str(path), path.resolve().parent
     unknown = [k for k in data if k not in ("defaults", "models")]
     if unknown:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -174,31 +174,45 @@ def _infer(runner: EagerRunner, feeds: Mapping[str, np.ndarray], checkpoint: Pat
 
 
 def run_outputs(
-    model: Any, samples: Sequence[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], settings: SignatureSettings,
+    model: Any, samples: Iterable[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], settings: SignatureSettings,
     checkpoint: Path, batch_size: int, existing: Signature | None = None,
 ) -> tuple[tuple[OutputSpec, ...], dict[str, list[np.ndarray]]]:
     """Eager over ``samples`` (conformed to ``inputs``) in the replay's batches: the outputs' specs
     (``existing``'s where it has the output, else the default kind; the settings over either) and
     every sample's output without its batch axis.
 
+    ``samples`` may be a generator: each batch is dropped once eager has run on it (only its input
+    shapes are kept), so memory holds the outputs, not every decoded input.
+
     Each output's batch axis must hold the batch on every run; so that a fixed axis that happens to
     equal the batch size cannot pass, at least two batch sizes are run (the first sample alone, or
     twice, when the batches have one size).
     """
     runner = EagerRunner(model, Signature(inputs=inputs, outputs=()))
-    runs: list[tuple[int, int, dict[str, np.ndarray], dict[str, np.ndarray]]] = []  # (start, n, feeds, outputs)
-    for start, feeds in stack_batches(samples, inputs, batch_size):
+    runs: list[tuple[int, int, dict[str, tuple[int, ...]], dict[str, np.ndarray]]] = []  # (start, n, input shapes, outputs)
+    first_sample: Mapping[str, np.ndarray] | None = None
+
+    def kept_first(stream: Iterable[Mapping[str, np.ndarray]]) -> Iterator[Mapping[str, np.ndarray]]:
+        nonlocal first_sample
+        for sample in stream:
+            if first_sample is None:
+                first_sample = sample
+            yield sample
+
+    for start, feeds in stack_batches(kept_first(samples), inputs, batch_size):
         n = feeds_length(feeds, Signature(inputs=inputs, outputs=()))
         out = _infer(runner, feeds, checkpoint, start, n)
         if runs and list(out) != list(runs[0][3]):
             raise GoldenError(f"{checkpoint}: the model returns outputs {', '.join(out)} on samples {start}.., but {', '.join(runs[0][3])} "
                               "on the first; export-check records one output structure")
-        runs.append((start, n, feeds, out))
+        runs.append((start, n, {name: tuple(array.shape) for name, array in feeds.items()}, out))
+    if first_sample is None:
+        raise GoldenError(f"{checkpoint}: no samples to record")
     sizes = {n for _, n, _, _ in runs}
     probes = []
     if len(sizes) < 2:
         k = 1 if 1 not in sizes else 2
-        out = _infer(runner, stack_samples([samples[0]] * k, inputs), checkpoint, 0, k)
+        out = _infer(runner, stack_samples([first_sample] * k, inputs), checkpoint, 0, k)
         if list(out) != list(runs[0][3]):
             raise GoldenError(f"{checkpoint}: the model returns outputs {', '.join(out)} on a batch of {k}, but {', '.join(runs[0][3])} "
                               f"on a batch of {runs[0][1]}; export-check records one output structure")
@@ -246,12 +260,15 @@ def run_outputs(
                 raise GoldenError(f"{checkpoint}: the model produced {bad} NaN/Inf values in output {name}; "
                                   "refusing to record them as the reference")
             values.extend(np.ascontiguousarray(np.take(array, j, axis=spec.batch_axis)) for j in range(n))
+        if spec.compared and not any(v.size for v in values):
+            raise GoldenError(f"{checkpoint}: output {name} has no values (shape {tuple(first.shape)}): a comparison over nothing "
+                              f"would pass; return an output with values, or set compare = false in [tool.export-check.outputs.{name}]")
         specs.append(spec)
         reference[name] = values
     return tuple(specs), reference
 
 
-def _dynamic_axes(name: str, batch_axis: int, runs: Sequence[tuple[int, int, Mapping[str, np.ndarray], Mapping[str, np.ndarray]]],
+def _dynamic_axes(name: str, batch_axis: int, runs: Sequence[tuple[int, int, Mapping[str, tuple[int, ...]], Mapping[str, np.ndarray]]],
                   inputs: Sequence[InputSpec]) -> tuple[tuple[int, str], ...]:
     """The output's axes (but the batch) whose size changes between batches; an axis that changes in
     step with an input's dynamic axis takes that axis's symbol."""
@@ -259,7 +276,7 @@ def _dynamic_axes(name: str, batch_axis: int, runs: Sequence[tuple[int, int, Map
     steps: dict[str, list[int]] = {}  # an input's dynamic axis -> its size per run
     for spec in inputs:
         for axis, symbol in spec.dynamic_axes:
-            steps.setdefault(symbol, [f[spec.name].shape[axis] if f[spec.name].ndim > axis else -1 for _, _, f, _ in runs])
+            steps.setdefault(symbol, [f[spec.name][axis] if len(f[spec.name]) > axis else -1 for _, _, f, _ in runs])
     out = []
     for axis in range(ndim):
         if axis == batch_axis:

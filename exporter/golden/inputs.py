@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GoldenError, UsageError
-from .reading import load_npy, load_npz
+from .reading import SAMPLE_MAX_BYTES, check_sample_size, load_npy, load_npz
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 TENSOR_SUFFIX = ".npy"
@@ -228,6 +228,7 @@ def preprocess_file(path: Path, spec: Preprocess) -> np.ndarray:
 def decode_input(data: bytes, name: str, preprocess: Preprocess | None, shown: Path) -> np.ndarray:
     """Decode one golden input (untrusted bytes) into the model's input, or raise a one-line GoldenError."""
     if name.lower().endswith(TENSOR_SUFFIX):
+        check_sample_size(len(data), shown, "holds")  # an .npy file is its array, uncompressed
         array = load_npy(data, shown, "tensor")  # header checked before anything is allocated
         if array.dtype.kind not in "iuf":  # no bool, complex, strings
             what = getattr(array, "dtype", type(array).__name__)
@@ -258,11 +259,11 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
 
 
-def read_npz(data: bytes, shown: Path, what: str = "sample") -> dict[str, np.ndarray]:
+def read_npz(data: bytes, shown: Path, what: str = "sample", budget: int = SAMPLE_MAX_BYTES) -> dict[str, np.ndarray]:
     """Every array of an ``.npz`` archive (untrusted bytes), in the archive's order, loaded without
     pickles; anything else (a pickle, an object array, a plain ``.npy``, a damaged zip) is a one-line
     GoldenError naming ``shown``."""
-    return load_npz(data, shown, what)
+    return load_npz(data, shown, what, budget)
 
 
 def read_safetensors(data: bytes, shown: Path) -> dict[str, np.ndarray]:
@@ -270,6 +271,7 @@ def read_safetensors(data: bytes, shown: Path) -> dict[str, np.ndarray]:
         from safetensors.numpy import load
     except ImportError:
         raise GoldenError(f"{shown}: reading .safetensors samples needs the safetensors package: pip install safetensors") from None
+    check_sample_size(len(data), shown, "holds")  # a .safetensors file is its arrays, uncompressed
     try:
         return dict(load(data))
     except Exception as exc:  # SafetensorError, or anything a crafted header provokes
@@ -315,6 +317,8 @@ def conform_sample(arrays: dict[str, np.ndarray], inputs: Any, shown: Path) -> d
             array = cast
         if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
             raise GoldenError(f"{shown}: input {spec.name!r} holds NaN or Inf values; replace it or re-record")
+        if array.size == 0:  # nothing to run the model on (a 0-d array holds one value: it is up to the model)
+            raise GoldenError(f"{shown}: input {spec.name!r} holds no values (shape {tuple(array.shape)}); replace it or re-record")
         if spec.batch_axis > array.ndim:
             raise GoldenError(f"{shown}: input {spec.name!r} has shape {tuple(array.shape)} without its batch axis, so its batch "
                               f"axis can be 0..{array.ndim}, not {spec.batch_axis}; fix the file or re-record")

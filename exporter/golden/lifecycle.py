@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -178,11 +178,16 @@ def record_golden(
         if unknown:
             raise GoldenError(f"[tool.export-check.model-inputs.{unknown[0]}]: the inputs are images or .npy tensors, so the model "
                               f"has one input, named {INPUT!r}; fix the name")
-        every = first + list(decoded)
         inputs = (settings.apply_input(InputSpec(INPUT)),)
-        samples = [conform_sample({INPUT: a}, inputs, inputs_dir / item.name) for item, a in every]
-        return _write_v2(golden_dir, model, samples, inputs, [item for item, _ in every], preprocess, settings, checkpoint, arch,
-                         arch_kwargs, batch_size, calibration_split(len(every), calibration, golden_dir))
+        new_inputs: list[NewInput] = []  # their bytes (the files as read), filled as the samples stream past eager
+
+        def samples() -> Iterator[dict[str, np.ndarray]]:
+            for item, array in chain(first, decoded):
+                new_inputs.append(item)
+                yield conform_sample({INPUT: array}, inputs, inputs_dir / item.name)
+
+        return _write_v2(golden_dir, model, samples(), inputs, new_inputs, preprocess, settings, checkpoint, arch,
+                         arch_kwargs, batch_size, calibration_split(len(paths), calibration, golden_dir))
 
 
 def _decoded_inputs(paths: Sequence[Path], labels: Mapping[str, int], preprocess: Preprocess | None,
@@ -206,8 +211,13 @@ def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, 
                       rest: Iterator[tuple[NewInput, np.ndarray]], preprocess: Preprocess | None, batch_size: int,
                       info: dict[str, Any], calibration: int | CalibrationSplit | None) -> GoldenSet:
     """Format 1, a batch at a time: store the batch's inputs, keep its logits, read the next batch."""
+    from ..artifacts._heap import mapped_large_blocks
+
     rows = []
-    with writing(golden_dir) as writer:
+    # Each batch's large blocks (decoded images, the batch, activations) mapped apart from the heap:
+    # without this the heap grew with the number of inputs (+483 MB for 2,048 images of 224x224 over
+    # 32; now +33 MB; benchmarks/record_memory.py, artifacts/_heap.py).
+    with writing(golden_dir) as writer, mapped_large_blocks():
         chunk = first
         while chunk:
             for item, _ in chunk:
@@ -215,6 +225,9 @@ def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, 
             rows.append(_rows_of(model, np.stack([array for _, array in chunk])))
             chunk = list(islice(rest, batch_size))
         reference = np.concatenate(rows)
+        if reference.size == 0:
+            raise GoldenError(f"{info['checkpoint']}: the model's output has no values (shape {reference.shape}): a comparison over "
+                              "nothing would pass; return logits with values")
         finite_or_raise(reference, str(info["checkpoint"]))
         split = calibration_split(len(reference), calibration, golden_dir)
         return writer.commit_v1(preprocess, reference, _recording(model, batch_size, split), info, library_versions())
@@ -251,11 +264,14 @@ def calibration_split(samples: int, calibration: int | CalibrationSplit | None, 
 
 
 def _write_v2(
-    golden_dir: Path, model: Any, samples: Sequence[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], new_inputs: Sequence[NewInput],
+    golden_dir: Path, model: Any, samples: Iterable[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], new_inputs: Sequence[NewInput],
     preprocess: Preprocess | None, settings: SignatureSettings, checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], batch_size: int,
     calibration: CalibrationSplit,
 ) -> GoldenSet:
-    outputs, reference = run_outputs(model, samples, inputs, settings, checkpoint, batch_size)
+    from ..artifacts._heap import mapped_large_blocks
+
+    with mapped_large_blocks():  # as _record_streaming's batches
+        outputs, reference = run_outputs(model, samples, inputs, settings, checkpoint, batch_size)
     signature = Signature(inputs=inputs, outputs=outputs)
     return write_golden_v2(golden_dir, new_inputs, preprocess, signature, reference, _recording(model, batch_size, calibration),
                            _model_info(checkpoint, arch, arch_kwargs), library_versions())

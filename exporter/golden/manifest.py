@@ -50,7 +50,19 @@ from .inputs import (
     read_npz,
     read_sample,
 )
-from .reading import FILE_MAX_BYTES, MANIFEST_MAX_BYTES, lfs_pointer, load_json, load_npy, npy_header, read_beneath
+from .reading import (
+    ARRAY_MAX_BYTES,
+    FILE_MAX_BYTES,
+    GOLDEN_MAX_BYTES,
+    MANIFEST_MAX_BYTES,
+    check_sample_size,
+    declared_bytes,
+    lfs_pointer,
+    load_json,
+    load_npy,
+    npy_header,
+    read_beneath,
+)
 
 MANIFEST = "manifest.json"
 FORMAT = "export-check-golden"
@@ -243,7 +255,7 @@ class GoldenSet:
 
     def _read_reference_v2(self) -> dict[str, list[np.ndarray]]:
         path = self.root / self.reference_file
-        arrays = read_npz(_read_verified(self.root, self.reference_file, self.reference_sha256), path, "reference")
+        arrays = read_npz(_read_verified(self.root, self.reference_file, self.reference_sha256), path, "reference", ARRAY_MAX_BYTES)
         expected = {f"{o.name}/{i}" for o in self.signature.outputs for i in range(len(self))}
         extra = sorted(set(arrays) - expected)
         if extra:
@@ -282,6 +294,14 @@ class GoldenSet:
                                   f"shapes {sorted(shapes)}, which do not stack into one batch; re-record the golden set")
             out[spec.name] = np.stack(part, axis=spec.batch_axis) if part else np.zeros((0,), dtype=np.float32)
         return out
+
+    def empty_outputs(self) -> list[tuple[str, tuple[int, ...]]]:
+        """The compared outputs whose reference holds no values in any sample (``(N, 0)`` logits), each
+        with its shape: judged, they would pass on nothing."""
+        if self.version == VERSION_1:
+            return [(LOGITS, self.reference_shape[1:])] if 0 in self.reference_shape[1:] else []
+        return [(spec.name, self.reference_records[spec.name].shapes[0]) for spec in self.signature.compared_outputs()
+                if spec.name in self.reference_records and all(0 in shape for shape in self.reference_records[spec.name].shapes)]
 
     def load_input(self, item: GoldenInput) -> np.ndarray:
         """Read one input, check its hash, decode and preprocess it (format 1; format 2: the array of
@@ -565,13 +585,30 @@ def read_manifest(root: Path) -> GoldenSet:
 def load_golden(root: Path) -> GoldenSet:
     """Read the manifest and verify every file's hash before any expensive work starts."""
     golden = read_manifest(root)
+    total = 0
     for item in golden.inputs:
-        _read_verified(root, item.file, item.sha256)
+        total += _declared(root, item)
+        if total > GOLDEN_MAX_BYTES:
+            raise _over_total(total, root / item.file)
     if golden.version == VERSION_1:
         golden.reference()
     else:
         golden.reference_samples()  # every key present, as the manifest says, finite
     return golden
+
+
+def _declared(root: Path, item: GoldenInput) -> int:
+    """The decoded bytes ``item``'s file declares, the file read and hash-checked; one GoldenError
+    naming it when that is over ``SAMPLE_MAX_BYTES``."""
+    shown = root / item.file
+    size = declared_bytes(_read_verified(root, item.file, item.sha256), item.file, shown)
+    check_sample_size(size, shown)
+    return size
+
+
+def _over_total(total: int, shown: Path) -> GoldenError:
+    return GoldenError(f"{shown}: with it the samples declare {total:,} bytes of arrays once decompressed, over the {GOLDEN_MAX_BYTES:,} "
+                       "bytes a golden set may hold in all; record a smaller set")
 
 
 @dataclass(frozen=True)
@@ -602,8 +639,13 @@ def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
     except GoldenError as exc:
         return None, [Problem(MANIFEST, str(exc))]
     problems = []
+    total = 0  # the bound on the set's total is said once, of the sample that crosses it
     for item in golden.inputs:
         try:
+            size = _declared(root, item)
+            total += size
+            if total - size <= GOLDEN_MAX_BYTES < total:  # said once, of the sample that crosses it
+                raise _over_total(total, root / item.file)
             golden.load_sample(item)
         except GoldenError as exc:
             problems.append(Problem(item.file, str(exc), _classify(root, item.file, item.sha256), item.name))

@@ -9,8 +9,11 @@ Every limit a golden set is read under is here, so the docs (docs/trust-model.md
 - JSON is parsed only ``JSON_MAX_DEPTH`` levels deep, with integers of at most
   ``JSON_MAX_INT_DIGITS`` digits (Python's parser would recurse or spend quadratic time);
 - an ``.npy`` array's header is read and checked (dtype, shape, the bytes it claims against the bytes
-  there are, ``ARRAY_MAX_BYTES``) before numpy allocates anything; ``.npz`` members likewise, with the
-  archive's total held to ``ARRAY_MAX_BYTES``.
+  there are, ``ARRAY_MAX_BYTES``) before numpy allocates anything; ``.npz`` members likewise, each
+  decompressed no further than its zip header declares, with the archive's total held to
+  ``ARRAY_MAX_BYTES`` (the reference) or ``SAMPLE_MAX_BYTES`` (one sample);
+- every sample of a set together declares at most ``GOLDEN_MAX_BYTES`` decoded, summed from the
+  files' headers before any is decompressed (:func:`declared_bytes`).
 
 Every refusal is one :class:`~export_check.errors.GoldenError` line naming the file.
 """
@@ -18,7 +21,6 @@ Every refusal is one :class:`~export_check.errors.GoldenError` line naming the f
 from __future__ import annotations
 
 import io
-import json
 import re
 import zipfile
 from pathlib import Path
@@ -26,15 +28,21 @@ from typing import Any
 
 import numpy as np
 
-from .. import files
+from .. import files, parsing
 from ..errors import GoldenError
 
 MANIFEST_MAX_BYTES = 64 << 20  # a manifest of 100,000 inputs is about 25 MB
 LABELS_MAX_BYTES = 16 << 20
 FILE_MAX_BYTES = 1 << 30  # one input file or one reference file
-ARRAY_MAX_BYTES = 1 << 30  # one decoded array, or every array of one .npz, in memory
+ARRAY_MAX_BYTES = 1 << 30  # one decoded array, or every array of one .npz (the reference of every sample), in memory
+# One sample's decoded arrays (an .npz, .safetensors or .npy input): a 4-megapixel float32 RGB image is
+# 48 MB. A batch holds batch-size samples, and the model's activations are a multiple of that.
+SAMPLE_MAX_BYTES = 64 << 20
+# Every sample's decoded arrays in all, as the files' headers declare them (checked before any is
+# decompressed): 2,048 float32 RGB images of 224x224 are 1.2 GB.
+GOLDEN_MAX_BYTES = 4 << 30
 JSON_MAX_DEPTH = 32  # a manifest nests 6 levels deep
-JSON_MAX_INT_DIGITS = 24  # int64 has 19 digits
+JSON_MAX_INT_DIGITS = parsing.JSON_MAX_INT_DIGITS
 _NPY_HEADER_MAX = 10_000  # numpy's own default limit for header text
 
 
@@ -97,47 +105,11 @@ def read_user_file(path: Path, limit: int, what: str) -> bytes:
 
 # --- JSON --------------------------------------------------------------------------------------
 
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-
-
-def json_depth(text: str) -> int:
-    """How deeply ``text``'s arrays and objects nest (strings ignored), without parsing it."""
-    skeleton = _STRING.sub("", text).encode("utf-8", "surrogatepass")
-    if not skeleton:
-        return 0
-    codes = np.frombuffer(skeleton, dtype=np.uint8)
-    steps = np.isin(codes, (ord("["), ord("{"))).astype(np.int32) - np.isin(codes, (ord("]"), ord("}"))).astype(np.int32)
-    return int(np.cumsum(steps).max(initial=0))
-
-
-def _bounded_int(shown: Path, fix: str):  # -> Callable[[str], int]
-    def parse(digits: str) -> int:
-        if len(digits.lstrip("-")) > JSON_MAX_INT_DIGITS:
-            raise GoldenError(f"{shown}: holds an integer of {len(digits.lstrip('-')):,} digits (at most {JSON_MAX_INT_DIGITS} are "
-                              f"read); {fix}")
-        return int(digits)
-
-    return parse
-
-
-def _no_constant(shown: Path, fix: str):  # -> Callable[[str], Any]
-    def parse(constant: str) -> Any:
-        raise GoldenError(f"{shown}: {constant} is not valid here; {fix}")
-
-    return parse
-
 
 def load_json(text: str, shown: Path, fix: str = "restore it or re-record the golden set") -> Any:
-    """Parse untrusted JSON text with bounded depth and integer size; one GoldenError line otherwise."""
-    depth = json_depth(text)
-    if depth > JSON_MAX_DEPTH:
-        raise GoldenError(f"{shown}: nests {depth} levels deep (at most {JSON_MAX_DEPTH} are read); {fix}")
-    try:
-        return json.loads(text, parse_int=_bounded_int(shown, fix), parse_constant=_no_constant(shown, fix))
-    except json.JSONDecodeError as exc:
-        raise GoldenError(f"{shown}: not valid JSON ({exc.msg} at line {exc.lineno}); {fix}") from None
-    except (RecursionError, ValueError) as exc:  # belt and braces: the bounds above should have refused it
-        raise GoldenError(f"{shown}: not readable JSON ({type(exc).__name__}); {fix}") from None
+    """Parse untrusted JSON text with bounded depth and integer size, finite numbers only
+    (:func:`export_check.parsing.load_json`); one GoldenError line otherwise."""
+    return parsing.load_json(text, shown, fix, GoldenError, max_depth=JSON_MAX_DEPTH)
 
 
 # --- arrays ------------------------------------------------------------------------------------
@@ -191,9 +163,38 @@ def load_npy(data: bytes, shown: Path, what: str = "array") -> np.ndarray:
     return array
 
 
-def load_npz(data: bytes, shown: Path, what: str = "sample") -> dict[str, np.ndarray]:
+def declared_bytes(data: bytes, name: str, shown: Path) -> int:
+    """The decoded size a sample file's own headers declare, read without decompressing anything: an
+    ``.npz``'s members' uncompressed sizes, an ``.npy``'s array, a ``.safetensors`` file's bytes; 0 for an
+    image (bounded by its pixel count when decoded). A file that cannot be read so declares 0 here
+    and is refused, naming it, when it is decoded."""
+    lower = name.lower()
+    if lower.endswith(".npz"):
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                return sum(info.file_size for info in archive.infolist())
+        except Exception:  # not a zip: its decoding says so
+            return 0
+    if lower.endswith(".npy"):
+        try:
+            shape, dtype, _ = npy_header(data, shown)
+        except GoldenError:
+            return 0
+        return int(np.prod(shape, dtype=object)) * dtype.itemsize
+    return len(data) if lower.endswith(".safetensors") else 0
+
+
+def check_sample_size(size: int, shown: Path, declared: str = "declares") -> None:
+    """One sample's decoded size within ``SAMPLE_MAX_BYTES``, or one GoldenError line naming it."""
+    if size > SAMPLE_MAX_BYTES:
+        raise GoldenError(f"{shown}: {declared} {size:,} bytes of arrays once decompressed, over the {SAMPLE_MAX_BYTES:,} bytes one "
+                          "sample may hold; replace it or re-record")
+
+
+def load_npz(data: bytes, shown: Path, what: str = "sample", budget: int = ARRAY_MAX_BYTES) -> dict[str, np.ndarray]:
     """Every array of an ``.npz`` archive's bytes, by key (member name less ``.npy``), each member's
-    size and header checked before it is decompressed or allocated; the total held to ``ARRAY_MAX_BYTES``."""
+    declared size and header checked before it is decompressed or allocated, its decompressed size
+    held to the declared one; the total held to ``budget`` (``SAMPLE_MAX_BYTES`` for a sample)."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except Exception:
@@ -205,14 +206,18 @@ def load_npz(data: bytes, shown: Path, what: str = "sample") -> dict[str, np.nda
                 from None
         raise GoldenError(f"{shown}: not a readable .npz archive of arrays (not a zip file); replace it or re-record") from None
     arrays: dict[str, np.ndarray] = {}
-    left = ARRAY_MAX_BYTES
+    left = budget
     with archive:
+        declared = sum(info.file_size for info in archive.infolist())
+        if declared > budget:  # before anything is decompressed
+            raise GoldenError(f"{shown}: declares {declared:,} bytes of arrays once decompressed, over the {budget:,} bytes one {what} "
+                              "may hold; replace it or re-record")
         for info in archive.infolist():
             member = f"{shown}: member {info.filename!r}"
             if not info.filename.endswith(".npy"):
                 raise GoldenError(f"{member} is not an array (an .npz holds .npy members only); replace it or re-record")
             if info.file_size > left:
-                raise GoldenError(f"{member} is {info.file_size:,} bytes uncompressed, over the {ARRAY_MAX_BYTES:,}-byte memory budget "
+                raise GoldenError(f"{member} is {info.file_size:,} bytes uncompressed, over the {budget:,}-byte memory budget "
                                   "of one archive; replace it or re-record")
             try:
                 with archive.open(info) as fh:
@@ -230,6 +235,10 @@ def load_npz(data: bytes, shown: Path, what: str = "sample") -> dict[str, np.nda
 __all__ = [
     "ARRAY_MAX_BYTES",
     "FILE_MAX_BYTES",
+    "GOLDEN_MAX_BYTES",
+    "SAMPLE_MAX_BYTES",
+    "check_sample_size",
+    "declared_bytes",
     "JSON_MAX_DEPTH",
     "JSON_MAX_INT_DIGITS",
     "LABELS_MAX_BYTES",
