@@ -187,32 +187,29 @@ def _value_bounds(prefix: str, what: str) -> tuple[GateOption, ...]:
     )
 
 
+def _relative_family(name: str, label: str, max_relative_mae: float, min_top1: float, what: str = "", layers: str = "on-fail",
+                     fix_hint: str = "") -> GateFamily:
+    """A family judged relative to the output's size (int8, fp16, bf16): its relative MAE and top-1 gates, an
+    optional absolute MAE, and the bounds on every value; options named ``NAME-...``."""
+    what = what or label
+    return GateFamily(name, label, name, Gate(max_relative_mae=max_relative_mae, min_top1=min_top1),
+                      (GateOption(f"{name}-max-relative-mae", "max_relative_mae",
+                                  f"relative MAE gate of {what}: MAE over the mean |reference| of the output (default: {max_relative_mae:g})"),
+                       GateOption(f"{name}-max-mae", "max_mae", f"an absolute MAE gate of {label} as well (default: none)"),
+                       GateOption(f"{name}-min-top1", "min_top1", f"top-1 agreement gate of {label}, a fraction (default: {min_top1:g})", "F"),
+                       *_value_bounds(f"{name}-", label)),
+                      layers=layers, fix_hint=fix_hint or f"{name}-max-relative-mae / {name}-min-top1")
+
+
 GATE_FAMILIES: tuple[GateFamily, ...] = (
     GateFamily("float", "float artifacts", "float", Gate(max_mae=FLOAT_MAX_MAE),
                (GateOption("max-mae", "max_mae", "MAE gate of float artifacts and of eager vs golden (default: 1e-5)"),
                 *_value_bounds("", "float artifacts and of eager vs golden"))),
-    GateFamily("int8", "int8 artifacts", "int8", Gate(max_relative_mae=INT8_MAX_RELATIVE_MAE, min_top1=INT8_MIN_TOP1),
-               (GateOption("int8-max-relative-mae", "max_relative_mae",
-                           "relative MAE gate of int8 artifacts: MAE over the mean |reference| of the output (default: 0.05)"),
-                GateOption("int8-max-mae", "max_mae", "an absolute MAE gate of int8 artifacts as well (default: none)"),
-                GateOption("int8-min-top1", "min_top1", "top-1 agreement gate of int8 artifacts, a fraction (default: 0.98)", "F"),
-                *_value_bounds("int8-", "int8 artifacts")),
-               layers="quantization", fix_hint="int8-max-mae / int8-min-top1"),
-    GateFamily("fp16", "fp16 artifacts", "fp16", Gate(max_relative_mae=FP16_MAX_RELATIVE_MAE, min_top1=FP16_MIN_TOP1),
-               (GateOption("fp16-max-relative-mae", "max_relative_mae",
-                           "relative MAE gate of fp16 artifacts: MAE over the mean |reference| of the output (default: 0.01)"),
-                GateOption("fp16-max-mae", "max_mae", "an absolute MAE gate of fp16 artifacts as well (default: none)"),
-                GateOption("fp16-min-top1", "min_top1", "top-1 agreement gate of fp16 artifacts, a fraction (default: 0.99)", "F"),
-                *_value_bounds("fp16-", "fp16 artifacts")),
-               fix_hint="fp16-max-relative-mae / fp16-min-top1"),
+    _relative_family("int8", "int8 artifacts", INT8_MAX_RELATIVE_MAE, INT8_MIN_TOP1, layers="quantization", fix_hint="int8-max-mae / int8-min-top1"),
+    _relative_family("fp16", "fp16 artifacts", FP16_MAX_RELATIVE_MAE, FP16_MIN_TOP1),
     # A row whose runtime computed in bf16 on this CPU (precision_family): OpenVINO's default on avx512_bf16/AMX.
-    GateFamily("bf16", "bf16 artifacts", "bf16", Gate(max_relative_mae=BF16_MAX_RELATIVE_MAE, min_top1=BF16_MIN_TOP1),
-               (GateOption("bf16-max-relative-mae", "max_relative_mae",
-                           "relative MAE gate of rows computed in bf16 (OpenVINO on a CPU with avx512_bf16 or AMX; default: 0.02)"),
-                GateOption("bf16-max-mae", "max_mae", "an absolute MAE gate of bf16 rows as well (default: none)"),
-                GateOption("bf16-min-top1", "min_top1", "top-1 agreement gate of bf16 rows, a fraction (default: 0.98)", "F"),
-                *_value_bounds("bf16-", "bf16 rows")),
-               fix_hint="bf16-max-relative-mae / bf16-min-top1"),
+    _relative_family("bf16", "bf16 rows", BF16_MAX_RELATIVE_MAE, BF16_MIN_TOP1,
+                     what="rows computed in bf16 (OpenVINO on a CPU with avx512_bf16 or AMX)"),
     # Eager vs the approved reference logits: is this the approved model?
     GateFamily("eager", "eager vs golden", "eager vs golden", Gate(max_mae=FLOAT_MAX_MAE), follows="float", layers="none"),
 )

@@ -179,3 +179,20 @@ def process_gone(pid: int, wait: float = 0.0) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """Fail (instead of hanging the suite) if the body blocks for longer than ``seconds`` (SIGALRM: main thread only)."""
+    import signal
+
+    def expired(signum, frame):
+        raise AssertionError(f"still running after {seconds} s: something blocked")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

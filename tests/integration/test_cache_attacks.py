@@ -11,19 +11,16 @@ One cold run fills a cache (torchscript-trace and onnx) for the module; each tes
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,7 +30,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, deadline
 from export_check import pipeline
 from export_check.cache.sealed import NotSealed, unseal
 from export_check.cache.secret import KEY_ENV, CacheKey, load_key
@@ -165,19 +162,6 @@ def world(tmp_path: Path, primed: Path, monkeypatch: pytest.MonkeyPatch) -> Worl
     return World(tmp_path, tmp_path / "cache", key, user, tmp_path / "out", [key.read_bytes()])
 
 
-@contextlib.contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    """Fail (instead of hanging the suite) if the body blocks for longer than ``seconds``."""
-    def fire(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s: something blocked")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def row(report: dict, name: str) -> dict:

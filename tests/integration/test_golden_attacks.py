@@ -10,13 +10,10 @@ import io
 import json
 import os
 import shutil
-import signal
 import struct
 import subprocess
 import sys
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import export_check.golden.store as store
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, mounted_tmpfs, save_state
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, deadline, mounted_tmpfs, save_state
 from export_check import files
 from export_check.cli import main
 from export_check.errors import GoldenError
@@ -61,19 +58,6 @@ def snapshot(folder: Path) -> dict[str, str]:
     return out
 
 
-@contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    """Fail (instead of hanging the suite) if the block takes longer than ``seconds``."""
-    def expired(*_):
-        raise AssertionError(f"hung for over {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def linear_logits(checkpoint: Path, vectors: list[np.ndarray]) -> np.ndarray:

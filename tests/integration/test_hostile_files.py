@@ -13,10 +13,7 @@ import hashlib
 import io
 import json
 import os
-import signal
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +22,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, save_state, seeded
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, deadline, save_state, seeded
 from export_check import parsing
 from export_check.cli import main
 from export_check.errors import ArtifactError, UsageError
@@ -60,19 +57,6 @@ def error_report(path: Path, err: str) -> dict:
     return doc
 
 
-@contextmanager
-def deadline(seconds: int) -> Iterator[None]:
-    """Fail (instead of hanging the suite) if the block takes longer than ``seconds``."""
-    def expired(*_):
-        raise AssertionError(f"hung for over {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def check_argv(tmp_path: Path, *extra: object, checkpoint: Path = DEFAULT_CHECKPOINT, arch: str = DEFAULT_ARCH,
