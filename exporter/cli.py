@@ -494,7 +494,7 @@ _SUFFIXES = {"--json": (".json",), "--junit": (".xml",), "--markdown": (".md", "
 def _fresh_or_report(flag: str, path: Path, append: bool) -> bool:
     """Whether an error report may go to ``path`` of a refused command line: standard output, a FIFO or
     device, a new file named like the report (``r.json``: a word after a mistyped flag is no report
-    path), a file appended to, or one holding an earlier export-check report."""
+    path), a text file appended to, or one holding an earlier export-check report."""
     from .report.destination import resolve
 
     if str(path).startswith("-") and str(path) != "-":
@@ -505,10 +505,11 @@ def _fresh_or_report(flag: str, path: Path, append: bool) -> bool:
             return True
         if where.path is None or not where.path.exists():
             return Path(path).suffix.lower() in _SUFFIXES[flag]
-        if append:
-            return True
         with open(where.path, "rb") as fh:
-            return b"export-check" in fh.read(4096)
+            head = fh.read(4096)
+        # appended to: a text file (a step summary has no suffix), never a binary one such as the checkpoint
+        # a refused command line named after --markdown
+        return b"\0" not in head if append else b"export-check" in head
     except OSError:
         return False
 

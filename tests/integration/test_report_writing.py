@@ -200,6 +200,20 @@ def test_a_command_line_the_parser_refuses_still_gets_its_reports_but_never_over
     assert model.read_bytes() == DEFAULT_CHECKPOINT.read_bytes()
 
 
+def test_a_refused_command_line_never_appends_its_error_report_to_a_binary_file(tmp_path: Path, capfd, monkeypatch) -> None:
+    """Found by a fresh draw of the fuzzer below: ``--bogus --markdown-append --markdown model.pth`` appended
+    the error summary to the checkpoint. A text file (a step summary has no suffix) still gets it."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(DEFAULT_CHECKPOINT, tmp_path / "model.pth")
+    (tmp_path / "summary").write_text("# earlier step\n")
+    assert main(["--bogus", "--markdown-append", "--markdown", "model.pth"]) == 2
+    assert main(["--bogus", "--markdown-append", "--markdown", "summary"]) == 2
+    capfd.readouterr()
+    assert (tmp_path / "model.pth").read_bytes() == DEFAULT_CHECKPOINT.read_bytes()
+    summary = (tmp_path / "summary").read_text()
+    assert summary.startswith("# earlier step\n") and "export-check stopped with an error (exit 2)" in summary
+
+
 _WORDS = ["model.pth", "notes.txt", "golden", "golden/manifest.json", "r.json", "-", "--json", "--junit", "--markdown", "--html",
           "--json=model.pth", "--golden", "--arch", "--out", "--markdown-append", "check", "merge", "=", "--"]
 
