@@ -167,7 +167,9 @@ class Replay:
                         if len(out[output]):
                             acc.add(reference[output], out[output])
                 except Exception as exc:
-                    self.errors[name] = f"running failed at inputs {start}..{start + n - 1}: {runtime_error(exc)}"
+                    shown = self.golden.inputs[start:start + n]  # the inputs by their files too: a user finds those
+                    files = f" (golden inputs {shown[0].name} to {shown[-1].name})" if shown else ""
+                    self.errors[name] = f"running failed at inputs {start}..{start + n - 1}: {runtime_error(exc)}{files}"
                     self.run_failed.add(name)
                     del runners[name]
                 self.seconds[name] += time.perf_counter() - began

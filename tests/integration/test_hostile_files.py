@@ -451,7 +451,9 @@ def test_an_artifact_that_raises_on_the_golden_inputs_is_that_rows_error(tmp_pat
     doc = json.loads((tmp_path / "report.json").read_text())
     rows = {r["name"]: r for r in doc["rows"]}
     assert rows["eager"]["status"] == "pass" and rows["torchscript-trace"]["status"] == "fail"
-    assert rows["torchscript-trace"]["reasons"][0].startswith("running failed at inputs 16..23: RuntimeError: shape '[16, 16]' is invalid")
+    reason = rows["torchscript-trace"]["reasons"][0]
+    assert reason.startswith("running failed at inputs 16..23: RuntimeError: shape '[16, 16]' is invalid"), reason
+    assert reason.endswith("(golden inputs 0016.png to 0023.png)"), reason  # the files, named as the set names them
     assert "failures=\"1\"" in (tmp_path / "report.xml").read_text()
 
 
