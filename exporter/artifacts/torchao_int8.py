@@ -31,15 +31,15 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     torchao = _torchao()
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
+    linear = sum(isinstance(m, nn.Linear) for m in ctx.model.modules())
+    if not linear:
+        raise NotApplicable("not applicable: the model has no nn.Linear layer, the layers torchao's int8 dynamic quantization "
+                            "converts, so it would change nothing")
     cap = onednn_cap_below(BELOW_VNNI)
     if cap and "avx512_vnni" in cpu_flags().split():
         raise NotApplicable(f"not applicable under {cap} on a CPU with avx512_vnni: torch picks its int8 matmul by the CPU's own "
                             "VNNI flag while oneDNN runs the capped code, which saturates on int8 activations, a mix no real CPU "
                             "runs; check it without the cap, or on a CPU of that kind")
-    linear = sum(isinstance(m, nn.Linear) for m in ctx.model.modules())
-    if not linear:
-        raise NotApplicable("not applicable: the model has no nn.Linear layer, the layers torchao's int8 dynamic quantization "
-                            "converts, so it would change nothing")
     quantized = copy.deepcopy(ctx.model)
     quantize_(quantized, Int8DynamicActivationInt8WeightConfig())
     quantized.eval()

@@ -37,6 +37,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[BuildContext, dict[
     for kind in KINDS:
         source = paths.get(kind.source) if kind.source else None
         outcome = build_artifact(kind, ctx, out / kind.filename(), source)
+        if outcome.not_applicable and "a mix no real CPU runs" in (outcome.error or ""):
+            continue  # torchao under a oneDNN cap that hides the VNNI torch sees (README, "What varies by CPU"): no file to hold to it
         assert outcome.error is None and outcome.path == out / kind.filename(), outcome.error
         paths[kind.name] = outcome.path
     return ctx, paths, model
@@ -65,6 +67,9 @@ def test_every_kind_honours_the_runner_contract(built, name: str) -> None:
         runner, family = EagerRunner(model), "float"
     else:
         kind = KINDS_BY_NAME[name]
+        if name not in paths:  # only the one mix the fixture lets through
+            assert name == "torchao-int8-dynamic" and os.environ.get("ONEDNN_MAX_CPU_ISA"), name
+            pytest.skip("torchao-int8-dynamic does not apply under a oneDNN cap that hides this CPU's VNNI (a mix no real CPU runs)")
         path = paths[name]
         assert path.is_file() and path.stat().st_size > 0 and path.suffix == kind.suffix
         assert not list(path.parent.glob(".*partial*"))
