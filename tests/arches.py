@@ -87,6 +87,26 @@ class TupleOutputNet(nn.Module):
         return self.head(embedding), embedding
 
 
+class EnergyNet(nn.Module):
+    """One (N, F) input; one value per sample out, shape (N,): an energy, a regression score."""
+
+    def __init__(self, features: int = 12) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(features, 8), nn.Tanh())
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x)).squeeze(-1)
+
+
+class EnergyTupleNet(EnergyNet):
+    """``EnergyNet`` returning a tuple: an (N, 8) embedding and the (N,) energy."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        embedding = self.body(x)
+        return embedding, self.head(embedding).squeeze(-1)
+
+
 class DictOutputNet(nn.Module):
     """One (N, F) input; a dict out: ``scores`` (N, classes) and ``boxes`` (N, 3, 4)."""
 

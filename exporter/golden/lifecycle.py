@@ -147,7 +147,7 @@ def record_golden(
     set, at most 32 samples, by content sha256).
 
     Format 2 when ``inputs_dir`` holds sample archives (``.npz``/``.safetensors``), when the model
-    returns anything but one tensor, or when ``signature_settings`` declares inputs or outputs;
+    returns anything but one 2-D tensor, or when ``signature_settings`` declares inputs or outputs;
     format 1 otherwise, exactly as before format 2 existed.
     """
     settings = signature_settings or SignatureSettings()
@@ -170,7 +170,7 @@ def record_golden(
         model = load_model(checkpoint, arch, arch_kwargs, arch_root)
         decoded = _decoded_inputs(paths, labels, preprocess, inputs_dir)
         first = list(islice(decoded, batch_size))
-        if not declared and _returns_one_tensor(model, [a for _, a in first], checkpoint):
+        if not declared and _returns_one_matrix(model, [a for _, a in first], checkpoint):
             return _record_streaming(golden_dir, model, first, decoded, preprocess, batch_size,
                                      _model_info(checkpoint, arch, arch_kwargs), calibration)
         # format 2 with the one input of format 1
@@ -233,8 +233,11 @@ def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, 
         return writer.commit_v1(preprocess, reference, _recording(model, batch_size, split), info, library_versions())
 
 
-def _returns_one_tensor(model: Any, arrays: Sequence[np.ndarray], checkpoint: Path) -> bool:
-    """Whether the model's output for the first batch is one tensor (format 1 holds exactly that)."""
+def _returns_one_matrix(model: Any, arrays: Sequence[np.ndarray], checkpoint: Path) -> bool:
+    """Whether the model's output for the first batch is one 2-D tensor, ``(batch, classes)``: format 1
+    holds exactly that. Any other rank (``(batch,)``, ``(batch, 3, 4)``) is recorded in format 2, which
+    keeps each sample's shape as it is (format 1 stored it flattened to 2-D, and the next check failed
+    on the shape)."""
     try:
         out = EagerRunner(model).call({INPUT: np.stack(arrays)})
     except ArtifactError as exc:
@@ -242,7 +245,7 @@ def _returns_one_tensor(model: Any, arrays: Sequence[np.ndarray], checkpoint: Pa
     except Exception as exc:
         raise GoldenError(f"{checkpoint}: the model fails on the golden inputs ({describe_exception(exc)}); "
                           "check that --arch and the inputs match the model") from None
-    return hasattr(out, "detach") or isinstance(out, np.ndarray)
+    return (hasattr(out, "detach") or isinstance(out, np.ndarray)) and getattr(out, "ndim", 0) == 2
 
 
 def _recording(model: Any, batch_size: int, calibration: CalibrationSplit) -> dict[str, Any]:
