@@ -173,6 +173,9 @@ def test_one_value_per_sample_round_trips_through_record_check_and_approve(facto
     code, report = _check(tmp_path, checkpoint, arch, "clean")
     assert code == 0, [(r["name"], r["reasons"]) for r in report["rows"]]
     assert all(r["status"] == "pass" and r["metrics"]["images"] == 20 for r in report["rows"])
+    for row in report["rows"]:  # no argmax on one value per sample: no top-1 figure for it
+        energy = row["metrics"] if factory is EnergyNet else row["outputs"][1]["metrics"]
+        assert energy["agreement"] == "none" and energy["top1_agreement"] is None
 
     # approve a retrained head: the stored reference becomes the new model's (20,) energies
     state = torch.load(checkpoint, weights_only=True)
