@@ -99,6 +99,14 @@ class EnergyNet(nn.Module):
         return self.head(self.body(x)).squeeze(-1)
 
 
+class EnergyColumnNet(EnergyNet):
+    """``EnergyNet`` returning its energy as an (N, 1) column: the format-1 set export-check recorded for
+    ``EnergyNet`` before issue 25 (same weights)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
 class EnergyTupleNet(EnergyNet):
     """``EnergyNet`` returning a tuple: an (N, 8) embedding and the (N,) energy."""
 

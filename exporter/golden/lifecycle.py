@@ -368,6 +368,10 @@ def approve_golden(
         old = golden.reference()
         with pinned_threads(threads):
             model = load_model(checkpoint, arch, arch_kwargs, arch_root, notes)
+            if golden.inputs and not _returns_one_matrix(model, [golden.load_input(golden.inputs[0])], checkpoint):
+                raise GoldenError(f"{checkpoint}: the model does not return one (batch, classes) tensor, the one output the format-1 "
+                                  f"golden set {golden_dir} holds; re-record it with `export-check golden record --force`, which keeps "
+                                  "every output's shape")
             # each input read once, its hash checked on the bytes that are then decoded
             new = _eager_logits(model, (golden.load_input(item) for item in golden.inputs), batch_size)
         finite_or_raise(new, str(checkpoint))

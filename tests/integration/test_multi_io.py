@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from arches import DictOutputNet, EnergyNet, EnergyTupleNet, MaskedSequenceNet, TimeMajorNet, TupleOutputNet
+from arches import DictOutputNet, EnergyColumnNet, EnergyNet, EnergyTupleNet, MaskedSequenceNet, TimeMajorNet, TupleOutputNet
 from conftest import TESTS, save_state, seeded
 from export_check.cli import main
 from export_check.golden.manifest import read_manifest
@@ -190,3 +190,31 @@ def test_one_value_per_sample_round_trips_through_record_check_and_approve(facto
     np.testing.assert_allclose(stored, new_truth, rtol=0, atol=1e-6)
     code, report = _check(tmp_path, retrained, arch, "approved")
     assert code == 0, [(r["name"], r["reasons"]) for r in report["rows"]]
+
+
+def test_a_set_that_flattened_a_per_sample_value_says_to_re_record_it(tmp_path: Path, capsys) -> None:
+    """A format-1 set holding (N, 1) for a model that returns (N,), as recorded before issue 25: the
+    check's eager row and approve say to re-record it (approving would write the flattened shape again)."""
+    checkpoint = save_state(seeded(EnergyNet), tmp_path / "model.pth")
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for i, x in enumerate(np.random.default_rng(0).standard_normal((8, 12)).astype(np.float32)):
+        np.save(folder / f"s{i}.npy", x)
+    golden = tmp_path / "golden"
+    column, energy = (f"{TESTS / 'arches.py'}:{cls.__name__}" for cls in (EnergyColumnNet, EnergyNet))
+    assert main(["golden", "record", str(checkpoint), "--arch", column, "--inputs", str(folder), "--golden", str(golden)]) == 0
+    assert read_manifest(golden).reference_shape == (8, 1)
+    code, report = _check(tmp_path, checkpoint, energy, "old")
+    eager = report["rows"][0]
+    assert code == 1 and eager["status"] == "fail"
+    assert eager["reasons"][0] == ("eager output does not match the golden reference: output shape (8,) != reference (8, 1); this golden "
+                                   "set (format 1) holds one (batch, classes) output: re-record it with `export-check golden record "
+                                   "--force`, which keeps every output's shape")
+    capsys.readouterr()
+    assert main(["golden", "approve", str(checkpoint), "--arch", energy, "--golden", str(golden)]) == 2
+    assert capsys.readouterr().err.strip() == (f"export-check: error: {checkpoint}: the model does not return one (batch, classes) "
+                                               f"tensor, the one output the format-1 golden set {golden} holds; re-record it with "
+                                               "`export-check golden record --force`, which keeps every output's shape")
+    assert read_manifest(golden).reference_shape == (8, 1)  # unchanged
+    assert main(["golden", "record", str(checkpoint), "--arch", energy, "--inputs", str(folder), "--golden", str(golden), "--force"]) == 0
+    assert _check(tmp_path, checkpoint, energy, "new")[0] == 0
