@@ -23,7 +23,11 @@ from typing import Any
 from .errors import ArchitectureError, CheckpointError
 from .files import check_readable_file
 
-_WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")
+# The keys under which training scripts and public packages keep the model's state_dict beside the
+# optimizer's and their metadata: Lightning and timm ``state_dict``, torchvision's references and
+# fairseq ``model``, the PyTorch tutorials ``model_state_dict``, others ``model_state``, ``net``,
+# ``network``, ``weights``, ``params``. Tried in this order; the first that holds a state_dict loads.
+_WRAPPER_KEYS = ("state_dict", "model_state_dict", "model_state", "model", "net", "network", "weights", "params")
 _PREFIXES = ("module.", "_orig_mod.")
 
 
@@ -48,12 +52,14 @@ _PICKLE_PROTO = 0x80  # PROTO opcode: a legacy (non-zip) torch.save file or a ra
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 
-def load_state_dict(path: Path) -> dict[str, Any]:
+def load_state_dict(path: Path, notes: list[str] | None = None) -> dict[str, Any]:
     """Read a checkpoint into a flat ``{name: tensor}`` dict without unpickling code.
 
-    Accepts a bare state_dict, a dict holding one under ``state_dict``/``model_state_dict``/``model``,
-    keys prefixed by ``module.`` (DataParallel) or ``_orig_mod.`` (torch.compile), and safetensors
-    (by suffix or by content). Anything else is a :class:`CheckpointError` naming the file.
+    Accepts a bare state_dict, a dict holding one under a key of ``_WRAPPER_KEYS`` (``state_dict``,
+    ``model_state``, ``model``, ...; ``notes`` gets a line naming the key), keys prefixed by
+    ``module.`` (DataParallel) or ``_orig_mod.`` (torch.compile), and safetensors (by suffix or by
+    content). Anything else is a :class:`CheckpointError` naming the file (and the key that holds a
+    state_dict, when another key does).
     """
     check_readable_file(path, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
     head = _head(path)
@@ -62,7 +68,7 @@ def load_state_dict(path: Path) -> dict[str, Any]:
     else:
         _refuse_non_checkpoint(path, head)
         obj = _load_torch(path)
-    state = _unwrap(obj, path)
+    state = _unwrap(obj, path, notes)
     return _strip_prefixes(state)
 
 
@@ -194,15 +200,42 @@ def _load_safetensors(path: Path) -> Any:
         raise CheckpointError(f"{path}: not a readable safetensors file ({reason[:160]}); copy it again or re-save it") from None
 
 
-def _unwrap(obj: Any, path: Path) -> dict[str, Any]:
+def _is_state_dict(value: Any) -> bool:
+    return isinstance(value, Mapping) and bool(value) and all(isinstance(k, str) for k in value) and _all_tensors(value)
+
+
+def _listed(keys: list[str], show: int = 6) -> str:
+    shown = ", ".join(repr(k[:40]) for k in keys[:show])
+    return shown + (f", ... {len(keys)} in all" if len(keys) > show else "")
+
+
+def _unwrap(obj: Any, path: Path, notes: list[str] | None = None) -> dict[str, Any]:
+    """The state_dict ``obj`` is, or holds under a wrapper key (a note names it)."""
     import torch
 
-    if isinstance(obj, Mapping) and not _all_tensors(obj):
-        for key in _WRAPPER_KEYS:
-            inner = obj.get(key)
-            if isinstance(inner, Mapping) and inner and _all_tensors(inner):
-                obj = inner
-                break
+    if isinstance(obj, Mapping) and obj and not _all_tensors(obj):
+        key = next((k for k in _WRAPPER_KEYS if _is_state_dict(obj.get(k))), None)
+        if key is not None:
+            others = [str(k) for k in obj if k != key]
+            if notes is not None:
+                beside = f", beside {_listed(others)}" if others else ""
+                notes.append(f"checkpoint {path.name}: loaded the state_dict under its key {key!r} ({len(obj[key])} tensors{beside})")
+            obj = obj[key]
+        elif not any(isinstance(v, torch.Tensor) for v in obj.values()):  # a wrapper: metadata, no weights at its top
+            keys = [str(k) for k in obj]
+            holders = [str(k) for k, v in obj.items() if _is_state_dict(v)]
+            if holders:
+                raise CheckpointError(
+                    f"{path}: its state_dict is under the key {holders[0]!r}, which export-check does not unwrap (it unwraps "
+                    f"{', '.join(_WRAPPER_KEYS)}); save that state_dict alone: "
+                    f"torch.save(torch.load(path)[{holders[0]!r}], new_path)"
+                )
+            wrapped = [k for k in _WRAPPER_KEYS if k in obj]
+            held = f" (its key {wrapped[0]!r} holds {_describe_value(obj[wrapped[0]])})" if wrapped else ""
+            raise CheckpointError(
+                f"{path}: a dict of {_listed(keys)} that holds no state_dict: no key maps parameter names to tensors{held}; "
+                "save one with torch.save(model.state_dict(), path)"
+            )
     if not isinstance(obj, Mapping) or not obj:
         raise CheckpointError(
             f"{path}: holds a {type(obj).__name__}, not a state_dict of tensors; "
@@ -222,6 +255,13 @@ def _unwrap(obj: Any, path: Path) -> dict[str, Any]:
                 "save its state_dict with dense float weights (to_dense(), dequantize(), real values on the CPU)"
             )
     return dict(obj)
+
+
+def _describe_value(value: Any) -> str:
+    """What a wrapper key holds instead of a state_dict, in a few words."""
+    if isinstance(value, Mapping):
+        return "an empty dict" if not value else f"a dict of {len(value)} entries, no state_dict of tensors"
+    return f"a {type(value).__name__}"
 
 
 def _unusual_tensor(tensor: Any) -> str | None:

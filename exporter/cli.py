@@ -404,18 +404,22 @@ def _cmd_golden(args: argparse.Namespace) -> int:
         inputs = params.inputs
         if inputs is None:
             raise UsageError("no inputs given: pass --inputs DIR (a folder of images or .npy files), or set inputs in [tool.export-check]")
+        notes: list[str] = []
         recorded = lifecycle.record_golden(inputs_dir=inputs, preprocess=preprocess, force=args.force,
-                                           signature_settings=params.signature, calibration=args.calibration_samples, **common)
+                                           signature_settings=params.signature, calibration=args.calibration_samples, notes=notes, **common)
         print(settings_line(settings_files(params.settings)))
+        print(*(f"note: {note}" for note in notes), sep="\n", end="\n" if notes else "")
         if recorded.version == 1:
             print(f"recorded {len(recorded)} inputs and their reference logits {recorded.reference_shape} into {golden_dir}")
         else:
             print(f"recorded {len(recorded)} inputs and their reference {lifecycle.describe_outputs(recorded)} into {golden_dir}")
         return EXIT_PASS
+    notes = []
     diff, written = lifecycle.approve_golden(dry_run=args.dry_run, signature_settings=params.signature,
-                                             calibration=args.calibration_samples, **common)
+                                             calibration=args.calibration_samples, notes=notes, **common)
     held = "outputs" if isinstance(diff, lifecycle.OutputsDiff) else "logits"
     print(settings_line(settings_files(params.settings)))
+    print(*(f"note: {note}" for note in notes), sep="\n", end="\n" if notes else "")
     print("\n".join(diff.lines()))
     if args.dry_run:
         print("dry run: golden set unchanged")

@@ -64,7 +64,8 @@ class Metrics:
 
     ``agreement`` says what ``top1_agreement`` counts: ``top-1`` (samples whose argmax over the class
     axis matches: logits), ``per-position`` (positions whose argmax matches: sequence logits) or
-    ``none`` (values: boxes, embeddings, masks; then it is 1.0 and never gates).
+    ``none`` (values: boxes, embeddings, masks; then no argmax is taken, ``top1_agreement`` is
+    ``None``, shown as a dash and ``null``, and never gates).
     ``relative_mae`` is the MAE over the mean absolute reference value: the scale-free error the
     non-float gates (int8) are judged by.
     """
@@ -73,7 +74,7 @@ class Metrics:
     mae: float
     max_abs: float
     median_abs: float  # median of the per-image MAE
-    top1_agreement: float  # fraction of samples (or positions) whose argmax matches
+    top1_agreement: float | None  # fraction of samples (or positions) whose argmax matches; None: none computed
     top1_changed: tuple[int, ...]  # indices of samples whose argmax differs (anywhere, for sequences)
     nonfinite: int  # NaN or Inf values in the candidate
     per_image_mae: tuple[float, ...] = field(repr=False)
@@ -197,13 +198,13 @@ class ErrorAccumulator:
         elif self.kind == "logits":
             agreement = 1.0 - len(self._top1_changed) / self._images if self._images else 1.0
         else:
-            agreement = 1.0
+            agreement = None  # values: no argmax, so no agreement figure (not a perfect one)
         return Metrics(
             images=self._images,
             mae=float(mae),
             max_abs=float(self._max_abs),
             median_abs=float(np.median(per_image)) if per_image.size else 0.0,
-            top1_agreement=float(agreement),
+            top1_agreement=agreement,
             top1_changed=tuple(self._top1_changed),
             nonfinite=self._nonfinite,
             per_image_mae=tuple(float(v) for v in per_image),

@@ -7,6 +7,8 @@ its traceback.
 
 from __future__ import annotations
 
+import re
+
 
 class ExportCheckError(Exception):
     """A problem with the user's input or environment, printed as one line (exit code 2)."""
@@ -79,11 +81,27 @@ def error_message(exc: BaseException | str) -> str:
     return message
 
 
+# Terminal escape sequences: CSI (colours, ``\x1b[96m``; cursor moves), OSC (titles, links) and the
+# short ones (``\x1b(B``, ``\x1b7``). Exporters (torch.export, onnxscript) and runtimes colour their
+# messages for a terminal.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without terminal escape sequences: what an exception or an exporter says, fit for a
+    reason or a note in every report (JSON, JUnit, HTML), whatever colours it carried for a terminal.
+
+    >>> plain_text("\\x1b[96mtorch._dynamo\\x1b[0m: graph break")
+    'torch._dynamo: graph break'
+    """
+    return _ESCAPES.sub("", text) if "\x1b" in text else text
+
+
 def describe_exception(exc: BaseException) -> str:
     """An exception as one short line for a row's reason: ``TypeName: message``."""
     import errno
 
-    text = " ".join(str(exc).split())
+    text = " ".join(plain_text(str(exc)).split())
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
         text = "no space left on device while writing the artifact"
     return f"{type(exc).__name__}: {text[:400]}" if text else type(exc).__name__

@@ -36,7 +36,7 @@ def gate_reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
     if gate.max_relative_mae is not None and not metrics.relative_mae <= gate.max_relative_mae:
         reasons.append(f"relative MAE {metrics.relative_mae:.3g} > {gate.max_relative_mae:g} (MAE {metrics.mae:.3g} over a mean "
                        f"|reference| of {metrics.reference_mean_abs:.3g})")
-    if metrics.agreement != "none" and metrics.top1_agreement < gate.min_top1:
+    if metrics.top1_agreement is not None and metrics.top1_agreement < gate.min_top1:
         what = "top-1 agreement" if metrics.agreement == "top-1" else "per-position agreement"
         reasons.append(f"{what} {metrics.top1_agreement:.1%} < {gate.min_top1:.1%}")
     if gate.max_abs is not None and not metrics.max_abs <= gate.max_abs:
@@ -96,7 +96,7 @@ def size_gate_reasons(run: BatchSizeRun, gate: Gate) -> tuple[str, ...]:
         return ()
     agreement = "none" if run.agreement is None else "top-1"
     metrics = Metrics(images=run.images, mae=run.mae, max_abs=run.max_abs or 0.0, median_abs=0.0,
-                      top1_agreement=1.0 if run.agreement is None else run.agreement, top1_changed=(), nonfinite=run.nonfinite,
+                      top1_agreement=run.agreement, top1_changed=(), nonfinite=run.nonfinite,
                       per_image_mae=(), reference_mean_abs=run.reference_mean_abs or 0.0, agreement=agreement)
     return gate_reasons(metrics, _size_gate(gate, run.images))
 

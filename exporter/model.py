@@ -42,11 +42,13 @@ def pinned_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def load_model(checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None) -> Any:
-    """The architecture built and loaded with the checkpoint's weights (read safely), in eval mode on the CPU."""
+def load_model(checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None,
+               notes: list[str] | None = None) -> Any:
+    """The architecture built and loaded with the checkpoint's weights (read safely), in eval mode on the CPU;
+    ``notes`` gets what the user should know of the reading (the wrapper key a state_dict was under)."""
     from .checkpoint import build_model, load_state_dict
 
-    state = load_state_dict(checkpoint)
+    state = load_state_dict(checkpoint, notes)
     return build_model(arch, arch_kwargs, state, checkpoint, arch_root)
 
 

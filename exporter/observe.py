@@ -37,7 +37,7 @@ from .errors import ArchitectureError, ArtifactError, describe_exception
 from .feeds import length, samples_first
 from .files import file_info
 from .golden.batches import GoldenBatches
-from .golden.manifest import GoldenSet, stack_batches
+from .golden.manifest import VERSION_1, GoldenSet, stack_batches
 from .measurements import Observation
 from .model import EagerRunner
 from .versions import kernel_choices
@@ -138,7 +138,11 @@ class Replay:
                     for name, acc in self.eager_acc.items():
                         acc.add(reference[name], eager[name])
                 except ShapeMismatch as exc:
-                    self.eager_error = f"eager output does not match the golden reference: {exc}"
+                    # a format-1 set holds one 2-D output; before issue 25 a (batch,) or (batch, 3, 4) output was stored flattened
+                    flattened = self.golden.version == VERSION_1 and any(array.ndim != 2 for array in eager.values())
+                    fix = ("; this golden set (format 1) holds one (batch, classes) output: re-record it with `export-check golden "
+                           "record --force`, which keeps every output's shape") if flattened else ""
+                    self.eager_error = f"eager output does not match the golden reference: {exc}{fix}"
                 except KeyError as exc:
                     self.eager_error = f"eager output {exc} has no golden reference"
         return eager

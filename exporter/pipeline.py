@@ -108,7 +108,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
             return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings, run_notes)
         progress("loading checkpoint")
-        model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root)
+        model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, run_notes)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
         signature = golden.signature
         progress("running the eager model on the first batch (does it reproduce itself?)")

@@ -498,7 +498,7 @@ def describe_row(report: Report, row: Row) -> str:
         more = f", … {len(m.top1_changed)} in all" if len(m.top1_changed) > 8 else ""
         lines.append(
             f"  metrics over {m.images} inputs: MAE {m.mae:.3e}, max |err| {m.max_abs:.3e}, median input MAE "
-            f"{m.median_abs:.3e}, top-1 agreement {m.top1_agreement:.1%}, non-finite {m.nonfinite}"
+            f"{m.median_abs:.3e}{'' if m.top1_agreement is None else f', top-1 agreement {m.top1_agreement:.1%}'}, non-finite {m.nonfinite}"
         )
         if changed:
             lines.append(f"  top-1 changed on: {changed}{more}")

@@ -87,6 +87,52 @@ class TupleOutputNet(nn.Module):
         return self.head(embedding), embedding
 
 
+class EnergyNet(nn.Module):
+    """One (N, F) input; one value per sample out, shape (N,): an energy, a regression score."""
+
+    def __init__(self, features: int = 12) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(features, 8), nn.Tanh())
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x)).squeeze(-1)
+
+
+class EnergyColumnNet(EnergyNet):
+    """``EnergyNet`` returning its energy as an (N, 1) column: the format-1 set export-check recorded for
+    ``EnergyNet`` before issue 25 (same weights)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+class EnergyTupleNet(EnergyNet):
+    """``EnergyNet`` returning a tuple: an (N, 8) embedding and the (N,) energy."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        embedding = self.body(x)
+        return embedding, self.head(embedding).squeeze(-1)
+
+
+class ColouredMessages(nn.Module):
+    """Says things in terminal colours, as exporters do: a coloured warning while ONNX exports it, a
+    coloured error when ``torch.jit.trace`` traces it."""
+
+    def __init__(self, features: int = 12, num_classes: int = 4) -> None:
+        super().__init__()
+        self.fc = nn.Linear(features, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import warnings
+
+        if torch.onnx.is_in_onnx_export():
+            warnings.warn("\x1b[96mcoloured\x1b[0m exporter warning", stacklevel=2)
+        elif torch.jit.is_tracing():
+            raise RuntimeError("\x1b[91mcannot\x1b[0m be \x1b[1mtraced\x1b[0m")
+        return self.fc(x)
+
+
 class DictOutputNet(nn.Module):
     """One (N, F) input; a dict out: ``scores`` (N, classes) and ``boxes`` (N, 3, 4)."""
 

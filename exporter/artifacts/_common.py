@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, plain_text
 from ..files import replacing
 from ..pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVELS
 from ..signature import SINGLE, Signature
@@ -76,14 +76,15 @@ class _Capture(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         sink = self._sink(record.thread)
         if sink is not None:
-            sink.append(f"log {record.name}: {record.getMessage().strip()}")
+            sink.append(f"log {record.name}: {plain_text(record.getMessage()).strip()}")
 
     def _showwarning(self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
         sink = self._sink(threading.get_ident())
         if sink is None:  # only between the last block's close and showwarning's restore
             self.original_showwarning(message, category, filename, lineno, file, line)
             return
-        first_line = str(message).strip().splitlines()[0] if str(message).strip() else ""
+        text = plain_text(str(message)).strip()
+        first_line = text.splitlines()[0] if text else ""
         sink.append(f"{category.__name__}: {first_line}")
 
     def push(self, notes: list[str]) -> None:

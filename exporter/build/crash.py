@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, plain_text
 from .protocol import ENV_SWITCH
 
 _DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -62,7 +62,7 @@ def disk_trouble(path: Path) -> str | None:
 
 def last_words(stderr: str) -> str | None:
     """The line of a crashed child's stderr that says what went wrong, without the stack frames."""
-    lines = [" ".join(line.split()) for line in stderr.splitlines()]
+    lines = [" ".join(line.split()) for line in plain_text(stderr).splitlines()]
     lines = [line for line in lines if line and not line.startswith(("frame #", "<omitting", "Exception raised from", "Fatal Python error"))]
     for line in lines:
         if "what():" in line:

@@ -58,7 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArtifactError
+from ..errors import ArtifactError, describe_exception
 from .client import ServerProcess
 from .crash import crash_message, last_words, remove_partial, revive
 from .protocol import ENV_SWITCH, PRELOAD, PRIVATE_PREFIX
@@ -233,7 +233,7 @@ class BuildService:
         try:
             key, payload = self._pickle(ctx)
         except Exception as exc:  # e.g. a model holding a lambda: no worse off than before isolation
-            pending.notes.append(f"built in-process, not isolated: the model cannot be pickled ({type(exc).__name__}: {exc})"[:300])
+            pending.notes.append(f"built in-process, not isolated: the model cannot be pickled ({describe_exception(exc)})"[:300])
             pending._build_in_process()
             return pending
         request = {

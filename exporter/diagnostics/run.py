@@ -27,7 +27,7 @@ from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import logits_of
 from ..config import FAMILIES, RunConfig
-from ..errors import ArtifactError
+from ..errors import ArtifactError, describe_exception
 from ..feeds import Feeds, length, samples_first
 from ..golden.manifest import GoldenSet
 from ..judge import gate_reasons, size_gate_reasons, wants_layers
@@ -141,7 +141,7 @@ def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[
     try:
         rerun, cost = _rerun_and_cost(infer, trace, name, threads, True, plan, outputs.get(1))
     except Exception as exc:  # it already failed the batch-size check at the main size; say so once
-        notes.append(f"determinism and latency not measured: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+        notes.append(f"determinism and latency not measured: {describe_exception(exc)[:240]}")
     return Measured(sizes=SizeRuns(main_size=plan.main, runs=runs), rerun=rerun, latency=cost, notes=tuple(notes))
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import describe_exception
+from ..errors import describe_exception, plain_text
 
 _ORT = re.compile(r"while running (?P<op>\w+) node\. Name:'(?P<name>[^']*)' Status Message: (?P<msg>.*)", re.S)
 _CPP = re.compile(r"^\S+\.(?:h|cc|cpp):\d+ \S+\(.*?\) ")
@@ -25,7 +25,7 @@ _CPP = re.compile(r"^\S+\.(?:h|cc|cpp):\d+ \S+\(.*?\) ")
 
 def runtime_error(exc: BaseException) -> str:
     """One line naming what went wrong while an artifact ran."""
-    text = str(exc)
+    text = plain_text(str(exc))
     if "TorchScript interpreter" in text or "Traceback of TorchScript" in text:
         lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
         if lines:

@@ -259,7 +259,9 @@ def run_outputs(
                 bad = int(array.size - np.count_nonzero(np.isfinite(array)))
                 raise GoldenError(f"{checkpoint}: the model produced {bad} NaN/Inf values in output {name}; "
                                   "refusing to record them as the reference")
-            values.extend(np.ascontiguousarray(np.take(array, j, axis=spec.batch_axis)) for j in range(n))
+            # np.asarray, not np.ascontiguousarray: that returns at least 1-D, so a (batch,) output's
+            # per-sample 0-d values were stored as (1,) and the next check failed on (N,) != (N, 1)
+            values.extend(np.asarray(np.take(array, j, axis=spec.batch_axis), order="C") for j in range(n))
         if spec.compared and not any(v.size for v in values):
             raise GoldenError(f"{checkpoint}: output {name} has no values (shape {tuple(first.shape)}): a comparison over nothing "
                               f"would pass; return an output with values, or set compare = false in [tool.export-check.outputs.{name}]")

@@ -140,21 +140,23 @@ def record_golden(
     checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, inputs_dir: Path,
     preprocess: Preprocess | None, threads: int, batch_size: int, force: bool = False,
     signature_settings: SignatureSettings | None = None, calibration: int | CalibrationSplit | None = None,
+    notes: list[str] | None = None,
 ) -> GoldenSet:
     """Decode every input, run the eager model on it and write a new golden set atomically.
 
     ``calibration``: the calibration split to record (:func:`calibration_split`; default: half the
-    set, at most 32 samples, by content sha256).
+    set, at most 32 samples, by content sha256). ``notes`` gets what the user should know of reading
+    the checkpoint (the wrapper key its state_dict was under).
 
     Format 2 when ``inputs_dir`` holds sample archives (``.npz``/``.safetensors``), when the model
-    returns anything but one tensor, or when ``signature_settings`` declares inputs or outputs;
+    returns anything but one 2-D tensor, or when ``signature_settings`` declares inputs or outputs;
     format 1 otherwise, exactly as before format 2 existed.
     """
     settings = signature_settings or SignatureSettings()
     archives = sample_files(inputs_dir)
     if archives:
         return _record_samples(checkpoint, arch, arch_kwargs, arch_root, golden_dir, inputs_dir, archives, threads, batch_size, force, settings,
-                               calibration)
+                               calibration, notes)
     paths = image_files(inputs_dir)
     check_record_target(golden_dir, inputs_dir, force)
     check_distinct_names((p.name for p in paths), inputs_dir)
@@ -167,10 +169,10 @@ def record_golden(
     declared = bool(settings.inputs or settings.outputs)
     with golden_lock(golden_dir), pinned_threads(threads):
         check_record_target(golden_dir, inputs_dir, force)  # again, now that no other writer can change it
-        model = load_model(checkpoint, arch, arch_kwargs, arch_root)
+        model = load_model(checkpoint, arch, arch_kwargs, arch_root, notes)
         decoded = _decoded_inputs(paths, labels, preprocess, inputs_dir)
         first = list(islice(decoded, batch_size))
-        if not declared and _returns_one_tensor(model, [a for _, a in first], checkpoint):
+        if not declared and _returns_one_matrix(model, [a for _, a in first], checkpoint):
             return _record_streaming(golden_dir, model, first, decoded, preprocess, batch_size,
                                      _model_info(checkpoint, arch, arch_kwargs), calibration)
         # format 2 with the one input of format 1
@@ -233,8 +235,11 @@ def _record_streaming(golden_dir: Path, model: Any, first: list[tuple[NewInput, 
         return writer.commit_v1(preprocess, reference, _recording(model, batch_size, split), info, library_versions())
 
 
-def _returns_one_tensor(model: Any, arrays: Sequence[np.ndarray], checkpoint: Path) -> bool:
-    """Whether the model's output for the first batch is one tensor (format 1 holds exactly that)."""
+def _returns_one_matrix(model: Any, arrays: Sequence[np.ndarray], checkpoint: Path) -> bool:
+    """Whether the model's output for the first batch is one 2-D tensor, ``(batch, classes)``: format 1
+    holds exactly that. Any other rank (``(batch,)``, ``(batch, 3, 4)``) is recorded in format 2, which
+    keeps each sample's shape as it is (format 1 stored it flattened to 2-D, and the next check failed
+    on the shape)."""
     try:
         out = EagerRunner(model).call({INPUT: np.stack(arrays)})
     except ArtifactError as exc:
@@ -242,7 +247,7 @@ def _returns_one_tensor(model: Any, arrays: Sequence[np.ndarray], checkpoint: Pa
     except Exception as exc:
         raise GoldenError(f"{checkpoint}: the model fails on the golden inputs ({describe_exception(exc)}); "
                           "check that --arch and the inputs match the model") from None
-    return hasattr(out, "detach") or isinstance(out, np.ndarray)
+    return (hasattr(out, "detach") or isinstance(out, np.ndarray)) and getattr(out, "ndim", 0) == 2
 
 
 def _recording(model: Any, batch_size: int, calibration: CalibrationSplit) -> dict[str, Any]:
@@ -280,7 +285,7 @@ def _write_v2(
 def _record_samples(
     checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, inputs_dir: Path,
     archives: list[Path], threads: int, batch_size: int, force: bool, settings: SignatureSettings,
-    calibration: int | CalibrationSplit | None = None,
+    calibration: int | CalibrationSplit | None = None, notes: list[str] | None = None,
 ) -> GoldenSet:
     """Format 2 from a folder of sample archives, one per sample, each holding every named input."""
     others = sorted(p.name for p in inputs_dir.iterdir() if p.is_file() and p.suffix.lower() in (*IMAGE_SUFFIXES, TENSOR_SUFFIX))
@@ -294,7 +299,7 @@ def _record_samples(
         check_record_target(golden_dir, inputs_dir, force)  # again, now that no other writer can change it
         new_inputs = [NewInput(name=f.name, data=read_user_file(f, FILE_MAX_BYTES, "sample"), label=labels.get(f.name)) for f in archives]
         raw = [read_sample(item.data, item.name, inputs_dir / item.name) for item in new_inputs]
-        model = load_model(checkpoint, arch, arch_kwargs, arch_root)
+        model = load_model(checkpoint, arch, arch_kwargs, arch_root, notes)
         inputs = input_specs(model, raw, archives, settings)
         samples = [conform_sample(arrays, inputs, path) for arrays, path in zip(raw, archives, strict=True)]
         return _write_v2(golden_dir, model, samples, inputs, new_inputs, None, settings, checkpoint, arch, arch_kwargs, batch_size,
@@ -344,6 +349,7 @@ def _verify_lines(golden_dir: Path) -> tuple[bool, list[str]]:
 def approve_golden(
     checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, threads: int, batch_size: int,
     dry_run: bool = False, signature_settings: SignatureSettings | None = None, calibration: int | CalibrationSplit | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[ApproveDiff | OutputsDiff, bool]:
     """Compute the new checkpoint's logits (format 2: outputs) on the (verified) golden inputs; unless
     ``dry_run`` or nothing changed, write them as the new reference. Returns the diff and whether it
@@ -358,10 +364,14 @@ def approve_golden(
         same_split = calibration is None or (golden.calibration.recorded and split.to_json() == golden.calibration.to_json())
         if golden.version != VERSION_1:
             return _approve_v2(golden, checkpoint, arch, arch_kwargs, arch_root, threads, batch_size, dry_run,
-                               signature_settings or SignatureSettings(), split, same_split)
+                               signature_settings or SignatureSettings(), split, same_split, notes)
         old = golden.reference()
         with pinned_threads(threads):
-            model = load_model(checkpoint, arch, arch_kwargs, arch_root)
+            model = load_model(checkpoint, arch, arch_kwargs, arch_root, notes)
+            if golden.inputs and not _returns_one_matrix(model, [golden.load_input(golden.inputs[0])], checkpoint):
+                raise GoldenError(f"{checkpoint}: the model does not return one (batch, classes) tensor, the one output the format-1 "
+                                  f"golden set {golden_dir} holds; re-record it with `export-check golden record --force`, which keeps "
+                                  "every output's shape")
             # each input read once, its hash checked on the bytes that are then decoded
             new = _eager_logits(model, (golden.load_input(item) for item in golden.inputs), batch_size)
         finite_or_raise(new, str(checkpoint))
@@ -376,12 +386,12 @@ def approve_golden(
 
 def _approve_v2(golden: GoldenSet, checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, threads: int,
                 batch_size: int, dry_run: bool, settings: SignatureSettings, split: CalibrationSplit,
-                same_split: bool) -> tuple[OutputsDiff, bool]:
+                same_split: bool, notes: list[str] | None = None) -> tuple[OutputsDiff, bool]:
     old = golden.reference_samples()
     samples = [golden.load_sample(item) for item in golden.inputs]
     inputs = golden.signature.inputs
     with pinned_threads(threads):
-        model = load_model(checkpoint, arch, arch_kwargs, arch_root)
+        model = load_model(checkpoint, arch, arch_kwargs, arch_root, notes)
         outputs, new = run_outputs(model, samples, inputs, SignatureSettings(outputs=settings.outputs), checkpoint, batch_size,
                                    existing=golden.signature)
         recording = _recording(model, batch_size, split)

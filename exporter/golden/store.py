@@ -273,7 +273,7 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for key, array in arrays.items():
             member = io.BytesIO()
-            np.save(member, np.ascontiguousarray(array), allow_pickle=False)
+            np.save(member, np.asarray(array, order="C"), allow_pickle=False)  # (ascontiguousarray makes a 0-d value 1-D)
             archive.writestr(zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0)), member.getvalue())
     return buf.getvalue()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..diagnostics import LayerComparison
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
-from .views import checks_description, latency_ms, latency_text, rerun_text, shapes_text, size_text
+from .views import checks_description, latency_ms, latency_text, rerun_text, shapes_text, size_text, top1_text
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 GATE_COLOUR = "#444444"
@@ -183,7 +183,7 @@ def _summary_table(report: Report) -> str:
             f"<td class='n'>{_fmt(m.mae if m else None)}</td>",
             f"<td class='n'>{_fmt(m.max_abs if m else None)}</td>",
             *([f"<td class='n'>{_e(bounds.cell(row))}</td>"] if allclose else []),
-            f"<td class='n'>{'-' if m is None else f'{m.top1_agreement:.1%}'}</td>",
+            f"<td class='n'>{_e(top1_text(m))}</td>",
             f"<td>{_e(shapes_text(row))}</td>",
             f"<td class='n'>{_e(rerun_text(row))}</td>",
             f"<td class='n'>{_e(latency_text(row))}</td>",

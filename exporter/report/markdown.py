@@ -13,7 +13,7 @@ from pathlib import Path
 from ..diagnostics import LayerComparison
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
-from .views import checks_description, latency_text, output_lines, rerun_text, shapes_text, size_text
+from .views import checks_description, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
 
 ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌", NOT_APPLICABLE: "➖"}
 
@@ -53,7 +53,7 @@ def _row(row: Row, allclose: bool) -> str:
         _fmt(m.mae if m else None),
         _fmt(m.max_abs if m else None),
         *([bounds.cell(row)] if allclose else []),
-        "-" if m is None else f"{m.top1_agreement:.1%}",
+        top1_text(m),
         check[shapes_text(row)],
         rerun_cell,
         latency_text(row),

@@ -23,7 +23,7 @@ from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..settings import settings_line
 from . import bounds
-from .views import checks_description, diagnostic_lines, latency_text, output_lines, rerun_text, shapes_text, size_text
+from .views import checks_description, diagnostic_lines, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
 
 DEFAULT_WIDTH = 100  # when the output is not a terminal
 MIN_WIDTH = 40  # the verdict, the artifact and its MAE
@@ -117,7 +117,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("MAE", lambda r, _: _fmt(r.metrics.mae if r.metrics else None), 0),
     Column("max|err|", lambda r, _: _fmt(r.metrics.max_abs if r.metrics else None), 1),
     Column("allclose", lambda r, _: bounds.cell(r), 2),
-    Column("top-1", lambda r, _: "-" if r.metrics is None else f"{r.metrics.top1_agreement:.1%}", 3),
+    Column("top-1", lambda r, _: top1_text(r.metrics), 3),
     Column("batch", lambda r, _: shapes_text(r), 4),
     Column("rerun", lambda r, _: rerun_text(r), 5),
     Column("gate", _gate, 6),

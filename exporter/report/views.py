@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..compare import Metrics
 from ..results import Report, Row
 
 
@@ -18,6 +19,18 @@ def size_text(size_bytes: int | None) -> str:
             return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
         size /= 1024
     return "-"
+
+
+def top1_text(metrics: Metrics | None) -> str:
+    """The agreement column: a dash where no top-1 (or per-position) agreement was computed (no
+    metrics, or a ``values`` output), never a 100% nobody measured.
+
+    >>> top1_text(None)
+    '-'
+    """
+    if metrics is None or metrics.top1_agreement is None:
+        return "-"
+    return f"{metrics.top1_agreement:.1%}"
 
 
 def latency_ms(row: Row) -> float | None:
@@ -51,7 +64,7 @@ def output_lines(row: Row) -> list[str]:
     lines = []
     for o in row.outputs:
         m = o.metrics
-        agreement = "" if m.agreement == "none" else f", {m.agreement} agreement {m.top1_agreement:.1%}"
+        agreement = "" if m.top1_agreement is None else f", {m.agreement} agreement {m.top1_agreement:.1%}"
         pair = row.gate.tolerance
         count = None if pair is None else m.tolerance(*pair)
         allclose = "" if count is None else f", allclose {count.violations}/{count.values} outside"

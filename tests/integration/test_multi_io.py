@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from arches import DictOutputNet, MaskedSequenceNet, TimeMajorNet, TupleOutputNet
+from arches import DictOutputNet, EnergyColumnNet, EnergyNet, EnergyTupleNet, MaskedSequenceNet, TimeMajorNet, TupleOutputNet
 from conftest import TESTS, save_state, seeded
 from export_check.cli import main
+from export_check.golden.manifest import read_manifest
 
 FLOAT = ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified")
 
@@ -139,3 +140,81 @@ def test_a_setting_leaves_an_output_out_and_every_view_says_so(dict_recorded, ca
     assert main(["check", str(checkpoint), "--arch", arch, "--golden", str(folder / "golden"), "--out", str(folder / "out-x"),
                  "--no-cache", "-q", "--artifacts", "onnx", "--config", str(config)]) == 2
     assert "settings name outputs nope, the golden set has scores, boxes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("factory, inputs", [(EnergyNet, ".npy"), (EnergyTupleNet, ".npz")])
+def test_one_value_per_sample_round_trips_through_record_check_and_approve(factory, inputs: str, tmp_path: Path) -> None:
+    """A (batch,) output, alone (from .npy inputs, which once made it a format-1 (N, 1) reference)
+    and second in a tuple: recorded as (N,), checked green, approved, checked green again (issue 25)."""
+    model = seeded(factory)
+    checkpoint = save_state(model, tmp_path / "model.pth")
+    arch = f"{TESTS / 'arches.py'}:{factory.__name__}"
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((20, 12)).astype(np.float32)
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for i, sample in enumerate(x):
+        np.save(folder / f"s{i:03d}.npy", sample) if inputs == ".npy" else np.savez(folder / f"s{i:03d}.npz", x=sample)
+    energy_name = "output" if factory is EnergyNet else "output_1"
+
+    def by_hand(net: torch.nn.Module) -> np.ndarray:  # the truth: eager run by hand, outside the tool
+        with torch.inference_mode():
+            out = net(torch.from_numpy(x))
+        return (out if factory is EnergyNet else out[1]).numpy()
+
+    truth = by_hand(model)
+    assert truth.shape == (20,)
+    golden = tmp_path / "golden"
+    assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(folder), "--golden", str(golden)]) == 0
+    stored = read_manifest(golden).reference_outputs(0, 20)[energy_name]
+    assert stored.shape == (20,)
+    np.testing.assert_allclose(stored, truth, rtol=0, atol=1e-6)
+
+    code, report = _check(tmp_path, checkpoint, arch, "clean")
+    assert code == 0, [(r["name"], r["reasons"]) for r in report["rows"]]
+    assert all(r["status"] == "pass" and r["metrics"]["images"] == 20 for r in report["rows"])
+    for row in report["rows"]:  # no argmax on one value per sample: no top-1 figure for it
+        energy = row["metrics"] if factory is EnergyNet else row["outputs"][1]["metrics"]
+        assert energy["agreement"] == "none" and energy["top1_agreement"] is None
+
+    # approve a retrained head: the stored reference becomes the new model's (20,) energies
+    state = torch.load(checkpoint, weights_only=True)
+    state["head.bias"] = state["head.bias"] + 0.25
+    retrained = tmp_path / "retrained.pth"
+    torch.save(state, retrained)
+    model.load_state_dict(state)
+    new_truth = by_hand(model)
+    assert main(["golden", "approve", str(retrained), "--arch", arch, "--golden", str(golden)]) == 0
+    stored = read_manifest(golden).reference_outputs(0, 20)[energy_name]
+    assert stored.shape == (20,)
+    np.testing.assert_allclose(stored, new_truth, rtol=0, atol=1e-6)
+    code, report = _check(tmp_path, retrained, arch, "approved")
+    assert code == 0, [(r["name"], r["reasons"]) for r in report["rows"]]
+
+
+def test_a_set_that_flattened_a_per_sample_value_says_to_re_record_it(tmp_path: Path, capsys) -> None:
+    """A format-1 set holding (N, 1) for a model that returns (N,), as recorded before issue 25: the
+    check's eager row and approve say to re-record it (approving would write the flattened shape again)."""
+    checkpoint = save_state(seeded(EnergyNet), tmp_path / "model.pth")
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for i, x in enumerate(np.random.default_rng(0).standard_normal((8, 12)).astype(np.float32)):
+        np.save(folder / f"s{i}.npy", x)
+    golden = tmp_path / "golden"
+    column, energy = (f"{TESTS / 'arches.py'}:{cls.__name__}" for cls in (EnergyColumnNet, EnergyNet))
+    assert main(["golden", "record", str(checkpoint), "--arch", column, "--inputs", str(folder), "--golden", str(golden)]) == 0
+    assert read_manifest(golden).reference_shape == (8, 1)
+    code, report = _check(tmp_path, checkpoint, energy, "old")
+    eager = report["rows"][0]
+    assert code == 1 and eager["status"] == "fail"
+    assert eager["reasons"][0] == ("eager output does not match the golden reference: output shape (8,) != reference (8, 1); this golden "
+                                   "set (format 1) holds one (batch, classes) output: re-record it with `export-check golden record "
+                                   "--force`, which keeps every output's shape")
+    capsys.readouterr()
+    assert main(["golden", "approve", str(checkpoint), "--arch", energy, "--golden", str(golden)]) == 2
+    assert capsys.readouterr().err.strip() == (f"export-check: error: {checkpoint}: the model does not return one (batch, classes) "
+                                               f"tensor, the one output the format-1 golden set {golden} holds; re-record it with "
+                                               "`export-check golden record --force`, which keeps every output's shape")
+    assert read_manifest(golden).reference_shape == (8, 1)  # unchanged
+    assert main(["golden", "record", str(checkpoint), "--arch", energy, "--inputs", str(folder), "--golden", str(golden), "--force"]) == 0
+    assert _check(tmp_path, checkpoint, energy, "new")[0] == 0

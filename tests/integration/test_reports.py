@@ -253,3 +253,33 @@ def test_report_path_that_is_a_directory_is_a_usage_error(tmp_path: Path, capsys
     code = main([str(DEFAULT_CHECKPOINT), "--arch", DEFAULT_ARCH, "--golden", str(DEFAULT_GOLDEN), "--junit", str(tmp_path)])
     assert code == 2
     assert f"{tmp_path}: is a directory; --junit takes a file path" in capsys.readouterr().err
+
+
+def test_colour_codes_of_exporters_never_reach_a_reason_or_a_note(tmp_path: Path) -> None:
+    """An exporter's coloured error (a row's reason) and coloured warning (a row's note) reach every
+    report as plain text (issue 25)."""
+    import numpy as np
+    import torch
+
+    from arches import ColouredMessages
+
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "m.pth"
+    torch.save(ColouredMessages().state_dict(), checkpoint)
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    for i, x in enumerate(np.random.default_rng(0).standard_normal((8, 12)).astype(np.float32)):
+        np.save(samples / f"s{i}.npy", x)
+    arch, golden = f"{TESTS / 'arches.py'}:ColouredMessages", str(tmp_path / "golden")
+    assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(samples), "--golden", golden]) == 0
+    out = {suffix: tmp_path / f"r.{suffix}" for suffix in ("json", "xml", "md", "html")}
+    code = main(["check", str(checkpoint), "--arch", arch, "--golden", golden, "--out", str(tmp_path / "out"), "--no-cache", "-q",
+                 "--artifacts", "torchscript-trace,onnx", "--json", str(out["json"]), "--junit", str(out["xml"]),
+                 "--markdown", str(out["md"]), "--html", str(out["html"])])
+    rows = {r["name"]: r for r in json.loads(out["json"].read_text())["rows"]}
+    assert code == 1 and rows["torchscript-trace"]["status"] == "error"
+    assert rows["torchscript-trace"]["reasons"] == ["build failed: RuntimeError: cannot be traced"]
+    assert "UserWarning: coloured exporter warning" in rows["onnx"]["notes"]
+    for path in out.values():
+        text = path.read_text()
+        assert "\x1b" not in text and "u001b" not in text and "x1b" not in text, path.name

@@ -13,7 +13,10 @@ from export_check.errors import ArchitectureError, CheckpointError
 TINY = f"{TESTS / 'arches.py'}:TinyNet"
 
 
-@pytest.mark.parametrize("wrap", ["bare", "state_dict", "model", "model_state_dict", "module", "compiled"])
+WRAPPERS = ("state_dict", "model", "model_state_dict", "model_state", "net", "network", "weights", "params")
+
+
+@pytest.mark.parametrize("wrap", ["bare", *WRAPPERS, "module", "compiled"])
 def test_common_checkpoint_shapes_load_to_the_same_weights(tmp_path: Path, wrap: str) -> None:
     state = seeded(TinyNet).state_dict()
     obj = {
@@ -21,16 +24,92 @@ def test_common_checkpoint_shapes_load_to_the_same_weights(tmp_path: Path, wrap:
         "state_dict": {"state_dict": state, "epoch": 3, "optimizer": {"lr": 0.1}},
         "model": {"model": state, "step": 10},
         "model_state_dict": {"model_state_dict": state},
+        "model_state": {"model_state": state, "epoch": 3, "optimizer_state": {"state": {}, "param_groups": []}},
+        "net": {"net": state, "epoch": 3},
+        "network": {"network": state},
+        "weights": {"weights": state, "config": {"width": 8}},
+        "params": {"params": state},
         "module": {f"module.{k}": v for k, v in state.items()},
         "compiled": {f"_orig_mod.{k}": v for k, v in state.items()},
     }[wrap]
     path = tmp_path / "ckpt.pth"
     torch.save(obj, path)
-    loaded = load_state_dict(path)
+    notes: list[str] = []
+    loaded = load_state_dict(path, notes)
     assert loaded.keys() == state.keys()
     assert all(torch.equal(loaded[k], state[k]) for k in state)
     model = build_model(TINY, {}, loaded, path)
     assert not model.training
+    if wrap in WRAPPERS:  # the note names the key it loaded, and what else the file holds
+        assert notes == [f"checkpoint ckpt.pth: loaded the state_dict under its key {wrap!r} ({len(state)} tensors"
+                         + (f", beside {', '.join(repr(k) for k in obj if k != wrap)})" if len(obj) > 1 else ")")]
+    else:
+        assert notes == []
+
+
+def test_a_state_dict_under_an_unknown_key_is_an_error_naming_that_key(tmp_path: Path) -> None:
+    state = seeded(TinyNet).state_dict()
+    path = tmp_path / "ckpt.pth"
+    torch.save({"ema_weights": state, "epoch": 3}, path)
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: its state_dict is under the key 'ema_weights', which export-check does not unwrap")
+    assert "torch.save(torch.load(path)['ema_weights'], new_path)" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("obj, held", [
+    ({"model_state": {}, "epoch": 3}, " (its key 'model_state' holds an empty dict)"),
+    ({"model_state": {"lr": 0.1, "momentum": 0.9}, "epoch": 3}, " (its key 'model_state' holds a dict of 2 entries, no state_dict of tensors)"),
+    ({"state_dict": [1, 2, 3]}, " (its key 'state_dict' holds a list)"),
+    ({"weights": {"a": {"b": 1}}, "note": "x"}, " (its key 'weights' holds a dict of 1 entries, no state_dict of tensors)"),
+    ({"epoch": 3, "note": "trained"}, ""),
+])
+def test_a_wrapper_holding_no_tensors_is_one_error_naming_its_keys(tmp_path: Path, obj: dict, held: str) -> None:
+    path = tmp_path / "ckpt.pth"
+    torch.save(obj, path)
+    notes: list[str] = []
+    with pytest.raises(CheckpointError) as info:
+        load_state_dict(path, notes)
+    keys = ", ".join(repr(k) for k in obj)
+    assert str(info.value) == (f"{path}: a dict of {keys} that holds no state_dict: no key maps parameter names to tensors{held}; "
+                               "save one with torch.save(model.state_dict(), path)")
+    assert notes == []
+
+
+def test_a_wrapped_checkpoint_records_checks_and_says_which_key_and_a_bad_one_is_one_line(tmp_path: Path, capsys) -> None:
+    """Through the CLI: the note on record, in the check's run notes (JSON too); exit 2 and one line
+    for a wrapper without weights."""
+    import json
+
+    import numpy as np
+
+    from arches import EnergyNet
+    from export_check.cli import main
+
+    checkpoint = tmp_path / "wrapped.pth"
+    torch.save({"model_state": seeded(EnergyNet).state_dict(), "epoch": 12}, checkpoint)
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    for i, x in enumerate(np.random.default_rng(0).standard_normal((8, 12)).astype(np.float32)):
+        np.save(samples / f"s{i}.npy", x)
+    arch, golden = f"{TESTS / 'arches.py'}:EnergyNet", str(tmp_path / "golden")
+    note = "checkpoint wrapped.pth: loaded the state_dict under its key 'model_state' (4 tensors, beside 'epoch')"
+    assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(samples), "--golden", golden]) == 0
+    assert f"note: {note}" in capsys.readouterr().out.splitlines()
+    report = tmp_path / "r.json"
+    assert main(["check", str(checkpoint), "--arch", arch, "--golden", golden, "--out", str(tmp_path / "out"), "--no-cache", "-q",
+                 "--artifacts", "onnx", "--json", str(report)]) == 0
+    assert json.loads(report.read_text())["run_notes"] == [note]
+    capsys.readouterr()
+    torch.save({"model_state": {}, "epoch": 12}, checkpoint)
+    assert main(["check", str(checkpoint), "--arch", arch, "--golden", golden, "--out", str(tmp_path / "out"), "--no-cache", "-q",
+                 "--artifacts", "onnx"]) == 2
+    stderr = capsys.readouterr().err
+    err = [line for line in stderr.splitlines() if line.startswith("export-check: error")]
+    assert "Traceback" not in stderr
+    assert err == [f"export-check: error: {checkpoint}: a dict of 'model_state', 'epoch' that holds no state_dict: no key maps parameter "
+                   "names to tensors (its key 'model_state' holds an empty dict); save one with torch.save(model.state_dict(), path)"]
 
 
 def test_safetensors_checkpoint(tmp_path: Path) -> None:

@@ -105,3 +105,36 @@ def test_colours_are_the_verdicts() -> None:
 )
 def test_colour_precedence_flag_then_no_color_then_force_color_then_the_terminal(choice, isatty, env, expected) -> None:
     assert use_colour(choice, isatty, env) is expected
+
+
+def test_a_values_row_shows_no_top1_figure_in_any_view() -> None:
+    """No argmax is taken on a ``values`` output (regression, energies): no view shows a top-1 figure for
+    it (it once showed 100.0% and ``top1_agreement: 1.0``); the logits row beside it keeps its own."""
+    import json
+
+    import jsonschema
+
+    from export_check.report import html, json_report, junit, markdown
+
+    rng = np.random.default_rng(0)
+    reference = rng.normal(0, 4, (32, 10))
+    shifted = reference.copy()
+    shifted[:3] = shifted[:3, ::-1]  # three samples' argmax moves: 29 of 32 agree
+    observations = [
+        Observation("eager", "eager", "golden", compare(reference, reference, kind="values")),
+        Observation("onnx", "float", "eager", compare(reference, shifted, kind="logits"), artifact=FileInfo("a.onnx", 1000, "1" * 64)),
+    ]
+    report = Report(tool_version="0.1.0", created="2026-12-01T00:00:00+00:00", checkpoint=FileInfo("m.pth", 1, "f" * 64),
+                    golden=GoldenSummary(path="/golden", inputs=32, manifest_sha256="e" * 64, created="", recorded_checkpoint_sha256=None,
+                                         recorded_with=(), label_accuracy=None),
+                    thresholds=Thresholds(), settings=(), versions=(), rows=tuple(judge_rows(observations, Thresholds())), seconds=1.0,
+                    out_dir="/tmp/out")
+    header, _, eager, onnx = _table(render(report, Style(width=200, colour=False)))[:4]
+    top1 = header.index("top-1")
+    assert eager[top1:].split()[0] == "-" and onnx[top1:].split()[0] == f"{29 / 32:.1%}"
+    document = json.loads(json_report.render(report))
+    jsonschema.validate(document, json_report.schema(), cls=jsonschema.Draft202012Validator)
+    assert [r["metrics"]["top1_agreement"] for r in document["rows"]] == [None, 29 / 32]
+    assert "100.0%" not in markdown.render(report) and "100.0%" not in html.render(report)
+    assert "| - |" in markdown.render(report)
+    assert "top1_agreement: -" in junit.render(report) and "top1_agreement: 1" not in junit.render(report)
