@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import export_check.golden.store as store
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, deadline, mounted_tmpfs, save_state
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, deadline, forge_golden_file, mounted_tmpfs, save_state
 from export_check import files
 from export_check.cli import main
 from export_check.errors import GoldenError
@@ -84,16 +84,6 @@ def linear(tmp_path: Path, monkeypatch) -> Path:
 
 def vectors(project: Path) -> list[np.ndarray]:
     return [np.load(p) for p in sorted((project / "vectors").glob("*.npy"))]
-
-
-def rewrite(golden: Path, rel: str, data: bytes) -> None:
-    """Replace ``rel`` and put its new hash into the manifest: a forger who can write the folder."""
-    (golden / rel).write_bytes(data)
-    manifest = json.loads((golden / MANIFEST).read_text())
-    for entry in [*manifest["inputs"], manifest["reference"]]:
-        if entry["file"] == rel:
-            entry["sha256"] = hashlib.sha256(data).hexdigest()
-    (golden / MANIFEST).write_text(json.dumps(manifest))
 
 
 # --- golden writers touch only their own files ---------------------------------------------------
@@ -371,7 +361,7 @@ def _npy_header(shape: tuple[int, ...], descr: str = "<f4") -> bytes:
 def test_a_reference_header_claiming_23_tib_is_refused_before_allocation(linear: Path, capfd) -> None:
     golden = linear / "g"
     ref = read_manifest(golden).reference_file
-    rewrite(golden, ref, _npy_header((6, 1 << 40)) + b"\0" * 64)
+    forge_golden_file(golden, ref, _npy_header((6, 1 << 40)) + b"\0" * 64)
     manifest = json.loads((golden / MANIFEST).read_text())
     manifest["reference"]["shape"] = [6, 1 << 40]  # the manifest agrees with the header
     (golden / MANIFEST).write_text(json.dumps(manifest))
@@ -379,7 +369,7 @@ def test_a_reference_header_claiming_23_tib_is_refused_before_allocation(linear:
         code, _, err = _check(capfd, golden)
     assert code == 2
     one_line(err, ref, "26,388,279,066,624 bytes", f"over the {ARRAY_MAX_BYTES:,}-byte memory budget")
-    rewrite(golden, ref, _npy_header((6, 4)) + b"\0" * 96)  # a right-sized header, but not the manifest's shape
+    forge_golden_file(golden, ref, _npy_header((6, 4)) + b"\0" * 96)  # a right-sized header, but not the manifest's shape
     code, _, err = _check(capfd, golden)
     assert code == 2
     one_line(err, ref, "holds float32 (6, 4), manifest says float (6, 1099511627776)")
@@ -396,7 +386,7 @@ def test_a_non_finite_or_overflowing_reference_fails_verify_and_check(linear: Pa
     array[:1] = values
     buf = io.BytesIO()
     np.save(buf, array)
-    rewrite(golden, golden_set.reference_file, buf.getvalue())
+    forge_golden_file(golden, golden_set.reference_file, buf.getvalue())
     code, out, _ = run(capfd, "golden", "verify", golden)
     assert code == 1 and says in out
     code, _, err = _check(capfd, golden)

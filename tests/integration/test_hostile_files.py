@@ -9,7 +9,6 @@ still written, as the error form. The hypothesis tests at the end feed the parse
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -22,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, deadline, save_state, seeded
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, deadline, forge_golden_file, save_state, seeded
 from export_check import parsing
 from export_check.cli import main
 from export_check.errors import ArtifactError, UsageError
@@ -282,16 +281,6 @@ def _token_bag():
     return fault_arches.TokenBag
 
 
-def forge(golden: Path, rel: str, data: bytes) -> None:
-    """Replace ``rel`` and put its new hash into the manifest: a forger who can write the folder."""
-    (golden / rel).write_bytes(data)
-    manifest = json.loads((golden / MANIFEST).read_text())
-    for entry in [*manifest["inputs"], manifest["reference"]]:
-        if entry["file"] == rel:
-            entry["sha256"] = hashlib.sha256(data).hexdigest()
-    (golden / MANIFEST).write_text(json.dumps(manifest))
-
-
 def npz(compressed: bool = False, **arrays: np.ndarray) -> bytes:
     buf = io.BytesIO()
     (np.savez_compressed if compressed else np.savez)(buf, **arrays)
@@ -310,7 +299,7 @@ def test_samples_that_inflate_on_reading_fail_verify_and_check_before_anything_r
     declared = declared_bytes(bomb, "s.npz", Path("s.npz"))
     assert len(bomb) < 200_000 and declared > (10 << 20) * 8 > SAMPLE_MAX_BYTES
     for rel in files:
-        forge(golden, rel, bomb)
+        forge_golden_file(golden, rel, bomb)
     with deadline(60):
         code, out, _ = run(capfd, "golden", "verify", golden)
     assert code == 1 and "FAILED, 4 problem(s) in 4 inputs" in out and "OK" not in out
@@ -350,7 +339,7 @@ def test_a_member_that_decompresses_past_its_declared_size_is_refused(tmp_path: 
     for offset in (honest_bytes.find(b"PK\x03\x04") + 22, honest_bytes.find(b"PK\x01\x02") + 24):  # local and central header's size
         assert int.from_bytes(liar[offset:offset + 4], "little") == declared
         liar[offset:offset + 4] = small.to_bytes(4, "little")
-    forge(golden, files[1], bytes(liar))
+    forge_golden_file(golden, files[1], bytes(liar))
     code, _, err = run(capfd, *token_check(tmp_path, checkpoint, golden))
     assert code == 2
     one_line(err, str(golden / files[1]), "member 'ids.npy'")
@@ -378,7 +367,7 @@ def test_samples_over_the_sets_total_are_refused_naming_the_one_that_crosses_it(
 ])
 def test_token_ids_the_model_cannot_take_name_the_sample_and_the_exception(ids: np.ndarray, says: str, tmp_path: Path, capfd) -> None:
     checkpoint, golden, files = _record_tokens(tmp_path, capfd)
-    forge(golden, files[2], npz(ids=ids.astype(np.int64)))
+    forge_golden_file(golden, files[2], npz(ids=ids.astype(np.int64)))
     with deadline(120):
         code, _, err = run(capfd, *token_check(tmp_path, checkpoint, golden))
     assert code == 2
@@ -394,7 +383,7 @@ def test_token_ids_the_model_cannot_take_name_the_sample_and_the_exception(ids: 
 @pytest.mark.parametrize("shape", [(0,), (3, 0)])
 def test_an_empty_sample_array_is_refused_naming_it(shape: tuple[int, ...], tmp_path: Path, capfd) -> None:
     checkpoint, golden, files = _record_tokens(tmp_path, capfd)
-    forge(golden, files[0], npz(ids=np.zeros(shape, np.int64)))
+    forge_golden_file(golden, files[0], npz(ids=np.zeros(shape, np.int64)))
     code, out, _ = run(capfd, "golden", "verify", golden)
     assert code == 1 and f"input 'ids' holds no values (shape {shape})" in out
     code, _, err = run(capfd, *token_check(tmp_path, checkpoint, golden))
