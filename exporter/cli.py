@@ -156,16 +156,28 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _refuse_writing_over(outputs: dict[str, Any], read: Any, what: str) -> None:
+    """One line when an output path (by flag) is a file this command reads (``what`` names it)."""
+    inputs = {os.path.realpath(p) for p in read}
+    for flag, path in outputs.items():
+        if path is not None and os.path.realpath(path) in inputs:
+            raise UsageError(f"{flag} {path}: is {what}; writing there would overwrite it: choose another path")
+
+
+def _print_settings_and_notes(settings: dict[str, Any], notes: list[str]) -> None:
+    """What ``golden record`` and ``approve`` print first: the settings file they read, then their notes."""
+    print(settings_line(settings_files(settings)))
+    for note in notes:
+        print(f"note: {note}")
+
+
 def _cmd_merge(args: argparse.Namespace) -> int:
     from .fleet.merge import merge
     from .report import fleet as views
 
     _refuse_folders(args)
-    inputs = {os.path.realpath(p): p for p in args.reports}
-    for flag in ("json", "junit", "markdown"):
-        path = getattr(args, flag, None)
-        if path is not None and os.path.realpath(path) in inputs:
-            raise UsageError(f"--{flag} {path}: is a report this merge reads; writing there would overwrite it: choose another path")
+    _refuse_writing_over({f"--{flag}": getattr(args, flag, None) for flag in ("json", "junit", "markdown")}, args.reports,
+                         "a report this merge reads")
     report = merge(args.reports)
     print(views.render_text(report), file=_table_stream(args))
     _written(args).extend(("--json", "--junit", "--markdown"))
@@ -301,8 +313,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
         raise UsageError(f"--last must be >= 0, got {args.last}")
     if args.html is not None and args.html.is_dir():
         raise UsageError(f"{args.html}: is a directory; --html takes a file path")
-    if args.html is not None and os.path.realpath(args.html) == os.path.realpath(args.history_file):
-        raise UsageError(f"--html {args.html}: is the history file this command reads; writing there would overwrite it: choose another path")
+    _refuse_writing_over({"--html": args.html}, (args.history_file,), "the history file this command reads")
     runs = load(args.history_file)
     print(render_json(runs, args.last) if args.json else render_trend(runs, args.last, args.artifact), end="\n" if not args.json else "")
     if args.html is not None:
@@ -407,8 +418,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
         notes: list[str] = []
         recorded = lifecycle.record_golden(inputs_dir=inputs, preprocess=preprocess, force=args.force,
                                            signature_settings=params.signature, calibration=args.calibration_samples, notes=notes, **common)
-        print(settings_line(settings_files(params.settings)))
-        print(*(f"note: {note}" for note in notes), sep="\n", end="\n" if notes else "")
+        _print_settings_and_notes(params.settings, notes)
         if recorded.version == 1:
             print(f"recorded {len(recorded)} inputs and their reference logits {recorded.reference_shape} into {golden_dir}")
         else:
@@ -418,8 +428,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
     diff, written = lifecycle.approve_golden(dry_run=args.dry_run, signature_settings=params.signature,
                                              calibration=args.calibration_samples, notes=notes, **common)
     held = "outputs" if isinstance(diff, lifecycle.OutputsDiff) else "logits"
-    print(settings_line(settings_files(params.settings)))
-    print(*(f"note: {note}" for note in notes), sep="\n", end="\n" if notes else "")
+    _print_settings_and_notes(params.settings, notes)
     print("\n".join(diff.lines()))
     if args.dry_run:
         print("dry run: golden set unchanged")

@@ -94,7 +94,7 @@ def onednn_cap_below(isas: frozenset[str]) -> str | None:
     """The oneDNN cap in force (``"ONEDNN_MAX_CPU_ISA=AVX2"``) when it is one of ``isas`` (any case), else None."""
     import os
 
-    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):  # oneDNN reads the first that is set
+    for name in ISA_VARIABLES[1:]:  # ONEDNN_MAX_CPU_ISA, DNNL_MAX_CPU_ISA: oneDNN reads the first that is set
         value = os.environ.get(name, "")
         if value:
             return f"{name}={value}" if value.upper() in isas else None

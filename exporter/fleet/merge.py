@@ -18,19 +18,19 @@ from typing import Any
 from .. import __version__
 from ..cache.secret import CacheKey
 from ..errors import UsageError
-from ..report.seal import MAX_REPORT_BYTES, reader_key, verified
+from ..report.seal import reader_key, verified
 from .result import MISSING, FleetReport, ModelResult
 
 FLEET_SCHEMA, MODEL_SCHEMA = "export-check-fleet-report", "export-check-report"
 
 
 def _read(path: Path, key: Callable[[], CacheKey]) -> dict[str, Any]:
-    from ..parsing import load_json, read_text
+    from ..parsing import REPORT_MAX_BYTES, load_json, read_text
 
     fix = "pass the JSON files written by export-check --json"
     # bounded: a regular file (a FIFO refused), its size, UTF-8; then the seal, checked on the bytes before any
     # JSON is parsed; then the JSON within the bounds (nesting, numbers)
-    text = read_text(path, MAX_REPORT_BYTES, "report", fix)
+    text = read_text(path, REPORT_MAX_BYTES, "report", fix)
     data = load_json(verified(path, text.encode("utf-8"), key).decode("utf-8"), path, fix)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in (FLEET_SCHEMA, MODEL_SCHEMA):

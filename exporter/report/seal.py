@@ -36,7 +36,6 @@ _DOMAIN = b"export-check JSON report\0"
 _HEAD = b'{"' + FIELD.encode() + b'": "hmac-sha256:'
 _SEAL = re.compile(rb"([0-9a-f]{16}):([0-9a-f]{64})\",")
 _SEAL_LENGTH = 16 + 1 + 64 + 2
-MAX_REPORT_BYTES = 256 << 20  # what merge reads of one report: a fleet of thousands of models is far below it
 
 
 def key_id(key: CacheKey) -> str:
@@ -45,7 +44,7 @@ def key_id(key: CacheKey) -> str:
 
 
 def _mac(key: CacheKey, body: bytes) -> str:
-    return hmac.new(key.secret, _DOMAIN + body, hashlib.sha256).hexdigest()
+    return key.mac(_DOMAIN + body)  # the cache's HMAC-SHA256, under its own domain
 
 
 def seal(text: str, key: CacheKey) -> str:
