@@ -6,9 +6,9 @@
 
 It measures the exporter of the tree it is in (that tree first on PYTHONPATH), so a copy of an
 older commit measures that commit. The results of 2026-12-01 and the decision they led to are in
-exporter/build/isolation.py's docstring.
+exporter/builder/isolation.py's docstring.
 
-``current`` is exporter/build/isolation.py as it is; ``stdlib`` is benchmarks/isolation_stdlib.py
+``current`` is exporter/builder/isolation.py as it is; ``stdlib`` is benchmarks/isolation_stdlib.py
 (multiprocessing's forkserver context, ``set_forkserver_preload(PRELOAD)``, one ``Process`` per
 build receiving the pickled context), put in its place inside the CLI process this script starts;
 ``stdlib-lean`` the same with torch alone preloaded. concurrent.futures.ProcessPoolExecutor is only
@@ -78,7 +78,7 @@ def _instrument(variant: str, out: Path) -> None:
 
         reduction.dump = dump
     else:
-        from export_check.build import protocol
+        from export_check.builder import protocol
 
         real_send = protocol.send
 
@@ -111,7 +111,7 @@ def _cli_main(variant: str, out: Path, args: list[str]) -> None:
 
 def _first_main(variant: str, out: Path) -> None:
     """Server start to the first build's reply, in a fresh process, as the pipeline does it."""
-    from export_check.build import isolation as iso
+    from export_check.builder import isolation as iso
 
     if variant in PRELOADS:
         import isolation_stdlib

@@ -1,11 +1,11 @@
-"""A prototype of exporter/build/isolation.py on the standard library, for benchmarks/isolation_probe.py.
+"""A prototype of exporter/builder/isolation.py on the standard library, for benchmarks/isolation_probe.py.
 
 multiprocessing's ``forkserver`` context with ``set_forkserver_preload(PRELOAD + warm-up)`` and one
 ``multiprocessing.Process`` per build, which receives the pickled build context as its argument.
 Builds run one after another, in the order they were started, driven by one thread of the parent
 (``Process.start`` blocks until the fork server has finished its preloads, and the pipeline's
 thread must not). Everything else (the request, the child's build, the reply statuses and the row
-messages) is exporter/build/isolation.py's own code, so the two differ only in how the processes
+messages) is exporter/builder/isolation.py's own code, so the two differ only in how the processes
 are made and how the model reaches the build children.
 
 ``install()`` puts it in place of the hand-written server (``isolation.prewarm/start/build/settle``)
@@ -28,8 +28,8 @@ from multiprocessing import connection
 from pathlib import Path
 from typing import Any
 
-from export_check.build import isolation as iso
-from export_check.build import protocol, server
+from export_check.builder import isolation as iso
+from export_check.builder import protocol, server
 
 WARM_MODULE = "isolation_stdlib_warm"  # benchmarks/isolation_stdlib_warm.py: the server's _warm_up, on import
 

@@ -535,7 +535,7 @@ def error_line(exc: BaseException) -> str:
 def _interrupted() -> int:
     """Ctrl-C: stop the build server and the build under way, say so in one line, exit 130."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the cleanup with a traceback
-    isolation = sys.modules.get("export_check.build.isolation")
+    isolation = sys.modules.get("export_check.builder.isolation")
     if isolation is not None:
         with contextlib.suppress(Exception):
             isolation.SERVICE.stop()

@@ -42,7 +42,7 @@ ONNX_EXPORTERS = ("torchscript", "dynamo")
 # cannot hang CI; generous, since a big model's onnxsim pass can take minutes.
 BUILD_TIMEOUT = 1800.0
 MAX_THREADS = 1024  # intra-op threads; torch and onnxruntime would try to start every one of them
-JOBS = (1, 2)  # processes working at once: this one, and the build server (exporter/build/isolation.py)
+JOBS = (1, 2)  # processes working at once: this one, and the build server (exporter/builder/isolation.py)
 
 
 def default_cache_dir() -> Path:

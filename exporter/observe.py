@@ -24,7 +24,7 @@ import numpy as np
 from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import captured_warnings, dedupe
 from .artifacts.base import logits_of
-from .build.builds import BuildOutcome, Builds, Progress
+from .builder.builds import BuildOutcome, Builds, Progress
 from .compare import ErrorAccumulator, ShapeMismatch
 from .config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
 from .diagnostics import EagerSelfCheck

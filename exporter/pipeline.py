@@ -7,7 +7,7 @@ the same path with the builds and replays restored from the cache (``cache``), j
 code. Each artifact is isolated: its failure to build, load or run becomes its own ``error`` row.
 
 Two processes share the work (``--jobs 2``, the default on two cores or more): the build server
-(exporter/build/isolation.py) builds the artifacts one after another, while this process runs eager
+(exporter/builder/isolation.py) builds the artifacts one after another, while this process runs eager
 over the golden set and then replays and diagnoses each artifact as soon as its file is written.
 With ``--jobs 1``, or a golden set too large to hold in memory, one thing happens at a time. The
 rows, their numbers and the report's order are the same either way (tests/integration/test_jobs.py).
@@ -27,8 +27,8 @@ from . import __version__, observe
 from .artifacts import KINDS_BY_NAME, BuildContext
 from .artifacts._heap import reused_heap
 from .artifacts.base import INPUT
-from .build import isolation
-from .build.builds import Builds
+from .builder import isolation
+from .builder.builds import Builds
 from .cache.store import CacheUnavailable, cached_observations, open_cache, store_observations
 from .config import RunConfig
 from .diagnostics.run import PendingSelfCheck

@@ -7,7 +7,7 @@ faults per image, each a kernel-zeroed page: 790,000 faults and 9.8 s of CPU for
 5.5 s without them (measured 2026-12-01, benchmarks/large.py, 2 shared cores). The straight-line
 baseline (benchmarks/baseline_large.py) never paid this: its in-process ``torch.onnx.export`` leaves a
 large free block in the heap that later activations are carved from, 0 faults. export-check builds
-in another process (exporter/build/isolation.py), so its replay had no such block.
+in another process (exporter/builder/isolation.py), so its replay had no such block.
 
 ``reused_heap`` makes the reuse deliberate instead of an accident of what ran before: while a torch
 runner is open, glibc takes every allocation from the heap (``M_MMAP_MAX`` 0) and does not trim it

@@ -60,7 +60,7 @@ from .sealed import MAX_META_BYTES, NotSealed, seal, unseal
 from .secret import CacheKey, CacheKeyUnavailable, load_key
 
 if TYPE_CHECKING:
-    from ..build.builds import BuildOutcome
+    from ..builder.builds import BuildOutcome
     from ..config import RunConfig
 
 LAYOUT = f"v{FORMAT}"

@@ -18,7 +18,7 @@ from arches import TinyNet
 from conftest import seeded
 from export_check.artifacts import KINDS, KINDS_BY_NAME, BuildContext
 from export_check.artifacts.base import INPUT, OUTPUT
-from export_check.build.builds import build_artifact
+from export_check.builder.builds import build_artifact
 from export_check.config import FAMILIES
 from export_check.diagnostics.divergence import METHODS
 from export_check.errors import ArtifactError

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 from export_check import pipeline
-from export_check.build import builds
+from export_check.builder import builds
 from export_check.cache.key import arch_source_sha256
 from export_check.cache.secret import CacheKey
 from export_check.cache.store import EAGER, ArtifactCache, open_cache

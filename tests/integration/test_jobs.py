@@ -25,7 +25,7 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, process_g
 from export_check import observe, pipeline
 from export_check.artifacts import BUILD_ORDER, DEFAULT_KINDS, KINDS_BY_NAME, BuildContext
 from export_check.artifacts._common import captured_warnings
-from export_check.build import builds, isolation
+from export_check.builder import builds, isolation
 from export_check.config import RunConfig
 from export_check.diagnostics.run import Diagnoser
 from export_check.golden.batches import GoldenBatches

@@ -192,7 +192,7 @@ def test_plugin_is_registered_and_loads_nothing_heavy(tmp_path: Path) -> None:
 RELOADED = """
 import sys, tempfile
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
-import export_check.build.builds  # keeps the BUILD_ORDER of this copy of export_check.artifacts
+import export_check.builder.builds  # keeps the BUILD_ORDER of this copy of export_check.artifacts
 for name in [m for m in sys.modules if m.startswith("export_check.artifacts") or m == "export_check.observe"]:
     del sys.modules[name]
 import export_check

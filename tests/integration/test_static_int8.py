@@ -177,7 +177,7 @@ def test_a_qdq_recipe_onnxruntime_refuses_is_skipped_and_named_and_none_working_
 
     from export_check.artifacts import KINDS_BY_NAME, onnx_int8_static
     from export_check.artifacts.base import INPUT, BuildContext
-    from export_check.build.builds import build_artifact
+    from export_check.builder.builds import build_artifact
     from export_check.errors import ArtifactError
 
     model = seeded(TinyNet)

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from export_check.artifacts._common import captured_warnings
-from export_check.build.crash import last_words
+from export_check.builder.crash import last_words
 from export_check.diagnostics.runtime_errors import runtime_error
 from export_check.errors import describe_exception, plain_text
 

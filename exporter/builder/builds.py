@@ -53,7 +53,7 @@ class BuildOutcome:
 class BuildJob:
     """One artifact's build: sent to the build server at construction, its outcome on :meth:`result`.
 
-    Isolated builds run in a child of the build server (exporter/build/isolation.py), one after
+    Isolated builds run in a child of the build server (exporter/builder/isolation.py), one after
     another in the order they were started, while this process goes on. A failure becomes ``error``.
     """
 

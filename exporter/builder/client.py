@@ -95,7 +95,7 @@ def _spawn_server(ends: tuple[int, int, int, int, bool]) -> subprocess.Popen:
     # -P: no current directory first on sys.path, so that an onnxruntime.py there cannot stand in for
     # the real library while the server preloads it. export_check comes from the installation (its
     # source folder is named exporter/, so a source tree on sys.path could not provide it anyway).
-    code = f"from export_check.build.server import serve; serve(*{ends!r})"
+    code = f"from export_check.builder.server import serve; serve(*{ends!r})"
     return subprocess.Popen([sys.executable, "-P", "-c", code], pass_fds=ends[:3], stdin=subprocess.DEVNULL, close_fds=True)
 
 
