@@ -17,12 +17,17 @@ from typing import Any
 
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
-from .diagnostics import MIN_AGREEMENT_IMAGES, RERUN_FRACTION_OF_FLOAT_GATE, BatchSizeRun, Diagnostics, EagerSelfCheck, Rerun, ShapeCheck
-from .measurements import Measured, Observation
-from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, OutputRow, Row
+from .measurements import BatchSizeRun, EagerSelfCheck, Measured, Observation
+from .messages import layers_summary
+from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
 
 EAGER = "eager"
 WRONG_WEIGHTS = "the checkpoint's logits differ from the approved reference: wrong or retrained weights?"
+# Top-1 agreement at a batch size is gated only when at least this many images ran at it (fewer: one
+# flipped image would swing it by more than the int8 gates allow).
+MIN_AGREEMENT_IMAGES = 32
+# Determinism bound as a fraction of the float MAE gate.
+RERUN_FRACTION_OF_FLOAT_GATE = 0.1
 FLOAT_MOVE = 1e-5  # an int8 row "moves with the batch" when an image moves by more than the default float gate
 
 
@@ -408,7 +413,7 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     status = FAIL if found else status
     layers = m.layers if wants_layers(obs, thresholds, diagnose) else None
     if layers is not None and FAMILIES[obs.family].layers == "on-fail" and (reasons or found):
-        found += (f"where: {layers.summary}",)
+        found += (f"where: {layers_summary(layers)}",)
     notes = m.notes + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
     diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds)
     return Row(status=status, metrics=obs.metrics, reasons=reasons + found, replay_seconds=obs.replay_seconds,

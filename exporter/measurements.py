@@ -7,11 +7,177 @@ judged by the same code. Nothing here imports numpy or torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from .compare import Metrics
-from .diagnostics import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison
 from .files import FileInfo
+
+
+@dataclass(frozen=True)
+class BatchSizeRun:
+    """The artifact run over the probe images at one batch size, compared per image with eager's
+    output for the same images at the same batch size (``mae``, ``agreement``: judged under the
+    row's gate), and with its own output at the main batch size (``moved``: how much it changes with
+    the batch; ``eager_moved``: how much eager does), which says why a size fails."""
+
+    size: int
+    images: int  # how many of the probe images were run at this size
+    mae: float | None = None  # against eager at the same batch size, over those images; None when it failed
+    max_abs: float | None = None
+    agreement: float | None = None  # top-1 (or per-position) agreement with eager at this size; None: values, not logits
+    reference_mean_abs: float | None = None  # mean |eager output| at this size, for relative gates
+    nonfinite: int = 0
+    worst_image: int | None = None  # index (into the golden set) of the image furthest from eager at this size
+    worst_image_mae: float | None = None
+    moved: float | None = None  # worst per-image MAE of the artifact here against its own output at the main size
+    eager_moved: float | None = None  # the same for the eager model
+    error: str | None = None  # the run failed (exception, or wrong number of output rows)
+    eager_error: str | None = None  # the eager model itself fails at this size
+    seconds: float = 0.0  # wall time the artifact's runs at this size took here (0: reused from the replay)
+
+    @property
+    def max_image_mae(self) -> float | None:
+        """The worst image's MAE against eager at this batch size."""
+        return self.worst_image_mae
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "size": self.size,
+            "images": self.images,
+            "mae": self.mae,
+            "max_abs": self.max_abs,
+            "agreement": self.agreement,
+            "reference_mean_abs": self.reference_mean_abs,
+            "nonfinite": self.nonfinite,
+            "worst_image": self.worst_image,
+            "worst_image_mae": self.worst_image_mae,
+            "moved": self.moved,
+            "eager_moved": self.eager_moved,
+            "error": self.error,
+            "eager_error": self.eager_error,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Median wall time per image of one batch, at the run's fixed thread count. Never gates."""
+
+    ms_per_image: float
+    batch: int
+    repeats: int
+    threads: int
+    samples_ms: tuple[float, ...]  # per-image milliseconds of every timed repeat
+    seconds: float = 0.0  # wall time of the runs made for this record and the determinism rerun (0: all from the replay)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ms_per_image": self.ms_per_image, "batch": self.batch, "repeats": self.repeats,
+                "threads": self.threads, "samples_ms": list(self.samples_ms), "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class LayerDelta:
+    """One module's output in the artifact against the same module's output in eager."""
+
+    module: str  # qualified module name, "" for the model's own forward
+    ops: str  # what ran it in the artifact: ONNX op types, or the TorchScript module's class
+    mae: float
+    max_abs: float
+    sqnr_db: float  # 10*log10(signal power / error power); inf when identical
+    departs: bool  # beyond the comparison threshold
+    merged: tuple[str, ...] = ()  # modules with no nodes of their own whose output this value also is
+    # What departs: "module" (its own computation), "forward-code" (the code of its forward between
+    # its children: .item(), numpy, arithmetic on their outputs), "dropped" (a module with no nodes in
+    # the artifact's graph, whose effect the graph lost: an in-place op on a view, for one)
+    where: str = "module"
+
+    @property
+    def label(self) -> str:
+        return self.module or "<model forward>"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"module": self.module, "ops": self.ops, "mae": self.mae, "max_abs": self.max_abs,
+                "sqnr_db": None if not math.isfinite(self.sqnr_db) else self.sqnr_db,
+                "departs": self.departs, "merged": list(self.merged), "where": self.where}
+
+
+@dataclass(frozen=True)
+class LayerComparison:
+    """Per-module comparison with eager: where a float artifact diverges, or int8's per-layer error.
+
+    ``scope`` is ``"local"`` when every module was fed eager's own inputs (TorchScript: the error is
+    that module's alone), ``"cumulative"`` when the artifact ran end to end and its intermediate
+    values were read out (ONNX: the error includes everything upstream).
+    """
+
+    purpose: str  # "divergence" (a failing float row) or "int8-layers"
+    method: str
+    scope: str  # "local" or "cumulative"
+    batch_start: int  # golden index of the first image of the batch used
+    batch_size: int
+    threshold: float  # a module departs when MAE > threshold * max(1, mean |eager output|)
+    layers: tuple[LayerDelta, ...]  # execution order (completion order of the modules)
+    first: LayerDelta | None  # first module in execution order that departs
+    error: str | None = None  # the diagnosis itself could not run
+    # Modules with no nodes of their own in the artifact's graph that ran between the last agreeing
+    # value and the first departing one: an optimizer may have folded a wrong operator into neighbours.
+    suspects: tuple[str, ...] = ()
+    seconds: float = 0.0  # wall time the comparison took
+
+    def worst(self, count: int = 3) -> tuple[LayerDelta, ...]:
+        """The layers that hurt most. Local tables: lowest SQNR. Cumulative tables: the largest
+        increase of the noise-to-signal ratio over the previous module in execution order."""
+        changed = [d for d in self.layers if d.mae > 0]
+        if self.scope == "local":
+            return tuple(sorted(changed, key=lambda d: d.sqnr_db)[:count])
+        added = []
+        previous = 0.0
+        for d in self.layers:
+            nsr = 10 ** (-d.sqnr_db / 10) if math.isfinite(d.sqnr_db) else 0.0
+            if d.mae > 0:
+                added.append((nsr - previous, d))
+            previous = nsr
+        return tuple(d for _, d in sorted(added, key=lambda t: -t[0])[:count])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "purpose": self.purpose,
+            "method": self.method,
+            "scope": self.scope,
+            "batch_start": self.batch_start,
+            "batch_size": self.batch_size,
+            "threshold": self.threshold,
+            "first": None if self.first is None else self.first.module,
+            "suspects": list(self.suspects),
+            "worst": [d.module for d in self.worst()] if self.purpose == "int8-layers" else [],
+            "layers": [d.to_json() for d in self.layers],
+            "error": self.error,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class EagerSelfCheck:
+    """The eager model run on the same batch twice before anything is built: does it reproduce
+    itself, and if not, why (``random``: forward draws from torch's random number generator, e.g.
+    dropout left on or ``randn_like``; ``state_changes``: attributes or buffers forward changed)."""
+
+    runs: int
+    images: int
+    max_abs: float  # largest difference between two calls on the same batch
+    mae: float  # their mean absolute difference: the eager model's own noise floor
+    agreement: float | None  # top-1 agreement between the two calls (logits), None otherwise
+    random: bool  # forward consumed torch's random number generator
+    state_changes: tuple[str, ...] = ()  # "calls: 1 -> 2", "running_mean changed", ...
+    reproduces_under_seed: bool | None = None  # the same seed before each call gives the same output
+    reference_mean_abs: float = 0.0  # mean |output| of the first call: the scale of the noise
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": self.runs, "images": self.images, "max_abs": self.max_abs, "mae": self.mae, "agreement": self.agreement,
+                "reference_mean_abs": self.reference_mean_abs,
+                "random": self.random, "state_changes": list(self.state_changes), "reproduces_under_seed": self.reproduces_under_seed}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from .artifacts.base import logits_of
 from .builder.builds import BuildOutcome, Builds, Progress
 from .compare import ErrorAccumulator, ShapeMismatch
 from .config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
-from .diagnostics import EagerSelfCheck
 from .diagnostics.run import EAGER, Diagnoser, eager_seconds_per_image
 from .diagnostics.run import eager_self_check as self_check_of
 from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
@@ -38,7 +37,7 @@ from .feeds import length, samples_first
 from .files import file_info
 from .golden.batches import GoldenBatches
 from .golden.manifest import VERSION_1, GoldenSet, stack_batches
-from .measurements import Observation
+from .measurements import EagerSelfCheck, Observation
 from .model import EagerRunner
 from .versions import kernel_choices
 

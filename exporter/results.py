@@ -3,18 +3,103 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .compare import Metrics
 from .config import Gate, Thresholds
 from .files import FileInfo
-
-if TYPE_CHECKING:
-    from .diagnostics import Diagnostics
+from .measurements import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison
+from .messages import layers_summary
 
 SCHEMA_VERSION = 1
 PASS, FAIL, ERROR, NOT_APPLICABLE = "pass", "fail", "error", "not-applicable"
 STATUSES = (PASS, FAIL, ERROR, NOT_APPLICABLE)
+
+
+@dataclass(frozen=True)
+class ShapeCheck:
+    """Dynamic-shape validation: per-image agreement across batch sizes."""
+
+    main_size: int
+    bound: float  # how far an image may move with the batch size before it counts as moving (the row's MAE bound)
+    runs: tuple[BatchSizeRun, ...]
+    reasons: tuple[str, ...]  # from shapes.judge; empty when it passed
+
+    @property
+    def passed(self) -> bool:
+        return not self.reasons
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(r.size for r in self.runs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "main_size": self.main_size,
+            "bound": self.bound,
+            "passed": self.passed,
+            "runs": [r.to_json() for r in self.runs],
+            "reasons": list(self.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """Determinism: the same batch run ``runs`` times; the largest difference from the first run."""
+
+    runs: int
+    images: int
+    max_abs: float
+    bound: float
+    reasons: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.reasons
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": self.runs, "images": self.images, "max_abs": self.max_abs, "bound": self.bound,
+                "passed": self.passed, "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """Everything measured about one row beyond its drift. ``reasons`` are the gating findings."""
+
+    shapes: ShapeCheck | None = None
+    rerun: Rerun | None = None
+    latency: Latency | None = None
+    layers: LayerComparison | None = None
+    notes: tuple[str, ...] = ()  # informational findings (never gating)
+    seconds: float = 0.0  # wall time the diagnostics of this row took
+    eager_check: EagerSelfCheck | None = None  # the eager row's: does it reproduce itself
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        out: tuple[str, ...] = ()
+        if self.shapes is not None:
+            out += self.shapes.reasons
+        if self.rerun is not None:
+            out += self.rerun.reasons
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shapes": None if self.shapes is None else self.shapes.to_json(),
+            "determinism": None if self.rerun is None else self.rerun.to_json(),
+            "latency": None if self.latency is None else self.latency.to_json(),
+            "layers": None if self.layers is None else _layers_json(self.layers),
+            "notes": list(self.notes),
+            "seconds": self.seconds,
+            "eager_self_check": None if self.eager_check is None else self.eager_check.to_json(),
+        }
+
+
+def _layers_json(layers: LayerComparison) -> dict[str, Any]:
+    """The per-layer table as the JSON report holds it, with its one-line summary after ``suspects``."""
+    items = list(layers.to_json().items())
+    at = [key for key, _ in items].index("suspects") + 1
+    return dict([*items[:at], ("summary", layers_summary(layers)), *items[at:]])
 
 
 @dataclass(frozen=True)

@@ -1,111 +1,105 @@
 """The artifact kinds: one ordered table, each kind's code behind one small interface (``base``), and
 the named groups ``--artifacts`` takes.
 
-Adding a kind is one module (``build`` and ``open_runner``) and one row here, plus its place in
-``BUILD_ORDER`` and in ``GROUPS``. A row's ``packages`` are the distributions that build, load or run
-its artifact (a derived kind's include its source's): the cache keys each entry on their versions, and
-the report records them (``exporter/versions.py``). Modules are named by string so that importing this table costs
-nothing (``export-check --help`` stays instant).
+Adding a kind is one module (``build`` and ``open_runner``), one row here (every fact about it:
+``base.KIND_FACTS``), its test and its line in the README's table; the build order, the groups, the
+build server's preloads, the cache key's package versions and the per-layer method are all read off
+the rows, and tests/unit/artifacts/test_kinds.py checks every row. Modules are named by string so that
+importing this table costs nothing (``export-check --help`` stays instant).
 """
 
 from __future__ import annotations
 
 from .base import ArtifactKind, BuildContext, Runner
 
-__all__ = ["ArtifactKind", "BuildContext", "Runner", "KINDS", "KIND_NAMES", "KINDS_BY_NAME", "BUILD_ORDER", "GROUPS", "DEFAULT_KINDS",
-           "resolve_kinds", "unknown_kinds_message"]
+__all__ = ["ArtifactKind", "BuildContext", "Runner", "KINDS", "KIND_NAMES", "KINDS_BY_NAME", "BUILD_ORDER", "GROUPS", "GROUP_NAMES",
+           "PRELOAD", "DEFAULT_KINDS", "resolve_kinds", "unknown_kinds_message"]
 
+ONNX = ("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")  # what builds and runs an ONNX file
+OPSET, EXPORTER = ("opset",), ("opset", "onnx_exporter")  # the settings an ONNX export reads (dynamo: its own exporter)
+
+# Build ranks: the pipeline builds (and, with --jobs 2, replays) the kinds in rank order; reports keep
+# the table's order. onnx-simplified goes last: onnxsim is the slowest import (about 0.5 s), which the
+# build server does while the other kinds build; and a cheap replay (it runs like onnx) is what is left
+# after the last build. The slow opt-in kinds (dynamo, AOTInductor) come before it, so their replays
+# overlap builds too. A derived kind comes after its source.
+# Groups (README, "Artifact groups", says why each holds what): default is what a run checks when
+# nothing is chosen, chosen by measurement against the cold-run target (the bundled default run
+# <= 1.10x benchmarks/baseline.py doing the same kinds; benchmarks/groups.py): the six kinds at 0.92x;
+# with onnx-fp16 1.40x, with torch-export too 1.07-1.13x and 2.6-5.6 s of export. So every new kind is
+# opt-in: modern is what PyTorch recommends shipping today; all is every kind.
 KINDS: tuple[ArtifactKind, ...] = (
     ArtifactKind("torchscript-trace", ".pt", "float", "export_check.artifacts.torchscript_trace", None, "torch",
                  "TorchScript from torch.jit.trace on a batch of golden inputs; loaded with torch.jit.load",
-                 packages=("torch",)),
+                 build_rank=10, groups=("default",), packages=("torch",), layers="torchscript", preload=("torch",), options=()),
     ArtifactKind("torchscript-script", ".pt", "float", "export_check.artifacts.torchscript_script", None, "torch",
                  "TorchScript from torch.jit.script (keeps Python control flow); loaded with torch.jit.load",
-                 packages=("torch",)),
+                 build_rank=20, groups=("default",), packages=("torch",), layers="torchscript", preload=("torch",), options=()),
     ArtifactKind("onnx", ".onnx", "float", "export_check.artifacts.onnx_export", None, "onnxruntime",
                  "ONNX with a dynamic batch axis, explicit opset and exporter; run in onnxruntime (CPU)",
-                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
+                 build_rank=30, groups=("default",), packages=ONNX, layers="onnxruntime",
+                 preload=("torch.onnx", "onnx", "onnx.checker", "onnxruntime"), options=EXPORTER),
     ArtifactKind("onnx-simplified", ".onnx", "float", "export_check.artifacts.onnx_simplified", "onnx", "onnxruntime",
                  "the ONNX file simplified by onnxsim; its batch axis must stay dynamic",
-                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "onnxsim")),
+                 build_rank=180, groups=("default",), packages=(*ONNX, "onnxsim"), layers="onnxruntime", preload=("onnxsim",), options=EXPORTER),
     ArtifactKind("torch-int8-dynamic", ".pt", "int8", "export_check.artifacts.torch_int8", None, "torch",
                  "dynamic int8 quantization of nn.Linear (torch.ao), traced and saved as TorchScript",
-                 packages=("torch",)),
+                 build_rank=70, groups=("default",), packages=("torch",), layers="torchscript", preload=("torch.ao.quantization",), options=()),
     ArtifactKind("onnx-int8-dynamic", ".onnx", "int8", "export_check.artifacts.onnx_int8", "onnx", "onnxruntime",
                  "onnxruntime.quantization.quantize_dynamic of the ONNX file (int8 weights)",
-                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
+                 build_rank=40, groups=("default",), packages=ONNX, layers="onnxruntime", preload=("onnxruntime.quantization",), options=EXPORTER),
     ArtifactKind("torch-export", ".pt2", "float", "export_check.artifacts.torch_export", None, "torch.export",
                  "torch.export (batch and declared axes dynamic) saved with torch.export.save; loaded with torch.export.load",
-                 packages=("torch",)),
+                 build_rank=80, groups=("modern",), packages=("torch",), layers="program", preload=(), options=()),
     ArtifactKind("onnx-dynamo", ".onnx", "float", "export_check.artifacts.onnx_dynamo", None, "onnxruntime",
                  "ONNX from the torch.export-based exporter (torch.onnx.export(dynamo=True), needs onnxscript); run in onnxruntime",
-                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
+                 build_rank=110, groups=("modern",), packages=ONNX, layers="onnxruntime", preload=(), options=OPSET),
     ArtifactKind("onnx-fp16", ".onnx", "fp16", "export_check.artifacts.onnx_fp16", "onnx", "onnxruntime",
                  "the ONNX file in float16 with float32 inputs and outputs kept; onnxruntime graph optimisation level pinned",
-                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
+                 build_rank=50, groups=("modern",), packages=ONNX, layers="onnxruntime", preload=(), options=(*EXPORTER, "fp16_optimization")),
     ArtifactKind("torchao-int8-dynamic", ".pt2", "int8", "export_check.artifacts.torchao_int8", None, "torch.export",
                  "torchao int8 dynamic activation, int8 weight quantization of nn.Linear, saved with torch.export (needs torchao)",
-                 packages=("torch", "torchao")),
+                 build_rank=90, groups=("modern",), packages=("torch", "torchao"), layers="program", preload=(), options=()),
     ArtifactKind("aoti", ".pt2", "float", "export_check.artifacts.aoti", None, "aoti",
                  "an AOTInductor package (aoti_compile_and_package; needs a C++ compiler); loaded with aoti_load_package",
-                 packages=("torch",)),
+                 build_rank=140, groups=(), packages=("torch",), layers=None, preload=(), options=()),
     ArtifactKind("openvino", ".tar", "fp16", "export_check.artifacts.openvino_ir", None, "openvino",
                  "OpenVINO IR as deployed: fp16-compressed weights, the CPU's default inference precision (needs openvino)",
-                 packages=("torch", "openvino")),
+                 build_rank=150, groups=(), packages=("torch", "openvino"), layers=None, preload=(), options=()),
     ArtifactKind("openvino-f32", ".tar", "float", "export_check.artifacts.openvino_f32", None, "openvino",
                  "the same OpenVINO IR with f32 weights and f32 inference precision pinned (needs openvino)",
-                 packages=("torch", "openvino")),
+                 build_rank=160, groups=(), packages=("torch", "openvino"), layers=None, preload=(), options=()),
     ArtifactKind("onnx-int8-static", ".onnx", "int8", "export_check.artifacts.onnx_int8_static", "onnx", "onnxruntime",
                  "onnxruntime.quantization.quantize_static (QDQ, int8) of the ONNX file, calibrated on the golden set's "
                  "calibration split; judged on the other samples", calibrated=True,
-                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
+                 build_rank=60, groups=("modern",), packages=ONNX, layers="onnxruntime", preload=(), options=EXPORTER),
     ArtifactKind("pt2e-int8-static", ".pt2", "int8", "export_check.artifacts.pt2e_int8_static", None, "torch.export",
                  "torchao PT2E static int8 (X86 Inductor quantizer), calibrated on the golden set's calibration split, saved "
                  "with torch.export (needs torchao); judged on the other samples", calibrated=True,
-                 packages=("torch", "torchao")),
+                 build_rank=100, groups=("modern",), packages=("torch", "torchao"), layers="program", preload=(), options=()),
     ArtifactKind("onnx-dynamo-simplified", ".onnx", "float", "export_check.artifacts.onnx_simplified", "onnx-dynamo", "onnxruntime",
                  "the dynamo ONNX file simplified by onnxsim; its batch axis must stay dynamic",
-                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime", "onnxsim")),
+                 build_rank=170, groups=("modern",), packages=(*ONNX, "onnxsim"), layers="onnxruntime", preload=("onnxsim",), options=OPSET),
     ArtifactKind("onnx-dynamo-int8-dynamic", ".onnx", "int8", "export_check.artifacts.onnx_int8", "onnx-dynamo", "onnxruntime",
                  "onnxruntime.quantization.quantize_dynamic of the dynamo ONNX file (int8 weights)",
-                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
+                 build_rank=120, groups=("modern",), packages=ONNX, layers="onnxruntime", preload=("onnxruntime.quantization",), options=OPSET),
     ArtifactKind("onnx-dynamo-int8-static", ".onnx", "int8", "export_check.artifacts.onnx_int8_static", "onnx-dynamo", "onnxruntime",
                  "quantize_static (QDQ, int8) of the dynamo ONNX file, calibrated on the golden set's calibration split; "
                  "judged on the other samples", calibrated=True,
-                 packages=("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")),
+                 build_rank=130, groups=(), packages=ONNX, layers="onnxruntime", preload=(), options=OPSET),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}
 
-# The order the pipeline builds (and, with --jobs 2, replays) them in; reports keep the table's order.
-# onnx-simplified goes last: onnxsim is the slowest import (about 0.5 s), which the build server does
-# while the other kinds build; and a cheap replay (it runs like onnx) is what is left after the last
-# build. The slow opt-in kinds (dynamo, AOTInductor) come before it, so their replays overlap builds
-# too. A derived kind comes after its source.
-BUILD_ORDER: tuple[ArtifactKind, ...] = tuple(
-    KINDS_BY_NAME[name]
-    for name in ("torchscript-trace", "torchscript-script", "onnx", "onnx-int8-dynamic", "onnx-fp16", "onnx-int8-static", "torch-int8-dynamic",
-                 "torch-export", "torchao-int8-dynamic", "pt2e-int8-static", "onnx-dynamo", "onnx-dynamo-int8-dynamic", "onnx-dynamo-int8-static",
-                 "aoti", "openvino", "openvino-f32", "onnx-dynamo-simplified", "onnx-simplified")
-)
-assert sorted(k.name for k in BUILD_ORDER) == sorted(KIND_NAMES), "every kind needs its place in BUILD_ORDER"
-assert all(set(KINDS_BY_NAME[k.source].packages) <= set(k.packages) for k in KINDS if k.source), "a derived kind runs its source's packages too"
-assert all(BUILD_ORDER.index(KINDS_BY_NAME[k.source]) < BUILD_ORDER.index(k) for k in KINDS if k.source)
-
-# The groups --artifacts takes besides kind names (README, "Artifact groups", says why each holds what).
-# default: what a run checks when nothing is chosen, chosen by measurement against the cold-run target
-# (the bundled default run <= 1.10x benchmarks/baseline.py doing the same kinds; benchmarks/groups.py):
-# the six kinds at 0.92x; with onnx-fp16 1.40x (its load probe in a second process, its replay and
-# diagnostics cost more than its 0.3 s conversion), with torch-export too 1.07-1.13x and 2.6-5.6 s of
-# export. So every new kind is opt-in: modern is what PyTorch recommends shipping today.
-# all: every kind, the opt-in AOTInductor (a C++ compile per run) and OpenVINO (an optional extra) included.
+# Everything below is read off the rows.
+BUILD_ORDER: tuple[ArtifactKind, ...] = tuple(sorted(KINDS, key=lambda k: k.build_rank))
+GROUP_NAMES = ("default", "modern", "all")
 GROUPS: dict[str, tuple[str, ...]] = {
-    "default": ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic"),
-    "modern": ("torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic", "onnx-int8-static", "pt2e-int8-static",
-               "onnx-dynamo-simplified", "onnx-dynamo-int8-dynamic"),
+    **{group: tuple(k.name for k in KINDS if group in k.groups) for group in GROUP_NAMES if group != "all"},
     "all": KIND_NAMES,
 }
-assert not set(GROUPS) & set(KIND_NAMES) and all(set(g) <= set(KIND_NAMES) for g in GROUPS.values())
+# The modules the build server imports ahead, in build order, each once (exporter/builder/server.py).
+PRELOAD: tuple[str, ...] = tuple(dict.fromkeys(module for kind in BUILD_ORDER for module in kind.preload))
 DEFAULT_KINDS: tuple[str, ...] = GROUPS["default"]
 
 

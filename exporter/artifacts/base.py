@@ -88,24 +88,40 @@ class BuildContext:
         return axes
 
 
+# The facts a row of the kind table must state: the contract test (tests/unit/artifacts/test_kinds.py)
+# fails on a row that leaves one out, and nothing else in the tool keeps a list of kinds.
+#   build_rank: its place in the build order (lower first; a derived kind after its source)
+#   groups:     the --artifacts groups that hold it besides "all" (artifacts.GROUP_NAMES)
+#   packages:   the distributions (package-index names) that build, load or run it, its source's
+#               included: the cache keys its entry on their versions, the report records them
+#   layers:     its per-layer method (diagnostics.divergence.METHODS), or None: no per-layer table
+#   preload:    the modules its build imports that the build server imports ahead, while idle
+#   options:    the run settings (RunConfig fields) its build or its runner reads, its source's included
+KIND_FACTS = ("build_rank", "groups", "packages", "layers", "preload", "options")
+
+
 @dataclass(frozen=True)
 class ArtifactKind:
-    """One row of the artifact table. The kind's module (imported only when the kind is built or
-    loaded, so the table costs nothing to import) provides ``build(ctx, path, source) -> details``,
-    which writes the file, and ``open_runner(path, ctx) -> Runner``, which reloads it from disk."""
+    """One row of the artifact table: every fact about a kind. The kind's module (imported only when
+    the kind is built or loaded, so the table costs nothing to import) provides
+    ``build(ctx, path, source) -> details``, which writes the file, and ``open_runner(path, ctx) ->
+    Runner``, which reloads it from disk."""
 
     name: str
     suffix: str
     family: str  # the gate family (config.GATE_FAMILIES) its rows are judged by
     module: str
     source: str | None  # the kind whose file this one is derived from
-    runtime: str  # what loads it: "torch" or "onnxruntime" (diagnostics.divergence picks its per-layer method by it)
+    runtime: str  # what loads it: "torch", "torch.export", "aoti", "onnxruntime", "openvino"
     description: str
+    build_rank: int
+    groups: tuple[str, ...]
+    packages: tuple[str, ...]
+    layers: str | None
+    preload: tuple[str, ...]
+    options: tuple[str, ...]
     # Calibrated on the golden set's calibration split (static int8): judged only on the other samples.
     calibrated: bool = False
-    # The distributions (package-index names) that build, load or run it, its source's included: the
-    # cache keys its entry on their versions and the report records them (exporter/versions.py).
-    packages: tuple[str, ...] = ()
 
     def impl(self) -> ModuleType:
         return importlib.import_module(self.module)

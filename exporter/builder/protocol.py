@@ -25,10 +25,13 @@ import pickle
 import struct
 from typing import Any
 
+from ..artifacts import PRELOAD as _KINDS_PRELOAD
+
 ENV_SWITCH = "EXPORT_CHECK_ISOLATE"
 # What every child needs is imported once in the server; the rest each child imports itself.
-# Imported in this order, one at a time, whenever the server is idle or a child is building.
-PRELOAD = ("torch", "torch.onnx", "onnx", "onnx.checker", "onnxsim", "torch.ao.quantization", "onnxruntime", "onnxruntime.quantization")
+# Imported in this order, one at a time, whenever the server is idle or a child is building: the
+# kinds' ``preload`` in build order (artifacts.PRELOAD).
+PRELOAD = _KINDS_PRELOAD
 PRIVATE_PREFIX = "_export_check_arch_"  # checkpoint._import_file's names for lone architecture files
 STDERR_KEEP = 64 << 10  # bytes of a child's stderr kept
 

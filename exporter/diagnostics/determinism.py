@@ -6,8 +6,6 @@ import math
 
 import numpy as np
 
-RUNS = 2
-
 
 def max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
     """Largest element difference; NaN in the same place counts as equal, shape changes as infinite."""
@@ -19,14 +17,3 @@ def max_abs_difference(a: np.ndarray, b: np.ndarray) -> float:
     diff = np.where(np.isnan(diff), np.inf, diff)
     return float(diff.max()) if diff.size else 0.0
 
-
-def judge(max_abs: float, bound: float, runs: int = RUNS) -> tuple[str, ...]:
-    """
-    >>> judge(0.0, 1e-6)
-    ()
-    >>> judge(3e-4, 1e-6)[0]
-    'not deterministic: 2 runs of the same batch differ by up to 0.0003 > 1e-06'
-    """
-    if max_abs <= bound:
-        return ()
-    return (f"not deterministic: {runs} runs of the same batch differ by up to {max_abs:.3g} > {bound:g}",)

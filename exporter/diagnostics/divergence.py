@@ -30,9 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from ..artifacts import ArtifactKind
 from ..artifacts._common import load_torchscript
 from ..artifacts.pt2e_int8_static import SCOPES_FILE
-from . import LayerComparison, LayerDelta
+from ..measurements import LayerComparison, LayerDelta
 
 DIVERGENCE, INT8_LAYERS = "divergence", "int8-layers"
 
@@ -410,17 +411,18 @@ def _first_cause(cap: Captured, chain: list[Captured], value: np.ndarray, ops: s
     return [replace(delta_in, module=scope, ops=what, where="forward-code")]
 
 
-METHODS = {"onnxruntime": onnx_layers, "torch": torchscript_layers, "torch.export": program_layers}
+# The per-layer methods a kind's row names (``ArtifactKind.layers``).
+METHODS = {"onnxruntime": onnx_layers, "torchscript": torchscript_layers, "program": program_layers}
 
 
-def compare_layers(runtime: str, path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int,
+def compare_layers(kind: ArtifactKind, path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int,
                    start: int) -> LayerComparison:
-    """Dispatch on the runtime that loads the artifact (``ArtifactKind.runtime``); a diagnosis that
+    """Dispatch on the per-layer method the kind's row names (``ArtifactKind.layers``); a diagnosis that
     cannot run says why instead of raising."""
-    method = METHODS.get(runtime)
+    method = METHODS.get(kind.layers) if kind.layers else None
     try:
         if method is None:
-            raise ValueError(f"no per-layer method for {runtime} artifacts")
+            raise ValueError(f"no per-layer method for {kind.runtime} artifacts")
         if method is onnx_layers:
             return onnx_layers(path, model, batch, threshold, purpose, threads=threads, start=start)
         if method is program_layers:

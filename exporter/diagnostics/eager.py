@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..compare import ErrorAccumulator
-from . import EagerSelfCheck
+from ..measurements import EagerSelfCheck
 
 SEED = 20260101
 

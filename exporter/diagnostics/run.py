@@ -31,10 +31,10 @@ from ..errors import ArtifactError, describe_exception
 from ..feeds import Feeds, length, samples_first
 from ..golden.manifest import GoldenSet
 from ..judge import gate_reasons, size_gate_reasons, wants_layers
-from ..measurements import Measured, Observation, RerunMeasure, SizeRuns
+from ..measurements import EagerSelfCheck, Latency, LayerComparison, Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
 from ..signature import SINGLE, Signature
-from . import LATENCY_REPEATS, EagerSelfCheck, Latency, LayerComparison, determinism, divergence, shapes
+from . import LATENCY_REPEATS, determinism, divergence, shapes
 from .trace import ReplayTrace
 
 EAGER = "eager"  # the trace's name for the eager model's outputs
@@ -341,12 +341,12 @@ class Diagnoser:
                             start, batch = start + keep, batch[keep : keep + self.plan.layer_images]
                     self.progress(f"locating where {obs.name} diverges (batch of {len(batch)} at {start})")
                     layers_began = time.perf_counter()
-                    layers = divergence.compare_layers(kind.runtime, path, self.model, batch,
+                    layers = divergence.compare_layers(kind, path, self.model, batch,
                                                        self.layer_threshold, divergence.DIVERGENCE, config.threads, start)
                 else:
                     first = next(iter(self.probe.values()))[: self.plan.layer_images or self.main]
                     layers_began = time.perf_counter()
-                    layers = divergence.compare_layers(kind.runtime, path, self.model, first, self.layer_threshold,
+                    layers = divergence.compare_layers(kind, path, self.model, first, self.layer_threshold,
                                                        divergence.INT8_LAYERS, config.threads, 0)
                 layers = replace(layers, seconds=time.perf_counter() - layers_began)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..compare import ErrorAccumulator, ShapeMismatch
 from ..feeds import Feeds, length, take
+from ..measurements import BatchSizeRun
 from ..signature import SINGLE, Signature
-from . import BatchSizeRun
 
 Infer = Callable[[Feeds], np.ndarray]
 # Images the check runs: the first PROBE_IMAGES of the golden set (or the main batch, if larger).
@@ -79,7 +79,7 @@ def full_plan(main: int, probe: int) -> SizePlan:
 
 
 # Above this many images a whole-probe batch tests the sizes past 32 (a branch on ``x.size(0) > 32``)
-# and its agreement is gated (diagnostics.MIN_AGREEMENT_IMAGES).
+# and its agreement is gated (judge.MIN_AGREEMENT_IMAGES).
 WHOLE_PROBE_MIN = 33
 
 

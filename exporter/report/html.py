@@ -11,7 +11,8 @@ import html
 import math
 from pathlib import Path
 
-from ..diagnostics import LayerComparison
+from ..measurements import LayerComparison
+from ..messages import layers_summary
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
 from .views import checks_description, latency_ms, latency_text, rerun_text, shapes_text, size_text, top1_text
@@ -196,7 +197,7 @@ def _summary_table(report: Report) -> str:
 
 def _layer_table(row: Row, layers: LayerComparison) -> str:
     title = "where it diverges" if layers.purpose == "divergence" else "int8 error per layer"
-    parts = [f"<h3>{_e(row.name)}: {title}</h3><p>{_e(layers.summary)}</p>"]
+    parts = [f"<h3>{_e(row.name)}: {title}</h3><p>{_e(layers_summary(layers))}</p>"]
     if layers.error:
         return "".join(parts)
     parts.append(f"<p class='muted'>{_e(layers.method)}; images {layers.batch_start}..{layers.batch_start + layers.batch_size - 1}; "

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..diagnostics import LayerComparison
+from ..measurements import LayerComparison
+from ..messages import layers_summary
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
 from .views import checks_description, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
@@ -65,7 +66,7 @@ def _row(row: Row, allclose: bool) -> str:
 def _layer_table(title: str, layers: LayerComparison) -> list[str]:
     worst = {d.module for d in layers.worst()} if layers.purpose == "int8-layers" else set()
     shown = [d for d in layers.layers if d.mae > 0 or d.departs] if layers.purpose == "int8-layers" else list(layers.layers)
-    out = [f"<details><summary>{cell(title)}: {cell(layers.summary)}</summary>", "",
+    out = [f"<details><summary>{cell(title)}: {cell(layers_summary(layers))}</summary>", "",
            f"{cell(layers.method)}; batch {layers.batch_start}..{layers.batch_start + layers.batch_size - 1}, "
            f"{layers.scope} comparison, a module departs above MAE {layers.threshold:g} × max(1, mean abs)", "",
            "| module | ops | MAE | max abs | SQNR dB | |", "|---|---|---:|---:|---:|---|"]
@@ -121,7 +122,7 @@ def render(report: Report) -> str:
         if layers is None:
             continue
         title = f"{row.name}: where it diverges" if layers.purpose == "divergence" else f"{row.name}: int8 error per layer"
-        lines += _layer_table(title, layers) if not layers.error else [f"- {cell(row.name)}: {cell(layers.summary)}", ""]
+        lines += _layer_table(title, layers) if not layers.error else [f"- {cell(row.name)}: {cell(layers_summary(layers))}", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..compare import Metrics
+from ..messages import layers_summary
 from ..results import Report, Row
 
 
@@ -84,7 +85,7 @@ def diagnostic_lines(report: Report) -> list[str]:
         if d is None:
             continue
         if d.layers is not None and d.layers.purpose == "int8-layers":
-            lines.append(f"int8 {row.name}: {d.layers.summary} ({d.layers.scope} SQNR per layer)")
+            lines.append(f"int8 {row.name}: {layers_summary(d.layers)} ({d.layers.scope} SQNR per layer)")
         lines += [f"note {row.name}: {note}" for note in d.notes]
     return lines
 

@@ -24,6 +24,7 @@ from conftest import TESTS, save_state, seeded
 from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.golden.manifest import load_golden
+from export_check.messages import layers_summary
 from export_check.pipeline import run_check
 
 # tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
@@ -213,7 +214,7 @@ def _texts(row) -> str:
     if d is not None:
         parts += list(d.notes)
         if d.layers is not None:
-            parts.append(d.layers.summary)
+            parts.append(layers_summary(d.layers))
     return "\n".join(parts)
 
 

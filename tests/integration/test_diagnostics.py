@@ -17,10 +17,12 @@ from export_check.artifacts import KINDS_BY_NAME, BuildContext
 from export_check.artifacts._common import captured_warnings
 from export_check.cli import main
 from export_check.config import RunConfig
-from export_check.diagnostics import BatchSizeRun, shapes
+from export_check.diagnostics import shapes
 from export_check.diagnostics.divergence import INT8_LAYERS, compare_layers, module_of
 from export_check.golden.manifest import load_golden
 from export_check.judge import shape_reasons
+from export_check.measurements import BatchSizeRun
+from export_check.messages import layers_summary
 from export_check.pipeline import run_check
 
 # tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
@@ -90,7 +92,7 @@ def test_divergence_finder_names_the_module_only_the_export_has(quirky_report, n
     assert row.status == "fail" and row.metrics.mae > 1e-4
     layers = row.diagnostics.layers
     assert layers.purpose == "divergence" and layers.scope == scope and layers.error is None
-    assert layers.first is not None and layers.first.module == "layers.2.quirk", layers.summary
+    assert layers.first is not None and layers.first.module == "layers.2.quirk", layers_summary(layers)
     # everything that ran before it agrees with eager; the quirk scales by 1.01: SQNR 20*log10(1/0.01) = 40 dB
     before = layers.layers[: layers.layers.index(layers.first)]
     assert len(before) >= 10 and not any(d.departs for d in before)
@@ -137,7 +139,7 @@ def outlier_artifacts(tmp_path_factory):
 def test_int8_layer_table_ranks_the_layer_with_the_outlier_weight_worst(outlier_artifacts, name: str) -> None:
     model, batch, paths = outlier_artifacts
     with captured_warnings([]):
-        table = compare_layers(KINDS_BY_NAME[name].runtime, paths[name], model, batch, 1e-5, INT8_LAYERS, threads=1, start=0)
+        table = compare_layers(KINDS_BY_NAME[name], paths[name], model, batch, 1e-5, INT8_LAYERS, threads=1, start=0)
     assert table.error is None
     by_module = {d.module: d for d in table.layers}
     assert {"fc1", "fc2", "fc3"} <= set(by_module)
@@ -147,9 +149,9 @@ def test_int8_layer_table_ranks_the_layer_with_the_outlier_weight_worst(outlier_
         # outlier (measured on an AVX2 CPU: fc1 41 -> 23.5 dB, fc2 23.2 -> 24.8 dB). The table must
         # still put an integer matmul first.
         worst = table.worst()[0]
-        assert worst.module in {"fc1", "fc2"} and "MatMulInteger" in worst.ops, table.summary
+        assert worst.module in {"fc1", "fc2"} and "MatMulInteger" in worst.ops, layers_summary(table)
     else:
-        assert table.worst()[0].module == "fc2", table.summary
+        assert table.worst()[0].module == "fc2", layers_summary(table)
         # one weight 60x the rest leaves the others a few int8 levels: fc2 loses >10 dB against fc1
         assert by_module["fc2"].sqnr_db < by_module["fc1"].sqnr_db - 10, {m: d.sqnr_db for m, d in by_module.items()}
     if name == "torch-int8-dynamic":

@@ -9,9 +9,8 @@ import pytest
 
 from export_check.compare import Metrics, compare
 from export_check.config import Gate, Thresholds
-from export_check.diagnostics import BatchSizeRun, LayerComparison, LayerDelta
 from export_check.judge import judge_row, layers_missing, wants_layers
-from export_check.measurements import Measured, Observation, RerunMeasure, SizeRuns
+from export_check.measurements import BatchSizeRun, LayerComparison, LayerDelta, Measured, Observation, RerunMeasure, SizeRuns
 
 DEFAULTS = Thresholds()
 

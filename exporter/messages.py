@@ -1,0 +1,39 @@
+"""The sentences the tool says about measurements, in one place: the views, the judge's reasons and
+the JSON report's summaries call these; the measurement records themselves hold numbers only."""
+
+from __future__ import annotations
+
+from .measurements import LayerComparison, LayerDelta
+
+
+def layer_described(delta: LayerDelta) -> str:
+    """Where a departing layer's difference comes from, in words."""
+    if delta.where == "forward-code":
+        return f"the forward code of {delta.label} itself ({delta.ops}, between its children, which agree)"
+    if delta.where == "dropped":
+        return f"{delta.label}, which has no nodes in this graph: the export lost what it does (an in-place op on a view?)"
+    return delta.label
+
+
+def layers_summary(layers: LayerComparison) -> str:
+    """The per-layer table in one line: where a float artifact first departs, or int8's worst layers."""
+    if layers.error:
+        return f"diagnosis failed: {layers.error}"
+    if layers.purpose == "int8-layers":
+        worst = layers.worst()
+        if not worst:
+            return "no quantized layer changed its output"
+        how = "lowest SQNR" if layers.scope == "local" else "largest added noise"
+        return f"worst layers ({how}): " + ", ".join(f"{d.label} {d.sqnr_db:.1f} dB" for d in worst)
+    if layers.first is None:
+        return (f"no module departs from eager beyond {layers.threshold:g} at batch {layers.batch_start}.."
+                f"{layers.batch_start + layers.batch_size - 1} ({len(layers.layers)} modules compared)")
+    if layers.first.where != "module":
+        return (f"first departs in {layer_described(layers.first)}: MAE {layers.first.mae:.3g}, "
+                f"SQNR {layers.first.sqnr_db:.1f} dB ({layers.scope} comparison)")
+    text = (f"first departs at {layers.first.label}: MAE {layers.first.mae:.3g}, "
+            f"SQNR {layers.first.sqnr_db:.1f} dB ({layers.scope} comparison, {layers.first.ops})")
+    if layers.suspects:
+        text += (f"; also suspect, having no nodes of their own in this graph (folded into neighbours): "
+                 f"{', '.join(layers.suspects)}")
+    return text
