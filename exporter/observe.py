@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -237,6 +238,15 @@ class Replay:
         return None
 
 
+Explain = Callable[[Observation], Observation]
+# Given the diagnostics' probe and plan, what explains a measured row (the pipeline's ``explain.Explainer``)
+ExplainFor = Callable[[Any, Any], Explain]
+
+
+def _as_observed(obs: Observation) -> Observation:
+    return obs
+
+
 def observe_all(
     config: RunConfig,
     golden: GoldenSet,
@@ -249,64 +259,79 @@ def observe_all(
     by_artifact: bool = True,
     eager_check: EagerSelfCheck | None = None,
     timings: dict[str, float] | None = None,
+    explain_for: ExplainFor | None = None,
 ) -> tuple[list[Observation], float | None]:
-    """Every row observed: replayed and diagnosed. ``by_artifact``: eager's outputs are held, so each artifact
-    is replayed (and diagnosed) on its own as soon as its build is done; otherwise, after every
-    build, one pass over the golden set runs every artifact (a streamed set is decoded once).
-    ``timings`` gets what the diagnostics cost this thread: ``replay/diagnostics_inline`` (run on it)
-    and ``replay/diagnostics_waited`` (waiting for the ones in the background, ``RowDiagnosis``)."""
+    """Every row observed: replayed, measured, then handed to what ``explain_for`` makes (the pipeline's:
+    the judge decides which rows need a per-layer table, and it is measured for those).
+
+    One loop replays every mode, a pass at a time. ``by_artifact`` (eager's outputs are held): eager's
+    pass runs first, from memory, and each artifact gets a pass of its own as soon as its build is
+    done, its diagnosis running (with ``--jobs 2``, on a second thread) while the next one builds and
+    replays. Otherwise (a streamed set, decoded once) one pass after every build runs eager and every
+    artifact together. ``timings`` gets what the diagnostics cost this thread:
+    ``replay/diagnostics_inline`` (run on it) and ``replay/diagnostics_waited`` (waiting for the
+    ones in the background, ``RowDiagnosis``)."""
     clock = timings if timings is not None else {}
     clock["replay/diagnostics_inline"] = clock["replay/diagnostics_waited"] = 0.0
-    selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
     replay = Replay(config, golden, batches, model)
     replay.trace.report = progress  # each artifact's replay counts its inputs (exporter/progress.py)
     rows: dict[str, Observation] = {}
-    with contextlib.ExitStack() as stack:
-        if by_artifact:
-            replay.run({}, {}, with_eager=True)  # eager's pass, from the outputs held
-            diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
-            with _inline(clock):
-                rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
-            pending: RowDiagnosis | None = None
-            for kind in builds.order:  # build order; a derived kind's source comes first
-                outcome = builds.get(kind.name)
-                if kind.name not in config.selected_kinds:  # by name: a kind's identity is its name
-                    continue
-                one = contextlib.ExitStack()  # the row's runner: closed once its diagnosis is done
-                try:
-                    runner = replay.open(kind, outcome, ctx, one)
-                    if runner is not None:
-                        progress(f"replaying {len(golden)} inputs through {kind.name}")
-                        replay.run({kind.name: runner}, {kind.name: outcome.notes}, with_eager=False)
-                    observed = replay.artifact_observation(kind, outcome)
-                    if pending is not None:  # the previous row's diagnosis ran while this row replayed
-                        rows[pending.kind.name] = _with_calibration_note(replay, pending.kind, pending.result(clock))
-                except BaseException:
-                    one.close()
-                    raise
-                # Batch sizes, determinism, latency, where it diverges: through the runner the replay
-                # used, reusing what it computed (exporter/diagnostics/trace.py).
-                pending = RowDiagnosis(diagnoser, kind, observed, ctx, runner, kind.name in replay.run_failed, one)
-                pending.start(config.effective_jobs > 1, clock)
-            if pending is not None:
-                rows[pending.kind.name] = _with_calibration_note(replay, pending.kind, pending.result(clock))
-        else:
-            outcomes = {kind.name: builds.get(kind.name) for kind in builds.order}
-            runners = {}
-            for kind in selected:
-                runner = replay.open(kind, outcomes[kind.name], ctx, stack)
-                if runner is not None:
-                    runners[kind.name] = runner
-            progress(f"replaying {len(golden)} inputs through {len(runners)} artifacts")
-            replay.run(runners, {name: outcomes[name].notes for name in runners}, with_eager=True)
-            with _inline(clock):
-                diagnoser = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
-                rows[EAGER] = diagnoser.observe(replay.eager_observation(), ctx)
-                for kind in selected:
-                    runner = runners.get(kind.name) if kind.name not in replay.errors or kind.name in replay.run_failed else None
-                    rows[kind.name] = _with_calibration_note(replay, kind, diagnoser.observe(
-                        replay.artifact_observation(kind, outcomes[kind.name]), ctx, runner, kind.name in replay.run_failed))
+    background = by_artifact and config.effective_jobs > 1
+    diagnoser: Diagnoser | None = None
+    explain: Explain = _as_observed
+
+    def eager_row() -> Diagnoser:
+        nonlocal explain
+        with _inline(clock):
+            made = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
+            explain = explain_for(made.probe, made.plan) if explain_for is not None else _as_observed
+            rows[EAGER] = made.observe(replay.eager_observation(), ctx)
+        return made
+
+    if by_artifact:  # eager's pass, from the outputs held, and its row, while the first build runs
+        replay.run({}, {}, with_eager=True)
+        diagnoser = eager_row()
+    pending: RowDiagnosis | None = None
+    for group in _passes(builds, config, by_artifact):
+        stack = contextlib.ExitStack()  # the pass's runners: closed once its rows are diagnosed
+        try:
+            runners = {kind.name: runner for kind, outcome in group if (runner := replay.open(kind, outcome, ctx, stack)) is not None}
+            shown = next(iter(runners)) if len(group) == 1 else f"{len(runners)} artifacts"
+            if runners or diagnoser is None:
+                progress(f"replaying {len(golden)} inputs through {shown}")
+                replay.run(runners, {kind.name: outcome.notes for kind, outcome in group if kind.name in runners}, with_eager=diagnoser is None)
+            if diagnoser is None:
+                diagnoser = eager_row()
+            observed = [(kind, replay.artifact_observation(kind, outcome), runners.get(kind.name)) for kind, outcome in group]
+            if pending is not None:  # the previous pass's rows were diagnosed while this one replayed
+                rows.update(pending.result(clock))
+        except BaseException:
+            stack.close()
+            raise
+        # Batch sizes, determinism, latency: through the runners the replay used, reusing what it
+        # computed (exporter/diagnostics/trace.py); then ``explain``.
+        pending = RowDiagnosis(diagnoser, replay, observed, ctx, stack, explain)
+        pending.start(background, clock)
+    if pending is not None:
+        rows.update(pending.result(clock))
+    selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
     return [rows[EAGER], *(rows[kind.name] for kind in selected)], replay.label_accuracy()
+
+
+def _passes(builds: Builds, config: RunConfig, by_artifact: bool) -> Iterator[list[tuple[ArtifactKind, BuildOutcome]]]:
+    """The replay's passes, each the selected kinds it runs with their build outcomes, in build order (a
+    derived kind's source first): one kind a pass as each build is done, or all of them after every build."""
+    outcomes: list[tuple[ArtifactKind, BuildOutcome]] = []
+    for kind in builds.order:
+        outcome = builds.get(kind.name)  # waits for (or runs) the build; a source only built for a derived kind too
+        if kind.name not in config.selected_kinds:  # by name: a kind's identity is its name
+            continue
+        if by_artifact:
+            yield [(kind, outcome)]
+        else:
+            outcomes.append((kind, outcome))
+    if not by_artifact:
+        yield outcomes
 
 
 @contextlib.contextmanager
@@ -319,9 +344,9 @@ def _inline(clock: dict[str, float]) -> Any:
 
 
 class RowDiagnosis:
-    """One row's diagnosis (``Diagnoser.observe`` through the runner its replay used), run on a
-    thread of its own with ``background`` (``--jobs 2`` and more) or at once, and the row's runner
-    closed when it is done.
+    """The diagnosis of one replay pass's rows (``Diagnoser.observe`` through the runners the replay
+    used, then ``explain``), run on a thread of its own with ``background`` (``--jobs 2`` and more)
+    or at once, and the pass's runners closed when it is done.
 
     In the background it runs on the second core while the main thread replays the next row: on a
     costly model the batch-size runs are a sixth of the replay's cost, and this takes them off the run's
@@ -333,37 +358,39 @@ class RowDiagnosis:
     interrupted run does not wait for it.
     """
 
-    def __init__(self, diagnoser: Diagnoser, kind: ArtifactKind, observed: Observation, ctx: BuildContext, runner: Any | None,
-                 run_failed: bool, runner_stack: contextlib.ExitStack) -> None:
-        self.diagnoser, self.kind, self.observed, self.ctx = diagnoser, kind, observed, ctx
-        self.runner, self.run_failed, self.runner_stack = runner, run_failed, runner_stack
+    def __init__(self, diagnoser: Diagnoser, replay: Replay, observed: list[tuple[ArtifactKind, Observation, Any | None]],
+                 ctx: BuildContext, runner_stack: contextlib.ExitStack, explain: Explain) -> None:
+        self.diagnoser, self.replay, self.observed, self.ctx = diagnoser, replay, observed, ctx
+        self.runner_stack, self.explain = runner_stack, explain
         self._thread: threading.Thread | None = None
-        self._result: Observation | None = None
+        self._result: dict[str, Observation] = {}
         self._raised: BaseException | None = None
 
     def _run(self) -> None:
         try:
             with self.runner_stack:
-                self._result = self.diagnoser.observe(self.observed, self.ctx, self.runner, self.run_failed)
+                for kind, obs, runner in self.observed:
+                    measured = self.diagnoser.observe(obs, self.ctx, runner, kind.name in self.replay.run_failed)
+                    self._result[kind.name] = _with_calibration_note(self.replay, kind, self.explain(measured))
         except BaseException as exc:  # re-raised on the main thread by result()
             self._raised = exc
 
     def start(self, background: bool, clock: dict[str, float]) -> None:
         if background:
-            self._thread = threading.Thread(target=self._run, name=f"export-check diagnose {self.kind.name}", daemon=True)
+            names = ", ".join(kind.name for kind, _, _ in self.observed)
+            self._thread = threading.Thread(target=self._run, name=f"export-check diagnose {names}", daemon=True)
             self._thread.start()
         else:
             with _inline(clock):
                 self._run()
 
-    def result(self, clock: dict[str, float]) -> Observation:
+    def result(self, clock: dict[str, float]) -> dict[str, Observation]:
         if self._thread is not None:
             began = time.perf_counter()
             self._thread.join()
             clock["replay/diagnostics_waited"] += time.perf_counter() - began
         if self._raised is not None:
             raise self._raised
-        assert self._result is not None
         return self._result
 
 

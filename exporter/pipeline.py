@@ -29,15 +29,16 @@ from .artifacts._heap import reused_heap
 from .artifacts.base import INPUT
 from .builder import isolation
 from .builder.builds import Builds
-from .cache.store import CacheUnavailable, cached_observations, open_cache, store_observations
+from .cache.store import ArtifactCache, CacheUnavailable, cached_run, open_cache, restore_run, store_observations
 from .config import RunConfig
 from .diagnostics.run import PendingSelfCheck
 from .errors import ExportCheckError, GoldenError, UsageError
+from .explain import Explainer
 from .feeds import length
 from .files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .golden.batches import GoldenBatches
 from .golden.manifest import MANIFEST, GoldenSet, load_golden
-from .judge import judge_rows
+from .judge import judge_rows, layers_missing
 from .measurements import Observation
 from .model import EagerRunner, load_model, pinned_threads
 from .paths import check_outputs
@@ -89,7 +90,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         with locked_out_dir(out_dir):
             # Every row's artifact and observation cached and intact, and enough to judge with today's
             # thresholds: no model, no torch, no replay.
-            hit = cached_observations(cache, config, out_dir)
+            hit = _cache_hit(cache, config, out_dir)
         timings["cache_lookup"] = time.perf_counter() - started - sum(timings.values())
         if hit is not None:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
@@ -103,7 +104,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     with pinned_threads(config.threads), locked_out_dir(out_dir):
         # Looked up again under the lock: another process (a pytest-xdist worker, a fleet) that held it
         # may have just built and stored these very artifacts; then this is a hit, not a second build.
-        hit = None if cache is None else cached_observations(cache, config, out_dir)
+        hit = None if cache is None else _cache_hit(cache, config, out_dir)
         if hit is not None:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
             return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings, run_notes)
@@ -154,7 +155,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
             observations, label_accuracy = observe.observe_all(
                 config, golden, batches, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held(), eager_check=eager_check,
-                timings=parts,
+                timings=parts, explain_for=lambda probe, plan: Explainer(config, golden, model, probe, plan, progress),
             )
         finally:
             isolation.settle()  # a run stopped early leaves no build running behind it
@@ -170,6 +171,15 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
                 run_notes.append(f"cache: {count} {'entry' if count == 1 else 'entries'} not stored: {reason}")
         timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
     return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings, run_notes)
+
+
+def _cache_hit(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[list[Observation], float | None] | None:
+    """Every row from the cache, when each is there and today's gates can be judged on it: a verdict
+    that asks for a per-layer table an entry does not hold is a miss (the files are reused, the rows replayed)."""
+    found = cached_run(cache, config)
+    if found is None or any(layers_missing(obs, config.thresholds, config.diagnose) for obs in found.observations):
+        return None
+    return restore_run(cache, found, out_dir)
 
 
 def _counted(infer: Callable, total: int, signature, progress: Progress) -> Callable:

@@ -93,7 +93,7 @@ KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}
 
 # Everything below is read off the rows.
 BUILD_ORDER: tuple[ArtifactKind, ...] = tuple(sorted(KINDS, key=lambda k: k.build_rank))
-GROUP_NAMES = ("default", "modern", "all")
+GROUP_NAMES = ("default", "modern", "edge", "all")  # edge: the on-device targets
 GROUPS: dict[str, tuple[str, ...]] = {
     **{group: tuple(k.name for k in KINDS if group in k.groups) for group in GROUP_NAMES if group != "all"},
     "all": KIND_NAMES,

@@ -11,9 +11,10 @@ base library versions, export-check's version and the sha256 of its own source. 
 
 Thresholds are not in the key: an entry holds what was observed (``measurements.Observation``:
 metrics, diagnostics, notes), never a row or a verdict, and ``judge`` applies today's gates to it on
-every run, as it does on a cold run. A run is served whole from the cache when every observation is
-enough to judge with today's thresholds; one whose verdict asks for a per-layer table the entry
-lacks (or holds at another threshold) reuses the files and replays. An entry records the hashes of
+every run, as it does on a cold run; the cache never asks it. ``cached_run`` finds a run's entries,
+the pipeline asks the judge whether today's gates can be judged on them (a verdict may want a
+per-layer table an entry lacks, or holds at another threshold: then the files are reused and the
+rows replayed), and ``restore_run`` puts the files in ``--out``. An entry records the hashes of
 the local source files imported when it was built and is a miss when one changed.
 
 Trust (docs/trust-model.md, "The artifact cache"): an entry is used only if its ``meta.json`` is
@@ -456,11 +457,22 @@ def restore_artifact(cache: ArtifactCache, name: str, dest: Path) -> Restored | 
     return Restored(dest, entry.details, entry.notes)
 
 
-def cached_observations(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[list[Observation], float | None] | None:
-    """Every row's observation from the cache (artifacts restored into ``out_dir``), or ``None``
-    unless the eager row and every selected kind are cached and enough to judge with today's thresholds."""
-    from ..judge import layers_missing
+@dataclass(frozen=True)
+class CachedRun:
+    """Every row of a run found in the cache: the eager row's entry and each selected kind's."""
 
+    eager: Entry
+    entries: dict[str, Entry]
+
+    @property
+    def observations(self) -> list[Observation]:
+        return [e.observation for e in (self.eager, *self.entries.values()) if e.observation is not None]
+
+
+def cached_run(cache: ArtifactCache, config: RunConfig) -> CachedRun | None:
+    """The eager row and every selected kind as cached, with metrics and (for a kind) its file; ``None``
+    unless all are. Nothing is restored yet: the pipeline first asks the judge whether today's gates can
+    be judged on them (a verdict may want a per-layer table an entry does not hold)."""
     eager = cache.lookup(EAGER)
     if eager is None or eager.observation is None or eager.observation.metrics is None:
         return None
@@ -470,10 +482,15 @@ def cached_observations(cache: ArtifactCache, config: RunConfig, out_dir: Path) 
         if entry is None or entry.observation is None or entry.observation.metrics is None or entry.file is None:
             return None
         entries[name] = entry
-    if any(layers_missing(e.observation, config.thresholds, config.diagnose) for e in (*entries.values(), eager) if e.observation):
-        return None  # the verdict wants a per-layer table the entry does not hold: reuse the files, replay
-    observations = [replace(eager.observation, cache=HIT)]
-    for name, entry in entries.items():
+    return CachedRun(eager, entries)
+
+
+def restore_run(cache: ArtifactCache, run: CachedRun, out_dir: Path) -> tuple[list[Observation], float | None] | None:
+    """Every row's observation from the cache, its artifact restored into ``out_dir``; ``None`` when a
+    file cannot be put there intact (the build path then says why)."""
+    assert run.eager.observation is not None
+    observations = [replace(run.eager.observation, cache=HIT)]
+    for name, entry in run.entries.items():
         assert entry.observation is not None and entry.sha256 is not None and entry.size is not None
         dest = out_dir / KINDS_BY_NAME[name].filename()
         try:
@@ -484,7 +501,7 @@ def cached_observations(cache: ArtifactCache, config: RunConfig, out_dir: Path) 
         artifact = FileInfo(path=str(dest), size_bytes=entry.size, sha256=entry.sha256)
         observations.append(replace(entry.observation, artifact=artifact, build_seconds=None, replay_seconds=None, cache=HIT))
     cache.release()  # every file is in --out: the run needs the cache no more
-    return observations, eager.label_accuracy
+    return observations, run.eager.label_accuracy
 
 
 def _storable(obs: Observation) -> bool:

@@ -5,8 +5,8 @@ replay already computed is reused (``trace.ReplayTrace``): the probe's outputs a
 the first batch's output and the per-batch timings. What is new runs here: the other batch sizes,
 one rerun of the first batch (compared with the replay's run of it), and timed repeats only when the
 replay had fewer than ``LATENCY_REPEATS`` timed batches. Nothing here judges: the records go into
-``measurements.Measured``, and ``judge`` decides. The judge is asked (``judge.wants_layers``)
-whether a row deserves its per-layer table (0.05-0.3 s per artifact), which is then measured too.
+``measurements.Measured``, and ``judge`` decides; the per-layer tables, for the rows the judge says
+need one, are ``explain``'s, after the judge.
 Nothing here raises for a model's misbehaviour: what goes wrong becomes the row's finding.
 """
 
@@ -26,37 +26,17 @@ import numpy as np
 from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import logits_of
-from ..config import FAMILIES, RunConfig
+from ..config import RunConfig
 from ..errors import ArtifactError, describe_exception
 from ..feeds import Feeds, length, samples_first
 from ..golden.manifest import GoldenSet
-from ..judge import gate_reasons, size_gate_reasons, wants_layers
-from ..measurements import EagerSelfCheck, Latency, LayerComparison, Measured, Observation, RerunMeasure, SizeRuns
+from ..measurements import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
 from ..signature import SINGLE, Signature
-from . import LATENCY_REPEATS, determinism, divergence, shapes
+from . import LATENCY_REPEATS, determinism, shapes
 from .trace import ReplayTrace
 
 EAGER = "eager"  # the trace's name for the eager model's outputs
-
-
-def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:
-    """The one input of the batch the replay ran at ``start`` (per-layer tables take one input)."""
-    for first, feeds in golden.feed_batches(batch_size):
-        if first <= start < first + length(feeds, golden.signature):
-            return next(iter(feeds.values()))
-    raise AssertionError(f"no batch holds sample {start}")
-
-
-def _worst_image(obs: Observation) -> int:
-    per_image = np.asarray(obs.metrics.per_image_mae if obs.metrics else (), dtype=np.float64)
-    if per_image.size == 0:
-        return 0
-    return int(np.argmax(np.where(np.isnan(per_image), np.inf, per_image)))
-
-
-def _worst_batch_start(obs: Observation, batch_size: int) -> int:
-    return _worst_image(obs) // batch_size * batch_size
 
 
 def primary_rows(outputs: Mapping[str, np.ndarray], signature: Signature, what: str) -> np.ndarray:
@@ -243,7 +223,6 @@ class Diagnoser:
         self.probe = trace.probe()
         count = length(self.probe, self.signature)
         self.main = min(config.batch_size, count)
-        self.layer_threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
         self.eager_infer = _eager_infer(model, self.signature)
         compared = self.signature.compared_outputs()
         primary = compared[0] if compared else None
@@ -280,20 +259,6 @@ class Diagnoser:
             notes.append("the golden set was recorded with the model in training mode; the check runs it in eval mode")
         return tuple(notes)
 
-    def _failing_size_batch(self, obs: Observation, measured: Measured) -> tuple[int, np.ndarray] | None:
-        """When the replay passes its gate but a batch size does not: the probe batch at that size
-        holding its worst image (where the per-layer comparison can see the difference)."""
-        gate = self.config.thresholds.gate_for(obs.family)
-        if obs.metrics is None or gate_reasons(obs.metrics, gate) or measured.sizes is None:
-            return None
-        images = next(iter(self.probe.values()))
-        for run in measured.sizes.runs:
-            if run.error is None and run.size != self.main and size_gate_reasons(run, gate):
-                worst = run.worst_image or 0
-                start = min(worst // run.size * run.size, max(len(images) - run.size, 0))
-                return start, images[start : start + run.size]
-        return None
-
     def observe(self, obs: Observation, ctx: BuildContext, runner: Any | None = None, run_failed: bool = False) -> Observation:
         """``obs`` with its diagnostics measured. ``runner`` is the replay's open runner for it
         (without one, the artifact is reopened from its file). ``run_failed``: the replay failed on
@@ -321,34 +286,6 @@ class Diagnoser:
                                         self.plan, config.threads, self.output_kind)
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
-            layers = None
-            if wants_layers(replace(obs, diagnostics=measured), config.thresholds, config.diagnose) and len(self.signature.inputs) > 1:
-                purpose = divergence.DIVERGENCE if FAMILIES[obs.family].layers == "on-fail" else divergence.INT8_LAYERS
-                layers = LayerComparison(purpose=purpose, method="", scope="", batch_start=0, batch_size=0, threshold=self.layer_threshold,
-                                         layers=(), first=None, error="per-layer tables compare models with one input; this one has "
-                                         f"{len(self.signature.inputs)} ({', '.join(self.signature.input_names)})")
-            elif wants_layers(replace(obs, diagnostics=measured), config.thresholds, config.diagnose):
-                if FAMILIES[obs.family].layers == "on-fail":
-                    at_size = self._failing_size_batch(obs, measured)
-                    if at_size is not None:  # the replay agrees; one batch size does not: look there
-                        start, batch = at_size
-                    else:
-                        start = _worst_batch_start(obs, config.batch_size)
-                        batch = _batch_at(self.golden, config.batch_size, start)
-                        if self.plan.layer_images:  # bounded: the worst image and the ones after it in its batch
-                            worst = _worst_image(obs) - start
-                            keep = min(max(worst, 0), max(len(batch) - self.plan.layer_images, 0))
-                            start, batch = start + keep, batch[keep : keep + self.plan.layer_images]
-                    self.progress(f"locating where {obs.name} diverges (batch of {len(batch)} at {start})")
-                    layers_began = time.perf_counter()
-                    layers = divergence.compare_layers(kind, path, self.model, batch,
-                                                       self.layer_threshold, divergence.DIVERGENCE, config.threads, start)
-                else:
-                    first = next(iter(self.probe.values()))[: self.plan.layer_images or self.main]
-                    layers_began = time.perf_counter()
-                    layers = divergence.compare_layers(kind, path, self.model, first, self.layer_threshold,
-                                                       divergence.INT8_LAYERS, config.threads, 0)
-                layers = replace(layers, seconds=time.perf_counter() - layers_began)
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
-        measured = replace(measured, layers=layers, notes=self.scope + measured.notes + new_notes, seconds=time.perf_counter() - began)
+        measured = replace(measured, notes=self.scope + measured.notes + new_notes, seconds=time.perf_counter() - began)
         return replace(obs, diagnostics=measured)

@@ -34,7 +34,7 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, deadline
 from export_check import pipeline
 from export_check.cache.sealed import NotSealed, unseal
 from export_check.cache.secret import KEY_ENV, CacheKey, load_key
-from export_check.cache.store import EAGER, UNTRUSTED_NOTE, ArtifactCache, cached_observations, open_cache
+from export_check.cache.store import EAGER, UNTRUSTED_NOTE, ArtifactCache, cached_run, open_cache, restore_run
 from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.files import sha256_file
@@ -654,7 +654,9 @@ def test_fuzzed_meta_json_is_a_miss_or_the_genuine_hit_never_a_crash_or_a_forger
         meta_path.write_bytes(data)
         cache = ArtifactCache(world.cache, key_inputs, key)
         entry = cache.lookup("onnx")
-        served = cached_observations(ArtifactCache(world.cache, cache.key_inputs, key), run, world.out)
+        again = ArtifactCache(world.cache, cache.key_inputs, key)
+        found = cached_run(again, run)
+        served = None if found is None else restore_run(again, found, world.out)
         if data == genuine:
             assert entry is not None and entry.sha256 == genuine_sha and served is not None
         else:

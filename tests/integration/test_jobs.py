@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -22,24 +23,28 @@ import pytest
 import torch
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, process_gone
-from export_check import observe, pipeline
+from export_check import pipeline
 from export_check.artifacts import BUILD_ORDER, DEFAULT_KINDS, KINDS_BY_NAME, BuildContext
 from export_check.artifacts._common import captured_warnings
 from export_check.builder import builds, isolation
 from export_check.config import RunConfig
-from export_check.diagnostics.run import Diagnoser
 from export_check.golden.batches import GoldenBatches
 
 MODES = ("jobs2", "jobs1", "streamed")
 DEFAULT_ORDER = [kind for kind in BUILD_ORDER if kind.name in DEFAULT_KINDS]  # what a run without --artifacts builds
 
 
+REPLAYING = re.compile(r"replaying \d+ inputs through (.+)")
+DIAGNOSING = re.compile(r"diagnosing(?: (\S+))?: batch sizes")
+
+
 def _recording(events: list[tuple[str, tuple[str, ...]]], diagnosed: list[tuple[str, bool, bool | None]], overlap: bool):
-    """Stand-ins for builds.start_build, observe.Replay.run and Diagnoser.observe that log each call, then do
-    the real thing. ``diagnosed``: per row, whether its diagnosis ran on the main thread and (``overlap``:
-    an artifact row waits, up to a minute, for the next row's replay to start) whether the next replay
-    started while it ran; ``None`` for the last row."""
-    real_start, real_run, real_observe = builds.start_build, observe.Replay.run, Diagnoser.observe
+    """What a run shows, as it shows it: the builds it starts (``builds.start_build``, the build
+    server's door) and its progress lines, each with the thread that said it. ``diagnosed``: per row,
+    whether its diagnosis ran on the main thread and (``overlap``: an artifact row's diagnosis waits,
+    up to a minute, for the next row's replay to start) whether the next replay started while it ran;
+    ``None`` for the last row."""
+    real_start = builds.start_build
     started: dict[str, threading.Event] = {}
     order = [kind.name for kind in DEFAULT_ORDER]
 
@@ -47,19 +52,19 @@ def _recording(events: list[tuple[str, tuple[str, ...]]], diagnosed: list[tuple[
         events.append(("build", (kind.name,)))
         return real_start(kind, *args, **kwargs)
 
-    def run(self, runners, notes, with_eager):
-        events.append(("replay", tuple(runners)))
-        for name in runners:
-            started.setdefault(name, threading.Event()).set()
-        return real_run(self, runners, notes, with_eager)
+    def progress(line: str) -> None:
+        if replaying := REPLAYING.fullmatch(line):
+            names = tuple(DEFAULT_KINDS) if replaying[1].endswith(" artifacts") else (replaying[1],)
+            events.append(("replay", names))
+            for name in names:
+                started.setdefault(name, threading.Event()).set()
+        elif diagnosing := DIAGNOSING.match(line):
+            name = diagnosing[1] or "eager"
+            following = order[order.index(name) + 1] if name in order[:-1] else None
+            seen = None if not overlap or following is None else started.setdefault(following, threading.Event()).wait(60)
+            diagnosed.append((name, threading.current_thread() is threading.main_thread(), seen))
 
-    def diagnose(self, obs, *args, **kwargs):
-        following = order[order.index(obs.name) + 1] if obs.name in order[:-1] else None
-        seen = None if not overlap or following is None else started.setdefault(following, threading.Event()).wait(60)
-        diagnosed.append((obs.name, threading.current_thread() is threading.main_thread(), seen))
-        return real_observe(self, obs, *args, **kwargs)
-
-    return start, run, diagnose
+    return start, progress
 
 
 @pytest.fixture(scope="module")
@@ -69,23 +74,21 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, ...]]
     for mode in MODES:
         events: list[tuple[str, tuple[str, ...]]] = []
         diagnosed: list[tuple[str, bool, bool | None]] = []
-        start, run, diagnose = _recording(events, diagnosed, overlap=mode == "jobs2")
+        start, progress = _recording(events, diagnosed, overlap=mode == "jobs2")
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(builds, "start_build", start)
-            mp.setattr(observe.Replay, "run", run)
-            mp.setattr(Diagnoser, "observe", diagnose)
             if mode == "streamed":  # nothing fits the memory budget: the set streams batch by batch
                 mp.setattr(pipeline, "GoldenBatches", functools.partial(GoldenBatches, budget=0))
             config = RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN,
                                out_dir=tmp_path_factory.mktemp(mode), jobs=1 if mode == "jobs1" else 2)
-            out[mode] = (pipeline.run_check(config), events, diagnosed)
+            out[mode] = (pipeline.run_check(config, progress), events, diagnosed)
     return out
 
 
 def test_jobs_2_sends_every_build_first_then_replays_each_artifact_as_it_comes(runs) -> None:
     report, events, _ = runs["jobs2"]
     order = [kind.name for kind in DEFAULT_ORDER]
-    assert events == [*(("build", (name,)) for name in order), ("replay", ()), *(("replay", (name,)) for name in order)]
+    assert events == [*(("build", (name,)) for name in order), *(("replay", (name,)) for name in order)]
     assert dict(report.settings)["jobs"] == 2
 
 
@@ -104,7 +107,7 @@ def test_jobs_1_diagnoses_on_the_main_thread(runs) -> None:
 
 def test_jobs_1_builds_and_replays_one_artifact_at_a_time(runs) -> None:
     report, events, _ = runs["jobs1"]
-    expected: list[tuple[str, tuple[str, ...]]] = [("replay", ())]  # eager's pass, from the outputs held
+    expected: list[tuple[str, tuple[str, ...]]] = []
     for kind in DEFAULT_ORDER:
         expected += [("build", (kind.name,)), ("replay", (kind.name,))]
     assert events == expected
@@ -112,8 +115,9 @@ def test_jobs_1_builds_and_replays_one_artifact_at_a_time(runs) -> None:
 
 
 def test_a_streamed_set_is_replayed_once_after_every_build(runs) -> None:
-    _, events, _ = runs["streamed"]
+    _, events, diagnosed = runs["streamed"]
     assert events == [*(("build", (kind.name,)) for kind in DEFAULT_ORDER), ("replay", DEFAULT_KINDS)]
+    assert all(main for _, main, _ in diagnosed)
 
 
 def _numbers(report) -> list[tuple]:
@@ -170,21 +174,17 @@ def test_settle_stops_the_build_in_flight_and_fails_the_queued_ones(tmp_path: Pa
         assert np.array_equal(got, ctx.model(torch.ones(2, 4)).numpy())
 
 
-def test_a_run_interrupted_mid_replay_leaves_no_build_behind_and_the_next_run_is_whole(tmp_path: Path, monkeypatch) -> None:
+def test_a_run_interrupted_mid_replay_leaves_no_build_behind_and_the_next_run_is_whole(tmp_path: Path) -> None:
     """KeyboardInterrupt while the first artifact replays, with the other builds still queued."""
-    real_run = observe.Replay.run
 
-    def interrupted(self, runners, notes, with_eager):
-        if runners:
+    def interrupted(line: str) -> None:  # the first artifact's replay begins: the user presses Ctrl-C
+        if REPLAYING.fullmatch(line):
             raise KeyboardInterrupt
-        return real_run(self, runners, notes, with_eager)
 
     config = RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=tmp_path / "out", jobs=2,
                        kinds=("torchscript-trace", "onnx"))
-    with monkeypatch.context() as mp:
-        mp.setattr(observe.Replay, "run", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            pipeline.run_check(config)
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run_check(config, interrupted)
     assert not isolation.SERVICE.in_flight()
     report = pipeline.run_check(config)
     assert [(row.name, row.status) for row in report.rows] == [("eager", "pass"), ("torchscript-trace", "pass"), ("onnx", "pass")]

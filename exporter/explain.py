@@ -1,0 +1,101 @@
+"""Explain: after the judge, what only some rows need, measured for those rows alone.
+
+The judge looks at a row as observed (``judge.wants_layers``) and says whether it deserves a per-layer
+table: a failing float row (where does it first depart from eager?) or a quantized one (which layers
+lose most?). For those, this measures the table (0.05-0.3 s per artifact,
+``diagnostics.divergence``) on the batch that shows the failure: the worst image's, or, when the replay
+agrees and one batch size does not, the batch at that size holding its worst image. The pipeline then
+judges every row once more, on the enriched observations. Nothing here decides a verdict.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .artifacts import KINDS_BY_NAME
+from .artifacts._common import captured_warnings, dedupe
+from .config import FAMILIES, RunConfig
+from .diagnostics import divergence, shapes
+from .feeds import Feeds, length
+from .golden.manifest import GoldenSet
+from .judge import gate_reasons, size_gate_reasons, wants_layers
+from .measurements import LayerComparison, Measured, Observation
+
+
+def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:
+    """The one input of the batch the replay ran at ``start`` (per-layer tables take one input)."""
+    for first, feeds in golden.feed_batches(batch_size):
+        if first <= start < first + length(feeds, golden.signature):
+            return next(iter(feeds.values()))
+    raise AssertionError(f"no batch holds sample {start}")
+
+
+def _worst_image(obs: Observation) -> int:
+    per_image = np.asarray(obs.metrics.per_image_mae if obs.metrics else (), dtype=np.float64)
+    if per_image.size == 0:
+        return 0
+    return int(np.argmax(np.where(np.isnan(per_image), np.inf, per_image)))
+
+
+class Explainer:
+    """Adds per-layer tables to the rows the judge asks them for. ``probe`` and ``plan`` are the
+    diagnostics' (``diagnostics.run.Diagnoser``): the same images, within the same budget."""
+
+    def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, probe: Feeds, plan: shapes.SizePlan, progress: Any) -> None:
+        self.config, self.golden, self.model, self.probe, self.plan, self.progress = config, golden, model, probe, plan, progress
+        self.main = min(config.batch_size, length(probe, golden.signature))
+        self.threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
+
+    def __call__(self, obs: Observation) -> Observation:
+        """``obs`` with its per-layer table when the judge wants one; as it is otherwise."""
+        measured, config = obs.diagnostics, self.config
+        if measured is None or measured.error is not None or obs.artifact is None or obs.name not in KINDS_BY_NAME:
+            return obs
+        if not wants_layers(obs, config.thresholds, config.diagnose):
+            return obs
+        signature = self.golden.signature
+        purpose = divergence.DIVERGENCE if FAMILIES[obs.family].layers == "on-fail" else divergence.INT8_LAYERS
+        if len(signature.inputs) > 1:
+            layers = LayerComparison(purpose=purpose, method="", scope="", batch_start=0, batch_size=0, threshold=self.threshold,
+                                     layers=(), first=None, error="per-layer tables compare models with one input; this one has "
+                                     f"{len(signature.inputs)} ({', '.join(signature.input_names)})")
+            return replace(obs, diagnostics=replace(measured, layers=layers))
+        kind, path = KINDS_BY_NAME[obs.name], Path(obs.artifact.path)
+        warnings_seen: list[str] = []
+        with captured_warnings(warnings_seen):
+            if purpose == divergence.DIVERGENCE:
+                start, batch = self._failing_batch(obs, measured)
+                self.progress(f"locating where {obs.name} diverges (batch of {len(batch)} at {start})")
+            else:
+                start, batch = 0, next(iter(self.probe.values()))[: self.plan.layer_images or self.main]
+            began = time.perf_counter()
+            layers = divergence.compare_layers(kind, path, self.model, batch, self.threshold, purpose, config.threads, start)
+            layers = replace(layers, seconds=time.perf_counter() - began)
+        notes = measured.notes + tuple(n for n in dedupe(warnings_seen) if n not in obs.notes and n not in measured.notes)
+        return replace(obs, diagnostics=replace(measured, layers=layers, notes=notes, seconds=measured.seconds + layers.seconds))
+
+    def _failing_batch(self, obs: Observation, measured: Measured) -> tuple[int, np.ndarray]:
+        """Where to look: when the replay passes its gate but a batch size does not, the probe batch at
+        that size holding its worst image; otherwise the replay's batch holding the worst image (bounded
+        by the plan: the worst image and the ones after it)."""
+        gate = self.config.thresholds.gate_for(obs.family)
+        if obs.metrics is not None and not gate_reasons(obs.metrics, gate) and measured.sizes is not None:
+            images = next(iter(self.probe.values()))
+            for run in measured.sizes.runs:
+                if run.error is None and run.size != self.main and size_gate_reasons(run, gate):
+                    worst = run.worst_image or 0
+                    start = min(worst // run.size * run.size, max(len(images) - run.size, 0))
+                    return start, images[start : start + run.size]
+        batch_size = self.config.batch_size
+        start = _worst_image(obs) // batch_size * batch_size
+        batch = _batch_at(self.golden, batch_size, start)
+        if self.plan.layer_images:
+            worst = _worst_image(obs) - start
+            keep = min(max(worst, 0), max(len(batch) - self.plan.layer_images, 0))
+            start, batch = start + keep, batch[keep : keep + self.plan.layer_images]
+        return start, batch
