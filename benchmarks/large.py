@@ -31,7 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import OUT, REPO, Run, export_check_cmd, timed  # noqa: E402
+from harness import OUT, REPO, Run, export_check_cmd, timed  # noqa: E402
 
 LARGE = OUT / "large"
 KINDS = ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic")

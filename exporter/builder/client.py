@@ -16,12 +16,16 @@ import sys
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import protocol
 
-if TYPE_CHECKING:
-    from .isolation import PendingBuild
+
+class PendingBuild(Protocol):
+    """A request sent to the server whose reply is not read yet (``isolation.PendingBuild``): the
+    client sets ``_reply`` when the reply arrives, or when the server dies."""
+
+    _reply: dict[str, Any] | None
 
 
 class ServerProcess:

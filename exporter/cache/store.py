@@ -41,11 +41,11 @@ import os
 import re
 import stat
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..artifacts import KINDS_BY_NAME
 from ..errors import error_message
@@ -61,8 +61,19 @@ from .sealed import MAX_META_BYTES, NotSealed, seal, unseal
 from .secret import CacheKey, CacheKeyUnavailable, load_key
 
 if TYPE_CHECKING:
-    from ..builder.builds import BuildOutcome
     from ..config import RunConfig
+
+
+class BuiltFile(Protocol):
+    """What storing reads of a build's outcome (``builder.builds.BuildOutcome``): the cache knows files
+    and observations, not how they were built."""
+
+    path: Path | None
+    details: dict[str, str]
+    notes: list[str]
+    seconds: float | None
+    error: str | None
+    cache: str | None
 
 LAYOUT = f"v{FORMAT}"
 META = "meta.json"
@@ -511,7 +522,7 @@ def _storable(obs: Observation) -> bool:
 
 
 def store_observations(
-    cache: ArtifactCache, config: RunConfig, observations: list[Observation], built: dict[str, BuildOutcome], label_accuracy: float | None
+    cache: ArtifactCache, config: RunConfig, observations: list[Observation], built: Mapping[str, BuiltFile], label_accuracy: float | None
 ) -> list[Observation]:
     """Store every artifact that built and ran with its observation (and eager's); return the
     observations marked with where they came from and what happened to their entries."""
