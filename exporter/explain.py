@@ -86,7 +86,8 @@ class Explainer:
         gate = self.config.thresholds.gate_for(obs.family)
         if obs.metrics is not None and not gate_reasons(obs.metrics, gate) and measured.sizes is not None:
             images = next(iter(self.probe.values()))
-            for run in measured.sizes.runs:
+            every = (*measured.sizes.runs, *(run for _, runs in measured.sizes.outputs for run in runs))
+            for run in every:
                 if run.error is None and run.size != self.main and size_gate_reasons(run, gate):
                     worst = run.worst_image or 0
                     start = min(worst // run.size * run.size, max(len(images) - run.size, 0))

@@ -210,7 +210,16 @@ def _checks(obs: Observation, measured: Measured, gate: Gate, thresholds: Thresh
         scale = obs.metrics.reference_mean_abs if obs.metrics is not None else max((r.reference_mean_abs or 0.0 for r in runs), default=0.0)
         bound = gate.mae_bound(scale)
         reasons = shape_reasons(runs, main, gate, bound, obs.family, replayed=obs.metrics is not None)
-        shapes = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=reasons)
+        if measured.sizes.outputs:  # every compared output, each against the row's gate at its own scale, each named
+            replayed = dict(obs.outputs)
+            first = obs.outputs[0][0] if obs.outputs else "the first output"
+            reasons = tuple(f"{first}: {r}" for r in reasons)
+            for name, more in measured.sizes.outputs:
+                metrics = replayed.get(name)
+                own = metrics.reference_mean_abs if metrics is not None else max((r.reference_mean_abs or 0.0 for r in more), default=0.0)
+                reasons += tuple(f"{name}: {r}" for r in shape_reasons(more, main, gate, gate.mae_bound(own), obs.family,
+                                                                         replayed=obs.metrics is not None))
+        shapes = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=reasons, outputs=measured.sizes.outputs)
     if measured.rerun is not None:
         bound, r = rerun_bound(thresholds), measured.rerun
         # an artifact of a model that draws random numbers draws them too: the eager row carries that finding
@@ -342,7 +351,8 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     if m is not None:
         bound = reference_mae(thresholds)
         # eager is the reference of the batch-size check: measured and shown, never gated
-        shapes = None if m.sizes is None else ShapeCheck(main_size=m.sizes.main_size, bound=bound, runs=m.sizes.runs, reasons=())
+        shapes = None if m.sizes is None else ShapeCheck(main_size=m.sizes.main_size, bound=bound, runs=m.sizes.runs, reasons=(),
+                                                         outputs=m.sizes.outputs)
         reproduce = eager_check_reasons(m.eager_check, rerun_bound(thresholds))
         reasons = reproduce + tuple(r for r in reasons if not (reproduce and r == WRONG_WEIGHTS))
         # a model that does not reproduce itself: its batch-size movement is its noise, not batch dependence

@@ -185,7 +185,8 @@ class SizeRuns:
     """The batch-size runs over the probe images, each compared per image with the main size."""
 
     main_size: int
-    runs: tuple[BatchSizeRun, ...]
+    runs: tuple[BatchSizeRun, ...]  # the first compared output's
+    outputs: tuple[tuple[str, tuple[BatchSizeRun, ...]], ...] = ()  # every other compared output's, by name
 
 
 @dataclass(frozen=True)

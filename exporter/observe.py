@@ -32,6 +32,7 @@ from .diagnostics.run import EAGER, Diagnoser, eager_seconds_per_image
 from .diagnostics.run import eager_self_check as self_check_of
 from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
 from .diagnostics.runtime_errors import runtime_error
+from .diagnostics.shapes import side_by_side
 from .diagnostics.trace import ReplayTrace
 from .errors import ArchitectureError, ArtifactError, describe_exception
 from .feeds import length, samples_first
@@ -130,7 +131,7 @@ class Replay:
             n = length(feeds, self.signature)
             primary = logits_of(eager, EagerRunner.name)
             self.trace.add_batch(start, feeds)
-            self.trace.add_output(EAGER, start, n, primary, held[1])
+            self.trace.add_output(EAGER, start, n, side_by_side(eager), held[1])
             self.eager_argmax.append(np.argmax(primary, axis=1) if primary.shape[1] else np.zeros(n, np.int64))
             if self.eager_error is None:
                 reference = samples_first(self.golden.reference_outputs(start, n), self.signature)
@@ -161,7 +162,7 @@ class Replay:
                 try:
                     with captured_warnings(notes[name]):
                         out = self._compared(runner.infer(feeds), name)
-                    self.trace.add_output(name, start, n, logits_of(out, name), time.perf_counter() - began)
+                    self.trace.add_output(name, start, n, side_by_side(out), time.perf_counter() - began)
                     reference = eager
                     if name in self.calibrated:  # judged on the samples it was not calibrated on
                         keep = self._judged_mask(start, n)

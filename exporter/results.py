@@ -23,7 +23,8 @@ class ShapeCheck:
     main_size: int
     bound: float  # how far an image may move with the batch size before it counts as moving (the row's MAE bound)
     runs: tuple[BatchSizeRun, ...]
-    reasons: tuple[str, ...]  # from shapes.judge; empty when it passed
+    reasons: tuple[str, ...]  # every compared output's findings (each named when there are several); empty when it passed
+    outputs: tuple[tuple[str, tuple[BatchSizeRun, ...]], ...] = ()  # the runs of every compared output after the first
 
     @property
     def passed(self) -> bool:
@@ -39,6 +40,7 @@ class ShapeCheck:
             "bound": self.bound,
             "passed": self.passed,
             "runs": [r.to_json() for r in self.runs],
+            "outputs": {name: [r.to_json() for r in runs] for name, runs in self.outputs},
             "reasons": list(self.reasons),
         }
 

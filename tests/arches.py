@@ -87,6 +87,16 @@ class TupleOutputNet(nn.Module):
         return self.head(embedding), embedding
 
 
+class SecondHeadBranch(TupleOutputNet):
+    """``TupleOutputNet`` whose second output moves by 0.01 when more than 8 samples come at once (a
+    detector's probability head with ``if x.shape[0] > 8``): a trace keeps the branch its example took."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        embedding = self.body(x)
+        second = embedding + 0.01 if x.shape[0] > 8 else embedding
+        return self.head(embedding), second
+
+
 class EnergyNet(nn.Module):
     """One (N, F) input; one value per sample out, shape (N,): an energy, a regression score."""
 

@@ -47,14 +47,30 @@ def primary_rows(outputs: Mapping[str, np.ndarray], signature: Signature, what: 
     return logits_of(samples_first({spec.name: outputs[spec.name]}, signature), what)
 
 
-def _eager_infer(model: Any, signature: Signature = SINGLE):
+def compared_rows(outputs: Mapping[str, np.ndarray], signature: Signature, what: str) -> np.ndarray:
+    """Every compared output, one row per sample, side by side (``shapes.side_by_side``): what the
+    batch-size and determinism checks run on."""
+    specs = signature.compared_outputs() or signature.outputs[:1]
+    missing = [s.name for s in specs if s.name not in outputs]
+    if missing:
+        raise ArtifactError(f"{what} returned outputs {', '.join(outputs)}; the golden set has {', '.join(signature.output_names)}")
+    return shapes.side_by_side(samples_first({s.name: outputs[s.name] for s in specs}, signature))
+
+
+def _eager_primary(model: Any, signature: Signature = SINGLE):
+    """Eager as the self-check calls it: its first compared output's rows (the self-check is about the model)."""
     runner = EagerRunner(model, signature)
     return lambda feeds: primary_rows(runner.infer(feeds), signature, EagerRunner.name)
 
 
+def _eager_infer(model: Any, signature: Signature = SINGLE):
+    runner = EagerRunner(model, signature)
+    return lambda feeds: compared_rows(runner.infer(feeds), signature, EagerRunner.name)
+
+
 def _infer_of(runner: Any, name: str, signature: Signature = SINGLE):
-    """A runner as the diagnostics call it: a batch of feeds in, its first compared output's rows out."""
-    return lambda feeds: primary_rows(runner.infer(feeds), signature, name)
+    """A runner as the diagnostics call it: a batch of feeds in, every compared output's rows out."""
+    return lambda feeds: compared_rows(runner.infer(feeds), signature, name)
 
 
 def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, plan: shapes.SizePlan,
@@ -112,17 +128,17 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
 
 
 def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[int, Any], plan: shapes.SizePlan,
-             threads: int, output_kind: tuple[str, int] = ("logits", -1)) -> Measured:
+             threads: int, columns: tuple[shapes.Column, ...]) -> Measured:
     clock: dict[int, float] = {}
     outputs = _sizes_from(infer, trace, name, probe, plan, clock)
-    runs = shapes.measure(outputs, eager_at, plan.main, *output_kind, clock=clock)
+    (_, runs), *others = shapes.measure_outputs(outputs, eager_at, plan.main, columns, clock=clock)
     notes: list[str] = []
     rerun = cost = None
     try:
         rerun, cost = _rerun_and_cost(infer, trace, name, threads, True, plan, outputs.get(1))
     except Exception as exc:  # it already failed the batch-size check at the main size; say so once
         notes.append(f"determinism and latency not measured: {describe_exception(exc)[:240]}")
-    return Measured(sizes=SizeRuns(main_size=plan.main, runs=runs), rerun=rerun, latency=cost, notes=tuple(notes))
+    return Measured(sizes=SizeRuns(main_size=plan.main, runs=runs, outputs=tuple(others)), rerun=rerun, latency=cost, notes=tuple(notes))
 
 
 class SizeOutputs(dict):
@@ -184,7 +200,7 @@ def eager_self_check(model: Any, feeds: Feeds, signature: Signature = SINGLE) ->
 
     compared = signature.compared_outputs()
     kind, axis = (compared[0].kind, compared[0].class_axis) if compared else ("logits", -1)
-    return check_eager(_eager_infer(model, signature), model, feeds, kind, axis)
+    return check_eager(_eager_primary(model, signature), model, feeds, kind, axis)
 
 
 class PendingSelfCheck:
@@ -196,7 +212,7 @@ class PendingSelfCheck:
         from .eager import first_call
 
         self.feeds, self.signature = feeds, signature
-        self.infer = _eager_infer(model, signature)
+        self.infer = _eager_primary(model, signature)
         compared = signature.compared_outputs()
         self.kind, self.axis = (compared[0].kind, compared[0].class_axis) if compared else ("logits", -1)
         self.pending = first_call(self.infer, model, feeds)
@@ -224,13 +240,9 @@ class Diagnoser:
         count = length(self.probe, self.signature)
         self.main = min(config.batch_size, count)
         self.eager_infer = _eager_infer(model, self.signature)
-        compared = self.signature.compared_outputs()
-        primary = compared[0] if compared else None
-        self.output_kind = (primary.kind, primary.class_axis) if primary is not None else ("logits", -1)
-        # Said on every row, so no view implies the other outputs were checked at other batch sizes too.
-        self.scope: tuple[str, ...] = () if len(compared) < 2 else (
-            f"batch-size, determinism and latency checks ran on the first compared output, {compared[0].name}; "
-            f"{', '.join(o.name for o in compared[1:])} compared on the replay only",)
+        # where each compared output sits in the rows the checks compare: every output is checked
+        self.columns = shapes.columns_of(samples_first(golden.reference_outputs(0, 1), self.signature), self.signature)
+        self.scope: tuple[str, ...] = ()
         replayed = trace.probe_outputs(EAGER)
         plan = getattr(eager_ahead, "plan", None)
         if eager_ahead is not None and plan is not None and replayed is not None and plan.main == self.main:
@@ -266,7 +278,8 @@ class Diagnoser:
         config, began = self.config, time.perf_counter()
         if obs.family == EAGER:
             _, cost = _rerun_and_cost(self.eager_infer, self.trace, EAGER, config.threads, False, self.plan)
-            sizes = SizeRuns(main_size=self.main, runs=shapes.measure(self.eager_at, self.eager_at, self.main, *self.output_kind))
+            (_, runs), *others = shapes.measure_outputs(self.eager_at, self.eager_at, self.main, self.columns)
+            sizes = SizeRuns(main_size=self.main, runs=runs, outputs=tuple(others))
             return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, notes=self.scope + self._recording_notes(),
                                                      seconds=time.perf_counter() - began,
                                                      eager_check=self.eager_check))
@@ -283,7 +296,7 @@ class Diagnoser:
                 with contextlib.ExitStack() as stack:
                     opened = runner or stack.enter_context(kind.open_runner(path, ctx))
                     measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, self.eager_at,
-                                        self.plan, config.threads, self.output_kind)
+                                        self.plan, config.threads, self.columns)
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)

@@ -15,7 +15,7 @@ fails to follow eager's own change with the batch would then look perfect).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -185,6 +185,64 @@ def _moved(outputs: dict[int, np.ndarray | str], size: int, main: int) -> float 
     except RowCountError:
         return None
     return float(dev.max()) if len(dev) else 0.0
+
+
+@dataclass(frozen=True)
+class Column:
+    """One compared output's place in the rows the checks compare (``side_by_side``): columns
+    ``start:stop``, each sample's values of shape ``shape``, judged as ``kind`` over ``class_axis``."""
+
+    name: str
+    kind: str
+    class_axis: int
+    shape: tuple[int, ...]
+    start: int
+    stop: int
+
+
+def side_by_side(outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Every compared output (samples first), one row per sample, the outputs' values side by side in
+    float32: what the batch-size and determinism checks run on, so each covers every output."""
+    arrays = [np.asarray(a) for a in outputs.values()]
+    n = len(arrays[0])
+    rows = [a.reshape(n, -1).astype(np.float32, copy=False) for a in arrays]
+    return rows[0] if len(rows) == 1 else np.concatenate(rows, axis=1)
+
+
+def columns_of(sample: Mapping[str, np.ndarray], signature: Signature) -> tuple[Column, ...]:
+    """Where each compared output sits in ``side_by_side``'s rows, from one sample's outputs (samples first)."""
+    specs = signature.compared_outputs() or signature.outputs[:1]
+    columns, start = [], 0
+    for spec in specs:
+        shape = tuple(np.asarray(sample[spec.name]).shape[1:])
+        width = int(np.prod(shape)) if shape else 1
+        columns.append(Column(spec.name, spec.kind, spec.class_axis, shape, start, start + width))
+        start += width
+    return tuple(columns)
+
+
+def _block(outputs: dict[int, np.ndarray | str], column: Column, width: int) -> dict[int, np.ndarray | str]:
+    """One output's values at each size; a size whose rows are not ``width`` wide is that size's error."""
+    def one(got: np.ndarray | str) -> np.ndarray | str:
+        if isinstance(got, str):
+            return got
+        if got.ndim != 2 or got.shape[1] != width:
+            return f"RowCountError: returned {got.shape[1] if got.ndim == 2 else got.shape} values per sample over its outputs; eager's are {width}"
+        return got[:, column.start : column.stop].reshape(len(got), *column.shape)
+
+    return {size: one(got) for size, got in outputs.items()}
+
+
+def measure_outputs(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int, columns: tuple[Column, ...],
+                    clock: dict[int, float] | None = None) -> tuple[tuple[str, tuple[BatchSizeRun, ...]], ...]:
+    """``measure`` for every compared output, each judged on its own values (the seconds on the first's)."""
+    if len(columns) == 1:
+        only = columns[0]
+        return ((only.name, measure(artifact, eager, main, only.kind, only.class_axis, clock=clock)),)
+    width = columns[-1].stop
+    return tuple((c.name, measure(_block(artifact, c, width), _block(eager, c, width), main, c.kind, c.class_axis,
+                                  clock=clock if i == 0 else None))
+                 for i, c in enumerate(columns))
 
 
 def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int,
