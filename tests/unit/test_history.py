@@ -73,14 +73,14 @@ def test_append_refuses_a_fifo_and_load_a_missing_file(tmp_path: Path) -> None:
         load(tmp_path / "none.jsonl")
 
 
-GOOD = {"format": FORMAT, "version": 1, "time": "t", "rows": [{"name": "onnx", "status": "PASS", "mae": 1e-6, "size_bytes": 3}]}
+GOOD = {"format": FORMAT, "version": 1, "time": "t", "rows": [{"name": "onnx", "status": "pass", "mae": 1e-6, "size_bytes": 3}]}
 
 
 @pytest.mark.parametrize(("change", "says"), [
     ({"format": "other"}, "format is 'other'"),
     ({"version": 2}, "history version 2 is not one"),
     ({"rows": {}}, "'rows' must be a list"),
-    ({"rows": [{"status": "PASS"}]}, "rows[0] must be an object with a name"),
+    ({"rows": [{"status": "pass"}]}, "rows[0] must be an object with a name"),
     ({"rows": [{"name": "a", "size_bytes": -1}]}, "rows[0].size_bytes must be an integer"),
     ({"rows": [{"name": "a", "size_bytes": True}]}, "rows[0].size_bytes must be an integer"),
     ({"rows": [{"name": "a", "cached": "yes"}]}, "rows[0].cached must be true or false"),
@@ -131,7 +131,7 @@ def test_git_commit_reads_head_and_is_none_outside_a_repository(tmp_path: Path) 
 
 
 def run(n: int, mae: float | None, cached: bool = False, latency: float | None = 1.0) -> HistoryRun:
-    rows = (HistoryRow("onnx", "PASS", mae, None, 1.0, latency, 100, cached), HistoryRow(f"only{n}", "FAIL", None, None, None, None, None))
+    rows = (HistoryRow("onnx", "pass", mae, None, 1.0, latency, 100, cached), HistoryRow(f"only{n}", "fail", None, None, None, None, None))
     return HistoryRun(f"t{n}", "0.1.0", "c" * 64, "g" * 64, True, rows, (), commit=f"{n:040x}")
 
 

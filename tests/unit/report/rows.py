@@ -7,7 +7,7 @@ import numpy as np
 from export_check.compare import compare
 from export_check.config import Gate, Thresholds
 from export_check.files import FileInfo
-from export_check.results import GoldenSummary, Report, Row
+from export_check.results import PASS, GoldenSummary, Report, Row
 
 REFERENCE = np.linspace(-3.0, 3.0, 40).reshape(4, 10)
 PAIR = (1e-3, 0.0)
@@ -25,7 +25,7 @@ def row(name: str = "onnx", family: str = "float", gate: Gate | None = None, err
     gate = gate or Gate(max_mae=1e-5)
     pairs = (gate.tolerance,) if gate.tolerance is not None else ()
     metrics = compare(REFERENCE, candidate(errors or {}), kind=kind, tolerances=pairs)
-    return Row(name=name, family=family, compared_with="eager", status=fields.pop("status", "PASS"), gate=gate, metrics=metrics,
+    return Row(name=name, family=family, compared_with="eager", status=fields.pop("status", PASS), gate=gate, metrics=metrics,
                reasons=fields.pop("reasons", ()), **fields)
 
 

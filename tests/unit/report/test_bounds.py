@@ -7,7 +7,7 @@ import dataclasses
 from export_check.compare import compare
 from export_check.config import Gate
 from export_check.report.bounds import cell, count_text, row_count, sentence, shown
-from export_check.results import OutputRow
+from export_check.results import FAIL, OutputRow
 
 from .rows import PAIR, REFERENCE, candidate, report, row
 
@@ -32,7 +32,7 @@ def test_the_count_is_the_number_of_values_outside_atol() -> None:
 def test_outputs_are_added_up_and_the_worst_of_them_is_named() -> None:
     small = compare(REFERENCE, candidate({(3, 1): 0.01}), tolerances=(PAIR,))
     large = compare(REFERENCE, candidate({(2, 5): 0.2, (2, 6): 0.003}), tolerances=(PAIR,))
-    outputs = (OutputRow("a", "FAIL", small, ()), OutputRow("b", "FAIL", large, ()))
+    outputs = (OutputRow("a", FAIL, small, ()), OutputRow("b", FAIL, large, ()))
     count = row_count(row(gate=GATED, outputs=outputs))
     assert count is not None and (count.values, count.violations) == (80, 3)
     assert count.worst == large.tolerance(*PAIR).worst and count.worst.index == 5

@@ -18,7 +18,7 @@ from export_check.report.views import (
     size_text,
     top1_text,
 )
-from export_check.results import OutputRow
+from export_check.results import FAIL, PASS, OutputRow
 
 from .rows import PAIR, REFERENCE, candidate, report, row
 
@@ -57,8 +57,8 @@ def test_output_lines_show_each_output_and_what_was_left_out() -> None:
     gate = Gate(max_mae=1e-5, atol=PAIR[0], rtol=PAIR[1])
     boxes = compare(REFERENCE, candidate({(0, 1): 0.5}), kind="values", tolerances=(PAIR,))
     scores = compare(REFERENCE, REFERENCE, tolerances=(PAIR,))
-    multi = row(gate=gate, status="FAIL", outputs=(OutputRow("boxes", "FAIL", boxes, ("MAE 1.25e-02 > 1e-05",)),
-                                                   OutputRow("scores", "PASS", scores, ())), not_compared=("debug",))
+    multi = row(gate=gate, status=FAIL, outputs=(OutputRow("boxes", FAIL, boxes, ("MAE 1.25e-02 > 1e-05",)),
+                                                   OutputRow("scores", PASS, scores, ())), not_compared=("debug",))
     assert output_lines(multi) == [
         "onnx / boxes: FAIL MAE 1.25e-02, max 5.00e-01, relative MAE 0.81%, allclose 1/40 outside (MAE 1.25e-02 > 1e-05)",
         "onnx / scores: PASS MAE 0.00e+00, max 0.00e+00, relative MAE 0.00%, top-1 agreement 100.0%, allclose 0/40 outside",
