@@ -97,7 +97,7 @@ def test_a_damaged_line_is_named_by_file_and_line(change: dict, says: str) -> No
     assert str(info.value).startswith("h.jsonl:4: ") and says in str(info.value) and "\n" not in str(info.value)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
                         st.sampled_from(["format", "version", "rows", "name", "mae", "size_bytes", "cached", "time", "versions"]), inner,
