@@ -193,7 +193,7 @@ def test_verbose_wraps_what_does_not_fit_under_each_row(warm) -> None:
         ("NO_COLOR on a terminal", {"NO_COLOR": "1"}, (), False),
         ("--color never on a terminal", {}, ("--color", "never"), False),
         ("--color always beats NO_COLOR", {"NO_COLOR": "1"}, ("--color", "always"), True),
-    ],  # the whole precedence table, without a terminal: tests/unit/test_text_view.py
+    ],  # the whole precedence table, without a terminal: tests/unit/report/test_text.py
 )
 def test_colour_choice_on_a_terminal(warm, how: str, env: dict[str, str], flags: tuple[str, ...], coloured: bool) -> None:
     cache, out = warm

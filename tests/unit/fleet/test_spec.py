@@ -12,8 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from export_check.errors import UsageError
-from export_check.fleet.merge import merge
-from export_check.fleet.plan import out_folder
 from export_check.fleet.spec import Fleet, FleetModel, from_checkpoints, parse_fleet, parse_shard, select_shard, shard_index
 
 
@@ -72,27 +70,6 @@ def test_any_fleet_file_parses_or_fails_with_one_line(tmp_path_factory: pytest.T
         return
     assert [m.name for m in fleet.models] == list(models)
     assert all(m.checkpoint.is_absolute() for m in fleet.models)
-
-
-def test_out_folders_of_a_fleet_never_collide() -> None:
-    taken: set[str] = set()
-    folders = [out_folder(n, taken) for n in ("a/model.pth", "a-model.pth", "b/model.pth", "///")]
-    assert len(set(folders)) == 4 and folders[0] == "a-model.pth" and folders[3] == "model"
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["schema", "models", "rows", "x"]), inner,
-                                                                                 max_size=3), max_leaves=8))
-def test_merge_refuses_any_other_json_with_one_line(tmp_path_factory: pytest.TempPathFactory, data: object) -> None:
-    path = tmp_path_factory.mktemp("merge") / "r.json"
-    if isinstance(data, dict) and "schema" in data:
-        data["schema"] = "export-check-fleet-report"  # the schema right, the content not
-    path.write_text(json.dumps(data))
-    try:
-        merge([path])
-    except UsageError as exc:
-        assert str(exc).startswith(f"{path}: ") and "\n" not in str(exc)
 
 
 def test_a_tilde_path_of_an_unknown_user_is_a_plain_path_not_a_crash() -> None:

@@ -1,0 +1,106 @@
+"""signature.py: output flattening, the settings tables for inputs and outputs, and a manifest's signature."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from export_check.errors import ArtifactError, UsageError
+from export_check.signature import (
+    SINGLE,
+    InputSpec,
+    OutputSpec,
+    Signature,
+    SignatureSettings,
+    default_kind,
+    flatten_outputs,
+    parse_signature_settings,
+    signature_from_json,
+)
+
+
+def test_flatten_outputs_names_every_leaf_in_order() -> None:
+    assert flatten_outputs(7) == {"": 7}
+    assert flatten_outputs((1, 2)) == {"output_0": 1, "output_1": 2}
+    assert flatten_outputs({"boxes": [1, 2], "meta": {"score": 3, "ids": (4,)}}) == {
+        "boxes.0": 1, "boxes.1": 2, "meta.score": 3, "meta.ids.0": 4}
+    assert list(flatten_outputs({"b": 1, "a": 2})) == ["b", "a"]  # the model's order, not sorted
+
+
+def test_two_outputs_that_flatten_to_one_name_are_refused() -> None:
+    with pytest.raises(ArtifactError, match="both named 'a.b'"):
+        flatten_outputs({"a.b": 1, "a": {"b": 2}})
+
+
+@pytest.mark.parametrize(("ndim", "dtype", "kind"), [
+    (2, "float32", "logits"), (3, "float16", "sequence-logits"), (1, "float32", "values"), (4, "float64", "values"),
+    (2, "int64", "values"), (2, "bool", "values"),
+])
+def test_default_kind(ndim: int, dtype: str, kind: str) -> None:
+    assert default_kind(ndim, dtype) == kind
+
+
+def test_settings_tables_become_spec_changes() -> None:
+    parsed = parse_signature_settings(
+        {"ids": {"dtype": "int64", "batch-axis": 1, "dynamic-axes": {"2": "seq", "0": "batch"}, "keyword": True}},
+        {"logits": {"kind": "values", "class-axis": 1, "compare": False, "batch-axis": 0}}, "pyproject.toml")
+    assert parsed.apply_input(InputSpec("ids")) == InputSpec("ids", "int64", 1, ((0, "batch"), (2, "seq")), True)
+    assert parsed.apply_input(InputSpec("other")) == InputSpec("other")
+    checked = parsed.at_check(SINGLE)
+    assert checked.outputs == (OutputSpec("logits", kind="values", class_axis=1, compared=False),) and checked.compared_outputs() == ()
+    assert SignatureSettings().at_check(SINGLE) is SINGLE
+
+
+def test_at_check_keeps_the_recorded_axes() -> None:
+    recorded = Signature((InputSpec("x"),), (OutputSpec("y", batch_axis=1, dynamic_axes=((0, "t"),)),))
+    given = SignatureSettings(outputs={"y": {"batch_axis": 0, "kind": "values"}})
+    assert given.at_check(recorded).output("y") == OutputSpec("y", batch_axis=1, kind="values", dynamic_axes=((0, "t"),))
+
+
+@pytest.mark.parametrize(("inputs", "outputs", "says"), [
+    ({"x": {"dtype": "float128"}}, None, "s.toml: model-inputs.x.dtype must be one of"),
+    ({"x": {"batch-axis": -1}}, None, "model-inputs.x.batch-axis must be an integer >= 0, got -1"),
+    ({"x": {"batch-axis": True}}, None, "got True"),
+    ({"x": {"keyword": "yes"}}, None, "model-inputs.x.keyword must be true or false"),
+    ({"x": {"shape": 3}}, None, "model-inputs.x: unknown key 'shape'"),
+    ({"x": {"dynamic-axes": {"one": "seq"}}}, None, "axis 'one' is not an integer"),
+    ({"x": {"dynamic-axes": {"1": "not a name"}}}, None, "needs a non-negative number and a symbol name"),
+    ({"x": {"dynamic-axes": [1]}}, None, "must be a table of axis"),
+    (None, {"y": {"kind": "probabilities"}}, "outputs.y.kind must be one of logits, sequence-logits, values"),
+    (None, {"y": {"class-axis": 1.0}}, "outputs.y.class-axis must be an integer"),
+    (None, {"y": {"compare": 1}}, "outputs.y.compare must be true or false"),
+    (None, {"y": 1}, "s.toml: outputs must be a table of tables"),
+])
+def test_bad_settings_tables_name_the_key(inputs: Any, outputs: Any, says: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_signature_settings(inputs, outputs, "s.toml")
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_signature_round_trips_through_its_json() -> None:
+    sig = Signature((InputSpec("x", "float16", 1, ((2, "seq"),), True), InputSpec("m", "bool")),
+                    (OutputSpec("y", 1, "sequence-logits", 2, ((0, "seq"),), False), OutputSpec("z")))
+    assert signature_from_json(sig.to_json(), "m.json") == sig
+    assert sig.input_names == ("x", "m") and sig.output_names == ("y", "z")
+    with pytest.raises(KeyError):
+        sig.output("nope")
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-3, 40) | st.sampled_from(["x", "float32", "logits", "1", "seq"]),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                               st.sampled_from(["inputs", "outputs", "name", "dtype", "kind", "batch_axis", "class_axis", "dynamic_axes",
+                                                "1", "40"]), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_any_json_is_a_signature_or_one_value_error_naming_the_manifest(data: Any) -> None:
+    try:
+        sig = signature_from_json(data, "m.json")
+    except ValueError as exc:
+        assert str(exc).startswith("m.json: ")
+    else:
+        assert sig.inputs and sig.outputs and signature_from_json(sig.to_json(), "m.json") == sig
