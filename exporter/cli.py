@@ -339,7 +339,8 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 def _cache_command(args: argparse.Namespace) -> int:
     from .cache import prune as cache
     from .config import check_cache_gb, default_cache_dir
-    from .options import OPTION, coerce
+    from .option_values import coerce
+    from .options import OPTION
     from .settings import find_settings
 
     settings = find_settings()
