@@ -264,8 +264,8 @@ class _Session:
         """Record a missing golden set, or re-approve an existing one under the regen flag (once per session)."""
         from .errors import GoldenError
         from .golden import lifecycle
+        from .golden.goldenset import MANIFEST
         from .golden.inputs import preprocess_from_args
-        from .golden.manifest import MANIFEST
 
         golden = Path(config.golden).resolve()
         if golden in self.golden_notes:
