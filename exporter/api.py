@@ -25,7 +25,7 @@ from .options import APPROVE, CHECK, RECORD, for_command, from_keywords
 
 if TYPE_CHECKING:
     from .golden.diff import ApproveDiff, OutputsDiff
-    from .golden.manifest import GoldenSet
+    from .golden.goldenset import GoldenSet
     from .results import Report
 
 PathLike = str | os.PathLike[str]

@@ -3,8 +3,9 @@ default, help, metavar or choices, the commands taking it, and whether a setting
 
 From the table: each subcommand's argparse arguments (:func:`add_arguments`), the validation of a
 ``[tool.export-check]`` table (``export_check.settings.parse_settings`` reads :data:`SETTINGS` and
-:func:`coerce`), and the overlay *explicit value > settings file > default* (:func:`overlay`) that
-builds the :class:`~export_check.config.RunConfig` of ``check`` (:func:`to_run_config`;
+``export_check.option_values.coerce``, where each kind of value is read and checked), and the
+overlay *explicit value > settings file > default* (:func:`overlay`) that builds the
+:class:`~export_check.config.RunConfig` of ``check`` (:func:`to_run_config`;
 ``export_check.settings.check_config`` reads the settings file and overlays) and the parameters of
 ``golden record``/``approve`` (``export_check.settings.golden_params``). The CLI's explicit values are
 its parsed flags (:func:`from_namespace`); the pytest plugin's are its keyword options, python
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
@@ -29,6 +29,7 @@ from typing import Any
 
 from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, check_cache_gb, default_cache_dir
 from .errors import UsageError
+from .option_values import JSON_MAX_BYTES, JSON_MAX_DEPTH, bounded_int, coerce, comma_list, json_data, known_kinds
 from .paths import NUL_REFUSAL
 from .pinned import ORT_LEVEL_NAMES
 from .signature import SignatureSettings, parse_signature_settings
@@ -157,7 +158,7 @@ OPTIONS: tuple[Option, ...] = (
            settings=True, field="out_dir"),
     Option("artifacts", "artifacts", "strlist", "comma-separated kinds or groups to build: default, modern, all, "
            "or kind names (default: default; README, \"Artifact groups\")", (CHECK,), default=_run_default("kinds"),
-           metavar="KINDS", settings=True, field="kinds", check=lambda value, source: _known_kinds(value, f"{source}: artifacts")),
+           metavar="KINDS", settings=True, field="kinds", check=lambda value, source: known_kinds(value, f"{source}: artifacts")),
     *(_gate_row(o) for o in GATE_OPTIONS),
     Option("opset", "opset", "int", "ONNX opset (default: {default})", (CHECK,), default=_run_default("opset"), settings=True, field="opset"),
     Option("onnx-exporter", "onnx_exporter", "str", "torch.onnx exporter (default: {default}; dynamo needs onnxscript)", (CHECK,),
@@ -282,67 +283,6 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             parser.add_argument(*([o.short] if o.short else []), f"--{o.name}", dest=o.python, **kw)
 
 
-NAME_KINDS = 'must name kinds or groups, e.g. "modern" or ["onnx", "aoti"]'  # an artifacts setting that names none
-
-
-def _comma_list(text: str) -> list[str]:
-    """``--artifacts`` text (or a settings string) as its names: split at commas, blanks dropped."""
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _known_kinds(names: tuple[str, ...], where: str) -> None:
-    """A settings file's ``artifacts``: at least one name, each a kind or a group (the file named in the error)."""
-    from .artifacts import GROUPS, KIND_NAMES, unknown_kinds_message
-
-    if not names:
-        raise UsageError(f"{where} {NAME_KINDS}, got []")
-    unknown = [n for n in names if n not in KIND_NAMES and n not in GROUPS]
-    if unknown:
-        raise UsageError(f"{where} must name kinds or groups: {unknown_kinds_message(unknown)}")
-
-
-def coerce(value: Any, kind: str, base: Path | None, where: str) -> Any:
-    """A settings value of ``kind``, checked; a relative path is made relative to ``base`` (if any).
-    Every problem is one line starting with ``where`` ("pyproject.toml: batch-size")."""
-    if kind == "str" or kind == "path":
-        if not isinstance(value, str) or not value.strip() or "\x00" in value:
-            raise UsageError(f"{where} must be a non-empty string, got {value!r}")
-        if kind == "path":
-            path = Path(os.path.expanduser(value))
-            return path if path.is_absolute() or base is None else base / path
-        return value
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"{where} must be an integer, got {value!r}")
-        return _bounded_int(value, where)
-    if kind == "jobs":
-        if isinstance(value, bool) or value not in JOBS:
-            raise UsageError(f"{where} must be 1 or 2, got {value!r}")
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise UsageError(f"{where} must be a finite number >= 0, got {value!r}")
-        return float(value)
-    if kind == "strlist":
-        if isinstance(value, str):  # artifacts = "modern" or "onnx, aoti", as --artifacts takes it
-            parts = _comma_list(value)
-            if not parts:
-                raise UsageError(f"{where} {NAME_KINDS}, got {value!r}")
-            value = parts
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise UsageError(f"{where} must be a list of strings, got {value!r}")
-        return tuple(value)
-    if kind == "table":
-        if not isinstance(value, dict):
-            raise UsageError(f"{where} must be a table, got {value!r}")
-        return dict(value)
-    if kind == "switch":
-        if not isinstance(value, bool):
-            raise UsageError(f"{where} must be true or false, got {value!r}")
-        return value
-    raise AssertionError(kind)
-
-
 # --- explicit values: the CLI's parsed flags, or the plugin's keywords --------------------------
 
 
@@ -367,7 +307,7 @@ def from_keywords(command: str, keywords: Mapping[str, Any]) -> dict[str, Any]:
 def _explicit_value(o: Option, value: Any) -> Any:
     """An explicit artifacts list or arch-kwargs object from its text (or, from the plugin, a list or dict)."""
     if o.kind == "strlist":
-        kinds = tuple(_comma_list(value) if isinstance(value, str) else [p for item in value for p in _comma_list(item)])
+        kinds = tuple(comma_list(value) if isinstance(value, str) else [p for item in value for p in comma_list(item)])
         if not kinds:
             raise UsageError(f"--{o.name} is empty; list kinds separated by commas")
         return kinds
@@ -385,49 +325,9 @@ def _explicit_value(o: Option, value: Any) -> Any:
         if not isinstance(value, dict):
             raise UsageError(f"--{o.name} must be a JSON object, got {type(value).__name__}")
     if o.kind == "int" and isinstance(value, int):
-        _bounded_int(value, f"--{o.name}")
+        bounded_int(value, f"--{o.name}")
     if o.python == "arch_kwargs":
         json_data(value, f"--{o.name}")
-    return value
-
-
-INT_MAX = 2**31 - 1  # what every int option is read into at last (torch, onnxruntime, numpy take C ints)
-JSON_MAX_DEPTH = 32
-JSON_MAX_BYTES = 1 << 20
-
-
-def _bounded_int(value: int, where: str) -> int:
-    if not -INT_MAX <= value <= INT_MAX:
-        raise UsageError(f"{where} must be at most {INT_MAX} in size, got a {len(str(abs(value)))}-digit number")
-    return value
-
-
-def json_data(value: Any, where: str) -> Any:
-    """``value`` when it is JSON data of bounded size (the cache, the golden manifest and every report
-    record ``arch-kwargs`` as JSON): objects with string keys, lists, strings, finite numbers, 64-bit
-    integers, booleans and null, at most ``JSON_MAX_DEPTH`` levels deep and ``JSON_MAX_BYTES`` as text.
-    Anything else (a TOML date, say) is one line naming it. Checked without recursion."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > JSON_MAX_DEPTH:
-            raise UsageError(f"{where} is nested more than {JSON_MAX_DEPTH} levels deep; pass plain constructor arguments")
-        if isinstance(item, dict):
-            bad = next((k for k in item if not isinstance(k, str)), None)
-            if bad is not None:
-                raise UsageError(f"{where} must have string keys, got {bad!r}")
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, int) and not isinstance(item, bool) and not -(2**63) <= item < 2**63:
-            raise UsageError(f"{where} must hold at most 64-bit integers: it holds one of {len(str(abs(item)))} digits")
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise UsageError(f"{where} must hold finite numbers: it holds {item!r}, which JSON cannot carry; pass a finite number")
-        elif not (item is None or isinstance(item, (str, int, float))):
-            raise UsageError(f"{where} must hold JSON data only (tables, lists, strings, numbers, booleans), "
-                             f"got a {type(item).__name__} ({str(item)[:40]})")
-    if len(json.dumps(value)) > JSON_MAX_BYTES:
-        raise UsageError(f"{where} is more than {JSON_MAX_BYTES:,} bytes as JSON; pass plain constructor arguments")
     return value
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 NAME_MAX = 255  # bytes per path component on every filesystem Linux and macOS use (ext4, xfs, btrfs, apfs, tmpfs)
 NUL_REFUSAL = "holds a NUL byte, which no file name can; pass a plain path"  # os calls raise ValueError on one
-MANIFEST = "manifest.json"  # exporter/golden/manifest.py's name for it, without importing numpy for it
+MANIFEST = "manifest.json"  # exporter/golden/goldenset.py's name for it, without importing numpy for it
 SETTINGS_NAMES = ("pyproject.toml", "export-check.toml")  # exporter/settings.py's: an error report never replaces one
 
 

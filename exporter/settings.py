@@ -28,13 +28,14 @@ from typing import Any
 
 from .config import RunConfig
 from .errors import UsageError
-from .options import CHECK, SETTINGS, coerce, overlay, to_run_config
+from .option_values import coerce
+from .options import CHECK, SETTINGS, overlay, to_run_config
 from .signature import SignatureSettings, parse_signature_settings
 
 TABLE = "export-check"
 
 # key in the file -> (python name, kind): a view of exporter/options.py's table, whose rows say
-# which keys a settings file may hold and how each value is checked (options.coerce).
+# which keys a settings file may hold and how each value is checked (option_values.coerce).
 KEYS: dict[str, tuple[str, str]] = {o.name: (o.python, o.kind) for o in SETTINGS.values()}
 
 

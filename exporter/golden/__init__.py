@@ -4,6 +4,8 @@ A folder holding ``manifest.json`` (content hashes, the preprocessing, provenanc
 and the reference logits. Every run replays it; it changes only on ``export-check golden``.
 
 - ``manifest``: read and validate a set, check every file's hash (``load_golden``, ``verify_golden``).
+- ``goldenset``: the set as read (``GoldenSet``): its inputs decoded and batched, its references, each file hash-checked.
+- ``calibration``: the samples the static int8 kinds calibrate on (``CalibrationSplit``).
 - ``store``: write a set atomically, content-addressed, and collect the files it no longer names.
 - ``inputs``: find, decode and preprocess the inputs (``Preprocess``, images, ``.npy`` tensors).
 - ``batches``: one run's batches, decoded once when they fit in memory, streamed when not.

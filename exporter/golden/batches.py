@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
-from .manifest import GoldenSet, feeds_length
+from .goldenset import GoldenSet, feeds_length
 
 # Decoded inputs (and eager outputs) held in memory at most; above it the set streams.
 MEMORY_BUDGET = 256 << 20

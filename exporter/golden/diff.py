@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import one_line
 from ..signature import OutputSpec, Signature
 from .discover import LOGITS_KINDS, sample_axis
-from .manifest import GoldenSet
+from .goldenset import GoldenSet
 
 
 @dataclass(frozen=True)

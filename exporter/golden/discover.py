@@ -3,7 +3,7 @@
 - :func:`input_specs`: the named inputs from the sample files (names, order, dtypes, varying axes),
   checked against ``forward``'s parameters, with ``[tool.export-check.model-inputs.NAME]`` applied.
 - :func:`run_outputs`: eager over the samples, batched as the replay batches them
-  (``manifest.stack_batches``): the output names, each output's spec (default kind, settings
+  (``goldenset.stack_batches``): the output names, each output's spec (default kind, settings
   applied, batch axis validated on at least two batch sizes, varying axes) and every sample's
   output without its batch axis (the reference).
 
@@ -24,8 +24,8 @@ import numpy as np
 from ..errors import ArtifactError, GoldenError, describe_exception
 from ..model import EagerRunner
 from ..signature import InputSpec, OutputSpec, Signature, SignatureSettings, default_kind
+from .goldenset import feeds_length, stack_batches, stack_samples
 from .inputs import SAMPLE_DTYPES
-from .manifest import feeds_length, stack_batches, stack_samples
 
 LOGITS_KINDS = ("logits", "sequence-logits")
 

@@ -28,8 +28,10 @@ from ..files import sha256_file
 from ..model import EagerRunner, eager_logits, load_model, pinned_threads
 from ..signature import InputSpec, Signature, SignatureSettings
 from ..versions import library_versions
+from .calibration import CalibrationSplit, default_calibration
 from .diff import ApproveDiff, OutputsDiff, diff_references
 from .discover import input_specs, run_outputs
+from .goldenset import INPUT, MANIFEST, VERSION_1, GoldenSet
 from .inputs import (
     IMAGE_SUFFIXES,
     TENSOR_SUFFIX,
@@ -42,17 +44,7 @@ from .inputs import (
     sample_files,
 )
 from .lock import LOCK_NAME, golden_lock, lock_path
-from .manifest import (
-    INPUT,
-    MANIFEST,
-    VERSION_1,
-    CalibrationSplit,
-    GoldenSet,
-    default_calibration,
-    read_manifest,
-    unreferenced_files,
-    verify_golden,
-)
+from .manifest import read_manifest, unreferenced_files, verify_golden
 from .reading import FILE_MAX_BYTES, LABELS_MAX_BYTES, load_json, read_user_file
 from .store import NewInput, check_distinct_names, write_golden, write_golden_v2, writing
 

@@ -15,118 +15,55 @@ outputs, their batch and dynamic axes, the outputs' kinds) and holds::
     reference-<sha12>.npz           key "<output>/<i>": sample i's approved output without its batch axis
 
 plus ``recording``: the batch size and the model's mode it was recorded with, and (both formats,
-since static int8) ``recording.calibration``, the set's calibration split (:class:`CalibrationSplit`). Both formats offer
-the same reading API: ``signature``, ``feed_batches`` (named inputs, batched along each input's
-batch axis, a batch ending where the input shapes change), ``reference_outputs``, ``labels``.
+since static int8) ``recording.calibration``, the set's calibration split
+(:class:`~export_check.golden.calibration.CalibrationSplit`). Both formats offer the same reading API
+(:class:`~export_check.golden.goldenset.GoldenSet`): ``signature``, ``feed_batches`` (named inputs,
+batched along each input's batch axis, a batch ending where the input shapes change),
+``reference_outputs``, ``labels``.
 
-Everything read from here is untrusted: paths must stay inside the folder, hashes must match.
-(Why this module is over 400 lines: it parses and validates both formats' untrusted manifests, and
-every check of a field is kept beside the reading of that field, where a reviewer can see both.)
-Writing a set (content-addressed, manifest replaced last) is :mod:`export_check.golden.store`.
+Everything read from here is untrusted: paths must stay inside the folder, hashes must match. This
+module parses and validates the manifest of both formats (every check of a field beside the
+reading of that field, where a reviewer can see both), reads it from the folder, loads a set with
+every file's hash checked, and collects every problem for ``golden verify``; the set it returns,
+and reading its files, is :mod:`export_check.golden.goldenset`. Writing a set (content-addressed,
+manifest replaced last) is :mod:`export_check.golden.store`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from .. import files
 from ..errors import GoldenError
-from ..signature import SINGLE, InputSpec, Signature, signature_from_json
-from .inputs import (
-    IMAGE_SUFFIXES,
-    SAMPLE_DTYPES,
-    TENSOR_SUFFIX,
-    Preprocess,
-    conform_sample,
-    decode_input,
-    is_sample_archive,
-    read_npz,
-    read_sample,
+from ..signature import SINGLE, Signature, signature_from_json
+from .calibration import CALIBRATION_RULES, CalibrationSplit
+from .goldenset import (
+    MANIFEST,
+    VERSION_1,
+    VERSION_2,
+    GoldenInput,
+    GoldenSet,
+    OutputRecord,
+    feeds_length,
+    read_verified,
+    safe_relative,
+    sha256_bytes,
+    stack_batches,
 )
-from .reading import (
-    ARRAY_MAX_BYTES,
-    FILE_MAX_BYTES,
-    GOLDEN_MAX_BYTES,
-    MANIFEST_MAX_BYTES,
-    check_sample_size,
-    declared_bytes,
-    lfs_pointer,
-    load_json,
-    load_npy,
-    npy_header,
-    read_beneath,
-)
+from .inputs import IMAGE_SUFFIXES, SAMPLE_DTYPES, TENSOR_SUFFIX, Preprocess, is_sample_archive
+from .reading import FILE_MAX_BYTES, GOLDEN_MAX_BYTES, MANIFEST_MAX_BYTES, check_sample_size, declared_bytes, lfs_pointer, load_json, read_beneath
 
-MANIFEST = "manifest.json"
 FORMAT = "export-check-golden"
-VERSION_1 = 1  # one float input, one logits output (SINGLE); still written when a set is exactly that
-VERSION_2 = 2  # a recorded signature: named inputs and outputs
 VERSION = VERSION_2  # the newest version this export-check reads
 VERSIONS = (VERSION_1, VERSION_2)
 INPUTS_DIR = "inputs"
-INPUT = "input"  # format 1's one input
-LOGITS = "logits"  # format 1's one output
 MODES = ("eval", "train")
 REFERENCE_GLOBS = ("reference-*.npy", "reference-*.npz")  # the reference files of our own naming
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-CALIBRATION_RULES = ("sha256", "first", "names")
-CALIBRATION_MAX = 32  # the default split's cap: what onnxruntime and PT2E calibrate well on (measured on the digits)
-
-
-@dataclass(frozen=True)
-class CalibrationSplit:
-    """The golden samples the statically quantized kinds calibrate on; they are judged on the others.
-
-    ``rule``: ``"sha256"`` the ``count`` inputs of smallest content sha256 (stable: it follows the
-    content, not file names or their order, so it spreads over classes however files are named);
-    ``"first"`` the first ``count`` in the manifest's order; ``"names"`` the inputs named.
-    ``recorded``: False when the manifest says nothing (written before the split existed): then the
-    default, :func:`default_calibration`, applies.
-
-    >>> default_calibration(64).describe()
-    'the 32 inputs of smallest sha256 (recorded in the manifest)'
-    """
-
-    rule: str
-    count: int
-    names: tuple[str, ...] = ()
-    recorded: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        if self.rule == "names":
-            return {"rule": "names", "names": list(self.names)}
-        return {"rule": self.rule, "count": self.count}
-
-    def indices(self, inputs: Sequence[GoldenInput]) -> tuple[int, ...]:
-        """The calibration samples' positions in ``inputs``, ascending."""
-        if self.rule == "names":
-            wanted = set(self.names)
-            return tuple(i for i, item in enumerate(inputs) if item.name in wanted)
-        if self.rule == "first":
-            return tuple(range(min(self.count, len(inputs))))
-        ranked = sorted(range(len(inputs)), key=lambda i: (inputs[i].sha256, i))
-        return tuple(sorted(ranked[: self.count]))
-
-    def describe(self) -> str:
-        if self.rule == "names":
-            what = f"the {len(self.names)} inputs named in the manifest"
-        elif self.rule == "first":
-            what = f"the first {self.count} inputs"
-        else:
-            what = f"the {self.count} inputs of smallest sha256"
-        return what + (" (recorded in the manifest)" if self.recorded else " (the default: the manifest records no split)")
-
-
-def default_calibration(samples: int) -> CalibrationSplit:
-    """Half the set, at most 32 samples, by content sha256: 32 of 64 golden digits, 0 of 1 (too few)."""
-    return CalibrationSplit("sha256", min(CALIBRATION_MAX, samples // 2))
 
 
 def calibration_from_json(manifest: Path, value: Any, inputs: Sequence[GoldenInput]) -> CalibrationSplit:
@@ -145,285 +82,6 @@ def calibration_from_json(manifest: Path, value: Any, inputs: Sequence[GoldenInp
     count = value.get("count")
     _require(_is_int(count) and count <= len(inputs), manifest, f"{where}.count must be an integer from 0 to {len(inputs)} (the inputs)")
     return CalibrationSplit(value["rule"], count)
-
-
-@dataclass(frozen=True)
-class GoldenInput:
-    name: str  # the original file name, for people
-    file: str  # relative path inside the golden folder
-    sha256: str
-    label: int | None = None
-
-
-@dataclass(frozen=True)
-class OutputRecord:
-    """What a format-2 manifest says of one output's reference: its dtype and the distinct shapes of
-    its samples (without the batch axis)."""
-
-    dtype: str
-    shapes: tuple[tuple[int, ...], ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"dtype": self.dtype, "shapes": [list(s) for s in self.shapes]}
-
-
-@dataclass(frozen=True)
-class GoldenSet:
-    root: Path
-    preprocess: Preprocess | None  # None: every input is a raw .npy tensor (format 1) or a sample archive
-    inputs: tuple[GoldenInput, ...]  # one entry per sample
-    reference_file: str
-    reference_sha256: str
-    reference_shape: tuple[int, ...]  # format 1: the logits array's; format 2: (samples,)
-    model: dict[str, Any]  # checkpoint name and hash, arch, arch kwargs it was recorded with
-    recorded_with: dict[str, str]
-    created: str
-    manifest_sha256: str
-    signature: Signature = SINGLE
-    version: int = VERSION_1
-    # {"batch_size": N, "mode": "eval"|"train"}: how the reference was recorded; {} in a format-1
-    # manifest written before export-check recorded it
-    recording: dict[str, Any] = field(default_factory=dict)
-    reference_records: dict[str, OutputRecord] = field(default_factory=dict)  # format 2: by output name
-    # Decoded references, read once per set (the set itself is frozen; this holds what was read).
-    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    def __len__(self) -> int:
-        return len(self.inputs)
-
-    @property
-    def calibration(self) -> CalibrationSplit:
-        """The calibration split the manifest records, or the default (``recorded=False``) when it records none."""
-        value = self.recording.get("calibration")
-        if isinstance(value, CalibrationSplit):
-            return value
-        return replace(default_calibration(len(self)), recorded=False)
-
-    def calibration_indices(self) -> tuple[int, ...]:
-        """The positions of the calibration samples in :attr:`inputs`, ascending."""
-        return self.calibration.indices(self.inputs)
-
-    @property
-    def recorded_batch_size(self) -> int | None:
-        """The batch size the reference was computed at (None: an older format-1 manifest does not say)."""
-        value = self.recording.get("batch_size")
-        return value if isinstance(value, int) else None
-
-    @property
-    def recorded_mode(self) -> str | None:
-        """``"eval"`` or ``"train"``: the mode the eager model was in while recording (None: not recorded)."""
-        value = self.recording.get("mode")
-        return value if isinstance(value, str) else None
-
-    def reference(self) -> np.ndarray:
-        """Format 1: the approved logits, one row per input (read and checked on every call).
-        Format 2: the first output's references stacked along its batch axis (GoldenError when its
-        samples' shapes differ; use :meth:`reference_outputs`)."""
-        if self.version != VERSION_1:
-            return self.reference_outputs(0, len(self))[self.signature.outputs[0].name]
-        data = _read_verified(self.root, self.reference_file, self.reference_sha256)
-        shown = self.root / self.reference_file
-        shape, dtype, _ = npy_header(data, shown, "reference")  # before allocating: the manifest's shape, a float dtype
-        if shape != self.reference_shape or dtype.kind != "f":
-            raise GoldenError(f"{shown}: holds {dtype} {shape}, manifest says float {self.reference_shape}; re-record the golden set")
-        array = load_npy(data, shown, "reference")
-        with np.errstate(over="ignore"):
-            array = array.astype(np.float32, copy=False)
-        if not np.all(np.isfinite(array)):
-            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
-            raise GoldenError(f"{shown}: the reference holds {bad} NaN, Inf or float32-overflowing values; re-record or approve the "
-                              "golden set from a checkpoint with finite logits")
-        return array
-
-    def reference_samples(self) -> dict[str, list[np.ndarray]]:
-        """Every output's approved value per sample, without the batch axis, by output name; read,
-        hash-checked and validated once per set (every key present, dtype and shape as the manifest
-        says, finite). Format 1: ``{"logits": rows}``."""
-        if "samples" not in self._cache:
-            if self.version == VERSION_1:
-                self._cache["samples"] = {LOGITS: list(self._reference_v1())}
-            else:
-                self._cache["samples"] = self._read_reference_v2()
-        samples: dict[str, list[np.ndarray]] = self._cache["samples"]
-        return samples
-
-    def _reference_v1(self) -> np.ndarray:
-        if "v1" not in self._cache:
-            self._cache["v1"] = self.reference()
-        array: np.ndarray = self._cache["v1"]
-        return array
-
-    def _read_reference_v2(self) -> dict[str, list[np.ndarray]]:
-        path = self.root / self.reference_file
-        arrays = read_npz(_read_verified(self.root, self.reference_file, self.reference_sha256), path, "reference", ARRAY_MAX_BYTES)
-        expected = {f"{o.name}/{i}" for o in self.signature.outputs for i in range(len(self))}
-        extra = sorted(set(arrays) - expected)
-        if extra:
-            raise GoldenError(f"{path}: holds {extra[0]!r}, which is no output of a sample of this set; re-record the golden set")
-        out: dict[str, list[np.ndarray]] = {}
-        for spec in self.signature.outputs:
-            record = self.reference_records[spec.name]
-            values = []
-            for i in range(len(self)):
-                key = f"{spec.name}/{i}"
-                if key not in arrays:
-                    raise GoldenError(f"{path}: has no {key!r} (output {spec.name} of sample {i}); re-record the golden set")
-                array = arrays[key]
-                if str(array.dtype) != record.dtype or tuple(array.shape) not in record.shapes:
-                    raise GoldenError(f"{path}: {key!r} holds {array.dtype} {tuple(array.shape)}, the manifest says {record.dtype} "
-                                      f"of shape {' or '.join(str(s) for s in record.shapes)}; re-record the golden set")
-                if array.dtype.kind == "f" and not np.all(np.isfinite(array)):  # (the dtype is the manifest's: no overflow on reading)
-                    raise GoldenError(f"{path}: {key!r} (output {spec.name} of sample {i}) holds NaN or Inf; re-record or approve the "
-                                      "golden set from a checkpoint with finite outputs")
-                values.append(array)
-            out[spec.name] = values
-        return out
-
-    def reference_outputs(self, start: int, count: int) -> dict[str, np.ndarray]:
-        """The approved outputs of samples ``start .. start+count-1``, each stacked along its output's
-        batch axis (the batch :meth:`feed_batches` yields at ``start``). Format 1: ``{"logits": rows}``."""
-        if self.version == VERSION_1:
-            return {LOGITS: self._reference_v1()[start : start + count]}
-        samples = self.reference_samples()
-        out = {}
-        for spec in self.signature.outputs:
-            part = samples[spec.name][start : start + count]
-            shapes = {a.shape for a in part}
-            if len(shapes) > 1:
-                raise GoldenError(f"{self.root / self.reference_file}: output {spec.name} of samples {start}..{start + count - 1} has "
-                                  f"shapes {sorted(shapes)}, which do not stack into one batch; re-record the golden set")
-            out[spec.name] = np.stack(part, axis=spec.batch_axis) if part else np.zeros((0,), dtype=np.float32)
-        return out
-
-    def empty_outputs(self) -> list[tuple[str, tuple[int, ...]]]:
-        """The compared outputs whose reference holds no values in any sample (``(N, 0)`` logits), each
-        with its shape: judged, they would pass on nothing."""
-        if self.version == VERSION_1:
-            return [(LOGITS, self.reference_shape[1:])] if 0 in self.reference_shape[1:] else []
-        return [(spec.name, self.reference_records[spec.name].shapes[0]) for spec in self.signature.compared_outputs()
-                if spec.name in self.reference_records and all(0 in shape for shape in self.reference_records[spec.name].shapes)]
-
-    def load_input(self, item: GoldenInput) -> np.ndarray:
-        """Read one input, check its hash, decode and preprocess it (format 1; format 2: the array of
-        a set with one input)."""
-        if self.version != VERSION_1:
-            if len(self.signature.inputs) != 1:
-                raise ValueError(f"{self.root}: the golden set has inputs {', '.join(self.signature.input_names)}; use load_sample")
-            return self.load_sample(item)[self.signature.inputs[0].name]
-        data = _read_verified(self.root, item.file, item.sha256)
-        return decode_input(data, item.file, self.preprocess, self.root / item.file)
-
-    def load_sample(self, item: GoldenInput) -> dict[str, np.ndarray]:
-        """One sample's named inputs, without the batch axis, in the signature's dtypes (hash checked, decoded)."""
-        if self.version == VERSION_1:
-            return {INPUT: self.load_input(item)}
-        data = _read_verified(self.root, item.file, item.sha256)
-        shown = self.root / item.file
-        if is_sample_archive(item.file):
-            arrays = read_sample(data, item.file, shown)
-        else:  # an image or .npy tensor: the one input
-            arrays = {self.signature.inputs[0].name: decode_input(data, item.file, self.preprocess, shown)}
-        return conform_sample(arrays, self.signature.inputs, shown)
-
-    def batches(self, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
-        """Yield ``(start, batch)`` over the set, decoding one batch at a time (the one input's batch;
-        see :meth:`feed_batches` for several)."""
-        if self.version != VERSION_1:
-            if len(self.signature.inputs) != 1:
-                raise ValueError(f"{self.root}: the golden set has inputs {', '.join(self.signature.input_names)}; use feed_batches")
-            name = self.signature.inputs[0].name
-            for start, feeds in self.feed_batches(batch_size):
-                yield start, feeds[name]
-            return
-        for start in range(0, len(self.inputs), batch_size):
-            chunk = self.inputs[start : start + batch_size]
-            arrays = [self.load_input(item) for item in chunk]
-            shapes = {a.shape for a in arrays}
-            if len(shapes) != 1:
-                raise GoldenError(f"{self.root}: inputs have different shapes {sorted(shapes)}; re-record with one preprocessing")
-            yield start, np.stack(arrays).astype(np.float32, copy=False)
-
-    def feed_batches(self, batch_size: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-        """Yield ``(start, feeds)``: consecutive samples, decoded a batch at a time, each input stacked
-        along its batch axis in its dtype. A batch ends at ``batch_size`` samples or where the next
-        sample's input shapes differ. Format 1: ``{"input": batch}``, the batches of :meth:`batches`."""
-        if self.version == VERSION_1:
-            for start, batch in self.batches(batch_size):
-                yield start, {INPUT: batch}
-            return
-        yield from stack_batches((self.load_sample(item) for item in self.inputs), self.signature.inputs, batch_size)
-
-    def labels(self) -> list[int | None]:
-        return [item.label for item in self.inputs]
-
-
-def sample_shapes(sample: Mapping[str, np.ndarray], inputs: Sequence[InputSpec]) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(sample[spec.name].shape) for spec in inputs)
-
-
-def stack_batches(
-    samples: Iterable[Mapping[str, np.ndarray]], inputs: Sequence[InputSpec], batch_size: int
-) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-    """Consecutive samples as batches: a batch ends at ``batch_size`` samples or where the next
-    sample's input shapes differ; each input stacked along its batch axis, in its dtype. Recording
-    and replay batch through this one function, so they agree."""
-    pending: list[Mapping[str, np.ndarray]] = []
-    start = index = 0
-    shapes: tuple[tuple[int, ...], ...] = ()
-    for index, sample in enumerate(samples):
-        these = sample_shapes(sample, inputs)
-        if pending and (these != shapes or len(pending) >= batch_size):
-            yield start, stack_samples(pending, inputs)
-            pending, start = [], index
-        shapes = these
-        pending.append(sample)
-    if pending:
-        yield start, stack_samples(pending, inputs)
-
-
-def stack_samples(samples: Sequence[Mapping[str, np.ndarray]], inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
-    return {spec.name: np.stack([s[spec.name] for s in samples], axis=spec.batch_axis).astype(spec.dtype, copy=False) for spec in inputs}
-
-
-def feeds_length(feeds: Mapping[str, np.ndarray], signature: Signature) -> int:
-    """How many samples a batch of ``feeds`` holds (the first input's size on its batch axis)."""
-    spec = signature.inputs[0]
-    array = feeds[spec.name] if spec.name in feeds else next(iter(feeds.values()))
-    return int(array.shape[spec.batch_axis]) if array.ndim > spec.batch_axis else len(array)
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _safe_relative(root: Path, rel: Any, field: str) -> Path:
-    """Resolve a manifest path, refusing anything that could leave the golden folder."""
-    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
-        raise GoldenError(f"{root / MANIFEST}: {field} must be a relative path string, got {rel!r}; re-record the golden set")
-    pure = PurePosixPath(rel)
-    if pure.is_absolute() or ".." in pure.parts or rel.startswith("~") or re.match(r"^[A-Za-z]:", rel):
-        raise GoldenError(f"{root / MANIFEST}: {field} {rel!r} points outside the golden folder; refused, re-record the golden set")
-    path = root.joinpath(*pure.parts)
-    # Links could point anywhere: no component below the root may be a symlink.
-    probe = root
-    for part in pure.parts:
-        probe = probe / part
-        if probe.is_symlink():
-            raise GoldenError(f"{root / MANIFEST}: {field} {rel!r} is a symbolic link; refused, store the real file instead")
-    return path
-
-
-def _read_verified(root: Path, rel: str, expected: str) -> bytes:
-    path = _safe_relative(root, rel, "file")
-    data = read_beneath(root, rel, FILE_MAX_BYTES, "restore it or re-record the golden set",
-                        f"{path}: listed in {MANIFEST} but missing; restore it or re-record the golden set")
-    actual = sha256_bytes(data)
-    if actual != expected:
-        raise GoldenError(
-            f"{path}: content changed since recording (sha256 {actual[:12]}… != manifest {expected[:12]}…); "
-            "restore the file, or re-record/approve the golden set if the change is intended"
-        )
-    return data
 
 
 def _require(cond: bool, manifest: Path, what: str) -> None:
@@ -463,7 +121,7 @@ def parse_manifest(root: Path, text: str) -> GoldenSet:
     for i, entry in enumerate(raw_inputs):
         _require(isinstance(entry, dict), manifest, f"inputs[{i}] must be an object")
         rel = entry.get("file")
-        _safe_relative(root, rel, f"inputs[{i}].file")
+        safe_relative(root, rel, f"inputs[{i}].file")
         _require(rel not in seen, manifest, f"inputs[{i}].file {rel!r} is listed twice")
         seen.add(rel)
         sha = entry.get("sha256")
@@ -483,7 +141,7 @@ def parse_manifest(root: Path, text: str) -> GoldenSet:
         inputs.append(GoldenInput(name=name, file=rel, sha256=sha, label=label))
     ref = data.get("reference")
     _require(isinstance(ref, dict), manifest, "'reference' must be an object")
-    _safe_relative(root, ref.get("file"), "reference.file")
+    safe_relative(root, ref.get("file"), "reference.file")
     _require(isinstance(ref.get("sha256"), str) and bool(_HEX64.match(ref["sha256"])), manifest, "reference.sha256 must be 64 hex digits")
     records: dict[str, OutputRecord] = {}
     recording: dict[str, Any] = {}
@@ -601,7 +259,7 @@ def _declared(root: Path, item: GoldenInput) -> int:
     """The decoded bytes ``item``'s file declares, the file read and hash-checked; one GoldenError
     naming it when that is over ``SAMPLE_MAX_BYTES``."""
     shown = root / item.file
-    size = declared_bytes(_read_verified(root, item.file, item.sha256), item.file, shown)
+    size = declared_bytes(read_verified(root, item.file, item.sha256), item.file, shown)
     check_sample_size(size, shown)
     return size
 
@@ -668,6 +326,8 @@ def unreferenced_files(golden: GoldenSet) -> list[str]:
     return sorted(rel for rel in (p.relative_to(golden.root).as_posix() for p in found) if rel not in listed)
 
 
+# GoldenSet and its pieces are defined in goldenset.py; they are named here too, where modules and users
+# have imported them from (observe.py, pipeline.py, diagnostics/run.py; CalibrationSplit in the README).
 __all__ = [
     "MANIFEST",
     "VERSION_1",
@@ -683,4 +343,5 @@ __all__ = [
     "read_manifest",
     "verify_golden",
     "unreferenced_files",
+    "CalibrationSplit",
 ]

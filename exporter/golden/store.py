@@ -37,20 +37,9 @@ import numpy as np
 from .. import files
 from ..errors import GoldenError, one_line
 from ..signature import Signature
+from .goldenset import MANIFEST, VERSION_1, VERSION_2, GoldenInput, GoldenSet, OutputRecord, sha256_bytes
 from .inputs import Preprocess
-from .manifest import (
-    FORMAT,
-    INPUTS_DIR,
-    MANIFEST,
-    VERSION_1,
-    VERSION_2,
-    GoldenInput,
-    GoldenSet,
-    OutputRecord,
-    parse_manifest,
-    read_manifest,
-    sha256_bytes,
-)
+from .manifest import FORMAT, INPUTS_DIR, parse_manifest, read_manifest
 from .reading import FILE_MAX_BYTES
 
 _OUR_REFERENCE = re.compile(r"^reference-[0-9a-f]{12}\.np[yz]$")

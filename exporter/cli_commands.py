@@ -1,0 +1,161 @@
+"""The ``export-check`` commands besides ``check`` and ``merge``: ``golden record|verify|approve``,
+``history`` and ``cache info|prune|clear``, each from its parsed command line to what it prints and
+its exit code (:data:`EXIT_PASS`, :data:`EXIT_FAIL`; ``export_check.cli`` dispatches to them and
+re-exports the exit codes). Their parameters come through the same options table and settings
+overlay as ``check``'s. Imports nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .cli_reports import refuse_writing_over
+from .errors import UsageError
+from .options import DEFAULT_GOLDEN, from_namespace
+from .settings import golden_params, settings_files, settings_line
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from .history import load, render_json, render_trend
+
+    if args.last < 0:
+        raise UsageError(f"--last must be >= 0, got {args.last}")
+    if args.html is not None and args.html.is_dir():
+        raise UsageError(f"{args.html}: is a directory; --html takes a file path")
+    refuse_writing_over({"--html": args.html}, (args.history_file,), "the history file this command reads")
+    runs = load(args.history_file)
+    print(render_json(runs, args.last) if args.json else render_trend(runs, args.last, args.artifact), end="\n" if not args.json else "")
+    if args.html is not None:
+        from .report import trend
+
+        trend.write(runs, args.html, args.last, args.artifact)
+    return EXIT_PASS
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    """``export-check cache info|prune|clear``: the cache folder and its limit from the flags, else the
+    settings of the current directory, else the defaults."""
+    if args.cache_command is None:
+        raise UsageError("export-check cache: choose info, prune or clear (see export-check cache --help)")
+    try:
+        return _cache_command(args)
+    except OSError as exc:
+        doing = "read" if args.cache_command == "info" else args.cache_command
+        raise UsageError(f"{exc.filename or 'the cache'}: cannot {doing} the cache ({exc.strerror or exc}); "
+                         "check its permissions, or pass another --cache-dir") from None
+
+
+def _cache_command(args: argparse.Namespace) -> int:
+    from .cache import prune as cache
+    from .config import check_cache_gb, default_cache_dir
+    from .option_values import coerce
+    from .options import OPTION
+    from .settings import find_settings
+
+    settings = find_settings()
+    root = args.cache_dir or settings.get("cache_dir") or default_cache_dir()
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root}: is not a folder; pass the artifact cache's folder with --cache-dir")
+    configured = settings.get("cache_max_size", OPTION["cache-max-size"].default)
+    if args.cache_command == "info":
+        found = cache.usage(root)
+        bound = cache.parse_gb(configured)
+        print(f"cache: {root}{'' if root.exists() else ' (not made yet)'}")
+        print(f"entries: {len(found.entries)}")
+        print(f"size: {cache.shown_size(found.size)} ({found.size} bytes)")
+        print(f"limit: {'none (cache-max-size = 0)' if bound is None else cache.shown_size(bound)}")
+        if found.entries:
+            print(f"least recently used: {_when(found.entries[0].last_used)}; most recently: {_when(found.entries[-1].last_used)}")
+        print(settings_line(settings_files(settings)))
+        return EXIT_PASS
+    if args.cache_command == "clear":
+        limit: int | None = 0
+    else:
+        gb = configured if args.max_size is None else check_cache_gb(coerce(args.max_size, "float", None, "--max-size"), "--max-size")
+        limit = cache.parse_gb(gb)
+    pruned = cache.prune(root, limit, wait=60.0)
+    if pruned is None:
+        raise UsageError(f"{root}: another export-check kept evicting from the cache for 60 s; try again when it is done")
+    print(f"removed {pruned.removed} entries ({cache.shown_size(pruned.freed)}) from {root}; it holds {len(pruned.left.entries)} "
+          f"entries, {cache.shown_size(pruned.left.size)}" + ("" if limit is None else f" (limit {cache.shown_size(limit)})"))
+    if limit is None:
+        print("no limit (cache-max-size = 0): nothing to prune; pass --max-size GB")
+    if pruned.in_use:
+        print(f"{pruned.in_use} entries are in use by a running check and were kept")
+    return EXIT_PASS
+
+
+def _when(timestamp: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
+
+
+def _golden_params(args: argparse.Namespace) -> Any:
+    """``golden record``/``approve``'s parameters: their flags over the settings over the defaults."""
+    command = f"golden {args.golden_command}"
+    return golden_params(command, from_namespace(command, args))
+
+
+def cmd_golden(args: argparse.Namespace) -> int:
+    from .golden import lifecycle
+
+    if args.golden_command == "verify":
+        golden_dir = args.golden_dir
+        if golden_dir is None:
+            from .settings import find_settings
+
+            # no checkpoint here: the golden folder named by the settings of the current directory
+            found = find_settings()
+            golden_dir = found.get("golden", DEFAULT_GOLDEN)
+        intact, lines = lifecycle.verify(golden_dir)
+        if args.golden_dir is None:  # the golden folder came from the settings (or their absence): say which
+            print(settings_line(settings_files(found)))
+        print("\n".join(lines))
+        return EXIT_PASS if intact else EXIT_FAIL
+    if args.golden_command is None:
+        raise UsageError("export-check golden: choose record, verify or approve (see export-check golden --help)")
+    params = _golden_params(args)
+    common = params.common
+    golden_dir = common["golden_dir"]
+    if args.golden_command == "record":
+        from .golden.inputs import preprocess_from_args
+
+        preprocess = preprocess_from_args(args.size, args.resize, args.mode, args.mean, args.std, params.settings.get("preprocess"))
+        inputs = params.inputs
+        if inputs is None:
+            raise UsageError("no inputs given: pass --inputs DIR (a folder of images or .npy files), or set inputs in [tool.export-check]")
+        notes: list[str] = []
+        recorded = lifecycle.record_golden(inputs_dir=inputs, preprocess=preprocess, force=args.force,
+                                           signature_settings=params.signature, calibration=args.calibration_samples, notes=notes, **common)
+        _print_settings_and_notes(params.settings, notes)
+        if recorded.version == 1:
+            print(f"recorded {len(recorded)} inputs and their reference logits {recorded.reference_shape} into {golden_dir}")
+        else:
+            print(f"recorded {len(recorded)} inputs and their reference {lifecycle.describe_outputs(recorded)} into {golden_dir}")
+        return EXIT_PASS
+    notes = []
+    diff, written = lifecycle.approve_golden(dry_run=args.dry_run, signature_settings=params.signature,
+                                             calibration=args.calibration_samples, notes=notes, **common)
+    held = "outputs" if isinstance(diff, lifecycle.OutputsDiff) else "logits"
+    _print_settings_and_notes(params.settings, notes)
+    print("\n".join(diff.lines()))
+    if args.dry_run:
+        print("dry run: golden set unchanged")
+    elif written:
+        print(f"approved: {golden_dir} now holds the {held} of {args.checkpoint}")
+    else:
+        print(f"nothing to approve: {golden_dir} already holds exactly the {held} of {args.checkpoint}")
+    sys.stdout.flush()
+    return EXIT_PASS
+
+
+def _print_settings_and_notes(settings: dict[str, Any], notes: list[str]) -> None:
+    """What ``golden record`` and ``approve`` print first: the settings file they read, then their notes."""
+    print(settings_line(settings_files(settings)))
+    for note in notes:
+        print(f"note: {note}")
