@@ -87,6 +87,9 @@ KINDS: tuple[ArtifactKind, ...] = (
                  "quantize_static (QDQ, int8) of the dynamo ONNX file, calibrated on the golden set's calibration split; "
                  "judged on the other samples", calibrated=True,
                  build_rank=130, groups=(), packages=ONNX, layers="onnxruntime", preload=(), options=OPSET),
+    ArtifactKind("onnx-ort", ".ort", "float", "export_check.artifacts.onnx_ort", "onnx", "onnxruntime",
+                 "the ONNX file in ONNX Runtime's mobile/minimal-build .ort format (Fixed optimisation style); loaded from the .ort file",
+                 build_rank=45, groups=("edge",), packages=ONNX, layers=None, preload=(), options=EXPORTER),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}
