@@ -22,7 +22,7 @@ from .artifacts._common import captured_warnings, dedupe
 from .config import FAMILIES, RunConfig
 from .diagnostics import divergence, shapes
 from .feeds import Feeds, length
-from .golden.manifest import GoldenSet
+from .golden.goldenset import GoldenSet
 from .judge import gate_reasons, size_gate_reasons, wants_layers
 from .measurements import LayerComparison, Measured, Observation
 

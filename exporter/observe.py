@@ -38,7 +38,7 @@ from .errors import ArchitectureError, ArtifactError, describe_exception
 from .feeds import length, samples_first
 from .files import file_info
 from .golden.batches import GoldenBatches
-from .golden.manifest import VERSION_1, GoldenSet, stack_batches
+from .golden.goldenset import VERSION_1, GoldenSet, stack_batches
 from .measurements import EagerSelfCheck, Observation
 from .model import EagerRunner
 from .versions import kernel_choices

@@ -29,7 +29,8 @@ from .artifacts._heap import reused_heap
 from .artifacts.base import INPUT
 from .builder import isolation
 from .builder.builds import Builds
-from .cache.store import ArtifactCache, CacheUnavailable, cached_run, open_cache, restore_run, store_observations
+from .cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, store_observations
+from .cache.store import ArtifactCache
 from .config import RunConfig
 from .diagnostics.run import PendingSelfCheck
 from .errors import ExportCheckError, GoldenError, UsageError
@@ -37,7 +38,8 @@ from .explain import Explainer
 from .feeds import length
 from .files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from .golden.batches import GoldenBatches
-from .golden.manifest import MANIFEST, GoldenSet, load_golden
+from .golden.goldenset import MANIFEST, GoldenSet
+from .golden.manifest import load_golden
 from .judge import judge_rows, layers_missing
 from .measurements import Observation
 from .model import EagerRunner, load_model, pinned_threads

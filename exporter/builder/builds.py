@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 from ..artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext
 from ..artifacts._common import captured_warnings
 from ..artifacts.base import NotApplicable
-from ..cache.store import RESTORED, restore_artifact
+from ..cache.runs import restore_artifact
+from ..cache.store import RESTORED
 from ..errors import ArtifactError, describe_exception
 from ..files import fsync_dir
 from . import isolation

@@ -29,7 +29,7 @@ from ..artifacts.base import logits_of
 from ..config import RunConfig
 from ..errors import ArtifactError, describe_exception
 from ..feeds import Feeds, length, samples_first
-from ..golden.manifest import GoldenSet
+from ..golden.goldenset import GoldenSet
 from ..measurements import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
 from ..signature import SINGLE, Signature

@@ -14,8 +14,9 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 from export_check import pipeline
 from export_check.builder import builds
 from export_check.cache.key import arch_source_sha256
+from export_check.cache.runs import open_cache
 from export_check.cache.secret import CacheKey
-from export_check.cache.store import EAGER, ArtifactCache, open_cache
+from export_check.cache.store import EAGER, ArtifactCache
 from export_check.cli import main
 from export_check.config import Gate, RunConfig, Thresholds
 from export_check.files import sha256_file

@@ -32,9 +32,10 @@ from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, deadline
 from export_check import pipeline
+from export_check.cache.runs import cached_run, open_cache, restore_run
 from export_check.cache.sealed import NotSealed, unseal
 from export_check.cache.secret import KEY_ENV, CacheKey, load_key
-from export_check.cache.store import EAGER, UNTRUSTED_NOTE, ArtifactCache, cached_run, open_cache, restore_run
+from export_check.cache.store import EAGER, UNTRUSTED_NOTE, ArtifactCache
 from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.files import sha256_file

@@ -15,8 +15,9 @@ import pytest
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 from export_check.cache import prune as cache_prune
+from export_check.cache.runs import open_cache
 from export_check.cache.secret import CacheKey
-from export_check.cache.store import EAGER, ArtifactCache, open_cache
+from export_check.cache.store import EAGER, ArtifactCache
 from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.files import sha256_file
