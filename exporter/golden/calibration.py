@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .goldenset import GoldenInput
+
+class Sample(Protocol):
+    """What the split reads of a golden input (``goldenset.GoldenInput``): its name and content hash."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sha256(self) -> str: ...
 
 CALIBRATION_RULES = ("sha256", "first", "names")
 CALIBRATION_MAX = 32  # the default split's cap: what onnxruntime and PT2E calibrate well on (measured on the digits)
@@ -42,7 +49,7 @@ class CalibrationSplit:
             return {"rule": "names", "names": list(self.names)}
         return {"rule": self.rule, "count": self.count}
 
-    def indices(self, inputs: Sequence[GoldenInput]) -> tuple[int, ...]:
+    def indices(self, inputs: Sequence[Sample]) -> tuple[int, ...]:
         """The calibration samples' positions in ``inputs``, ascending."""
         if self.rule == "names":
             wanted = set(self.names)
