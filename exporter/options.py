@@ -156,7 +156,7 @@ OPTIONS: tuple[Option, ...] = (
     # check
     Option("out", "out", "path", "where artifacts are written (default: {default})", (CHECK,), default=DEFAULT_OUT, metavar="DIR",
            settings=True, field="out_dir"),
-    Option("artifacts", "artifacts", "strlist", "comma-separated kinds or groups to build: default, modern, all, "
+    Option("artifacts", "artifacts", "strlist", "comma-separated kinds or groups to build: default, modern, edge, all, "
            "or kind names (default: default; README, \"Artifact groups\")", (CHECK,), default=_run_default("kinds"),
            metavar="KINDS", settings=True, field="kinds", check=lambda value, source: known_kinds(value, f"{source}: artifacts")),
     *(_gate_row(o) for o in GATE_OPTIONS),
@@ -362,7 +362,7 @@ def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     config = {o.field: values[o.python] for o in rows if o.field}
     if len(set(config["kinds"])) != len(config["kinds"]):
         raise UsageError(f"artifact kinds listed twice: {', '.join(config['kinds'])}")
-    config["kinds"] = resolve_kinds(config["kinds"])  # group names (default, modern, all) as their kinds
+    config["kinds"] = resolve_kinds(config["kinds"])  # group names (default, modern, edge, all) as their kinds
     if values.get("no_cache"):
         config["cache_dir"] = None
     thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate})
