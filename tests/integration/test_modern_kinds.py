@@ -237,7 +237,7 @@ def test_groups_and_kinds_resolve_from_the_command_line_and_settings(tmp_path: P
     assert config("--artifacts", "aoti,modern").selected_kinds == (*modern[:4], "aoti", *modern[4:])  # the table's order
     (tmp_path / "export-check.toml").write_text('artifacts = ["default", "aoti"]\n')
     assert config().kinds == (*DEFAULT_KINDS, "aoti")
-    with pytest.raises(UsageError, match="unknown artifact kind.s. defualt; choose from the groups default, modern, all or the kinds"):
+    with pytest.raises(UsageError, match="unknown artifact kind.s. defualt; choose from the groups default, modern, edge, all or the kinds"):
         config("--artifacts", "defualt")
     with pytest.raises(UsageError, match="listed twice"):
         config("--artifacts", "modern,modern")
