@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from export_check.diagnostics import Diagnostics, Latency
 from export_check.files import FileInfo
 from export_check.history import (
     FORMAT,
@@ -29,6 +28,8 @@ from export_check.history import (
     render_json,
     render_trend,
 )
+from export_check.measurements import Latency
+from export_check.results import Diagnostics
 
 from .report.rows import report, row
 

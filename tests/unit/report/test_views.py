@@ -6,7 +6,7 @@ import pytest
 
 from export_check.compare import compare
 from export_check.config import Gate
-from export_check.diagnostics import BatchSizeRun, Diagnostics, Latency, Rerun, ShapeCheck
+from export_check.measurements import BatchSizeRun, Latency
 from export_check.report.views import (
     checks_description,
     diagnostic_lines,
@@ -18,7 +18,7 @@ from export_check.report.views import (
     size_text,
     top1_text,
 )
-from export_check.results import FAIL, PASS, OutputRow
+from export_check.results import FAIL, PASS, Diagnostics, OutputRow, Rerun, ShapeCheck
 
 from .rows import PAIR, REFERENCE, candidate, report, row
 
