@@ -209,3 +209,22 @@ def forge_golden_file(golden: Path, rel: str, data: bytes) -> None:
         if entry["file"] == rel:
             entry["sha256"] = hashlib.sha256(data).hexdigest()
     (golden / "manifest.json").write_text(json.dumps(manifest))
+
+
+def parsed_or_refused(folder: Path, manifest: dict):
+    """A fuzzed manifest parsed as the golden set in ``folder``; ``None`` when it is no JSON at all or is
+    refused, as it must be, by one GoldenError line naming the folder."""
+    import json
+
+    from export_check.errors import GoldenError
+    from export_check.golden.manifest import parse_manifest
+
+    try:
+        text = json.dumps(manifest)
+    except (TypeError, ValueError):
+        return None
+    try:
+        return parse_manifest(folder, text)
+    except GoldenError as exc:
+        assert "\n" not in str(exc) and str(folder) in str(exc)
+        return None
