@@ -297,8 +297,8 @@ def observe_all(
         stack = contextlib.ExitStack()  # the pass's runners: closed once its rows are diagnosed
         try:
             runners = {kind.name: runner for kind, outcome in group if (runner := replay.open(kind, outcome, ctx, stack)) is not None}
-            shown = next(iter(runners)) if len(group) == 1 else f"{len(runners)} artifacts"
             if runners or diagnoser is None:
+                shown = next(iter(runners)) if len(runners) == 1 and by_artifact else f"{len(runners)} artifacts"
                 progress(f"replaying {len(golden)} inputs through {shown}")
                 replay.run(runners, {kind.name: outcome.notes for kind, outcome in group if kind.name in runners}, with_eager=diagnoser is None)
             if diagnoser is None:
