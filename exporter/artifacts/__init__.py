@@ -87,6 +87,10 @@ KINDS: tuple[ArtifactKind, ...] = (
                  "quantize_static (QDQ, int8) of the dynamo ONNX file, calibrated on the golden set's calibration split; "
                  "judged on the other samples", calibrated=True,
                  build_rank=130, groups=(), packages=ONNX, layers="onnxruntime", preload=(), options=OPSET),
+    ArtifactKind("executorch", ".pte", "float", "export_check.artifacts.executorch_pte", None, "executorch",
+                 "an ExecuTorch program: torch.export with the batch bounded (max 64), lowered to XNNPACK (fp32) by "
+                 "to_edge_transform_and_lower, fed in its exported dim order by the ExecuTorch Python runtime (needs executorch)",
+                 build_rank=135, groups=("edge",), packages=("torch", "executorch"), layers=None, preload=(), options=()),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}
