@@ -1,5 +1,6 @@
-"""The executorch kind (group edge) on the bundled ResNet: the row passes, and its MAE is the one the
-``.pte`` gives when loaded and run by hand with the ExecuTorch runtime beside eager; the runner feeds
+"""The executorch and executorch-int8 kinds (group edge) on the bundled ResNet: the rows pass, and their
+MAE is the one each ``.pte`` gives when loaded and run by hand with the ExecuTorch runtime beside eager
+(int8: on the samples outside the calibration split); the runner feeds
 the dim order the program was exported with (a mismatch, forced through the module's test-only knob,
 is a failing row: the runtime computes garbage without an error); a batch above the bound the file was
 planned for is that batch size's error, in the runtime's words; without executorch the kind does not
@@ -25,21 +26,40 @@ from export_check.model import load_model
 from export_check.pipeline import run_check
 from export_check.results import Row
 
-KIND = "executorch"
+KIND, INT8 = "executorch", "executorch-int8"
 BATCH = 16  # RunConfig's default batch size: the replay's, and the by-hand run's
 
 
-def _row(out: Path) -> Row:
-    report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=out, kinds=(KIND,)))
+def _rows(out: Path, kinds: tuple[str, ...]) -> dict[str, Row]:
+    report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=out, kinds=kinds))
     rows = {row.name: row for row in report.rows}
-    assert list(rows) == ["eager", KIND]
-    return rows[KIND]
+    assert list(rows) == ["eager", *kinds]
+    return rows
+
+
+def _row(out: Path) -> Row:
+    return _rows(out, (KIND,))[KIND]
 
 
 @pytest.fixture(scope="module")
-def bundled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Row, Path]:
+def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Row], Path]:
+    """One run of both kinds (the builds in the build server, as every run does them)."""
     out = tmp_path_factory.mktemp("executorch") / "out"
-    return _row(out), out
+    return _rows(out, (KIND, INT8)), out
+
+
+@pytest.fixture(scope="module")
+def bundled(both) -> tuple[Row, Path]:
+    rows, out = both
+    return rows[KIND], out
+
+
+def _run_by_hand(pte: Path, x: np.ndarray) -> np.ndarray:
+    """The .pte loaded by the ExecuTorch runtime, fed the inputs as they are (contiguous), batch by batch."""
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(pte).load_method("forward")
+    return np.concatenate([method.execute([torch.from_numpy(x[i:i + BATCH].copy())])[0].numpy() for i in range(0, len(x), BATCH)])
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +74,6 @@ def eager() -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_the_bundled_model_passes_and_agrees_with_the_pte_run_by_hand(bundled, eager) -> None:
-    from executorch.runtime import Runtime
-
     row, out = bundled
     assert row.status == "pass" and row.family == "float", row.reasons
     details = dict(row.details)
@@ -66,8 +84,7 @@ def test_the_bundled_model_passes_and_agrees_with_the_pte_run_by_hand(bundled, e
     assert row.artifact is not None and pte.is_file() and pte.stat().st_size == row.artifact.size_bytes
     # the truth, independently of the tool: the file loaded by the runtime, fed the golden inputs as they are (contiguous)
     x, logits = eager
-    method = Runtime.get().load_program(pte).load_method("forward")
-    ran = np.concatenate([method.execute([torch.from_numpy(x[i:i + BATCH].copy())])[0].numpy() for i in range(0, len(x), BATCH)])
+    ran = _run_by_hand(pte, x)
     by_hand = float(np.abs(ran.astype(np.float64) - logits.astype(np.float64)).mean())
     assert by_hand < 1e-5
     assert row.metrics is not None and row.metrics.images == 64
@@ -78,6 +95,31 @@ def test_the_bundled_model_passes_and_agrees_with_the_pte_run_by_hand(bundled, e
     assert sorted(runs) == [1, 7, 16, 64] and all(r.error is None and r.mae is not None and r.mae < 1e-5 for r in runs.values()), runs
     # no per-layer method for .pte files yet: a failing row's diagnosis says so (compare_layers)
     assert KINDS_BY_NAME[KIND].layers is None
+
+
+def test_int8_passes_judged_only_on_the_samples_it_was_not_calibrated_on_and_agrees_with_the_pte_run_by_hand(both, eager) -> None:
+    rows, out = both
+    row = rows[INT8]
+    assert row.status == "pass" and row.family == "int8", row.reasons
+    details = dict(row.details)
+    assert details["dim_order"] == "contiguous" and details["quantizer"].startswith("XNNPACKQuantizer")
+    assert details["calibration_samples"] == "32" and details["judged_samples"] == "32"
+    assert details["batch_bound"] == "exported with Dim('batch', min=1, max=64); planned in the .pte for 64"
+    pte = out / "executorch-int8.pte"
+    assert pte.stat().st_size < (out / "executorch.pte").stat().st_size / 2, "int8 weights: well under half the fp32 file"
+    # the default split, worked out from the manifest itself: the 32 inputs of smallest sha256 (tests/integration/test_static_int8.py)
+    golden = load_golden(DEFAULT_GOLDEN)
+    calibration = set(sorted(range(len(golden)), key=lambda i: golden.inputs[i].sha256)[:32])
+    judged = [i for i in range(len(golden)) if i not in calibration]
+    x, logits = eager
+    ran = _run_by_hand(pte, x)
+    by_hand = float(np.abs(ran[judged].astype(np.float64) - logits[judged].astype(np.float64)).mean())
+    assert row.metrics is not None and row.metrics.images == 32
+    assert row.metrics.mae == pytest.approx(by_hand, rel=1e-4)
+    # really quantized (over 1% of the mean |logit|), within the int8 gate (5% of it), the same top-1 on every judged digit
+    scale = row.metrics.reference_mean_abs
+    assert 0.01 * scale < row.metrics.mae <= 0.05 * scale and row.metrics.top1_agreement == 1.0
+    assert (ran[judged].argmax(1) == logits[judged].argmax(1)).all()
 
 
 def test_the_layout_fed_is_the_one_exported_and_a_mismatch_is_a_failing_row(bundled, eager, tmp_path: Path, monkeypatch) -> None:
@@ -120,8 +162,9 @@ def test_a_batch_above_the_planned_bound_is_that_batch_sizes_error_in_the_runtim
 def test_without_executorch_the_kind_is_not_applicable_and_names_the_extra(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "executorch", None)  # import raises ImportError, as when it is not installed
     ctx = BuildContext(model=seeded(TinyNet), example=torch.zeros(2, 3, 16, 16), opset=17, onnx_exporter="torchscript", threads=1)
-    with pytest.raises(NotApplicable, match=r'^not applicable: executorch is not installed: pip install "export-check\[executorch\]"'):
-        KINDS_BY_NAME[KIND].build(ctx, tmp_path / "executorch.pte", None)
+    for kind in (KIND, INT8):
+        with pytest.raises(NotApplicable, match=r'^not applicable: executorch is not installed: pip install "export-check\[executorch\]"'):
+            KINDS_BY_NAME[kind].build(ctx, tmp_path / KINDS_BY_NAME[kind].filename(), None)
     with pytest.raises(NotApplicable, match="executorch is not installed"):
         KINDS_BY_NAME[KIND].open_runner(tmp_path / "executorch.pte", ctx).__enter__()
     assert not list(tmp_path.iterdir())
