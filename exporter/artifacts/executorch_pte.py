@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import io
 import re
+import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, redirect_stderr
@@ -130,18 +131,25 @@ def _delegates(path: Path) -> str:
 def runtime_stderr(lines: list[str]) -> Iterator[None]:
     """What the runtime logs during the block, into ``lines`` (its location prefix ``[file.cpp:N]``
     dropped), less the CPU probe's noise. The Python runtime logs through Python's ``sys.stderr`` (its
-    C++ log writes there), its native parts to file descriptor 2: both are caught, one redirect at a time."""
+    C++ log writes there), its native parts to file descriptor 2: both are caught, one redirect at a time.
+    Both redirects are process-wide: anything else written meanwhile (another thread's progress line) is
+    not the runtime's log line and is passed on to stderr unchanged."""
     caught: list[str] = []
     said = io.StringIO()
+    others: list[str] = []
     try:
         with captured_fd(2, 1 << 16) as caught, redirect_stderr(said):
             yield
     finally:  # also when the block raised: what the runtime printed is why
         for line in (said.getvalue() + "".join(caught)).splitlines():
-            if not line.strip() or _NOISE.match(line):
-                continue
             match = _RUNTIME_LINE.match(line)
-            lines.append((match["text"] if match else line).strip().rstrip("."))
+            if match is None:
+                others.append(line)
+            elif not _NOISE.match(line):
+                lines.append(match["text"].strip().rstrip("."))
+        if others:
+            sys.stderr.write("".join(f"{line}\n" for line in others))
+            sys.stderr.flush()
 
 
 def bounded_inputs(ctx: BuildContext, model: Any) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any], int]:
