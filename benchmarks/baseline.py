@@ -101,7 +101,7 @@ suffixes = {"torchscript-trace": ".trace.pt", "torchscript-script": ".script.pt"
             "onnx-fp16": ".fp16.onnx", "torchao-int8-dynamic": ".torchao.pt2", "aoti": ".aoti.pt2", "openvino": ".ov.xml",
             "openvino-f32": ".ov32.xml", "onnx-int8-static": ".qdq.onnx", "pt2e-int8-static": ".pt2e.pt2",
             "onnx-dynamo-simplified": ".dynamo.sim.onnx", "onnx-dynamo-int8-dynamic": ".dynamo.int8.onnx",
-            "onnx-dynamo-int8-static": ".dynamo.qdq.onnx"}
+            "onnx-dynamo-int8-static": ".dynamo.qdq.onnx", "executorch": ".et.pte", "executorch-int8": ".et8.pte"}
 # The calibration split, as export-check reads it: the manifest's, or half the set (at most 32) by content sha256.
 split = (manifest.get("recording") or {}).get("calibration") or {"rule": "sha256", "count": min(32, len(manifest["inputs"]) // 2)}
 if split["rule"] == "names":
@@ -193,6 +193,23 @@ def build(name: str, path: Path) -> None:
         import openvino as ov
 
         ov.save_model(ov.convert_model(model, example_input=example), str(path), compress_to_fp16=name == "openvino")
+    elif name in ("executorch", "executorch-int8"):
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import to_edge_transform_and_lower
+
+        source = model
+        if name == "executorch-int8":
+            from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+            quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+            prepared = prepare_pt2e(export_program(model).module(), quantizer)
+            with torch.no_grad():
+                prepared(calibration_x)
+            source = convert_pt2e(prepared)
+        # the batch bounded as export-check bounds it (max 64): ExecuTorch plans memory for the bound
+        bounded = torch.export.export(source, (example,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},), strict=False)
+        path.write_bytes(to_edge_transform_and_lower(bounded, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
     else:
         raise SystemExit(f"no baseline for {name}")
 
@@ -219,6 +236,13 @@ def load(name: str, path: Path):  # a callable from numpy batch to numpy logits,
             config["INFERENCE_PRECISION_HINT"] = "f32"
         compiled = ov.Core().compile_model(str(path), "CPU", config)
         return lambda b: compiled([b.numpy()])[compiled.outputs[0]]
+    elif path.suffix == ".pte":
+        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+        from executorch.runtime import Runtime
+
+        _unsafe_reset_threadpool(args.threads)  # XNNPACK's threadpool, as export-check pins it
+        method = Runtime.get().load_program(path).load_method("forward")
+        return lambda b: method.execute([b.contiguous()])[0].numpy()  # contiguous: the dim order it was exported with
     else:
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         return lambda b: session.run(["logits"], {"input": b.numpy()})[0]
@@ -243,7 +267,7 @@ for name, path in paths.items():
     run = load(name, path)
     logits = np.concatenate([run(b) for b in batches])
     mine, truth = logits, eager
-    if name.endswith("-int8-static"):  # judged on the samples it was not calibrated on
+    if name.endswith("-int8-static") or name == "executorch-int8":  # judged on the samples it was not calibrated on
         mine, truth = logits[judged], eager[judged]
     error = np.abs(mine.astype(np.float64) - truth.astype(np.float64))
     artifacts[name] = {

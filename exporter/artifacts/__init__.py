@@ -90,6 +90,14 @@ KINDS: tuple[ArtifactKind, ...] = (
     ArtifactKind("onnx-ort", ".ort", "float", "export_check.artifacts.onnx_ort", "onnx", "onnxruntime",
                  "the ONNX file in ONNX Runtime's mobile/minimal-build .ort format (Fixed optimisation style); loaded from the .ort file",
                  build_rank=45, groups=("edge",), packages=ONNX, layers=None, preload=(), options=EXPORTER),
+    ArtifactKind("executorch", ".pte", "float", "export_check.artifacts.executorch_pte", None, "executorch",
+                 "an ExecuTorch program: torch.export with the batch bounded (max 64), lowered to XNNPACK (fp32) by "
+                 "to_edge_transform_and_lower, fed in its exported dim order by the ExecuTorch Python runtime (needs executorch)",
+                 build_rank=135, groups=("edge",), packages=("torch", "executorch"), layers=None, preload=(), options=()),
+    ArtifactKind("executorch-int8", ".pte", "int8", "export_check.artifacts.executorch_int8", None, "executorch",
+                 "PT2E static int8 with the XNNPACK quantizer (torchao prepare_pt2e/convert_pt2e), calibrated on the golden set's "
+                 "calibration split, lowered to XNNPACK as executorch (needs executorch); judged on the other samples", calibrated=True,
+                 build_rank=136, groups=("edge",), packages=("torch", "executorch", "torchao"), layers=None, preload=(), options=()),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}

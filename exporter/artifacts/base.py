@@ -112,7 +112,7 @@ class ArtifactKind:
     family: str  # the gate family (config.GATE_FAMILIES) its rows are judged by
     module: str
     source: str | None  # the kind whose file this one is derived from
-    runtime: str  # what loads it: "torch", "torch.export", "aoti", "onnxruntime", "openvino"
+    runtime: str  # what loads it: "torch", "torch.export", "aoti", "onnxruntime", "openvino", "executorch"
     description: str
     build_rank: int
     groups: tuple[str, ...]

@@ -48,9 +48,10 @@ def test_table_is_complete_and_ordered() -> None:
     assert [k.name for k in KINDS] == [
         "torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic",
         "torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic", "aoti", "openvino", "openvino-f32",
-        "onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-simplified", "onnx-dynamo-int8-dynamic", "onnx-dynamo-int8-static", "onnx-ort",
+        "onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-simplified", "onnx-dynamo-int8-dynamic", "onnx-dynamo-int8-static",
+        "onnx-ort", "executorch", "executorch-int8",
     ]
-    assert {k.name for k in KINDS if k.calibrated} == {"onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-int8-static"}
+    assert {k.name for k in KINDS if k.calibrated} == {"onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-int8-static", "executorch-int8"}
     for kind in KINDS:
         # the kinds without a per-layer method get a diagnosis that says so (compare_layers)
         assert kind.family in FAMILIES and (kind.layers is None or kind.layers in METHODS)

@@ -21,7 +21,8 @@ from export_check.versions import BASE, library_versions
 KIND = "torchscript-trace"
 # the runtimes the issue found missing from the key, by the kinds that use them
 RUNTIMES = {"onnxscript": ("onnx-dynamo", "onnx-dynamo-simplified", "onnx-dynamo-int8-dynamic", "onnx-dynamo-int8-static"),
-            "torchao": ("torchao-int8-dynamic", "pt2e-int8-static"), "openvino": ("openvino", "openvino-f32")}
+            "torchao": ("torchao-int8-dynamic", "pt2e-int8-static"), "openvino": ("openvino", "openvino-f32"),
+            "executorch": ("executorch", "executorch-int8")}
 
 
 def test_every_kind_declares_its_runtime_packages_in_its_row() -> None:
