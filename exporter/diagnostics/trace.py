@@ -28,7 +28,7 @@ from . import shapes
 class ReplayTrace:
     """The probe is the first ``probe_count`` samples, or fewer when the set's first samples change
     shape sooner (a batch-size check stacks samples, so it runs on the first group of one shape).
-    Outputs are each row's first compared output, one row per sample (``diagnostics.run``)."""
+    Outputs are each row's compared outputs side by side, one row per sample (``shapes.side_by_side``)."""
 
     main: int  # the replay's batch size
     probe_count: int  # the first samples the batch-size check and the cost use
