@@ -16,7 +16,7 @@ import torch
 
 from arches import TinyNet
 from conftest import seeded
-from export_check.artifacts import KINDS, KINDS_BY_NAME, BuildContext
+from export_check.artifacts import KIND_NAMES, KINDS, KINDS_BY_NAME, BuildContext
 from export_check.artifacts.base import INPUT, OUTPUT
 from export_check.builder.builds import build_artifact
 from export_check.config import FAMILIES
@@ -45,13 +45,16 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[BuildContext, dict[
 
 
 def test_table_is_complete_and_ordered() -> None:
-    assert [k.name for k in KINDS] == [
+    # reports keep the table's order: the kinds users know keep their places, a new kind comes after them
+    # (so adding one touches its module, its row, its test and the README only: tests/unit/artifacts/test_kinds.py)
+    assert [k.name for k in KINDS][:18] == [
         "torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic",
         "torch-export", "onnx-dynamo", "onnx-fp16", "torchao-int8-dynamic", "aoti", "openvino", "openvino-f32",
         "onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-simplified", "onnx-dynamo-int8-dynamic", "onnx-dynamo-int8-static",
-        "onnx-ort", "executorch", "executorch-int8",
     ]
-    assert {k.name for k in KINDS if k.calibrated} == {"onnx-int8-static", "pt2e-int8-static", "onnx-dynamo-int8-static", "executorch-int8"}
+    assert len(set(KIND_NAMES)) == len(KINDS)
+    # a calibrated kind says so to the user in its description: judged on the samples outside the split
+    assert all(("calibrat" in k.description) == k.calibrated for k in KINDS)
     for kind in KINDS:
         # the kinds without a per-layer method get a diagnosis that says so (compare_layers)
         assert kind.family in FAMILIES and (kind.layers is None or kind.layers in METHODS)
