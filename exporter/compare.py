@@ -82,6 +82,7 @@ class Metrics:
     agreement: str = "top-1"
     max_abs_at: Element | None = None  # where the largest absolute error is (None: no values, or no error at all)
     tolerances: tuple[Tolerance, ...] = ()  # the allclose counts the run's gates asked for (config.Thresholds.tolerances)
+    output: str | None = None  # a row's headline over several outputs: the output these are (judge.headline); None: the only one
 
     def tolerance(self, atol: float, rtol: float) -> Tolerance | None:
         """The allclose count for ``(atol, rtol)``, if it was measured."""
@@ -108,6 +109,7 @@ class Metrics:
             "agreement": self.agreement,
             "max_abs_at": None if self.max_abs_at is None else self.max_abs_at.to_json(),
             "tolerances": [t.to_json() for t in self.tolerances],
+            "output": self.output,
         }
 
 

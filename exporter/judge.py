@@ -12,6 +12,7 @@ observer asks :func:`wants_layers` whether a per-layer table is worth measuring 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -359,7 +360,24 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
         moves = () if reproduce else _eager_notes(m, bound)
         diagnostics = Diagnostics(shapes=shapes, latency=m.latency, notes=moves + eager_check_notes(m.eager_check, rerun_bound(thresholds)) + m.notes,
                                   seconds=m.seconds, eager_check=m.eager_check)
-    return Row(status=FAIL if reasons else PASS, metrics=obs.metrics, reasons=reasons, diagnostics=diagnostics, **common)
+    return Row(status=FAIL if reasons else PASS, metrics=headline(obs, outputs, gate), reasons=reasons, diagnostics=diagnostics, **common)
+
+
+def headline(obs: Observation, outputs: tuple[OutputRow, ...], gate: Gate) -> Metrics | None:
+    """A row's figures: with several compared outputs, the worst one's, named (``Metrics.output``): a
+    failing output before a passing one, then the furthest past (or nearest to) its MAE bound. So the
+    table, the JSON's ``metrics`` and ``--history`` never show a failing row as 0."""
+    if not outputs:
+        return obs.metrics
+
+    def worst(row: OutputRow) -> tuple[bool, float]:
+        m = row.metrics
+        bound = gate.mae_bound(m.reference_mean_abs)
+        ratio = m.mae / bound if bound > 0 else (0.0 if m.mae == 0 else math.inf)
+        return row.status == FAIL, ratio if not math.isnan(ratio) else math.inf
+
+    chosen = max(outputs, key=worst)
+    return replace(chosen.metrics, output=chosen.name)
 
 
 def judge_outputs(obs: Observation, gate: Gate) -> tuple[OutputRow, ...]:
@@ -415,9 +433,10 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     status = FAIL if reasons else PASS
     m = obs.diagnostics
     if m is None:
-        return Row(status=status, metrics=obs.metrics, reasons=reasons, replay_seconds=obs.replay_seconds, **common)
+        return Row(status=status, metrics=headline(obs, outputs, gate), reasons=reasons, replay_seconds=obs.replay_seconds, **common)
     if m.error is not None:
-        return Row(status=ERROR, metrics=obs.metrics, reasons=reasons + (m.error,), replay_seconds=obs.replay_seconds, **common)
+        return Row(status=ERROR, metrics=headline(obs, outputs, gate), reasons=reasons + (m.error,), replay_seconds=obs.replay_seconds,
+                   **common)
     shapes, rerun = _checks(obs, m, gate, thresholds, eager_noisy=noise is not None)
     found = (shapes.reasons if shapes else ()) + (rerun.reasons if rerun else ())
     status = FAIL if found else status
@@ -426,7 +445,7 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
         found += (f"where: {layers_summary(layers)}",)
     notes = m.notes + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
     diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds)
-    return Row(status=status, metrics=obs.metrics, reasons=reasons + found, replay_seconds=obs.replay_seconds,
+    return Row(status=status, metrics=headline(obs, outputs, gate), reasons=reasons + found, replay_seconds=obs.replay_seconds,
                diagnostics=diagnostics, **common)
 
 

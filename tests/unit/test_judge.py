@@ -175,3 +175,24 @@ def test_every_family_has_a_gate_and_thresholds_round_trip_their_options(family:
     assert loosened.gate_for("eager").max_mae == loosened.gate_for("float").max_mae == 2e-5  # eager follows float
     assert loosened.gate_for("int8") == Gate(max_mae=0.2, min_top1=0.5, max_relative_mae=0.1)
     assert loosened.to_json().keys() == DEFAULTS.to_json().keys() == {"eager", "float", "int8", "fp16", "bf16", "reference_mae"}
+
+
+def test_a_row_failing_on_its_second_output_shows_that_outputs_figures_named() -> None:
+    """Issue 25: a row failing on output_1 showed output_0's MAE (0.00e+00) in the table, the JSON and --history."""
+    rng = np.random.default_rng(0)
+    energy = rng.standard_normal((8, 1)).astype(np.float32)
+    embedding = rng.standard_normal((8, 4)).astype(np.float32)
+    exact = compare(embedding, embedding.copy())
+    drifted = compare(energy, energy + np.float32(0.00547))
+    observed = obs(metrics=exact, outputs=(("output_0", exact), ("output_1", drifted)))
+    row = judge_row(observed, DEFAULTS)
+    assert row.status == "fail" and row.reasons[0].startswith("output_1: MAE 0.00547 > 1e-05")
+    assert row.metrics is not None and row.metrics.output == "output_1"
+    assert row.metrics.mae == pytest.approx(float(np.abs(np.float32(0.00547) + energy - energy).mean()), rel=1e-4)
+    shown = row.to_json(DEFAULTS.reference_mae)["metrics"]
+    assert shown["output"] == "output_1" and shown["mae"] > 5e-3
+    # both within the gate: the one nearest its bound heads the row; one output alone names none
+    near = compare(energy, energy + np.float32(4e-6))
+    row = judge_row(obs(metrics=exact, outputs=(("output_0", exact), ("output_1", near))), DEFAULTS)
+    assert row.status == "pass" and row.metrics is not None and row.metrics.output == "output_1"
+    assert judge_row(obs(), DEFAULTS).metrics.output is None  # type: ignore[union-attr]
