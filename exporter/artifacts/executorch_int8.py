@@ -8,21 +8,17 @@ calibrated on (``observe``). Needs executorch (which requires torchao): ``pip in
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
-from ..errors import ArtifactError
-from ._calibration import calibration_batches, calibration_count, torch_feeds
+from ._calibration import calibration_batches, calibration_count, pt2e_converted
 from ._common import native_warnings
-from ._program import dynamic_axes_of, export_inputs, require_guards_hold
-from .base import BuildContext, NotApplicable, feeds_to_args
+from .base import BuildContext, NotApplicable
 from .executorch_pte import PteRunner, export_bounded, lower_and_save, require_executorch
 
 QUANTIZER = "XNNPACKQuantizer (get_symmetric_quantization_config(is_per_channel=True): static, per-channel weights)"
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
-    import torch
 
     require_executorch()
     batches = calibration_batches(ctx, "executorch-int8")
@@ -33,25 +29,9 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     except ImportError as exc:
         raise NotApplicable(f"not applicable: this executorch or torchao has no PT2E XNNPACK quantization ({exc}); "
                             'pip install "export-check[executorch]" installs the tested pair') from None
-    model = copy.deepcopy(ctx.model).eval()
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
     # the first capture, for calibration, keeps the batch free: the split's batches may be of any size
-    args, kwargs, shapes = export_inputs(ctx, model)
-    try:
-        exported = torch.export.export(model, args, kwargs or None, dynamic_shapes=shapes, strict=False)
-    except Exception as exc:
-        raise ArtifactError(f"torch.export failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
-    require_guards_hold(exported, model, args, kwargs, dynamic_axes_of(ctx), [i.name for i in ctx.signature.inputs if not i.keyword])
-    try:
-        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-        prepared = prepare_pt2e(exported.module(), quantizer)
-        with torch.no_grad():
-            for feeds in torch_feeds(batches):
-                call_args, call_kwargs = feeds_to_args(feeds, ctx.signature)
-                prepared(*call_args, **call_kwargs)
-        converted = convert_pt2e(prepared)
-    except Exception as exc:
-        raise ArtifactError(f"PT2E quantization failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
-    quantized = sum("quantize_per" in str(n.target) and "dequantize" not in str(n.target) for n in converted.graph.nodes)
+    converted, quantized = pt2e_converted(ctx, batches, quantizer, prepare_pt2e, convert_pt2e)
     if not quantized:
         raise NotApplicable("not applicable: the XNNPACK quantizer found no layer to quantize in the model (it quantizes "
                             "convolutions, linear layers and their neighbours), so it would change nothing")

@@ -8,16 +8,14 @@ reloading it needs torchao installed. Judged only on the samples it was not cali
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArtifactError
-from ._calibration import calibration_batches, calibration_count, torch_feeds
+from ._calibration import calibration_batches, calibration_count, pt2e_converted
 from ._common import atomic_path, native_warnings
-from ._program import dynamic_axes_of, export_inputs, export_program, require_guards_hold
-from .base import BuildContext, NotApplicable, feeds_to_args
+from ._program import export_program
+from .base import BuildContext, NotApplicable
 from .torchao_int8 import TorchaoProgramRunner, _torchao
 
 # Exporting the converted GraphModule again loses each node's module (``nn_module_stack``); the file
@@ -38,26 +36,8 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
             get_default_x86_inductor_quantization_config,
         )
 
-    model = copy.deepcopy(ctx.model).eval()
-    args, kwargs, shapes = export_inputs(ctx, model)
-    try:
-        exported = torch.export.export(model, args, kwargs or None, dynamic_shapes=shapes, strict=False)
-    except Exception as exc:
-        raise ArtifactError(f"torch.export failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
-    # calibration runs the captured graph on every size of the split: a pinned axis is the kind not applying, said as such
-    require_guards_hold(exported, model, args, kwargs, dynamic_axes_of(ctx), [i.name for i in ctx.signature.inputs if not i.keyword])
-    try:
-        captured = exported.module()
-        quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
-        prepared = prepare_pt2e(captured, quantizer)
-        with torch.no_grad():
-            for feeds in torch_feeds(batches):
-                call_args, call_kwargs = feeds_to_args(feeds, ctx.signature)
-                prepared(*call_args, **call_kwargs)
-        converted = convert_pt2e(prepared)
-    except Exception as exc:
-        raise ArtifactError(f"PT2E quantization failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
-    quantized = sum("quantize_per" in str(n.target) and "dequantize" not in str(n.target) for n in converted.graph.nodes)
+    quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
+    converted, quantized = pt2e_converted(ctx, batches, quantizer, prepare_pt2e, convert_pt2e)
     if not quantized:
         raise NotApplicable("not applicable: the X86 Inductor quantizer found no layer to quantize in the model (it quantizes "
                             "convolutions, linear layers, matmuls and their neighbours), so it would change nothing")
