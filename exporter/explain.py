@@ -48,7 +48,7 @@ class Explainer:
 
     def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, probe: Feeds, plan: shapes.SizePlan, progress: Any) -> None:
         self.config, self.golden, self.model, self.probe, self.plan, self.progress = config, golden, model, probe, plan, progress
-        self.main = min(config.batch_size, length(probe, golden.signature))
+        self.main = plan.main  # the replay's batch size over the probe
         self.threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
 
     def __call__(self, obs: Observation) -> Observation:
@@ -92,11 +92,10 @@ class Explainer:
                     worst = run.worst_image or 0
                     start = min(worst // run.size * run.size, max(len(images) - run.size, 0))
                     return start, images[start : start + run.size]
-        batch_size = self.config.batch_size
-        start = _worst_image(obs) // batch_size * batch_size
+        batch_size, worst = self.config.batch_size, _worst_image(obs)
+        start = worst // batch_size * batch_size
         batch = _batch_at(self.golden, batch_size, start)
         if self.plan.layer_images:
-            worst = _worst_image(obs) - start
-            keep = min(max(worst, 0), max(len(batch) - self.plan.layer_images, 0))
+            keep = min(max(worst - start, 0), max(len(batch) - self.plan.layer_images, 0))
             start, batch = start + keep, batch[keep : keep + self.plan.layer_images]
         return start, batch

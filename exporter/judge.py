@@ -19,7 +19,7 @@ from typing import Any
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
 from .measurements import BatchSizeRun, EagerSelfCheck, Measured, Observation
-from .messages import layers_summary
+from .messages import batch_size_cause, layers_summary
 from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
 
 EAGER = "eager"
@@ -111,25 +111,6 @@ def _moves(value: float | None, bound: float) -> bool:
     return value is not None and not value <= bound
 
 
-def _cause(run: BatchSizeRun, bound: float, family: str) -> str:
-    """Why the artifact disagrees with eager at this batch size, from how far each of them moved."""
-    artifact, eager = _moves(run.moved, bound), _moves(run.eager_moved, bound)
-    if eager and not artifact:
-        return (f"the model's own output changes with the batch size (eager moves by MAE {run.eager_moved:.3g}) and the "
-                "artifact's does not follow: the export kept what its example batch computed (a branch on the batch's "
-                "size or values, a Python number taken from a tensor, or a shape that tracing recorded as a constant)")
-    if artifact and not eager:
-        if family == "int8":
-            return (f"its output moves with the batch by design (dynamic int8 computes activation scales per batch; "
-                    f"by MAE {run.moved:.3g} here), but beyond the row's gate")
-        return (f"only the artifact's output changes with the batch size (by MAE {run.moved:.3g}): the export specialised "
-                "the batch size (a shape baked in by tracing, or a graph whose batch axis was fixed)")
-    if artifact and eager:
-        return (f"the model itself depends on the batch (eager moves by MAE {run.eager_moved:.3g}) and the artifact moves "
-                f"differently (by MAE {run.moved:.3g})")
-    return "the artifact differs from eager at this batch size only"
-
-
 def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: float, family: str = "float",
                   replayed: bool = True) -> tuple[str, ...]:
     """Reasons the artifact fails the batch-size check: at some batch size it fails (while eager
@@ -163,7 +144,8 @@ def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: 
             continue  # wrong at every batch size alike: the replay's reasons already say so
         worst = "" if run.worst_image is None else f"; worst image {run.worst_image}, MAE {run.worst_image_mae:.3g}"
         reasons.append(f"batch size {run.size}: against eager at the same batch size, {'; '.join(found)} "
-                       f"({run.images} images{worst}): {_cause(run, bound, family)}")
+                       f"({run.images} images{worst}): "
+                       f"{batch_size_cause(run, _moves(run.moved, bound), _moves(run.eager_moved, bound), family)}")
     return tuple(reasons)
 
 
@@ -205,22 +187,20 @@ def _checks(obs: Observation, measured: Measured, gate: Gate, thresholds: Thresh
             eager_noisy: bool = False) -> tuple[ShapeCheck | None, Rerun | None]:
     shapes = rerun = None
     if measured.sizes is not None:
-        main, runs = measured.sizes.main_size, measured.sizes.runs
-        # each image may move with the batch size by the row's own MAE bound (for int8: its relative
-        # gate at this output's scale, since activation scales are computed per batch)
-        scale = obs.metrics.reference_mean_abs if obs.metrics is not None else max((r.reference_mean_abs or 0.0 for r in runs), default=0.0)
-        bound = gate.mae_bound(scale)
-        reasons = shape_reasons(runs, main, gate, bound, obs.family, replayed=obs.metrics is not None)
-        if measured.sizes.outputs:  # every compared output, each against the row's gate at its own scale, each named
-            replayed = dict(obs.outputs)
-            first = obs.outputs[0][0] if obs.outputs else "the first output"
-            reasons = tuple(f"{first}: {r}" for r in reasons)
-            for name, more in measured.sizes.outputs:
-                metrics = replayed.get(name)
-                own = metrics.reference_mean_abs if metrics is not None else max((r.reference_mean_abs or 0.0 for r in more), default=0.0)
-                reasons += tuple(f"{name}: {r}" for r in shape_reasons(more, main, gate, gate.mae_bound(own), obs.family,
-                                                                         replayed=obs.metrics is not None))
-        shapes = ShapeCheck(main_size=main, bound=bound, runs=runs, reasons=reasons, outputs=measured.sizes.outputs)
+        main, runs, more = measured.sizes.main_size, measured.sizes.runs, measured.sizes.outputs
+        # every compared output, each against the row's gate at its own scale and named when there are several: an
+        # image may move with the batch size by the row's own MAE bound (for int8: its relative gate at the output's
+        # scale, since activation scales are computed per batch)
+        replayed, first = dict(obs.outputs), obs.outputs[0][0] if obs.outputs else "the first output"
+        bounds: dict[str, float] = {}
+        reasons: tuple[str, ...] = ()
+        for name, output_runs in ((first, runs), *more):
+            metrics = replayed.get(name, obs.metrics if name == first else None)
+            scale = metrics.reference_mean_abs if metrics is not None else max((r.reference_mean_abs or 0.0 for r in output_runs), default=0.0)
+            bounds[name] = gate.mae_bound(scale)
+            found = shape_reasons(output_runs, main, gate, bounds[name], obs.family, replayed=obs.metrics is not None)
+            reasons += tuple(f"{name}: {r}" for r in found) if more else found
+        shapes = ShapeCheck(main_size=main, bound=bounds[first], runs=runs, reasons=reasons, outputs=more)
     if measured.rerun is not None:
         bound, r = rerun_bound(thresholds), measured.rerun
         # an artifact of a model that draws random numbers draws them too: the eager row carries that finding

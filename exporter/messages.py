@@ -3,7 +3,7 @@ the JSON report's summaries call these; the measurement records themselves hold 
 
 from __future__ import annotations
 
-from .measurements import LayerComparison, LayerDelta
+from .measurements import BatchSizeRun, LayerComparison, LayerDelta
 
 
 def layer_described(delta: LayerDelta) -> str:
@@ -37,3 +37,22 @@ def layers_summary(layers: LayerComparison) -> str:
         text += (f"; also suspect, having no nodes of their own in this graph (folded into neighbours): "
                  f"{', '.join(layers.suspects)}")
     return text
+
+
+def batch_size_cause(run: BatchSizeRun, artifact: bool, eager: bool, family: str) -> str:
+    """Why the artifact disagrees with eager at this batch size, from whether each of them moved (the
+    judge decides that, against the row's bound) from its own output at the main size."""
+    if eager and not artifact:
+        return (f"the model's own output changes with the batch size (eager moves by MAE {run.eager_moved:.3g}) and the "
+                "artifact's does not follow: the export kept what its example batch computed (a branch on the batch's "
+                "size or values, a Python number taken from a tensor, or a shape that tracing recorded as a constant)")
+    if artifact and not eager:
+        if family == "int8":
+            return (f"its output moves with the batch by design (dynamic int8 computes activation scales per batch; "
+                    f"by MAE {run.moved:.3g} here), but beyond the row's gate")
+        return (f"only the artifact's output changes with the batch size (by MAE {run.moved:.3g}): the export specialised "
+                "the batch size (a shape baked in by tracing, or a graph whose batch axis was fixed)")
+    if artifact and eager:
+        return (f"the model itself depends on the batch (eager moves by MAE {run.eager_moved:.3g}) and the artifact moves "
+                f"differently (by MAE {run.moved:.3g})")
+    return "the artifact differs from eager at this batch size only"

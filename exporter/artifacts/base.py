@@ -44,6 +44,13 @@ def feeds_to_args(feeds: Mapping[str, Any], signature: Signature) -> tuple[list[
     return [feeds[i.name] for i in signature.inputs if not i.keyword], {i.name: feeds[i.name] for i in signature.inputs if i.keyword}
 
 
+def positional_inputs(feeds: Mapping[str, Any], signature: Signature) -> list[Any]:
+    """Named inputs as a runtime that takes a list takes them: the positional ones in the signature's
+    order, then the keyword ones (``feeds_to_args``, flattened)."""
+    args, kwargs = feeds_to_args(feeds, signature)
+    return [*args, *kwargs.values()]
+
+
 class Runner(Protocol):
     """A loaded artifact (or the eager model): named inputs in, named outputs out."""
 

@@ -43,7 +43,7 @@ from ..errors import ArtifactError
 from ..signature import SINGLE
 from ._common import NativeWarning, atomic_path, captured_fd
 from ._program import dynamic_axes_of, export_inputs, require_dynamic_program
-from .base import OUTPUT, BuildContext, NotApplicable, feeds_to_args, single_input
+from .base import OUTPUT, BuildContext, NotApplicable, positional_inputs
 
 INSTALL = 'pip install "export-check[executorch]" (or pip install executorch)'
 BATCH_MAX = PROBE_IMAGES  # the batch bound the program is planned for (or the example batch, if larger)
@@ -263,11 +263,7 @@ class PteRunner:
 
         assert self.method is not None, "runner used outside its with-block"
         signature = self.ctx.signature
-        if signature is SINGLE:
-            arrays = [single_input(feeds)]
-        else:
-            args, kwargs = feeds_to_args(feeds, signature)
-            arrays = [*args, *kwargs.values()]
+        arrays = positional_inputs(feeds, signature)
         if len(arrays) != len(self.orders):
             raise ArtifactError(f"{self.path.name} takes {len(self.orders)} inputs; got {len(arrays)}")
         inputs = [with_dim_order(torch.from_numpy(np.ascontiguousarray(a)), order) for a, order in zip(arrays, self.orders, strict=True)]

@@ -22,7 +22,7 @@ import numpy as np
 from ..signature import SINGLE
 from ..versions import BELOW_BF16, PRECISION_FLAGS, cpu_flags, onednn_cap_below
 from ._common import atomic_path
-from .base import OUTPUT, BuildContext, NotApplicable, feeds_to_args, single_input
+from .base import OUTPUT, BuildContext, NotApplicable, positional_inputs
 
 INSTALL = 'pip install "export-check[openvino]" (or pip install openvino)'
 # /proc/cpuinfo flags that decide the precision OpenVINO's CPU plugin picks (bf16 with avx512_bf16 or
@@ -117,11 +117,7 @@ class OpenVinoRunner:
     def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         assert self.compiled is not None, "runner used outside its with-block"
         signature = self.ctx.signature
-        if signature is SINGLE:
-            inputs = [single_input(feeds)]
-        else:
-            args, kwargs = feeds_to_args(feeds, signature)
-            inputs = [*args, *kwargs.values()]
+        inputs = positional_inputs(feeds, signature)
         result = self.compiled([np.ascontiguousarray(a) for a in inputs])
         values = [np.asarray(result[port]) for port in self.compiled.outputs]
         names = [OUTPUT] if signature is SINGLE else list(signature.output_names)

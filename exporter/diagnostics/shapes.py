@@ -236,7 +236,7 @@ def _block(outputs: dict[int, np.ndarray | str], column: Column, width: int) -> 
 def measure_outputs(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int, columns: tuple[Column, ...],
                     clock: dict[int, float] | None = None) -> tuple[tuple[str, tuple[BatchSizeRun, ...]], ...]:
     """``measure`` for every compared output, each judged on its own values (the seconds on the first's)."""
-    if len(columns) == 1:
+    if len(columns) == 1:  # one output: compared as the 2-D rows it always was (its verdicts unchanged)
         only = columns[0]
         return ((only.name, measure(artifact, eager, main, only.kind, only.class_axis, clock=clock)),)
     width = columns[-1].stop
