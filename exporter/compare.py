@@ -11,8 +11,10 @@ memory for one batch plus one float per image.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -82,11 +84,16 @@ class Metrics:
     agreement: str = "top-1"
     max_abs_at: Element | None = None  # where the largest absolute error is (None: no values, or no error at all)
     tolerances: tuple[Tolerance, ...] = ()  # the allclose counts the run's gates asked for (config.Thresholds.tolerances)
+    streamed: tuple[tuple[str, float], ...] = ()  # the values of compare.STREAMS, by name (cosine, snr_db)
     output: str | None = None  # a row's headline over several outputs: the output these are (judge.headline); None: the only one
 
     def tolerance(self, atol: float, rtol: float) -> Tolerance | None:
         """The allclose count for ``(atol, rtol)``, if it was measured."""
         return next((t for t in self.tolerances if t.key() == (atol, rtol)), None)
+
+    def stat(self, name: str) -> float | None:
+        """The value of the stream ``name`` (``STREAMS``), None when it was not measured."""
+        return dict(self.streamed).get(name)
 
     @property
     def relative_mae(self) -> float:
@@ -110,10 +117,79 @@ class Metrics:
             "max_abs_at": None if self.max_abs_at is None else self.max_abs_at.to_json(),
             "tolerances": [t.to_json() for t in self.tolerances],
             "output": self.output,
+            **dict(self.streamed),
         }
 
 
 AGREEMENT = {"logits": "top-1", "sequence-logits": "per-position", "values": "none"}
+
+
+class Stream(Protocol):
+    """A metric streamed over the set, batch by batch: ``add`` takes one batch of reference and
+    candidate values, float64, one sample per row, and the mask of the candidate's finite values."""
+
+    def add(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> None: ...
+
+    def value(self) -> float: ...
+
+
+class LeastCosine:
+    """The least cosine similarity of any sample's output with its reference (flattened): 1 for the same
+    direction, whatever the scale; a sample with a non-finite value scores -1, and an all-zero output
+    1 beside an all-zero reference, else 0.
+
+    >>> s = LeastCosine(); s.add(np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([[2.0, 0.0], [1.0, -1.0]]), np.ones((2, 2), bool))
+    >>> s.value()
+    0.0
+    """
+
+    def __init__(self) -> None:
+        self._least = 1.0
+
+    def add(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> None:
+        if not reference.size:
+            return
+        cand = np.where(finite, candidate, 0.0)
+        dot = np.einsum("ij,ij->i", reference, cand)
+        norms = np.sqrt(np.einsum("ij,ij->i", reference, reference) * np.einsum("ij,ij->i", cand, cand))
+        both_zero = (norms == 0) & ~np.any(reference, axis=1) & ~np.any(cand, axis=1)
+        cosine = np.where(norms > 0, dot / np.where(norms > 0, norms, 1.0), np.where(both_zero, 1.0, 0.0))
+        cosine = np.where(finite.all(axis=1), np.clip(cosine, -1.0, 1.0), -1.0)
+        self._least = min(self._least, float(cosine.min()))
+
+    def value(self) -> float:
+        return self._least
+
+
+class SignalToNoise:
+    """The output's signal-to-noise ratio in dB over the whole set: 10 log10(sum reference^2 / sum error^2);
+    inf when there is no error, -inf when a value is not finite or the reference is all zeros.
+
+    >>> s = SignalToNoise(); s.add(np.array([[10.0, 0.0]]), np.array([[10.0, 1.0]]), np.ones((1, 2), bool))
+    >>> s.value()
+    20.0
+    """
+
+    def __init__(self) -> None:
+        self._signal = self._noise = 0.0
+        self._nonfinite = False
+
+    def add(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> None:
+        self._nonfinite |= not bool(finite.all())
+        self._signal += float(np.square(reference).sum())
+        self._noise += float(np.square(np.where(finite, candidate - reference, 0.0)).sum())
+
+    def value(self) -> float:
+        if self._nonfinite:
+            return -math.inf
+        if self._noise == 0:
+            return math.inf
+        return 10 * math.log10(self._signal / self._noise) if self._signal > 0 else -math.inf
+
+
+# The metrics streamed over every compared output besides MAE, max error, agreement and the allclose
+# counts: each is read by its entry in gates.GATE_METRICS, and shown in Metrics' JSON under its name.
+STREAMS: dict[str, Callable[[], Stream]] = {"cosine": LeastCosine, "snr_db": SignalToNoise}
 
 
 class ErrorAccumulator:
@@ -137,6 +213,7 @@ class ErrorAccumulator:
         self._positions_changed = 0
         self._per_image: list[np.ndarray] = []
         self._images = 0
+        self._streams = {name: make() for name, make in STREAMS.items()}
 
     def add(self, reference: np.ndarray, candidate: np.ndarray) -> None:
         if reference.shape != candidate.shape:
@@ -159,6 +236,8 @@ class ErrorAccumulator:
                 self._max_abs_at = self._element(flat, diff.shape[1], ref, cand)
         for pair, count in self._tolerances.items():
             self._tolerances[pair] = self._count(count, diff, ref, cand)
+        for stream in self._streams.values():
+            stream.add(ref, cand, finite)
         self._per_image.append(diff.mean(axis=1) if diff.shape[1] else np.zeros(diff.shape[0]))
         if self.kind == "logits" and cand.shape[1]:
             changed = np.flatnonzero(np.argmax(np.where(finite, cand, -np.inf), axis=1) != np.argmax(ref, axis=1))
@@ -214,6 +293,7 @@ class ErrorAccumulator:
             agreement=AGREEMENT.get(self.kind, "top-1"),
             max_abs_at=self._max_abs_at,
             tolerances=tuple(self._tolerances.values()),
+            streamed=tuple((name, stream.value()) for name, stream in self._streams.items()),
         )
 
 

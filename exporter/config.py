@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .gates import GATE_METRICS, Gate, default_text
 from .pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVEL_NAMES, TORCH_INTEROP_THREADS
 from .signature import SignatureSettings
 
@@ -75,79 +76,6 @@ def check_cache_gb(value: Any, where: str) -> float:
 
 
 @dataclass(frozen=True)
-class Gate:
-    """What one row must meet: MAE at most ``max_mae`` (absolute, in the output's units) and/or at
-    most ``max_relative_mae`` of the output's mean absolute reference value (scale-free: the gate of
-    non-float families, so a model whose logits are ~15 and one whose logits are ~0.1 get the same
-    verdict for the same relative error), top-1 agreement at least ``min_top1`` (a fraction; outputs
-    of kind ``values`` have none), and optionally a bound on every single value: ``max_abs`` (no
-    value's absolute error above it) and ``atol``/``rtol`` (``numpy.allclose``'s test on every value,
-    ``|candidate - reference| <= atol + rtol * |reference|``; one of them alone leaves the other 0).
-    Unset bounds do not gate. Non-finite outputs always fail.
-
-    >>> Gate(max_relative_mae=0.05, min_top1=0.98).describe()
-    'relMAE<=5% & top1>=98%'
-    >>> Gate(max_mae=1e-5, atol=1e-4, rtol=1e-3).describe()
-    'MAE<=1e-05 & atol=0.0001 rtol=0.001'
-    """
-
-    max_mae: float | None = None
-    min_top1: float = 0.0
-    max_abs: float | None = None
-    max_relative_mae: float | None = None
-    atol: float | None = None
-    rtol: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_mae is None and self.max_relative_mae is None:
-            raise UsageError("a gate needs a max MAE or a max relative MAE")
-        if self.max_mae is not None:
-            _positive_finite("max MAE", self.max_mae)
-        if self.max_relative_mae is not None:
-            _positive_finite("max relative MAE", self.max_relative_mae)
-        _positive_finite("min top-1 agreement", self.min_top1)
-        if self.min_top1 > 1:
-            raise UsageError(f"min top-1 agreement is a fraction in [0, 1], got {self.min_top1!r}")
-        if self.max_abs is not None:
-            _positive_finite("max abs error", self.max_abs)
-        if self.atol is not None:
-            _positive_finite("atol", self.atol)
-        if self.rtol is not None:
-            _positive_finite("rtol", self.rtol)
-
-    @property
-    def tolerance(self) -> tuple[float, float] | None:
-        """``(atol, rtol)`` of the elementwise allclose test, or None when neither is set."""
-        if self.atol is None and self.rtol is None:
-            return None
-        return (self.atol or 0.0, self.rtol or 0.0)
-
-    def mae_bound(self, reference_mean_abs: float) -> float:
-        """The absolute MAE this gate allows an output whose mean absolute reference value is given."""
-        bounds = [b for b in (self.max_mae, None if self.max_relative_mae is None else self.max_relative_mae * reference_mean_abs)
-                  if b is not None]
-        return min(bounds)
-
-    def describe(self) -> str:
-        parts = []
-        if self.max_mae is not None:
-            parts.append(f"MAE<={self.max_mae:g}")
-        if self.max_relative_mae is not None:
-            parts.append(f"relMAE<={self.max_relative_mae:.3g}" if self.max_relative_mae * 100 % 1 else f"relMAE<={self.max_relative_mae:.0%}")
-        if self.min_top1 > 0:
-            parts.append(f"top1>={self.min_top1:.0%}")
-        if self.max_abs is not None:
-            parts.append(f"max<={self.max_abs:g}")
-        if self.tolerance is not None:
-            parts.append(f"atol={self.tolerance[0]:g} rtol={self.tolerance[1]:g}")
-        return " & ".join(parts)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"max_mae": self.max_mae, "max_relative_mae": self.max_relative_mae, "min_top1": self.min_top1, "max_abs": self.max_abs,
-                "atol": self.atol, "rtol": self.rtol}
-
-
-@dataclass(frozen=True)
 class GateOption:
     """One user-settable field of a family's gate: the CLI flag and settings key ``name``."""
 
@@ -176,35 +104,25 @@ class GateFamily:
     fix_hint: str = "max-mae"  # the settings key a failing row's message suggests loosening
 
 
-def _value_bounds(prefix: str, what: str) -> tuple[GateOption, ...]:
-    """A family's bounds on every single value, beside its MAE: max-abs, and numpy.allclose's atol/rtol
-    (unset: not gated, so the defaults judge as before)."""
-    return (
-        GateOption(f"{prefix}max-abs", "max_abs", f"no value of {what} may differ by more than this (default: none)"),
-        GateOption(f"{prefix}atol", "atol", f"allclose gate of {what}: every value within atol + rtol * |reference| "
-                                            "(numpy.allclose; rtol 0 unless set; default: none)"),
-        GateOption(f"{prefix}rtol", "rtol", f"the relative tolerance of the allclose gate of {what} (atol 0 unless set; default: none)"),
-    )
+def _options(prefix: str, what: str, default: Gate, relative: bool) -> tuple[GateOption, ...]:
+    """A family's options, one per bound of every ``gates.GATE_METRICS`` entry it offers (the float
+    family: those of every family; int8, fp16, bf16 also the relative MAE and top-1), named ``PREFIX<stem>``."""
+    return tuple(GateOption(f"{prefix}{b.option}", b.field, b.help.format(what=what, default=default_text(b, getattr(default, b.field))),
+                            b.metavar)
+                 for m in GATE_METRICS if relative or m.families == "all" for b in m.bounds)
 
 
 def _relative_family(name: str, label: str, max_relative_mae: float, min_top1: float, what: str = "", layers: str = "on-fail",
                      fix_hint: str = "") -> GateFamily:
-    """A family judged relative to the output's size (int8, fp16, bf16): its relative MAE and top-1 gates, an
-    optional absolute MAE, and the bounds on every value; options named ``NAME-...``."""
-    what = what or label
-    return GateFamily(name, label, name, Gate(max_relative_mae=max_relative_mae, min_top1=min_top1),
-                      (GateOption(f"{name}-max-relative-mae", "max_relative_mae",
-                                  f"relative MAE gate of {what}: MAE over the mean |reference| of the output (default: {max_relative_mae:g})"),
-                       GateOption(f"{name}-max-mae", "max_mae", f"an absolute MAE gate of {label} as well (default: none)"),
-                       GateOption(f"{name}-min-top1", "min_top1", f"top-1 agreement gate of {label}, a fraction (default: {min_top1:g})", "F"),
-                       *_value_bounds(f"{name}-", label)),
+    """A family judged relative to the output's size (int8, fp16, bf16): options named ``NAME-...``."""
+    default = Gate(max_relative_mae=max_relative_mae, min_top1=min_top1)
+    return GateFamily(name, label, name, default, _options(f"{name}-", what or label, default, relative=True),
                       layers=layers, fix_hint=fix_hint or f"{name}-max-relative-mae / {name}-min-top1")
 
 
 GATE_FAMILIES: tuple[GateFamily, ...] = (
     GateFamily("float", "float artifacts", "float", Gate(max_mae=FLOAT_MAX_MAE),
-               (GateOption("max-mae", "max_mae", "MAE gate of float artifacts and of eager vs golden (default: 1e-5)"),
-                *_value_bounds("", "float artifacts and of eager vs golden"))),
+               _options("", "float artifacts and of eager vs golden", Gate(max_mae=FLOAT_MAX_MAE), relative=False)),
     _relative_family("int8", "int8 artifacts", INT8_MAX_RELATIVE_MAE, INT8_MIN_TOP1, layers="quantization", fix_hint="int8-max-mae / int8-min-top1"),
     _relative_family("fp16", "fp16 artifacts", FP16_MAX_RELATIVE_MAE, FP16_MIN_TOP1),
     # A row whose runtime computed in bf16 on this CPU (precision_family): OpenVINO's default on avx512_bf16/AMX.
@@ -250,7 +168,7 @@ class Thresholds:
         for family in GATE_FAMILIES:
             source = FAMILIES[family.follows] if family.follows else family
             changes = {o.field: values[o.name] for o in source.options if values.get(o.name) is not None}
-            gates.append((family.name, replace(family.default, **changes)))
+            gates.append((family.name, family.default.replace(**changes)))
         return cls(gates=tuple(gates))
 
     def with_gates(self, **gates: Gate) -> Thresholds:

@@ -16,10 +16,11 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from . import gates
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
 from .measurements import BatchSizeRun, EagerSelfCheck, Measured, Observation
-from .messages import batch_size_cause, layers_summary
+from .messages import batch_size_cause, calibration_note, layers_summary, measured_notes, recording_notes
 from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
 
 EAGER = "eager"
@@ -33,67 +34,30 @@ FLOAT_MOVE = 1e-5  # an int8 row "moves with the batch" when an image moves by m
 
 
 def gate_reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
-    """Every condition of ``gate`` that ``metrics`` violate, not just the first; empty when it passes."""
-    reasons = []
-    if metrics.nonfinite:
-        reasons.append(f"{metrics.nonfinite} non-finite (NaN/Inf) output values")
-    if gate.max_mae is not None and not metrics.mae <= gate.max_mae:
-        reasons.append(f"MAE {metrics.mae:.3g} > {gate.max_mae:g}")
-    if gate.max_relative_mae is not None and not metrics.relative_mae <= gate.max_relative_mae:
-        reasons.append(f"relative MAE {metrics.relative_mae:.3g} > {gate.max_relative_mae:g} (MAE {metrics.mae:.3g} over a mean "
-                       f"|reference| of {metrics.reference_mean_abs:.3g})")
-    if metrics.top1_agreement is not None and metrics.top1_agreement < gate.min_top1:
-        what = "top-1 agreement" if metrics.agreement == "top-1" else "per-position agreement"
-        reasons.append(f"{what} {metrics.top1_agreement:.1%} < {gate.min_top1:.1%}")
-    if gate.max_abs is not None and not metrics.max_abs <= gate.max_abs:
-        where = "" if metrics.max_abs_at is None else f" (at {metrics.max_abs_at.describe()})"
-        reasons.append(f"max abs error {metrics.max_abs:.3g} > {gate.max_abs:g}{where}")
-    reasons += tolerance_reasons(metrics, gate)
+    """Every condition of ``gate`` that ``metrics`` violate, not just the first (one per bound of the
+    table ``gates.GATE_METRICS``); empty when it passes."""
+    reasons = [f"{metrics.nonfinite} non-finite (NaN/Inf) output values"] if metrics.nonfinite else []
+    reasons += gates.reasons(metrics, gate)
     if metrics.images == 0:
         reasons.append("no images were compared")
     return tuple(reasons)
 
 
-def tolerance_reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
-    """The allclose part of ``gate``: how many values break ``|a - b| <= atol + rtol * |b|``, and the worst.
-
-    >>> from export_check.compare import compare
-    >>> import numpy as np
-    >>> m = compare(np.array([[1.0, 10.0]]), np.array([[1.5, 10.5]]), tolerances=((0.1, 0.01),))
-    >>> tolerance_reasons(m, Gate(max_mae=1, atol=0.1, rtol=0.01))[0]
-    'allclose(atol=0.1, rtol=0.01): 2 of 2 values outside atol + rtol*|reference|; worst sample 0, element 0: 1.5 vs reference 1 (|err| 0.5 > 0.11)'
-    """
-    if gate.tolerance is None:
-        return ()
-    atol, rtol = gate.tolerance
-    count = metrics.tolerance(atol, rtol)
-    if count is None:  # never silently passed: a measurement that lacks it is observed again (layers_missing)
-        return (f"allclose(atol={atol:g}, rtol={rtol:g}) was not measured for this output",)
-    if not count.violations:
-        return ()
-    worst = ""
-    if count.worst is not None:
-        w = count.worst
-        err = abs(w.candidate - w.reference)
-        worst = f"; worst {w.describe()} (|err| {err:.3g} > {atol + rtol * abs(w.reference):.3g})"
-    return (f"allclose(atol={atol:g}, rtol={rtol:g}): {count.violations} of {count.values} values "
-            f"outside atol + rtol*|reference|{worst}",)
-
-
-def tolerance_missing(obs: Observation, thresholds: Thresholds) -> bool:
-    """Whether the row's gate tests allclose with an ``(atol, rtol)`` pair its observation holds no count of."""
+def metric_missing(obs: Observation, thresholds: Thresholds) -> bool:
+    """Whether the row's gate asks for a value its observation does not hold on some output (an allclose
+    pair not counted, a metric measured by no earlier version): it is measured again, never passed."""
     if obs.metrics is None:
         return False
-    pair = thresholds.gate_for(obs.family).tolerance
-    return pair is not None and any(m.tolerance(*pair) is None for m in (obs.metrics, *(m for _, m in obs.outputs)))
+    gate = thresholds.gate_for(obs.family)
+    return any(gates.missing(m, gate) for m in (obs.metrics, *(m for _, m in obs.outputs)))
 
 
 def _size_gate(gate: Gate, images: int) -> Gate:
     """The row's gate at one batch size: agreement is counted only over enough images. The allclose
     counts are the replay's (every golden value, at the main batch size); a batch-size run is judged
     by the gate's MAE, max-abs and agreement parts against eager at that size."""
-    gate = replace(gate, atol=None, rtol=None)
-    return gate if images >= MIN_AGREEMENT_IMAGES else replace(gate, min_top1=0.0)
+    gate = gates.at_batch_sizes(gate)
+    return gate if images >= MIN_AGREEMENT_IMAGES else gate.replace(min_top1=None)
 
 
 def size_gate_reasons(run: BatchSizeRun, gate: Gate) -> tuple[str, ...]:
@@ -234,7 +198,7 @@ def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> 
     """A cached observation that lacks the per-layer table today's thresholds ask for (or holds one
     measured against another threshold), or the allclose count of today's atol/rtol, cannot be
     judged whole: the row must be observed again."""
-    if tolerance_missing(obs, thresholds):
+    if metric_missing(obs, thresholds):
         return True
     if not wants_layers(obs, thresholds, diagnose):
         return False
@@ -297,19 +261,6 @@ def noisy(check: EagerSelfCheck | None, bound: float) -> bool:
     return check is not None and check.max_abs > bound and not stateful(check, bound)
 
 
-def with_noise(gate: Gate, check: EagerSelfCheck) -> Gate:
-    """``gate`` widened by twice the eager model's own run-to-run noise: an artifact is not failed for
-    differing from one random eager run as much as another eager run would."""
-    agreement = 1.0 if check.agreement is None else check.agreement
-    return replace(
-        gate,
-        max_mae=None if gate.max_mae is None else gate.max_mae + 2 * check.mae,
-        max_abs=None if gate.max_abs is None else gate.max_abs + 2 * check.max_abs,
-        max_relative_mae=None if gate.max_relative_mae is None else gate.max_relative_mae + 2 * check.mae / max(check.reference_mean_abs, 1e-12),
-        min_top1=max(0.0, min(gate.min_top1, 1.0 - 2 * (1.0 - agreement))),
-    )
-
-
 def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     gate = thresholds.gate_for(EAGER)
     common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
@@ -338,7 +289,9 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
         reasons = reproduce + tuple(r for r in reasons if not (reproduce and r == WRONG_WEIGHTS))
         # a model that does not reproduce itself: its batch-size movement is its noise, not batch dependence
         moves = () if reproduce else _eager_notes(m, bound)
-        diagnostics = Diagnostics(shapes=shapes, latency=m.latency, notes=moves + eager_check_notes(m.eager_check, rerun_bound(thresholds)) + m.notes,
+        diagnostics = Diagnostics(shapes=shapes, latency=m.latency,
+                                  notes=moves + eager_check_notes(m.eager_check, rerun_bound(thresholds)) + measured_notes(m)
+                                        + recording_notes(details),
                                   seconds=m.seconds, eager_check=m.eager_check)
     return Row(status=FAIL if reasons else PASS, metrics=headline(obs, outputs, gate), reasons=reasons, diagnostics=diagnostics, **common)
 
@@ -400,10 +353,10 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
             shapes, _ = _checks(obs, m, gate, thresholds)
             if shapes is not None and shapes.reasons:
                 return Row(status=FAIL, metrics=None, reasons=reasons + shapes.reasons, replay_seconds=obs.replay_seconds,
-                           diagnostics=Diagnostics(shapes=shapes, latency=m.latency, notes=m.notes, seconds=m.seconds), **common)
+                           diagnostics=Diagnostics(shapes=shapes, latency=m.latency, notes=measured_notes(m), seconds=m.seconds), **common)
         return Row(status=ERROR, metrics=None, reasons=reasons, **common)
     if noise is not None:
-        gate = with_noise(gate, noise)
+        gate = gates.with_noise(gate, noise)
         common["gate"] = gate
         common["notes"] = obs.notes + (f"judged against a non-deterministic eager model: the gate allows twice its own "
                                        f"run-to-run noise (MAE {noise.mae:.3g}): {gate.describe()}",)
@@ -412,6 +365,9 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     reasons = gate_reasons(obs.metrics, gate) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
     status = FAIL if reasons else PASS
     m = obs.diagnostics
+    calibrated = () if obs.calibration is None else (calibration_note(obs.calibration),)  # said in every view
+    if m is None or m.error is not None:
+        common["notes"] = calibrated + common["notes"]
     if m is None:
         return Row(status=status, metrics=headline(obs, outputs, gate), reasons=reasons, replay_seconds=obs.replay_seconds, **common)
     if m.error is not None:
@@ -423,7 +379,7 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     layers = m.layers if wants_layers(obs, thresholds, diagnose) else None
     if layers is not None and FAMILIES[obs.family].layers == "on-fail" and (reasons or found):
         found += (f"where: {layers_summary(layers)}",)
-    notes = m.notes + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
+    notes = calibrated + measured_notes(m) + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
     diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds)
     return Row(status=status, metrics=headline(obs, outputs, gate), reasons=reasons + found, replay_seconds=obs.replay_seconds,
                diagnostics=diagnostics, **common)

@@ -207,10 +207,23 @@ class Measured:
     rerun: RerunMeasure | None = None
     latency: Latency | None = None
     layers: LayerComparison | None = None
-    notes: tuple[str, ...] = ()  # warnings seen and what could not be measured
+    notes: tuple[str, ...] = ()  # warnings the runtime emitted while measuring (its own words)
     seconds: float = 0.0
     error: str | None = None  # the artifact could not be reopened for its diagnostics
     eager_check: EagerSelfCheck | None = None  # the eager row's: two calls on the first batch before any build
+    unmeasured: str | None = None  # determinism and latency were not measured: the error that stopped them
+    budget: float | None = None  # --diagnostics-budget, when it cut the plan (``cut``: what it left out)
+    cut: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CalibrationSplit:
+    """A calibrated kind's row is judged on the golden samples outside its calibration split."""
+
+    judged: int
+    total: int
+    excluded: int
+    split: str  # the split as the golden set describes it
 
 
 @dataclass(frozen=True)
@@ -235,6 +248,7 @@ class Observation:
     outputs: tuple[tuple[str, Metrics], ...] = ()
     not_compared: tuple[str, ...] = ()
     not_applicable: bool = False  # the kind does not apply to this model; ``error`` says why
+    calibration: CalibrationSplit | None = None  # a calibrated kind's: the samples it was judged on
     # Where it came from in the artifact cache: "hit" (nothing built or replayed), "artifact" (file
     # reused, replayed afresh), "miss", "rebuilt" (damaged entry); None: no cache.
     cache: str | None = None

@@ -3,7 +3,37 @@ the JSON report's summaries call these; the measurement records themselves hold 
 
 from __future__ import annotations
 
-from .measurements import BatchSizeRun, LayerComparison, LayerDelta
+from .measurements import BatchSizeRun, CalibrationSplit, LayerComparison, LayerDelta, Measured
+
+
+def measured_notes(measured: Measured) -> tuple[str, ...]:
+    """What a row's diagnostics say about their own scope, then the warnings seen while measuring:
+    what the diagnostics budget left out, what could not be measured."""
+    notes = []
+    if measured.cut:
+        notes.append(f"diagnostics bounded to {measured.budget:g} of the replay's cost (--diagnostics-budget): " + "; ".join(measured.cut))
+    if measured.unmeasured is not None:
+        notes.append(f"determinism and latency not measured: {measured.unmeasured}")
+    return (*notes, *measured.notes)
+
+
+def recording_notes(details: dict[str, str]) -> tuple[str, ...]:
+    """What the eager row says about how the golden set was recorded, when it differs from this check
+    (its observation's details: ``recorded_batch_size``, ``checked_batch_size``, ``recorded_mode``)."""
+    notes = []
+    recorded, checked = details.get("recorded_batch_size"), details.get("checked_batch_size")
+    if recorded is not None and checked is not None and recorded != checked:
+        notes.append(f"the golden set was recorded at batch size {recorded}; this check runs at {checked}: a model whose "
+                     "outputs depend on the batch differs from its reference for that reason alone")
+    if details.get("recorded_mode") == "train":
+        notes.append("the golden set was recorded with the model in training mode; the check runs it in eval mode")
+    return tuple(notes)
+
+
+def calibration_note(split: CalibrationSplit) -> str:
+    """How many golden samples a calibrated kind's row was judged on."""
+    return (f"judged on {split.judged} of {split.total} golden samples: {split.excluded} excluded as its calibration split "
+            f"({split.split})")
 
 
 def layer_described(delta: LayerDelta) -> str:

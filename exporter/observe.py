@@ -39,7 +39,7 @@ from .feeds import length, samples_first
 from .files import file_info
 from .golden.batches import GoldenBatches
 from .golden.goldenset import VERSION_1, GoldenSet, stack_batches
-from .measurements import EagerSelfCheck, Observation
+from .measurements import CalibrationSplit, EagerSelfCheck, Observation
 from .model import EagerRunner
 from .versions import kernel_choices
 
@@ -225,11 +225,10 @@ class Replay:
                      "left to judge a statically quantized model on; record more samples or a smaller split")
         return tuple(sorted({**dict(details), **added}.items())), error
 
-    def calibration_note(self, kind: ArtifactKind) -> str:
+    def calibration_split(self, kind: ArtifactKind) -> CalibrationSplit:
         excluded = len(self.golden.calibration_indices())
         judged = self.judged.get(kind.name, len(self.golden) - excluded)
-        return (f"judged on {judged} of {len(self.golden)} golden samples: {excluded} excluded as its calibration split "
-                f"({self.golden.calibration.describe()})")
+        return CalibrationSplit(judged=judged, total=len(self.golden), excluded=excluded, split=self.golden.calibration.describe())
 
     def label_accuracy(self) -> float | None:
         labels = self.golden.labels()
@@ -372,7 +371,7 @@ class RowDiagnosis:
             with self.runner_stack:
                 for kind, obs, runner in self.observed:
                     measured = self.diagnoser.observe(obs, self.ctx, runner, kind.name in self.replay.run_failed)
-                    self._result[kind.name] = _with_calibration_note(self.replay, kind, self.explain(measured))
+                    self._result[kind.name] = _with_calibration(self.replay, kind, self.explain(measured))
         except BaseException as exc:  # re-raised on the main thread by result()
             self._raised = exc
 
@@ -395,14 +394,11 @@ class RowDiagnosis:
         return self._result
 
 
-def _with_calibration_note(replay: Replay, kind: ArtifactKind, obs: Observation) -> Observation:
-    """A calibrated kind's observation with the note saying how many samples it was judged on (shown in every report view)."""
+def _with_calibration(replay: Replay, kind: ArtifactKind, obs: Observation) -> Observation:
+    """A calibrated kind's observation with the samples it was judged on (said in every report view)."""
     if not kind.calibrated or obs.metrics is None:
         return obs
-    note = replay.calibration_note(kind)
-    if obs.diagnostics is not None:
-        return replace(obs, diagnostics=replace(obs.diagnostics, notes=(note, *obs.diagnostics.notes)))
-    return replace(obs, notes=(note, *obs.notes))
+    return replace(obs, calibration=replay.calibration_split(kind))
 
 
 def calibration_feeds(config: RunConfig, golden: GoldenSet) -> tuple[dict[str, np.ndarray], ...]:

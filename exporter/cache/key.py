@@ -19,7 +19,9 @@ from .. import __version__
 from ..files import sha256_file
 from ..versions import kernel_choices, library_versions
 
-FORMAT = 3  # 3: meta.json sealed with an HMAC (2: unsealed observations; 1: judged rows)
+# 4: observations hold facts, not sentences, and every stream of compare.STREAMS; 3: meta.json sealed
+# with an HMAC; 2: unsealed observations; 1: judged rows
+FORMAT = 4
 
 
 def arch_source_sha256(spec: str, root: Path | None = None) -> str:

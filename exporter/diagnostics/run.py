@@ -132,13 +132,12 @@ def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[
     clock: dict[int, float] = {}
     outputs = _sizes_from(infer, trace, name, probe, plan, clock)
     (_, runs), *others = shapes.measure_outputs(outputs, eager_at, plan.main, columns, clock=clock)
-    notes: list[str] = []
-    rerun = cost = None
+    unmeasured = rerun = cost = None
     try:
         rerun, cost = _rerun_and_cost(infer, trace, name, threads, True, plan, outputs.get(1))
-    except Exception as exc:  # it already failed the batch-size check at the main size; say so once
-        notes.append(f"determinism and latency not measured: {describe_exception(exc)[:240]}")
-    return Measured(sizes=SizeRuns(main_size=plan.main, runs=runs, outputs=tuple(others)), rerun=rerun, latency=cost, notes=tuple(notes))
+    except Exception as exc:  # it already failed the batch-size check at the main size; said once
+        unmeasured = describe_exception(exc)[:240]
+    return Measured(sizes=SizeRuns(main_size=plan.main, runs=runs, outputs=tuple(others)), rerun=rerun, latency=cost, unmeasured=unmeasured)
 
 
 class SizeOutputs(dict):
@@ -242,7 +241,6 @@ class Diagnoser:
         self.eager_infer = _eager_infer(model, self.signature)
         # where each compared output sits in the rows the checks compare: every output is checked
         self.columns = shapes.columns_of(samples_first(golden.reference_outputs(0, 1), self.signature), self.signature)
-        self.scope: tuple[str, ...] = ()
         replayed = trace.probe_outputs(EAGER)
         plan = getattr(eager_ahead, "plan", None)
         if eager_ahead is not None and plan is not None and replayed is not None and plan.main == self.main:
@@ -254,22 +252,10 @@ class Diagnoser:
             self.plan = plan_for(per_image, count, config.batch_size, len(golden), config.diagnostics_budget)
             self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.plan)
         self.sizes = self.plan.sizes
-        if self.plan.cut:  # said on every row: what the budget left out (docs/reports-and-diagnostics.md)
-            self.scope += (f"diagnostics bounded to {config.diagnostics_budget:g} of the replay's cost (--diagnostics-budget): "
-                           + "; ".join(self.plan.cut),)
+        # said on every row: what the budget left out (docs/reports-and-diagnostics.md)
+        self.scope: dict[str, Any] = {"budget": config.diagnostics_budget, "cut": self.plan.cut} if self.plan.cut else {}
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)"
                  + (" (bounded by --diagnostics-budget)" if self.plan.cut else ""))
-
-    def _recording_notes(self) -> tuple[str, ...]:
-        """What the eager row should say about how the golden set was recorded, when it differs from this check."""
-        notes = []
-        recorded, checked = self.golden.recorded_batch_size, self.config.batch_size
-        if recorded is not None and recorded != checked:
-            notes.append(f"the golden set was recorded at batch size {recorded}; this check runs at {checked}: a model whose "
-                         "outputs depend on the batch differs from its reference for that reason alone")
-        if self.golden.recorded_mode == "train":
-            notes.append("the golden set was recorded with the model in training mode; the check runs it in eval mode")
-        return tuple(notes)
 
     def observe(self, obs: Observation, ctx: BuildContext, runner: Any | None = None, run_failed: bool = False) -> Observation:
         """``obs`` with its diagnostics measured. ``runner`` is the replay's open runner for it
@@ -280,7 +266,7 @@ class Diagnoser:
             _, cost = _rerun_and_cost(self.eager_infer, self.trace, EAGER, config.threads, False, self.plan)
             (_, runs), *others = shapes.measure_outputs(self.eager_at, self.eager_at, self.main, self.columns)
             sizes = SizeRuns(main_size=self.main, runs=runs, outputs=tuple(others))
-            return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, notes=self.scope + self._recording_notes(),
+            return replace(obs, diagnostics=Measured(sizes=sizes, latency=cost, **self.scope,
                                                      seconds=time.perf_counter() - began,
                                                      eager_check=self.eager_check))
         if obs.artifact is None or obs.name not in KINDS_BY_NAME:
@@ -300,5 +286,5 @@ class Diagnoser:
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
-        measured = replace(measured, notes=self.scope + measured.notes + new_notes, seconds=time.perf_counter() - began)
+        measured = replace(measured, **self.scope, notes=new_notes, seconds=time.perf_counter() - began)
         return replace(obs, diagnostics=measured)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
+from ..gates import GATE_METRICS, GateMetric
 from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..settings import settings_line
@@ -111,6 +112,11 @@ def _gate(row: Row, report: Report) -> str:
     return family + ("" if row.gate == report.thresholds.gate_for(family) else "*")
 
 
+def _metric_cell(metric: GateMetric) -> Callable[[Row, Report], str]:
+    """The cell of a gate metric with a column of its own (``GateMetric.column``)."""
+    return lambda row, _: "-" if row.metrics is None else metric.cell(row.metrics)
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("verdict", lambda r, _: _STATUS[r.status], 0),
     Column("artifact", lambda r, _: r.name, 0),
@@ -125,6 +131,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("size", lambda r, _: size_text(r.artifact.size_bytes if r.artifact else None), 8),
     Column("vs", lambda r, _: r.compared_with, 9, verbose=True),
     Column("within float MAE", _vs_reference, 10, verbose=True),
+    *(Column(m.column, _metric_cell(m), 10, verbose=True) for m in GATE_METRICS if m.column),
     Column("cache", lambda r, _: r.cache or "-", 11, verbose=True),
 )
 

@@ -110,3 +110,36 @@ def test_every_view_shows_the_gate_and_its_count(gated) -> None:
     assert header.split().index("allclose") == row.split().index(cell)
     assert f"gates: float MAE<=1e-05 & max<={MAX_ABS:g} & {gate}" in printed
     assert f"FAIL eager: allclose(atol={ATOL:g}, rtol={RTOL:g}): {count['violations']} of {count['values']} values outside" in printed
+
+
+def test_cosine_and_snr_are_numpys_on_the_same_outputs_and_gate_every_view(tmp_path: Path, nudged_checkpoint: Path) -> None:
+    """--min-snr and --min-cosine on the nudged ResNet: the tool's least cosine and SNR of eager (against
+    its reference) and of the ONNX file (against eager) are numpy's on the same outputs, and the verdict
+    follows them: eager's SNR (its logits moved by NUDGE) is about 128 dB, so a 200 dB gate fails it."""
+    argv = [str(nudged_checkpoint), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx", "--out", str(tmp_path / "a"), "-q", "-v",
+            "--no-cache", "--min-snr", "200", "--min-cosine", "0.999999", "--batch-size", "16", "--json", str(tmp_path / "r.json")]
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        code = main(argv)
+    report = json.loads((tmp_path / "r.json").read_text())
+    rows = {r["name"]: r for r in report["rows"]}
+    reference, eager, onnx = _by_hand(Path(rows["onnx"]["artifact"]["path"]), nudged_checkpoint)
+    for name, candidate, against in (("eager", eager, reference), ("onnx", onnx, eager)):
+        c, a = candidate.astype(np.float64), against.astype(np.float64)
+        noise = float(np.sum((c - a) ** 2))
+        snr = 10 * np.log10(float(np.sum(a**2)) / noise) if noise else None  # JSON: an infinite SNR is null
+        cosine = float(min(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)) for x, y in zip(c, a, strict=True)))
+        metrics = rows[name]["metrics"]
+        # the same files at the same batch size: numpy's figures, give or take onnxruntime's run-to-run last bits
+        assert (metrics["snr_db"] is None) == (snr is None) or abs(metrics["snr_db"] - snr) < 3, (name, metrics["snr_db"], snr)
+        assert metrics["cosine"] == pytest.approx(cosine, abs=1e-9)
+        assert rows[name]["gate"]["min_snr_db"] == 200 and rows[name]["gate"]["min_cosine"] == 0.999999
+        snr_reason = [r for r in rows[name]["reasons"] if r.startswith("SNR ")]
+        assert bool(snr_reason) == (snr is not None and snr < 200), (name, snr, rows[name]["reasons"])
+        assert not any(r.startswith("cosine") for r in rows[name]["reasons"])  # 1 - 1e-12: far above the gate
+    assert 110 < rows["eager"]["metrics"]["snr_db"] < 150 and rows["eager"]["status"] == "fail" and code == 1
+    text = printed.getvalue()
+    assert "gates: float MAE<=1e-05 & cos>=0.999999 & SNR>=200dB" in text
+    # -v: a column each (in the header, or wrapped under each row when 100 columns are too few)
+    shown = text.replace("\n    ", "  ")
+    assert "SNR dB" in shown and re.search(rf"cos {rows['eager']['metrics']['cosine']:.6f}", shown), text
+    assert f"FAIL eager: SNR {rows['eager']['metrics']['snr_db']:.3g} dB < 200 dB" in text

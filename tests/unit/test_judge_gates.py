@@ -17,7 +17,7 @@ from export_check.cli import main
 from export_check.compare import ErrorAccumulator, compare
 from export_check.config import FAMILIES, GATE_FAMILIES, Gate, Thresholds
 from export_check.errors import UsageError
-from export_check.judge import gate_reasons, judge_row, layers_missing, tolerance_missing
+from export_check.judge import gate_reasons, judge_row, layers_missing, metric_missing
 from export_check.measurements import Observation
 from export_check.options import SETTINGS
 
@@ -83,7 +83,7 @@ def test_the_judge_gates_on_allclose_with_the_count_and_the_worst_value() -> Non
                        "100.5 vs reference 100 (|err| 0.5 > 0.101)",)
     # 0.5 <= 0.5 + 0.1: inside, as numpy says (a pair is judged only by its own count)
     assert np.allclose(candidate, reference, atol=0.5, rtol=1e-3)
-    assert gate_reasons(compare(reference, candidate, tolerances=((0.5, 1e-3),)), replace(gate, atol=0.5)) == ()
+    assert gate_reasons(compare(reference, candidate, tolerances=((0.5, 1e-3),)), gate.replace(atol=0.5)) == ()
 
 
 def test_max_abs_gate_names_where_the_largest_error_is() -> None:
@@ -102,9 +102,9 @@ def test_a_gate_whose_pair_was_not_measured_fails_visibly_and_a_cached_observati
     gate = thresholds.gate_for("float")
     assert gate_reasons(metrics, gate) == ("allclose(atol=1e-05, rtol=0) was not measured for this output",)
     obs = Observation(name="onnx", family="float", compared_with="eager", metrics=metrics)
-    assert tolerance_missing(obs, thresholds) and layers_missing(obs, thresholds, diagnose=False)  # the cache re-observes it
+    assert metric_missing(obs, thresholds) and layers_missing(obs, thresholds, diagnose=False)  # the cache re-observes it
     measured = replace(obs, metrics=compare(reference, candidate, tolerances=thresholds.tolerances()))
-    assert not tolerance_missing(measured, thresholds)  # (it fails, so the cache also wants its per-layer table)
+    assert not metric_missing(measured, thresholds)  # (it fails, so the cache also wants its per-layer table)
     row = judge_row(measured, thresholds)
     assert row.status == "fail" and row.reasons[0].startswith("allclose(atol=1e-05, rtol=0): 6 of 6 values outside")
 

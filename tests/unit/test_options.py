@@ -61,6 +61,8 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
         "diagnostics-budget",  # issue 15: the diagnostics' share of a row's replay
         # issue 23: the bf16 gate family (openvino on a CPU with avx512_bf16 or AMX)
         "bf16-max-relative-mae", "bf16-max-mae", "bf16-min-top1", "bf16-max-abs", "bf16-atol", "bf16-rtol",
+        # issue 30: the similarity gates, per family (gates.GATE_METRICS)
+        *(f"{prefix}{stem}" for prefix in ("", "int8-", "fp16-", "bf16-") for stem in ("min-cosine", "min-snr")),
     }
 
 

@@ -1,0 +1,305 @@
+"""The gate metrics, one entry each in ``GATE_METRICS``, and the :class:`Gate` they make up.
+
+An entry holds every fact about one bound a gate can put on an output: the ``Gate`` keyword(s) and
+option names that set it, which gate families offer it, how a gate shows it, the value it reads from
+:class:`compare.Metrics` and in which direction it gates, why a row fails it, whether it is judged at
+every batch size, and how eager's own run-to-run noise widens it. The options (``config``), the
+judge's reasons, ``Gate.describe`` and the JSON all read this table; a new gate metric is one entry
+here plus its compute function (a value of ``Metrics``, or a stream in ``compare.STREAMS``).
+
+>>> Gate(max_mae=1e-5, min_cosine=0.999).describe()
+'MAE<=1e-05 & cos>=0.999'
+>>> Gate(max_relative_mae=0.05).min_top1, Gate(max_relative_mae=0.05).max_abs
+(0.0, None)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .compare import Metrics
+    from .measurements import EagerSelfCheck
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One ``Gate`` keyword: ``max_mae`` is set by ``--max-mae`` (the float family) and ``--int8-max-mae``."""
+
+    field: str
+    title: str  # how an error names it: "max MAE"
+    option: str  # the option's stem: a family's option is "<family>-<stem>" (the float family's: the stem)
+    help: str  # with {what} (the family's rows) and {default}
+    metavar: str = "X"
+    unset: float | None = None  # the value that does not gate (min_top1: 0)
+    fraction: bool = False  # a value in [0, 1]
+
+
+@dataclass(frozen=True)
+class GateMetric:
+    """One entry of the table (see the module's docstring)."""
+
+    name: str
+    bounds: tuple[Bound, ...]
+    shown: Callable[[Gate], str | None]  # the gate's bound as the reports show it, None when unset: "MAE<=1e-05"
+    reason: Callable[[Metrics, Gate], str | None]  # why ``metrics`` fail this bound; None when they meet it or it is unset
+    families: str = "all"  # which gate families offer its options: "all", or "relative" (int8, fp16, bf16 only)
+    # The gate asks for a value this observation does not hold (measured before the metric existed, or
+    # without that allclose pair): never passed, the observation is measured again (judge.layers_missing).
+    missing: Callable[[Metrics, Gate], bool] = lambda metrics, gate: False
+    at_batch_sizes: bool = True  # also judged against eager at every batch size (else: the replay's values only)
+    # The bound widened by eager's own run-to-run noise (judge.with_noise), for a model that draws random numbers.
+    noise: Callable[[float, EagerSelfCheck], float] | None = None
+    # A column of its own in the verbose terminal table (the default table shows MAE, max|err|, top-1):
+    # its title, and the cell of a row's metrics.
+    column: str | None = None
+    cell: Callable[[Metrics], str] = lambda metrics: "-"
+
+
+def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], float | None], shown: str | Callable[[float], str],
+            failed: Callable[[Metrics, float, float], str], *, applies: Callable[[Metrics], bool] = lambda m: True,
+            families: str = "all", at_batch_sizes: bool = True,
+            noise: Callable[[float, EagerSelfCheck], float] | None = None, column: str | None = None,
+            cell: str = "{:.3g}") -> GateMetric:
+    """A metric bounded by one number: ``direction`` "max" (the value must be at most the bound) or
+    "min" (at least). ``read`` None where ``applies``: the value was not measured (a reason, never a pass);
+    where it does not apply (no argmax of a values output), the bound does not gate."""
+
+    show = shown.format if isinstance(shown, str) else shown
+
+    def value_of(gate: Gate) -> float | None:
+        value = getattr(gate, bound.field)
+        return None if value is None or value == bound.unset else value
+
+    def reason(metrics: Metrics, gate: Gate) -> str | None:
+        limit = value_of(gate)
+        if limit is None or not applies(metrics):
+            return None
+        value = read(metrics)
+        if value is None:
+            return f"{name} was not measured for this output"
+        ok = value <= limit if direction == "max" else value >= limit
+        return None if ok else failed(metrics, value, limit)
+
+    def missing(metrics: Metrics, gate: Gate) -> bool:
+        return value_of(gate) is not None and applies(metrics) and read(metrics) is None
+
+    def shown_of(gate: Gate) -> str | None:
+        limit = value_of(gate)
+        return None if limit is None else show(limit)
+
+    def cell_of(metrics: Metrics) -> str:
+        value = read(metrics)
+        return "-" if value is None else cell.format(value)
+
+    return GateMetric(name, (bound,), shown_of, reason, families=families, missing=missing, at_batch_sizes=at_batch_sizes,
+                      noise=noise, column=column, cell=cell_of)
+
+
+def _agreement_title(metrics: Metrics) -> str:
+    return "top-1 agreement" if metrics.agreement == "top-1" else "per-position agreement"
+
+
+def _at(metrics: Metrics) -> str:
+    return "" if metrics.max_abs_at is None else f" (at {metrics.max_abs_at.describe()})"
+
+
+def _relative_shown(value: float) -> str:
+    return f"relMAE<={value:.3g}" if value * 100 % 1 else f"relMAE<={value:.0%}"
+
+
+def _tolerance_shown(gate: Gate) -> str | None:
+    pair = gate.tolerance
+    return None if pair is None else f"atol={pair[0]:g} rtol={pair[1]:g}"
+
+
+def _tolerance_reason(metrics: Metrics, gate: Gate) -> str | None:
+    """The allclose part of ``gate``: how many values break ``|a - b| <= atol + rtol * |b|``, and the worst."""
+    if gate.tolerance is None:
+        return None
+    atol, rtol = gate.tolerance
+    count = metrics.tolerance(atol, rtol)
+    if count is None:  # never silently passed: a measurement that lacks it is observed again (judge.layers_missing)
+        return f"allclose(atol={atol:g}, rtol={rtol:g}) was not measured for this output"
+    if not count.violations:
+        return None
+    worst = ""
+    if count.worst is not None:
+        w = count.worst
+        worst = f"; worst {w.describe()} (|err| {abs(w.candidate - w.reference):.3g} > {atol + rtol * abs(w.reference):.3g})"
+    return (f"allclose(atol={atol:g}, rtol={rtol:g}): {count.violations} of {count.values} values "
+            f"outside atol + rtol*|reference|{worst}")
+
+
+def _tolerance_missing(metrics: Metrics, gate: Gate) -> bool:
+    return gate.tolerance is not None and metrics.tolerance(*gate.tolerance) is None
+
+
+def _top1_noise(bound: float, check: EagerSelfCheck) -> float:
+    return max(0.0, min(bound, 1.0 - 2 * (1.0 - (1.0 if check.agreement is None else check.agreement))))
+
+
+GATE_METRICS: tuple[GateMetric, ...] = (
+    _scalar("MAE", Bound("max_mae", "max MAE", "max-mae", "MAE gate of {what} (default: {default})"),
+            "max", lambda m: m.mae, "MAE<={:g}", lambda m, v, b: f"MAE {v:.3g} > {b:g}",
+            noise=lambda b, c: b + 2 * c.mae),
+    _scalar("relative MAE", Bound("max_relative_mae", "max relative MAE", "max-relative-mae",
+                                  "relative MAE gate of {what}: MAE over the mean |reference| of the output (default: {default})"),
+            "max", lambda m: m.relative_mae, _relative_shown,
+            lambda m, v, b: f"relative MAE {v:.3g} > {b:g} (MAE {m.mae:.3g} over a mean |reference| of {m.reference_mean_abs:.3g})",
+            families="relative", noise=lambda b, c: b + 2 * c.mae / max(c.reference_mean_abs, 1e-12)),
+    _scalar("top-1 agreement", Bound("min_top1", "min top-1 agreement", "min-top1",
+                                     "top-1 agreement gate of {what}, a fraction (default: {default})", "F", unset=0.0, fraction=True),
+            "min", lambda m: m.top1_agreement, "top1>={:.0%}", lambda m, v, b: f"{_agreement_title(m)} {v:.1%} < {b:.1%}",
+            applies=lambda m: m.top1_agreement is not None, families="relative", noise=_top1_noise),
+    _scalar("max abs error", Bound("max_abs", "max abs error", "max-abs", "no value of {what} may differ by more than this (default: {default})"),
+            "max", lambda m: m.max_abs, "max<={:g}", lambda m, v, b: f"max abs error {v:.3g} > {b:g}{_at(m)}",
+            noise=lambda b, c: b + 2 * c.max_abs),
+    GateMetric("allclose",
+               (Bound("atol", "atol", "atol", "allclose gate of {what}: every value within atol + rtol * |reference| "
+                                              "(numpy.allclose; rtol 0 unless set; default: {default})"),
+                Bound("rtol", "rtol", "rtol", "the relative tolerance of the allclose gate of {what} (atol 0 unless set; default: {default})")),
+               _tolerance_shown, _tolerance_reason, missing=_tolerance_missing, at_batch_sizes=False),
+    # The least cosine similarity of any one sample's output with its reference (flattened): an
+    # embedding or a row of logits pointing elsewhere, whatever its scale (compare.STREAMS).
+    _scalar("cosine similarity", Bound("min_cosine", "min cosine similarity", "min-cosine",
+                                       "cosine similarity gate of {what}: no sample's output may have a lower cosine with its reference "
+                                       "(default: {default})", "F", fraction=True),
+            "min", lambda m: m.stat("cosine"), "cos>={:g}",
+            lambda m, v, b: f"cosine similarity {v:.6g} < {b:g} (the least of any sample)",
+            at_batch_sizes=False, column="cos", cell="{:.6f}"),
+    # The output's signal-to-noise ratio in dB: 10 log10(sum reference^2 / sum error^2) (compare.STREAMS).
+    _scalar("SNR", Bound("min_snr_db", "min SNR", "min-snr",
+                         "signal-to-noise gate of {what} in dB: 10 log10(sum reference^2 / sum error^2) (default: {default})", "DB"),
+            "min", lambda m: m.stat("snr_db"), "SNR>={:g}dB", lambda m, v, b: f"SNR {v:.3g} dB < {b:g} dB",
+            at_batch_sizes=False, column="SNR dB", cell="{:.1f}"),
+)
+BOUNDS: dict[str, Bound] = {b.field: b for m in GATE_METRICS for b in m.bounds}
+assert len(BOUNDS) == sum(len(m.bounds) for m in GATE_METRICS), "gate fields must be unique"
+
+
+def _check_bound(bound: Bound, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise UsageError(f"{bound.title} must be a finite number >= 0, got {value!r}")
+    if bound.fraction and value > 1:
+        raise UsageError(f"{bound.title} is a fraction in [0, 1], got {value!r}")
+    return float(value) if not isinstance(value, int) else value
+
+
+class Gate:
+    """What one row must meet: a bound on each metric of ``GATE_METRICS`` it sets, by keyword
+    (``max_mae``, ``max_relative_mae``, ``min_top1``, ``max_abs``, ``atol``/``rtol``, ``min_cosine``,
+    ``min_snr_db``). Every gate bounds the MAE, absolutely and/or relative to the output's mean
+    absolute reference value (scale-free: the gate of the non-float families). Unset bounds do not
+    gate; non-finite outputs always fail. Frozen, compared and hashed by its bounds.
+
+    >>> Gate(max_relative_mae=0.05, min_top1=0.98).describe()
+    'relMAE<=5% & top1>=98%'
+    >>> Gate(max_mae=1e-5, atol=1e-4, rtol=1e-3).describe()
+    'MAE<=1e-05 & atol=0.0001 rtol=0.001'
+    >>> Gate(max_mae=1e-5).replace(max_mae=None)
+    Traceback (most recent call last):
+    export_check.errors.UsageError: a gate needs a max MAE or a max relative MAE
+    """
+
+    __slots__ = ("_bounds",)
+    _bounds: dict[str, float]
+
+    def __init__(self, **bounds: float | None) -> None:
+        unknown = sorted(set(bounds) - set(BOUNDS))
+        if unknown:
+            raise TypeError(f"Gate() got unknown bounds {', '.join(unknown)}; the bounds are {', '.join(BOUNDS)}")
+        kept = {name: _check_bound(BOUNDS[name], value) for name, value in bounds.items() if value is not None}
+        if "max_mae" not in kept and "max_relative_mae" not in kept:
+            raise UsageError("a gate needs a max MAE or a max relative MAE")
+        object.__setattr__(self, "_bounds", {name: kept[name] for name in BOUNDS if name in kept})
+
+    def __getattr__(self, name: str) -> Any:
+        bound = BOUNDS.get(name)
+        if bound is None or name.startswith("_"):
+            raise AttributeError(f"'Gate' object has no attribute {name!r}")
+        return self._bounds.get(name, bound.unset)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a Gate is frozen: use gate.replace(...)")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Gate) and self._set() == other._set()
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._set().items())))
+
+    def __repr__(self) -> str:
+        return f"Gate({', '.join(f'{k}={v!r}' for k, v in self._bounds.items())})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_gate, (tuple(self._bounds.items()),))
+
+    def _set(self) -> dict[str, float]:
+        """The bounds that gate (a bound at its unset value, min_top1=0, is no bound)."""
+        return {k: v for k, v in self._bounds.items() if v != BOUNDS[k].unset}
+
+    def replace(self, **changes: float | None) -> Gate:
+        """This gate with some bounds changed (None: unset)."""
+        return Gate(**{**self._bounds, **changes})
+
+    def only(self, metrics: Iterable[GateMetric]) -> Gate:
+        """This gate without the bounds of the metrics not given (the MAE bounds are always kept)."""
+        keep = {b.field for m in metrics for b in m.bounds} | {"max_mae", "max_relative_mae"}
+        return Gate(**{k: v for k, v in self._bounds.items() if k in keep})
+
+    @property
+    def tolerance(self) -> tuple[float, float] | None:
+        """``(atol, rtol)`` of the elementwise allclose test, or None when neither is set."""
+        atol, rtol = self._bounds.get("atol"), self._bounds.get("rtol")
+        if atol is None and rtol is None:
+            return None
+        return (atol or 0.0, rtol or 0.0)
+
+    def mae_bound(self, reference_mean_abs: float) -> float:
+        """The absolute MAE this gate allows an output whose mean absolute reference value is given."""
+        relative = self._bounds.get("max_relative_mae")
+        bounds = [b for b in (self._bounds.get("max_mae"), None if relative is None else relative * reference_mean_abs) if b is not None]
+        return min(bounds)
+
+    def describe(self) -> str:
+        return " & ".join(shown for m in GATE_METRICS if (shown := m.shown(self)) is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in BOUNDS}
+
+
+def _gate(bounds: tuple[tuple[str, float], ...]) -> Gate:
+    return Gate(**dict(bounds))
+
+
+def reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
+    """Why ``metrics`` fail ``gate``, one reason per bound broken, in table order."""
+    return tuple(r for m in GATE_METRICS if (r := m.reason(metrics, gate)) is not None)
+
+
+def missing(metrics: Metrics, gate: Gate) -> bool:
+    """Whether ``gate`` asks for a value ``metrics`` do not hold (the observation must be measured again)."""
+    return any(m.missing(metrics, gate) for m in GATE_METRICS)
+
+
+def at_batch_sizes(gate: Gate) -> Gate:
+    """The part of ``gate`` judged against eager at every batch size."""
+    return gate.only(m for m in GATE_METRICS if m.at_batch_sizes)
+
+
+def with_noise(gate: Gate, check: EagerSelfCheck) -> Gate:
+    """``gate`` with each bound widened by eager's own noise as its entry says (bounds without a rule stay)."""
+    changes = {b.field: m.noise(value, check) for m in GATE_METRICS if m.noise is not None for b in m.bounds
+               if (value := getattr(gate, b.field)) is not None}
+    return gate.replace(**changes)
+
+
+def default_text(bound: Bound, value: float | None) -> str:
+    """A bound's default as an option's help shows it."""
+    return "none" if value is None or value == bound.unset else f"{value:g}"

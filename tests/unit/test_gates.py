@@ -1,0 +1,133 @@
+"""The gate-metric table (exporter/gates.py): every bound is an option of every family that offers it,
+a gate is frozen and compared by its bounds, and the two streamed metrics (least cosine similarity,
+SNR in dB) are numpy's own on the whole arrays, however the set is cut into batches."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from export_check.compare import ErrorAccumulator, compare
+from export_check.config import GATE_FAMILIES, Thresholds
+from export_check.errors import UsageError
+from export_check.gates import BOUNDS, GATE_METRICS, Gate
+from export_check.judge import gate_reasons, judge_row, layers_missing, metric_missing
+from export_check.measurements import Observation
+from export_check.options import SETTINGS
+
+
+def test_every_bound_of_the_table_is_an_option_of_every_family_that_offers_it() -> None:
+    for family in GATE_FAMILIES:
+        if family.follows:  # eager vs golden takes the float family's options
+            assert not family.options
+            continue
+        relative = family.name != "float"
+        prefix = "" if family.name == "float" else f"{family.name}-"
+        offered = {(b.field, f"{prefix}{b.option}") for m in GATE_METRICS if relative or m.families == "all" for b in m.bounds}
+        assert {(o.field, o.name) for o in family.options} == offered
+        assert {name for _, name in offered} <= set(SETTINGS)
+    assert {"min-cosine", "min-snr", "int8-min-cosine", "fp16-min-snr", "bf16-min-cosine"} <= set(SETTINGS)
+    assert set(Thresholds().to_json()["float"]) == set(BOUNDS)
+
+
+def test_a_gate_is_frozen_compared_by_its_bounds_and_pickles() -> None:
+    gate = Gate(max_mae=1e-5, min_cosine=0.99)
+    assert gate == Gate(min_cosine=0.99, max_mae=1e-5) and hash(gate) == hash(Gate(min_cosine=0.99, max_mae=1e-5))
+    assert gate == Gate(max_mae=1e-5, min_cosine=0.99, min_top1=0.0)  # min_top1 0 is no bound
+    assert gate != Gate(max_mae=1e-5) and pickle.loads(pickle.dumps(gate)) == gate
+    assert gate.min_cosine == 0.99 and gate.min_snr_db is None and gate.min_top1 == 0.0
+    assert gate.replace(min_cosine=None) == Gate(max_mae=1e-5)
+    with pytest.raises(AttributeError, match="frozen"):
+        gate.max_mae = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError, match="unknown bounds max_maee"):
+        Gate(max_maee=1.0)
+    with pytest.raises(UsageError, match="min cosine similarity is a fraction in"):
+        Gate(max_mae=1.0, min_cosine=1.5)
+    with pytest.raises(UsageError, match="min SNR must be a finite number >= 0, got nan"):
+        Gate(max_mae=1.0, min_snr_db=float("nan"))
+    assert Gate(max_mae=1e-5, min_cosine=0.999, min_snr_db=40).describe() == "MAE<=1e-05 & cos>=0.999 & SNR>=40dB"
+
+
+def _least_cosine(reference: np.ndarray, candidate: np.ndarray) -> float:
+    """By hand: each sample flattened, cos = a.b / (|a| |b|), the least over the samples."""
+    a = reference.reshape(len(reference), -1).astype(np.float64)
+    b = candidate.reshape(len(candidate), -1).astype(np.float64)
+    return float(min(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)) for x, y in zip(a, b, strict=True)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), samples=st.integers(1, 30), width=st.integers(1, 10), batch=st.integers(1, 12),
+       noise=st.sampled_from([1e-6, 1e-3, 0.3, 3.0]))
+def test_streamed_cosine_and_snr_are_numpys_on_the_whole_arrays(seed, samples, width, batch, noise) -> None:
+    rng = np.random.default_rng(seed)
+    reference = rng.normal(0, 3, (samples, 2, width)).astype(np.float32)
+    candidate = (reference + rng.normal(0, noise, reference.shape)).astype(np.float32)
+    acc = ErrorAccumulator("values")
+    for start in range(0, samples, batch):
+        acc.add(reference[start:start + batch], candidate[start:start + batch])
+    metrics = acc.result()
+    ref, cand = reference.astype(np.float64), candidate.astype(np.float64)
+    snr = 10 * math.log10(float(np.sum(ref**2)) / float(np.sum((cand - ref) ** 2)))
+    assert metrics.stat("snr_db") == pytest.approx(snr, rel=1e-9)
+    assert metrics.stat("cosine") == pytest.approx(_least_cosine(reference, candidate), rel=1e-9, abs=1e-12)
+    assert metrics.to_json()["snr_db"] == metrics.stat("snr_db") and metrics.to_json()["cosine"] == metrics.stat("cosine")
+
+
+def test_edge_values_of_the_streams() -> None:
+    same = compare(np.ones((2, 3)), np.ones((2, 3)))
+    assert same.stat("snr_db") == math.inf and same.stat("cosine") == 1.0
+    zeros = compare(np.zeros((2, 3)), np.zeros((2, 3)))
+    assert zeros.stat("cosine") == 1.0 and zeros.stat("snr_db") == math.inf
+    flipped = compare(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1.0, 2.0], [-3.0, -4.0]]))
+    assert flipped.stat("cosine") == pytest.approx(-1.0)  # the second sample points the other way
+    nan = compare(np.ones((2, 3)), np.array([[1.0, 1.0, 1.0], [1.0, np.nan, 1.0]]))
+    assert nan.stat("cosine") == -1.0 and nan.stat("snr_db") == -math.inf
+
+
+def test_one_sample_pointing_elsewhere_fails_the_cosine_gate_where_mae_passes() -> None:
+    """An embedding row: 100 samples agree, one points the other way at the same size. Its MAE over the
+    set is small; the least cosine names it."""
+    rng = np.random.default_rng(0)
+    reference = rng.normal(0, 0.01, (100, 64))
+    candidate = reference.copy()
+    candidate[37] = -candidate[37]
+    gate = Gate(max_mae=1e-3, min_cosine=0.99)
+    metrics = compare(reference, candidate, kind="values")
+    assert metrics.mae < 1e-3
+    assert gate_reasons(metrics, gate) == (f"cosine similarity {metrics.stat('cosine'):.6g} < 0.99 (the least of any sample)",)
+    assert metrics.stat("cosine") == pytest.approx(-1.0)
+    assert gate_reasons(compare(reference, reference * 1.001, kind="values"), gate) == ()
+
+
+def test_snr_gate_fails_below_its_decibels() -> None:
+    reference = np.full((4, 10), 10.0)
+    candidate = reference + 0.1  # SNR = 10 log10(100 / 0.01) = 40 dB
+    metrics = compare(reference, candidate)
+    assert metrics.stat("snr_db") == pytest.approx(40.0)
+    assert gate_reasons(metrics, Gate(max_mae=1.0, min_snr_db=45)) == ("SNR 40 dB < 45 dB",)
+    assert gate_reasons(metrics, Gate(max_mae=1.0, min_snr_db=39)) == ()
+
+
+def test_an_observation_measured_before_a_metric_existed_is_measured_again_never_passed() -> None:
+    reference, candidate = np.zeros((2, 3)), np.zeros((2, 3))
+    old = replace(compare(reference, candidate), streamed=())  # what a cache entry of an earlier version holds
+    thresholds = Thresholds.from_options({"min-cosine": 0.9})
+    assert gate_reasons(old, thresholds.gate_for("float")) == ("cosine similarity was not measured for this output",)
+    obs = Observation(name="onnx", family="float", compared_with="eager", metrics=old)
+    assert metric_missing(obs, thresholds) and layers_missing(obs, thresholds, diagnose=False)
+    fresh = replace(obs, metrics=compare(reference, candidate))
+    assert not metric_missing(fresh, thresholds) and judge_row(fresh, thresholds).status == "pass"
+    assert not metric_missing(obs, Thresholds())  # no gate asks for it: the old observation serves
+
+
+def test_batch_size_runs_are_judged_by_the_bounds_measured_there_only() -> None:
+    from export_check.gates import at_batch_sizes
+
+    gate = Gate(max_mae=1e-5, max_abs=1e-4, atol=1e-3, min_cosine=0.9, min_snr_db=20, min_top1=0.5)
+    assert at_batch_sizes(gate) == Gate(max_mae=1e-5, max_abs=1e-4, min_top1=0.5)
