@@ -119,8 +119,8 @@ def _first_main(variant: str, out: Path) -> None:
         _install(isolation_stdlib, variant)
     from export_check.artifacts import KINDS_BY_NAME, BuildContext
     from export_check.checkpoint import build_model, load_state_dict
-    from export_check.golden import load_golden
-    from export_check.golden_batches import GoldenBatches
+    from export_check.golden.batches import GoldenBatches
+    from export_check.golden.manifest import load_golden
 
     began = time.perf_counter()  # the pipeline's order: prewarm (it imports torch, then starts the server), then the model
     if variant != "in-process":
@@ -129,7 +129,8 @@ def _first_main(variant: str, out: Path) -> None:
     state = load_state_dict(CHECKPOINT)
     model = build_model("models/resnet.py:ResNet", {}, state, CHECKPOINT, None)
     batches = GoldenBatches(load_golden(REPO / "golden"), 32)
-    ctx = BuildContext(model=model, example=torch.from_numpy(batches.first), opset=17, onnx_exporter="torchscript", threads=1)
+    (first,) = batches.first.values()  # the bundled model has one input
+    ctx = BuildContext(model=model, example=torch.from_numpy(first), opset=17, onnx_exporter="torchscript", threads=1)
     loaded = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         kind = KINDS_BY_NAME["torchscript-trace"]

@@ -20,7 +20,7 @@ from . import gates
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
 from .measurements import BatchSizeRun, EagerSelfCheck, Measured, Observation
-from .messages import batch_size_cause, calibration_note, layers_summary, measured_notes, recording_notes
+from .messages import batch_size_cause, calibration_notes, layers_summary, measured_notes, recording_notes
 from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
 
 EAGER = "eager"
@@ -365,7 +365,7 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     reasons = gate_reasons(obs.metrics, gate) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
     status = FAIL if reasons else PASS
     m = obs.diagnostics
-    calibrated = () if obs.calibration is None else (calibration_note(obs.calibration),)  # said in every view
+    calibrated = calibration_notes(dict(obs.details))  # said in every view
     if m is None or m.error is not None:
         common["notes"] = calibrated + common["notes"]
     if m is None:

@@ -217,16 +217,6 @@ class Measured:
 
 
 @dataclass(frozen=True)
-class CalibrationSplit:
-    """A calibrated kind's row is judged on the golden samples outside its calibration split."""
-
-    judged: int
-    total: int
-    excluded: int
-    split: str  # the split as the golden set describes it
-
-
-@dataclass(frozen=True)
 class Observation:
     """Everything observed about one row: the eager model against the golden reference, or one
     artifact, reloaded from its file, against eager. ``error`` is a build, reload or replay failure
@@ -248,7 +238,6 @@ class Observation:
     outputs: tuple[tuple[str, Metrics], ...] = ()
     not_compared: tuple[str, ...] = ()
     not_applicable: bool = False  # the kind does not apply to this model; ``error`` says why
-    calibration: CalibrationSplit | None = None  # a calibrated kind's: the samples it was judged on
     # Where it came from in the artifact cache: "hit" (nothing built or replayed), "artifact" (file
     # reused, replayed afresh), "miss", "rebuilt" (damaged entry); None: no cache.
     cache: str | None = None

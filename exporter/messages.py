@@ -3,7 +3,7 @@ the JSON report's summaries call these; the measurement records themselves hold 
 
 from __future__ import annotations
 
-from .measurements import BatchSizeRun, CalibrationSplit, LayerComparison, LayerDelta, Measured
+from .measurements import BatchSizeRun, LayerComparison, LayerDelta, Measured
 
 
 def measured_notes(measured: Measured) -> tuple[str, ...]:
@@ -30,10 +30,14 @@ def recording_notes(details: dict[str, str]) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def calibration_note(split: CalibrationSplit) -> str:
-    """How many golden samples a calibrated kind's row was judged on."""
-    return (f"judged on {split.judged} of {split.total} golden samples: {split.excluded} excluded as its calibration split "
-            f"({split.split})")
+def calibration_notes(details: dict[str, str]) -> tuple[str, ...]:
+    """How many golden samples a calibrated kind's row was judged on (its observation's details:
+    ``judged_samples``, ``calibration_samples_excluded``, ``calibration_split``); none for other rows."""
+    if "judged_samples" not in details:
+        return ()
+    judged, excluded = int(details["judged_samples"]), int(details.get("calibration_samples_excluded", "0"))
+    return (f"judged on {judged} of {judged + excluded} golden samples: {excluded} excluded as its calibration split "
+            f"({details.get('calibration_split', '?')})",)
 
 
 def layer_described(delta: LayerDelta) -> str:

@@ -17,7 +17,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,7 @@ from .feeds import length, samples_first
 from .files import file_info
 from .golden.batches import GoldenBatches
 from .golden.goldenset import VERSION_1, GoldenSet, stack_batches
-from .measurements import CalibrationSplit, EagerSelfCheck, Observation
+from .measurements import EagerSelfCheck, Observation
 from .model import EagerRunner
 from .versions import kernel_choices
 
@@ -225,11 +224,6 @@ class Replay:
                      "left to judge a statically quantized model on; record more samples or a smaller split")
         return tuple(sorted({**dict(details), **added}.items())), error
 
-    def calibration_split(self, kind: ArtifactKind) -> CalibrationSplit:
-        excluded = len(self.golden.calibration_indices())
-        judged = self.judged.get(kind.name, len(self.golden) - excluded)
-        return CalibrationSplit(judged=judged, total=len(self.golden), excluded=excluded, split=self.golden.calibration.describe())
-
     def label_accuracy(self) -> float | None:
         labels = self.golden.labels()
         logits = bool(self.compared) and self.compared[0].kind == "logits"
@@ -371,7 +365,7 @@ class RowDiagnosis:
             with self.runner_stack:
                 for kind, obs, runner in self.observed:
                     measured = self.diagnoser.observe(obs, self.ctx, runner, kind.name in self.replay.run_failed)
-                    self._result[kind.name] = _with_calibration(self.replay, kind, self.explain(measured))
+                    self._result[kind.name] = self.explain(measured)
         except BaseException as exc:  # re-raised on the main thread by result()
             self._raised = exc
 
@@ -392,13 +386,6 @@ class RowDiagnosis:
         if self._raised is not None:
             raise self._raised
         return self._result
-
-
-def _with_calibration(replay: Replay, kind: ArtifactKind, obs: Observation) -> Observation:
-    """A calibrated kind's observation with the samples it was judged on (said in every report view)."""
-    if not kind.calibrated or obs.metrics is None:
-        return obs
-    return replace(obs, calibration=replay.calibration_split(kind))
 
 
 def calibration_feeds(config: RunConfig, golden: GoldenSet) -> tuple[dict[str, np.ndarray], ...]:

@@ -131,8 +131,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("size", lambda r, _: size_text(r.artifact.size_bytes if r.artifact else None), 8),
     Column("vs", lambda r, _: r.compared_with, 9, verbose=True),
     Column("within float MAE", _vs_reference, 10, verbose=True),
-    *(Column(m.column, _metric_cell(m), 10, verbose=True) for m in GATE_METRICS if m.column),
     Column("cache", lambda r, _: r.cache or "-", 11, verbose=True),
+    *(Column(m.column, _metric_cell(m), 12, verbose=True) for m in GATE_METRICS if m.column),
 )
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
 from export_check.cache.nofollow import Folder
+from export_check.cache.store import LAYOUT
 from export_check.cli import main
 
 KIND = "torchscript-trace"
@@ -106,6 +107,7 @@ _KILLED = """
 import os, signal, sys
 from pathlib import Path
 from export_check.cache.nofollow import Folder
+from export_check.cache.store import LAYOUT
 with Folder.walk(Path(sys.argv[1]), tuple(sys.argv[2:]), create=False) as folder:
     name, fd = folder.new_temp("artifact")
     os.write(fd, b"half an artifact")
@@ -117,7 +119,7 @@ with Folder.walk(Path(sys.argv[1]), tuple(sys.argv[2:]), create=False) as folder
 def test_a_partial_left_by_a_killed_run_is_removed_by_the_next_run(project: Path, tmp_path: Path, private_cache_dir: Path) -> None:
     argv = [str(DEFAULT_CHECKPOINT), "-q", "--out", str(tmp_path / "out"), "--json", str(tmp_path / "r.json")]
     assert main(argv) == 0
-    entries = sorted(p for p in (private_cache_dir / "v3").glob("*/*") if p.is_dir())
+    entries = sorted(p for p in (private_cache_dir / LAYOUT).glob("*/*") if p.is_dir())
     assert len(entries) == 2  # eager and the one kind
     left = []
     for entry in entries:  # a run killed (SIGKILL) while it wrote into each entry
