@@ -5,6 +5,18 @@ from __future__ import annotations
 
 from .measurements import BatchSizeRun, LayerComparison, LayerDelta, Measured
 
+# How each per-layer method (``ArtifactKind.layers``, ``LayerComparison.method``) compares, in words.
+LAYER_METHODS = {
+    "torchscript": "each loaded TorchScript submodule run on the eager model's inputs to that module",
+    "onnxruntime": "intermediate values of the ONNX graph (node scopes mapped to modules) against eager module outputs",
+    "program": "intermediate values of the loaded torch.export program (nodes mapped to modules) against eager module outputs",
+}
+
+
+def layer_method(layers: LayerComparison) -> str:
+    """The per-layer table's method in words."""
+    return LAYER_METHODS.get(layers.method, layers.method)
+
 
 def measured_notes(measured: Measured) -> tuple[str, ...]:
     """What a row's diagnostics say about their own scope, then the warnings seen while measuring:

@@ -9,7 +9,7 @@ from .compare import Metrics
 from .config import Gate, Thresholds
 from .files import FileInfo
 from .measurements import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison
-from .messages import layers_summary
+from .messages import layer_method, layers_summary
 
 SCHEMA_VERSION = 1
 PASS, FAIL, ERROR, NOT_APPLICABLE = "pass", "fail", "error", "not-applicable"
@@ -99,7 +99,7 @@ class Diagnostics:
 
 def _layers_json(layers: LayerComparison) -> dict[str, Any]:
     """The per-layer table as the JSON report holds it, with its one-line summary after ``suspects``."""
-    items = list(layers.to_json().items())
+    items = [(k, layer_method(layers) if k == "method" else v) for k, v in layers.to_json().items()]
     at = [key for key, _ in items].index("suspects") + 1
     return dict([*items[:at], ("summary", layers_summary(layers)), *items[at:]])
 

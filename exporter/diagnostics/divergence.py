@@ -183,7 +183,7 @@ def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: flo
             # its children ran first and agree: what departs is the code of its own forward
             delta = replace(delta, where="forward-code", ops="forward")
         layers.append(delta)
-    method = "each loaded TorchScript submodule run on the eager model's inputs to that module"
+    method = "torchscript"  # messages.LAYER_METHODS words it
     return _finish(purpose, method, "local", start, len(batch), threshold, layers)
 
 
@@ -271,7 +271,7 @@ def onnx_layers(
     with _session(proto, threads) as session:
         names = [o.name for o in session.get_outputs()]
         results = dict(zip(names, session.run(None, {session.get_inputs()[0].name: batch}), strict=True))  # one value per output
-    method = "intermediate values of the ONNX graph (node scopes mapped to modules) against eager module outputs"
+    method = "onnxruntime"  # messages.LAYER_METHODS words it
     # The dynamo exporter fuses the other way round: a BatchNorm's node holds the Conv before it, so
     # no later node-less module stands in for a value there (the Conv's own output is simply not kept).
     forward = not any(dynamo_scope(n, modules) is not None for n in proto.graph.node)
@@ -364,7 +364,7 @@ def program_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, 
     with torch.inference_mode():
         Recorder(module).run(torch.from_numpy(batch))
     layers = _cumulative(values, results, model, batch, threshold, purpose)
-    method = "intermediate values of the loaded torch.export program (nodes mapped to modules) against eager module outputs"
+    method = "program"  # messages.LAYER_METHODS words it
     return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
 
 

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from ..measurements import LayerComparison
-from ..messages import layers_summary
+from ..messages import layer_method, layers_summary
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
 from .views import checks_description, latency_ms, latency_text, rerun_text, shapes_text, size_text, top1_text
@@ -200,7 +200,7 @@ def _layer_table(row: Row, layers: LayerComparison) -> str:
     parts = [f"<h3>{_e(row.name)}: {title}</h3><p>{_e(layers_summary(layers))}</p>"]
     if layers.error:
         return "".join(parts)
-    parts.append(f"<p class='muted'>{_e(layers.method)}; images {layers.batch_start}..{layers.batch_start + layers.batch_size - 1}; "
+    parts.append(f"<p class='muted'>{_e(layer_method(layers))}; images {layers.batch_start}..{layers.batch_start + layers.batch_size - 1}; "
                  f"{_e(layers.scope)} comparison; departs above MAE {layers.threshold:g} × max(1, mean |eager|)</p>")
     worst = {d.module for d in layers.worst()} if layers.purpose == "int8-layers" else set()
     shown = [d for d in layers.layers if d.mae > 0 or d.departs] if layers.purpose == "int8-layers" else list(layers.layers)

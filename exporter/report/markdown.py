@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from ..measurements import LayerComparison
-from ..messages import layers_summary
+from ..messages import layer_method, layers_summary
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
 from .views import checks_description, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
@@ -67,7 +67,7 @@ def _layer_table(title: str, layers: LayerComparison) -> list[str]:
     worst = {d.module for d in layers.worst()} if layers.purpose == "int8-layers" else set()
     shown = [d for d in layers.layers if d.mae > 0 or d.departs] if layers.purpose == "int8-layers" else list(layers.layers)
     out = [f"<details><summary>{cell(title)}: {cell(layers_summary(layers))}</summary>", "",
-           f"{cell(layers.method)}; batch {layers.batch_start}..{layers.batch_start + layers.batch_size - 1}, "
+           f"{cell(layer_method(layers))}; batch {layers.batch_start}..{layers.batch_start + layers.batch_size - 1}, "
            f"{layers.scope} comparison, a module departs above MAE {layers.threshold:g} × max(1, mean abs)", "",
            "| module | ops | MAE | max abs | SQNR dB | |", "|---|---|---:|---:|---:|---|"]
     for d in shown:
