@@ -26,11 +26,11 @@ from . import __version__
 from .cli_commands import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, cmd_cache, cmd_golden, cmd_history
 from .cli_reports import REPORT_FLAGS, appends_markdown, error_reports, refuse_folders, refuse_writing_over, table_stream, write_views, written
 from .errors import ExportCheckError, UsageError, error_message, one_line
-from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, HISTORY, MERGE, add_arguments, from_namespace
+from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, HISTORY, MERGE, REPLAY, add_arguments, from_namespace
 from .paths import check_outputs, escaped
 from .settings import check_config
 
-SUBCOMMANDS = ("check", "golden", "history", "merge", "cache")
+SUBCOMMANDS = ("check", "golden", "history", "merge", "cache", "replay")
 RAY_LOCAL = "local"  # `--ray` without an address: a local cluster
 
 
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "several checkpoints (or --fleet FILE) give one report over all of them.",
     )
     parser.add_argument("--version", action="version", version=f"export-check {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge,cache}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge,cache,replay}", parser_class=_Parser)
 
     check = sub.add_parser("check", help="export, replay and gate (the default command)",
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog="artifact kinds:\n" + _kinds_help())
@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_arguments(gsub.add_parser(name, help=help_text), f"golden {name}")
     merge = sub.add_parser("merge", help="join the JSON reports of several runs (CI shards) into one report, with their verdicts")
     add_arguments(merge, MERGE)
+    replay = sub.add_parser("replay", help="judge a bundle (check --bundle) on this machine: its artifacts, reloaded by the runtimes "
+                            "installed here, against the check's golden inputs and references (no torch needed)")
+    add_arguments(replay, REPLAY)
     history = sub.add_parser("history", help="show MAE and latency per artifact across the runs in a --history file")
     add_arguments(history, HISTORY)
     cache = sub.add_parser("cache", help="show, prune or clear the artifact cache")
@@ -175,12 +178,32 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import replay_bundle
+    from .report import text
+
+    refuse_folders(args)
+    refuse_writing_over({f"--{flag}": getattr(args, flag, None) for flag in (*REPORT_FLAGS, "history")}, [args.bundle_file],
+                        "the bundle this replay reads")
+    progress = _progress(args.quiet)
+    try:
+        report = escaped(replay_bundle(args.bundle_file, args.out, args.target, args.threads, progress))
+    finally:
+        progress.close()
+    stream = table_stream(args)
+    print(text.render(report, text.style_for(stream, args.color, args.verbose)), file=stream)
+    write_views(report, args, appends_markdown(args, {}))
+    return report.exit_code
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
+    if args.bundle is not None and (len(args.checkpoint) != 1 or args.fleet is not None or args.shard is not None or args.ray is not None):
+        raise UsageError(f"--bundle {args.bundle}: a bundle holds one model's artifacts; check one checkpoint")
     if _several(args):
         return _cmd_fleet(args)
     config, settings = check_config(from_namespace(CHECK, args))
     args.checked_config = config  # what the error reports of a run that stops later are checked against
-    check_outputs(config, {f"--{flag}": getattr(args, flag) for flag in (*REPORT_FLAGS, "history")})
+    check_outputs(config, {f"--{flag}": getattr(args, flag) for flag in (*REPORT_FLAGS, "history", "bundle")})
     refuse_folders(args)
     from .pipeline import run_check
     from .report import text
@@ -193,6 +216,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
     stream = table_stream(args)
     print(text.render(report, text.style_for(stream, args.color, args.verbose)), file=stream)
     write_views(report, args, appends_markdown(args, settings))
+    if args.bundle is not None:
+        from .bundle import bundle_check
+
+        progress = _progress(args.quiet)
+        try:
+            count, size = bundle_check(config, report, args.bundle, progress)
+        finally:
+            progress.close()
+        print(f"export-check: bundle of {count} artifact{'s' if count != 1 else ''} ({size / 1e6:.1f} MB) written to {args.bundle}; "
+              f"judge it where it is deployed with: export-check replay {args.bundle}", file=sys.stderr)
     return report.exit_code
 
 
@@ -211,6 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_history(args)
         if args.command == "merge":
             return _cmd_merge(args)
+        if args.command == "replay":
+            return _cmd_replay(args)
         if args.command == "cache":
             return cmd_cache(args)
         return cmd_golden(args)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .gates import GATE_METRICS, Gate, default_text
+from .gates import BOUNDS, GATE_METRICS, Gate, default_text
 from .pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVEL_NAMES, TORCH_INTEROP_THREADS
 from .signature import SignatureSettings
 
@@ -170,6 +170,15 @@ class Thresholds:
             changes = {o.field: values[o.name] for o in source.options if values.get(o.name) is not None}
             gates.append((family.name, family.default.replace(**changes)))
         return cls(gates=tuple(gates))
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Thresholds:
+        """The thresholds a report or bundle recorded (``to_json``); one UsageError line naming ``where`` otherwise."""
+        try:
+            gates = tuple((f.name, Gate(**{k: v for k, v in data[f.name].items() if k in BOUNDS})) for f in GATE_FAMILIES)
+        except (KeyError, TypeError, AttributeError, UsageError) as exc:
+            raise UsageError(f"{where}: its gates cannot be read ({exc}); write it again with this export-check") from None
+        return cls(gates=gates)
 
     def with_gates(self, **gates: Gate) -> Thresholds:
         """These thresholds with some families' gates replaced: ``with_gates(float=Gate(max_mae=1e-4))``."""

@@ -35,7 +35,8 @@ from .pinned import ORT_LEVEL_NAMES
 from .signature import SignatureSettings, parse_signature_settings
 
 CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE = "check", "golden record", "golden verify", "golden approve", "history", "merge"
-COMMANDS: tuple[str, ...] = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE)
+REPLAY = "replay"
+COMMANDS: tuple[str, ...] = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE, REPLAY)
 CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR = "cache info", "cache prune", "cache clear"  # `export-check cache` (exporter/cache/prune.py)
 COMMANDS += (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR)
 MODEL = (CHECK, RECORD, APPROVE)  # the commands that load a checkpoint and its settings
@@ -166,14 +167,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("onnx-fp16-optimization", "fp16_optimization", "str", "onnxruntime graph optimisation level the onnx-fp16 row is "
            "loaded and run at (default: {default}; basic where an fp16 graph crashes onnxruntime at all)", (CHECK,),
            default=_run_default("fp16_optimization"), choices=ORT_LEVEL_NAMES, settings=True, field="fp16_optimization"),
-    Option("json", "json", "path", "write the full report as JSON", (CHECK,), metavar="PATH"),
-    Option("junit", "junit", "path", "write JUnit XML, one test case per row (Jenkins, GitLab, Azure)", (CHECK,), metavar="PATH"),
-    Option("markdown", "markdown", "path", "write a Markdown summary, e.g. --markdown \"$GITHUB_STEP_SUMMARY\"", (CHECK,), metavar="PATH"),
+    Option("json", "json", "path", "write the full report as JSON", (CHECK, REPLAY), metavar="PATH"),
+    Option("junit", "junit", "path", "write JUnit XML, one test case per row (Jenkins, GitLab, Azure)", (CHECK, REPLAY), metavar="PATH"),
+    Option("markdown", "markdown", "path", "write a Markdown summary, e.g. --markdown \"$GITHUB_STEP_SUMMARY\"", (CHECK, REPLAY), metavar="PATH"),
     Option("markdown-append", "markdown_append", "switch", "add the Markdown summary to the end of --markdown's file instead of "
            "replacing it, so that several checks in one job each add theirs (always so for the file $GITHUB_STEP_SUMMARY names)",
            (CHECK, MERGE), settings=True),
-    Option("html", "html", "path", "write one self-contained HTML report with plots", (CHECK,), metavar="PATH"),
-    Option("history", "history", "path", "append this run's summary as one JSON line (see `export-check history`)", (CHECK,), metavar="PATH"),
+    Option("html", "html", "path", "write one self-contained HTML report with plots", (CHECK, REPLAY), metavar="PATH"),
+    Option("bundle", "bundle", "path", "after the check, write one file holding every judged artifact, the golden inputs and the "
+           "outputs each is compared with, sealed with the cache key: judge it on the deployment machine with `export-check replay`",
+           (CHECK,), metavar="PATH"),
+    Option("history", "history", "path", "append this run's summary as one JSON line (see `export-check history`)", (CHECK, REPLAY), metavar="PATH"),
     Option("cache-dir", "cache_dir", "path", "artifact cache (default: $XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CHECK,),
            default=default_cache_dir, metavar="DIR", settings=True, field="cache_dir"),
     Option("no-cache", "no_cache", "switch", "build and replay everything; neither read nor write the artifact cache", (CHECK,)),
@@ -203,10 +207,10 @@ OPTIONS: tuple[Option, ...] = (
            "layers) fails the run instead of being shown as not applicable", (CHECK,), settings=True, field="strict"),
     # the terminal table (exporter/report/text.py): colour and detail; not settings, they are the terminal's
     Option("color", "color", "str", "colour the verdicts: auto (on a terminal, unless NO_COLOR is set; FORCE_COLOR forces it), "
-           "always or never; the flag overrides NO_COLOR and FORCE_COLOR (default: {default})", (CHECK,), default="auto",
+           "always or never; the flag overrides NO_COLOR and FORCE_COLOR (default: {default})", (CHECK, REPLAY), default="auto",
            choices=COLOR_CHOICES, metavar="{auto,always,never}"),
     Option("verbose", "verbose", "switch", "every column of the table (wrapped under each row when the terminal is narrow), "
-           "the notes, the checks and the stage timings", (CHECK,), short="-v"),
+           "the notes, the checks and the stage timings", (CHECK, REPLAY), short="-v"),
     # check, several models (exporter/fleet/): a fleet file, CI shards, a process pool or a Ray cluster
     Option("fleet", "fleet", "path", "check every model of a fleet file (TOML: [models.NAME] with checkpoint, arch, golden, "
            "settings); one report over all of them", (CHECK,), metavar="FILE"),
@@ -247,6 +251,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("json", "json", "switch", "print the runs as JSON instead of tables", (HISTORY,)),
     Option("html", "html", "path", "also write the trend as one self-contained HTML page: an inline SVG plot of MAE and latency per "
            "artifact across the runs", (HISTORY,), metavar="PATH"),
+    # replay (exporter/replay.py): a bundle judged on the machine it is deployed on
+    Option("bundle_file", "bundle_file", "path", "a bundle written by `export-check check --bundle PATH`", (REPLAY,), metavar="BUNDLE",
+           positional=True),
+    Option("target", "target", "str", "the name of this machine in the report (default: its host name)", (REPLAY,), metavar="NAME"),
+    Option("out", "out", "path", "where the bundle's artifacts are written for their runtimes to load (default: {default})", (REPLAY,),
+           default=Path("export-check-replay"), metavar="DIR"),
+    Option("threads", "threads", "int", "intra-op threads of the runtimes (default: the check's)", (REPLAY,)),
+    Option("quiet", "quiet", "switch", "no progress lines on stderr", (REPLAY,), short="-q"),
     # merge
     Option("reports", "reports", "path", "JSON reports written by `export-check ... --json` (one model's or a fleet's)", (MERGE,),
            metavar="REPORT.json", positional=True, nargs="+"),

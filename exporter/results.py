@@ -244,6 +244,7 @@ class Report:
     timings: tuple[tuple[str, float], ...] = ()  # wall seconds per pipeline stage, in order
     settings_files: tuple[str, ...] = ()  # the settings files the run read (RunConfig.settings_files)
     run_notes: tuple[str, ...] = ()  # what the run could not do and went on without (no cache key could be made)
+    target: str | None = None  # a replay's: the machine the bundle was judged on (exporter/replay.py); None: where it was built
 
     @property
     def passed(self) -> bool:
@@ -283,6 +284,7 @@ class Report:
             "settings": dict(self.settings),
             "settings_files": list(self.settings_files),
             "run_notes": list(self.run_notes),
+            "target": self.target,
             "versions": dict(self.versions),
             "out_dir": self.out_dir,
             "seconds": self.seconds,

@@ -107,6 +107,18 @@ class BuildContext:
 KIND_FACTS = ("build_rank", "groups", "packages", "layers", "preload", "options")
 
 
+# The modules each runtime (``ArtifactKind.runtime``) needs to load and run a file: what a replay on
+# another machine looks for before it reloads an artifact there (exporter/replay.py).
+RUNTIME_MODULES: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "torch.export": ("torch",),
+    "aoti": ("torch",),
+    "onnxruntime": ("onnxruntime",),
+    "openvino": ("openvino",),
+    "executorch": ("executorch", "torch"),
+}
+
+
 @dataclass(frozen=True)
 class ArtifactKind:
     """One row of the artifact table: every fact about a kind. The kind's module (imported only when

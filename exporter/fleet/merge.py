@@ -44,7 +44,9 @@ def _models(path: Path, data: dict[str, Any]) -> list[ModelResult]:
         if data["schema"] == MODEL_SCHEMA:
             checkpoint = data["checkpoint"]["path"]
             data["passed"], data["exit_code"], data["counts"]  # noqa: B018 - the fields the views read
-            return [ModelResult(name=checkpoint, checkpoint=checkpoint, report=data, seconds=float(data["seconds"]))]
+            # a replay's report (export-check replay) is the same model judged on another machine: named after it
+            name = checkpoint if not data.get("target") else f"{checkpoint} @ {data['target']}"
+            return [ModelResult(name=name, checkpoint=checkpoint, report=data, seconds=float(data["seconds"]))]
         return [ModelResult.from_json(m) for m in data["models"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{path}: a damaged export-check report (field {exc} missing or wrong); write it again with --json") from None

@@ -43,16 +43,21 @@ def key_id(key: CacheKey) -> str:
     return hashlib.sha256(_DOMAIN + b"key id\0" + key.secret).hexdigest()[:16]
 
 
-def _mac(key: CacheKey, body: bytes) -> str:
-    return key.mac(_DOMAIN + body)  # the cache's HMAC-SHA256, under its own domain
+def _mac(key: CacheKey, body: bytes, domain: bytes = _DOMAIN) -> str:
+    return key.mac(domain + body)  # the cache's HMAC-SHA256, under its own domain
 
 
 def seal(text: str, key: CacheKey) -> str:
     """``text`` (a JSON object as the report views render it) with the seal as its first member."""
+    return sealed_with(text, key, _DOMAIN)
+
+
+def sealed_with(text: str, key: CacheKey, domain: bytes) -> str:
+    """``text`` (a JSON object) sealed under ``domain``: a report's, or a bundle's manifest (exporter/bundle.py)."""
     if not text.startswith("{") or text.lstrip("{").lstrip().startswith("}"):
         raise ValueError("only a JSON object with members can be sealed")
     body = text.encode("utf-8")
-    return (_HEAD + f"{key_id(key)}:{_mac(key, body)}\",".encode() + body[1:]).decode("utf-8")
+    return (_HEAD + f"{key_id(key)}:{_mac(key, body, domain)}\",".encode() + body[1:]).decode("utf-8")
 
 
 def writer_key(cache_root: Path | None = None) -> tuple[CacheKey | None, str | None]:
@@ -82,13 +87,15 @@ def reader_key() -> CacheKey:
     return load_key(default_cache_dir())
 
 
-def verified(path: Path, data: bytes, key: Callable[[], CacheKey] = reader_key) -> bytes:
+def verified(path: Path, data: bytes, key: Callable[[], CacheKey] = reader_key, domain: bytes = _DOMAIN,
+             wrote: str = "pass the --json files export-check wrote, unedited") -> bytes:
     """The report's JSON text if ``data`` carries a seal made with ``key()`` over the rest of it; else one
     UsageError line naming ``path``: unsealed (hand-made, or another tool's), another key, or edited.
-    ``key`` is asked for only once a seal is found: an unsealed file is refused without one."""
-    wrote = "pass the --json files export-check wrote, unedited"
+    ``key`` is asked for only once a seal is found: an unsealed file is refused without one. ``domain``
+    and ``wrote`` (the fix the lines end with): those of a bundle's manifest, for a bundle."""
     if not data.startswith(_HEAD):
-        raise UsageError(f"{path}: not a report export-check wrote (it carries no seal); {wrote}")
+        what = "a report" if domain == _DOMAIN else "a bundle manifest"
+        raise UsageError(f"{path}: not {what} export-check wrote (it carries no seal); {wrote}")
     found = _SEAL.match(data, len(_HEAD))
     if found is None:
         raise UsageError(f"{path}: its export-check seal is damaged; {wrote}")
@@ -99,8 +106,9 @@ def verified(path: Path, data: bytes, key: Callable[[], CacheKey] = reader_key) 
         raise UsageError(f"{path}: cannot check its seal: {exc}") from None
     writer, mac = found.group(1).decode(), found.group(2).decode()
     if writer != key_id(mine):
-        raise UsageError(f"{path}: sealed with another key (key {writer}, this machine's is {key_id(mine)}); merge where the key "
+        verb = "merge" if domain == _DOMAIN else "replay"
+        raise UsageError(f"{path}: sealed with another key (key {writer}, this machine's is {key_id(mine)}); {verb} where the key "
                          f"file the runs used is, e.g. set {KEY_ENV} to the CI secret's file in every job")
-    if not hmac.compare_digest(mac, _mac(mine, body)):
+    if not hmac.compare_digest(mac, _mac(mine, body, domain)):
         raise UsageError(f"{path}: edited since export-check wrote it (its seal does not match its content); {wrote}")
     return body

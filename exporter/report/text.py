@@ -205,7 +205,7 @@ def render(report: Report, style: Style | None = None) -> str:
     style = style or Style()
     golden = report.golden
     out = _wrapped(f"export-check {report.tool_version}: {report.checkpoint.path} (sha256 {report.checkpoint.sha256[:12]}) "
-                   f"vs golden set {golden.path} ({golden.inputs} inputs)", style)
+                   f"vs golden set {golden.path} ({golden.inputs} inputs)" + (f", replayed on {report.target}" if report.target else ""), style)
     out += _wrapped(settings_line(report.settings_files), style)
     if golden.label_accuracy is not None:
         out.append(f"eager top-1 accuracy on the golden labels: {golden.label_accuracy:.1%}")

@@ -1,0 +1,274 @@
+"""Bundles: what a check built, packed with the golden data it was judged on, to be judged again on the
+machine where it is deployed (``export-check check --bundle PATH``, then ``export-check replay PATH``).
+
+A bundle is one zip file whose bytes are the same for the same inputs: members in a fixed order, each
+with a fixed timestamp and mode, stored uncompressed. It holds
+
+* ``bundle.json``: what the replay needs and where it came from: the gates, the signature (input and
+  output names, batch axes, output kinds), the batches (start, size) at the check's batch size, the
+  calibration split, each artifact (kind, family, file, sha256, the row's details and the build
+  machine's verdict and figures), the provenance (checkpoint and golden manifest sha256, tool and library
+  versions, the build machine's CPU flags) and the sha256 of every other member;
+* ``artifacts/<kind><suffix>``: each judged artifact's file, as the check reloaded it;
+* ``inputs/<start>/<name>.npy``: the golden inputs, preprocessed, batch by batch (arrays: no pickles);
+* ``eager/<start>/<output>.npy``: the outputs each artifact is compared with: the eager model's on the
+  build machine, batch by batch.
+
+``bundle.json`` is sealed as the JSON reports are (``report/seal.py``: HMAC-SHA256 under the cache key,
+its own domain), and names every other member's sha256: a bundle altered by one byte, or sealed under
+another key, is refused with one line before anything in it is used. A device lab shares the key as CI
+shards do (``EXPORT_CHECK_CACHE_KEY_FILE``).
+
+Reading needs numpy only (no torch): :func:`open_bundle`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from .errors import UsageError
+from .report.seal import sealed_with, verified, writer_key
+
+SCHEMA = "export-check-bundle"
+VERSION = 1
+MANIFEST = "bundle.json"
+DOMAIN = b"export-check bundle\0"
+_TIME = (1980, 1, 1, 0, 0, 0)  # the zip format's epoch: the same bytes whenever it is written
+MAX_MANIFEST_BYTES = 64 << 20
+FIX = "pass a bundle written by `export-check check --bundle`, unedited"
+
+
+def _npy(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, np.ascontiguousarray(array), allow_pickle=False)
+    return out.getvalue()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all (files.replacing)."""
+    from .files import replacing
+
+    with replacing(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def _member(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=_TIME)
+    info.external_attr = 0o644 << 16
+    info.compress_type = zipfile.ZIP_STORED
+    return info
+
+
+@dataclass(frozen=True)
+class BundledArtifact:
+    """One artifact of a bundle: its kind's row name, its file in the bundle, and how the build machine judged it."""
+
+    name: str
+    family: str
+    file: str
+    sha256: str
+    size_bytes: int
+    details: tuple[tuple[str, str], ...]
+    build_status: str
+    build_metrics: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "family": self.family, "file": self.file, "sha256": self.sha256, "size_bytes": self.size_bytes,
+                "details": dict(self.details), "build": {"status": self.build_status, "metrics": self.build_metrics}}
+
+
+def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[BundledArtifact, Path]],
+                 batches: Iterator[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]], cache_root: Path | None = None) -> int:
+    """Write the bundle to ``path`` atomically: ``manifest`` (the facts of ``bundle.json`` but the members
+    and artifacts), the artifact files (checked against their sha256 as they are copied) and, per batch,
+    ``(start, inputs, eager outputs)``. Returns its size in bytes. Refuses (one line) without a key to seal it."""
+    key, note = writer_key(cache_root)
+    if key is None:
+        raise UsageError((note or "no cache key").replace("the JSON report is not sealed", "the bundle cannot be sealed")
+                         .replace("`export-check merge` will refuse it", "a replay could not trust it"))
+    members: dict[str, bytes] = {}
+    for artifact, source in artifacts:
+        data = source.read_bytes()
+        if hashlib.sha256(data).hexdigest() != artifact.sha256:
+            raise UsageError(f"{source}: changed since the check judged it (its sha256 differs); run the check again before bundling")
+        members[artifact.file] = data
+    spans = []
+    for start, inputs, eager in batches:
+        spans.append([start, int(next(iter(inputs.values())).shape[0]) if inputs else 0])
+        for name, array in sorted(inputs.items()):
+            members[f"inputs/{start:08d}/{name}.npy"] = _npy(array)
+        for name, array in sorted(eager.items()):
+            members[f"eager/{start:08d}/{name}.npy"] = _npy(array)
+    body = {**manifest, "schema": SCHEMA, "bundle_version": VERSION, "tool_version": __version__, "batches": spans,
+            "artifacts": [a.to_json() for a, _ in artifacts],
+            "members": {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}}
+    text = sealed_with(json.dumps(body, indent=1, sort_keys=True, allow_nan=False) + "\n", key, DOMAIN)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr(_member(MANIFEST), text.encode("utf-8"))
+        for name, data in members.items():
+            archive.writestr(_member(name), data)
+    _write_atomic(path, out.getvalue())
+    return out.tell()
+
+
+def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str], None] = lambda _: None) -> tuple[int, int]:
+    """Write the bundle of the check ``config`` whose report is ``report`` (``check --bundle PATH``):
+    every artifact the check judged (a pass or a fail; not an error, nor a kind that does not apply), the
+    golden inputs batch by batch at the check's batch size, and eager's outputs on them, computed here
+    again (the model is deterministic on one machine: the check's self-check said so). Returns
+    (artifacts bundled, bytes)."""
+    import dataclasses
+
+    from .artifacts import KINDS_BY_NAME
+    from .golden.manifest import load_golden
+    from .model import EagerRunner, load_model, pinned_threads
+    from .results import FAIL, PASS
+    from .signature import SINGLE
+    from .versions import cpu_flags
+
+    golden = load_golden(config.golden)
+    checked = config.signature_settings.at_check(golden.signature)
+    if checked != golden.signature:
+        golden = dataclasses.replace(golden, signature=checked)
+    signature = golden.signature
+    compared = tuple(o.name for o in signature.compared_outputs())
+    artifacts = []
+    for row in report.rows:
+        if row.name not in KINDS_BY_NAME or row.artifact is None or row.status not in (PASS, FAIL):
+            continue
+        headline = row.metrics
+        figures = None if headline is None else {k: headline.to_json()[k] for k in ("mae", "max_abs", "relative_mae", "top1_agreement")}
+        artifacts.append((BundledArtifact(name=row.name, family=row.family, file=f"artifacts/{row.name}{KINDS_BY_NAME[row.name].suffix}",
+                                          sha256=row.artifact.sha256, size_bytes=row.artifact.size_bytes, details=row.details,
+                                          build_status=row.status, build_metrics=figures), Path(row.artifact.path)))
+    if not artifacts:
+        raise UsageError(f"--bundle {path}: the check judged no artifact (every row an error or not applicable); nothing to bundle")
+    progress(f"bundle: eager over the golden set again, for the {len(artifacts)} artifacts' references")
+    model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, [])
+    runner = EagerRunner(model, signature)
+
+    def batches() -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]]:
+        with pinned_threads(config.threads):
+            for start, feeds in golden.feed_batches(config.batch_size):
+                out = runner.infer(feeds)
+                yield start, feeds, {name: np.asarray(out[name]) for name in compared}
+
+    manifest = {
+        "provenance": {"checkpoint": report.checkpoint.to_json(), "golden": {k: v for k, v in report.golden.to_json().items()
+                                                                             if k != "eager_label_accuracy"},
+                       "versions": dict(report.versions), "cpu_flags": cpu_flags() or "unknown"},
+        "thresholds": config.thresholds.to_json(),
+        "settings": {"batch_size": config.batch_size, "threads": config.threads, "fp16_optimization": config.fp16_optimization},
+        "signature": None if signature is SINGLE else signature.to_json(),
+        "samples": len(golden),
+        "calibration": {"indices": list(golden.calibration_indices()), "split": golden.calibration.describe()},
+    }
+    size = write_bundle(path, manifest, artifacts, batches(), config.cache_dir)
+    return len(artifacts), size
+
+
+class Bundle:
+    """A bundle opened and authenticated: ``manifest`` (``bundle.json``, its seal checked), members read
+    on demand and checked against the sha256 the manifest names."""
+
+    def __init__(self, path: Path, archive: zipfile.ZipFile, manifest: dict[str, Any]) -> None:
+        self.path, self._archive, self.manifest = path, archive, manifest
+        self._members: dict[str, str] = manifest["members"]
+
+    def read(self, name: str) -> bytes:
+        expected = self._members.get(name)
+        if expected is None:
+            raise UsageError(f"{self.path}: names no member {name}; {FIX}")
+        try:
+            data = self._archive.read(name)
+        except zipfile.BadZipFile as exc:  # its CRC-32 no longer matches: altered (a forged CRC meets the sha256 below)
+            raise UsageError(f"{self.path}: member {name} was altered ({exc}); {FIX}") from None
+        except (KeyError, OSError, ValueError) as exc:
+            raise UsageError(f"{self.path}: member {name} cannot be read ({exc}); {FIX}") from None
+        if hashlib.sha256(data).hexdigest() != expected:
+            raise UsageError(f"{self.path}: member {name} was altered (its sha256 differs from the sealed manifest's); {FIX}")
+        return data
+
+    def array(self, name: str) -> np.ndarray:
+        try:
+            return np.load(io.BytesIO(self.read(name)), allow_pickle=False)
+        except ValueError as exc:
+            raise UsageError(f"{self.path}: member {name} is not a numpy array ({exc}); {FIX}") from None
+
+    def batches(self, outputs: tuple[str, ...], inputs: tuple[str, ...]) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]]:
+        """``(start, inputs, eager outputs)`` for each batch, read one batch at a time."""
+        for start, _ in self.manifest["batches"]:
+            yield (start, {n: self.array(f"inputs/{start:08d}/{n}.npy") for n in inputs},
+                   {n: self.array(f"eager/{start:08d}/{n}.npy") for n in outputs})
+
+    def extract(self, name: str, dest: Path) -> Path:
+        """The member written to ``dest`` (atomically), for a runtime that loads a path."""
+        _write_atomic(dest, self.read(name))
+        return dest
+
+    def close(self) -> None:
+        self._archive.close()
+
+
+def bundle_key() -> Any:
+    """The key a replay checks a bundle's seal with: the existing key file (a new one could prove nothing)."""
+    from .cache.secret import KEY_ENV, key_file_path, load_key
+    from .config import default_cache_dir
+
+    where = key_file_path()
+    if not where.exists():
+        raise UsageError(f"no cache key at {where}; replay where the key the bundle was sealed with is: set {KEY_ENV} to the "
+                         "device lab's key file (README, \"Replay where it is deployed\")")
+    return load_key(default_cache_dir())
+
+
+def open_bundle(path: Path, key: Callable[[], Any] = bundle_key) -> Bundle:
+    """The bundle at ``path``, its manifest's seal checked under this machine's key, or one UsageError line."""
+    from .parsing import load_json
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such bundle; {FIX}") from None
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise UsageError(f"{path}: not a bundle ({exc}); {FIX}") from None
+    try:
+        info = archive.getinfo(MANIFEST)
+        if info.file_size > MAX_MANIFEST_BYTES:
+            raise UsageError(f"{path}: its {MANIFEST} is {info.file_size} bytes, over {MAX_MANIFEST_BYTES}; {FIX}")
+        raw = archive.read(MANIFEST)
+    except KeyError:
+        archive.close()
+        raise UsageError(f"{path}: holds no {MANIFEST}; {FIX}") from None
+    except zipfile.BadZipFile as exc:  # its CRC-32 no longer matches
+        archive.close()
+        raise UsageError(f"{path}: {MANIFEST} was altered ({exc}); {FIX}") from None
+    try:
+        body = verified(path, raw, key, domain=DOMAIN, wrote=FIX)
+        manifest = load_json(body.decode("utf-8"), path, FIX)
+    except BaseException:
+        archive.close()
+        raise
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA or manifest.get("bundle_version") != VERSION:
+        archive.close()
+        raise UsageError(f"{path}: not an export-check bundle of version {VERSION}; {FIX}")
+    listed = set(manifest.get("members") or {}) | {MANIFEST}
+    extra = sorted(set(archive.namelist()) - listed)
+    if extra:
+        archive.close()
+        raise UsageError(f"{path}: holds {extra[0]}, which its sealed manifest does not name; {FIX}")
+    return Bundle(path, archive, manifest)
+
+
+__all__ = ["BundledArtifact", "Bundle", "open_bundle", "write_bundle"]

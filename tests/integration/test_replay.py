@@ -1,0 +1,191 @@
+"""Built here, judged there (issue 28): `check --bundle` writes one sealed file; `replay` judges it on a
+machine without torch, in a second virtual environment that has numpy and onnxruntime only, with the
+same verdicts and the same MAE to 1e-9 for every ONNX row; an altered bundle is refused with one line;
+the same inputs give the same bytes; `merge` joins the build's and the target's reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO, TESTS, save_state, seeded
+from export_check.cache.secret import KEY_ENV, load_key
+from export_check.cli import main
+
+KINDS = "onnx,onnx-int8-dynamic,torchscript-trace"
+ONNX_ROWS = ("onnx", "onnx-int8-dynamic")
+# Run as `python -c`: torch made unimportable (a finder that refuses it), then the CLI.
+NO_TORCH = """
+import importlib.abc, sys
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is not installed here")
+sys.meta_path.insert(0, NoTorch())
+from export_check.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _report(path: Path) -> dict:
+    text = path.read_text()
+    return json.loads("{" + text[text.index('"schema"'):])  # the seal is the first member
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    """The bundled ResNet checked with two ONNX kinds and one torch kind, bundled twice (the second
+    from the cached run), under a key file the "device lab" shares."""
+    folder = tmp_path_factory.mktemp("lab")
+    key = folder / "lab.key"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(KEY_ENV, str(key))
+        for tag in ("a", "b"):
+            assert main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", KINDS, "-q",
+                         "--out", str(folder / "out"), "--json", str(folder / f"build-{tag}.json"), "--bundle", str(folder / f"{tag}.bundle")]) == 0
+    return folder, key
+
+
+def test_the_same_inputs_give_the_same_bundle_bytes_and_it_holds_what_was_judged(built) -> None:
+    folder, _ = built
+    first, second = (folder / "a.bundle").read_bytes(), (folder / "b.bundle").read_bytes()
+    assert first == second
+    with zipfile.ZipFile(folder / "a.bundle") as archive:
+        names = archive.namelist()
+        assert names[0] == "bundle.json" and all(i.date_time == (1980, 1, 1, 0, 0, 0) for i in archive.infolist())
+        manifest = json.loads("{" + archive.read("bundle.json").decode()[archive.read("bundle.json").decode().index('"members"'):])
+    assert all(n.endswith(".npy") for n in names if n.startswith(("inputs/", "eager/")))  # arrays, no pickles
+    assert {"artifacts/onnx.onnx", "artifacts/onnx-int8-dynamic.onnx", "artifacts/torchscript-trace.pt"} <= set(names)
+    assert sum(n.startswith("inputs/") for n in names) == 4 and sum(n.startswith("eager/") for n in names) == 4  # 64 samples, batches of 16
+    assert set(manifest["members"]) == set(names) - {"bundle.json"}
+
+
+def _slim_venv(where: Path) -> Path:
+    """A virtual environment with numpy and onnxruntime and this package without its dependencies: no torch."""
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=300)
+    python = where / "bin" / "python"
+    env = {**os.environ, "PIP_CONSTRAINT": str(REPO / "constraints.txt"), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "numpy", "onnxruntime"], check=True, timeout=600, env=env,
+                   capture_output=True)
+    source = where.parent / "source"  # the package's source, copied: building it leaves nothing in the repository
+    shutil.copytree(REPO / "exporter", source / "exporter")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, source / name)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(source)], check=True, timeout=600, env=env, capture_output=True)
+    return python
+
+
+def test_replay_without_torch_gives_the_builds_verdicts_and_maes(built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder, key = built
+    monkeypatch.setenv(KEY_ENV, str(key))
+    python = _slim_venv(tmp_path / "venv")
+    assert subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode != 0  # no way to import it
+    done = subprocess.run([str(python), "-m", "export_check", "replay", str(folder / "a.bundle"), "--target", "lab-1", "--out",
+                           str(tmp_path / "replayed"), "--json", str(tmp_path / "target.json")], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    build, target = _report(folder / "build-a.json"), _report(tmp_path / "target.json")
+    assert target["target"] == "lab-1" and target["checkpoint"]["sha256"] == build["checkpoint"]["sha256"]
+    assert target["versions"]["torch"] == "not installed"
+    built_rows, replayed = {r["name"]: r for r in build["rows"]}, {r["name"]: r for r in target["rows"]}
+    assert list(replayed) == ["torchscript-trace", "onnx", "onnx-int8-dynamic"]  # every artifact judged there, in the build's order
+    for name in ONNX_ROWS:
+        assert replayed[name]["status"] == built_rows[name]["status"] == "pass"
+        assert abs(replayed[name]["metrics"]["mae"] - built_rows[name]["metrics"]["mae"]) <= 1e-9, name
+        assert replayed[name]["metrics"]["images"] == 64
+    torch_row = replayed["torchscript-trace"]
+    assert torch_row["status"] == "not-applicable" and "torch is not installed here" in torch_row["reasons"][0]
+    assert "replayed on lab-1" in done.stdout and "3 not applicable" not in done.stdout and "1 not applicable" in done.stdout
+
+
+def test_a_bundle_altered_by_one_byte_or_sealed_under_another_key_is_refused_with_one_line(built, tmp_path: Path,
+                                                                                           monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    folder, key = built
+    monkeypatch.setenv(KEY_ENV, str(key))
+    data = (folder / "a.bundle").read_bytes()
+    with zipfile.ZipFile(folder / "a.bundle") as archive:
+        onnx = archive.getinfo("artifacts/onnx.onnx")
+        manifest = archive.getinfo("bundle.json")
+    header = 30 + len(onnx.filename.encode())  # a stored member's bytes start after its local header
+    cases = {
+        "artifact": (onnx.header_offset + header + onnx.file_size // 2, "member artifacts/onnx.onnx was altered"),
+        "manifest": (manifest.header_offset + 30 + len(b"bundle.json") + manifest.file_size - 40, "bundle.json was altered"),
+    }
+    for what, (offset, message) in cases.items():
+        altered = bytearray(data)
+        altered[offset] ^= 0x01
+        path = tmp_path / f"{what}.bundle"
+        path.write_bytes(bytes(altered))
+        assert main(["replay", str(path), "--out", str(tmp_path / what), "-q"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and str(path) in err and "Traceback" not in err, (what, err)
+    # a manifest edited and re-zipped with a correct CRC (a gate loosened): the seal says so
+    forged = tmp_path / "forged.bundle"
+    with zipfile.ZipFile(folder / "a.bundle") as archive, zipfile.ZipFile(forged, "w") as out:
+        for info in archive.infolist():
+            data = archive.read(info)
+            out.writestr(info, data.replace(b'"max_mae": 1e-05', b'"max_mae": 1.0') if info.filename == "bundle.json" else data)
+    assert main(["replay", str(forged), "--out", str(tmp_path / "forged"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "edited since export-check wrote it" in err, err
+    monkeypatch.setenv(KEY_ENV, str(tmp_path / "missing.key"))
+    assert main(["replay", str(folder / "a.bundle"), "--out", str(tmp_path / "other"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no cache key at" in err and "replay where the key the bundle was sealed with is" in err, err
+    monkeypatch.setenv(KEY_ENV, str(tmp_path / "another.key"))
+    load_key(tmp_path / "cache")  # this machine's own key, made: not the lab's
+    assert main(["replay", str(folder / "a.bundle"), "--out", str(tmp_path / "other"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sealed with another key" in err and "replay where the key file" in err, err
+    (tmp_path / "garbage.bundle").write_bytes(b"not a zip")
+    monkeypatch.setenv(KEY_ENV, str(key))
+    assert main(["replay", str(tmp_path / "garbage.bundle"), "-q"]) == 2
+    assert "not a bundle" in capsys.readouterr().err
+
+
+def test_merge_joins_the_build_and_the_target_into_one_report(built, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    folder, key = built
+    monkeypatch.setenv(KEY_ENV, str(key))
+    assert main(["replay", str(folder / "a.bundle"), "--target", "lab-2", "--out", str(tmp_path / "r"), "-q",
+                 "--json", str(tmp_path / "target.json")]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(folder / "build-a.json"), str(tmp_path / "target.json"), "--json", str(tmp_path / "merged.json")]) == 0
+    merged = _report(tmp_path / "merged.json")
+    names = [m["name"] for m in merged["models"]]
+    assert names == [str(DEFAULT_CHECKPOINT), f"{DEFAULT_CHECKPOINT} @ lab-2"] and merged["exit_code"] == 0
+
+
+def test_a_multi_output_model_replays_with_torch_unimportable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dict of two outputs (scores, boxes): each compared on its own at the target, as at the build."""
+    from arches import DictOutputNet
+
+    monkeypatch.setenv(KEY_ENV, str(tmp_path / "lab.key"))
+    checkpoint = save_state(seeded(DictOutputNet), tmp_path / "model.pth")
+    arch = f"{TESTS / 'arches.py'}:{DictOutputNet.__name__}"
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for i in range(20):
+        np.save(samples / f"s{i:03d}.npy", rng.standard_normal(12).astype(np.float32))
+    assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(samples), "--golden", str(tmp_path / "golden"), "-q"]) == 0
+    assert main(["check", str(checkpoint), "--arch", arch, "--golden", str(tmp_path / "golden"), "--artifacts", "onnx,onnx-simplified", "-q",
+                 "--out", str(tmp_path / "out"), "--json", str(tmp_path / "build.json"), "--bundle", str(tmp_path / "m.bundle")]) == 0
+    done = subprocess.run([sys.executable, "-c", NO_TORCH, "replay", str(tmp_path / "m.bundle"), "--target", "edge", "--out",
+                           str(tmp_path / "replayed"), "--json", str(tmp_path / "target.json"), "-q"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    build, target = _report(tmp_path / "build.json"), _report(tmp_path / "target.json")
+    for b, t in zip(build["rows"][1:], target["rows"], strict=True):
+        assert (b["name"], b["status"]) == (t["name"], t["status"]) == (t["name"], "pass")
+        assert [o["name"] for o in t["outputs"]] == ["scores", "boxes"]
+        for bo, to in zip(b["outputs"], t["outputs"], strict=True):
+            assert abs(bo["metrics"]["mae"] - to["metrics"]["mae"]) <= 1e-9
