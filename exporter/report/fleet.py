@@ -29,7 +29,40 @@ def to_json(fleet: FleetReport) -> dict[str, Any]:
         "passed": fleet.passed, "exit_code": fleet.exit_code, "counts": fleet.counts(), "row_counts": fleet.row_counts(),
         "executor": fleet.executor, "seconds": fleet.seconds, "fleet_file": fleet.fleet_file, "fleet_sha256": fleet.fleet_sha256,
         "fleet_models": list(fleet.fleet_models), "shard": fleet.shard, "models": [m.to_json() for m in fleet.models],
+        "across_machines": across_machines(fleet),
     }
+
+
+def across_machines(fleet: FleetReport) -> list[dict[str, Any]]:
+    """Per artifact judged both on the build machine and on a target (``export-check replay``, merged with the
+    build's report): both verdicts and MAEs side by side, and whether the verdict differs. The build is the
+    model's report without a target, of the same checkpoint (sha256)."""
+    def sha(report: dict[str, Any]) -> Any:
+        return (report.get("checkpoint") or {}).get("sha256")
+
+    builds = {sha(m.report): m for m in fleet.models if m.report is not None and not m.report.get("target")}
+    found = []
+    for model in fleet.models:
+        report = model.report
+        if report is None or not report.get("target"):
+            continue
+        build = builds.get(sha(report))
+        built = {} if build is None else {r["name"]: r for r in _rows(build)}
+        for row in report["rows"]:
+            there = built.get(row["name"])
+            found.append({"artifact": row["name"], "target": report["target"], "target_status": row["status"], "target_mae": _mae(row),
+                          "build_status": None if there is None else there["status"], "build_mae": None if there is None else _mae(there),
+                          "differs": there is not None and row["status"] != "not-applicable" and there["status"] != row["status"]})
+    return found
+
+
+def _machine_lines(fleet: FleetReport) -> list[str]:
+    lines = []
+    for c in across_machines(fleet):
+        build = "not in the merged build report" if c["build_status"] is None else f"{c['build_status'].upper()} MAE {c['build_mae']}"
+        flag = "  <- verdict differs" if c["differs"] else ""
+        lines.append(f"{c['artifact']}: build {build}; {c['target']} {c['target_status'].upper()} MAE {c['target_mae']}{flag}")
+    return lines
 
 
 def render_json(fleet: FleetReport) -> str:
@@ -87,6 +120,9 @@ def render_text(fleet: FleetReport) -> str:
     problems = problem_lines(fleet)
     if problems:
         lines += ["", "not passing:", *(f"  {line}" for line in problems)]
+    machines = _machine_lines(fleet)
+    if machines:
+        lines += ["", "build machine and targets:", *(f"  {line}" for line in machines)]
     rows = fleet.row_counts()
     lines += ["", f"{'PASS' if fleet.passed else 'FAIL'}: {fleet.counts_text()}; rows {rows['pass']} passed, {rows['fail']} failed, "
               f"{plural(rows['error'], 'error')}; {fleet.executor}, {fleet.seconds:.1f} s"]
@@ -151,6 +187,9 @@ def render_markdown(fleet: FleetReport) -> str:
     problems = problem_lines(fleet)
     if problems:
         lines += ["", "### Not passing", "", *(f"- {_md(line)}" for line in problems)]
+    machines = _machine_lines(fleet)
+    if machines:
+        lines += ["", "### Build machine and targets", "", *(f"- {_md(line)}" for line in machines)]
     return "\n".join(lines) + "\n"
 
 

@@ -160,6 +160,9 @@ def test_merge_joins_the_build_and_the_target_into_one_report(built, tmp_path: P
     merged = _report(tmp_path / "merged.json")
     names = [m["name"] for m in merged["models"]]
     assert names == [str(DEFAULT_CHECKPOINT), f"{DEFAULT_CHECKPOINT} @ lab-2"] and merged["exit_code"] == 0
+    side = {c["artifact"]: c for c in merged["across_machines"]}
+    assert set(side) == {"torchscript-trace", "onnx", "onnx-int8-dynamic"} and not any(c["differs"] for c in side.values())
+    assert side["onnx"]["build_mae"] == side["onnx"]["target_mae"] and side["torchscript-trace"]["target_status"] == "pass"  # torch is there
 
 
 def test_a_multi_output_model_replays_with_torch_unimportable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -189,3 +192,38 @@ def test_a_multi_output_model_replays_with_torch_unimportable(tmp_path: Path, mo
         assert [o["name"] for o in t["outputs"]] == ["scores", "boxes"]
         for bo, to in zip(b["outputs"], t["outputs"], strict=True):
             assert abs(bo["metrics"]["mae"] - to["metrics"]["mae"]) <= 1e-9
+
+
+def test_the_readmes_device_lab_workflow_runs_on_the_bundled_model(tmp_path: Path) -> None:
+    """The README's device-lab example: its YAML parsed, and every export-check command of its jobs run in
+    order (build, each target's replay with torch made unimportable, merge) in a copy of the repository."""
+    import glob
+    import re
+    import shlex
+
+    import yaml
+
+    text = (REPO / "README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if b.startswith("# device lab"))
+    workflow = yaml.safe_load(block)
+    project = tmp_path / "checkout"
+    for name in ("models", "golden"):
+        shutil.copytree(REPO / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", project / "pyproject.toml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "EXPORT_CHECK_"))}
+    env.update(EXPORT_CHECK_CACHE_KEY_FILE=str(tmp_path / "lab.key"), GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"))
+    targets = workflow["jobs"]["replay"]["strategy"]["matrix"]["target"]
+    ran = []
+    for job in ("build", "replay", "merge"):
+        for target in targets if job == "replay" else [None]:
+            for step in workflow["jobs"][job]["steps"]:
+                for line in (ln.strip() for ln in step.get("run", "").splitlines() if ln.strip().startswith("export-check ")):
+                    line = line.replace("${{ matrix.target }}", str(target))
+                    words = [re.sub(r"\$\{?([A-Z_]+)\}?", lambda m: env[m.group(1)], w) for w in shlex.split(line)[1:]]
+                    words = [w2 for w in words for w2 in (sorted(glob.glob(str(project / w))) if "*" in w else [w])]
+                    command = [sys.executable, "-c", NO_TORCH, *words] if job == "replay" else [sys.executable, "-m", "export_check", *words]
+                    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=600)
+                    assert done.returncode == 0 and "Traceback" not in done.stderr, f"{line}\n{done.stdout}\n{done.stderr}"
+                    ran.append(words[0])
+    assert ran == ["models/checkpoints/resnet_digits.pth", "replay", "replay", "merge"]
+    assert "arm-board" in (tmp_path / "summary.md").read_text() and (project / "lab.xml").read_text().startswith("<?xml")

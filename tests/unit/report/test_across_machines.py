@@ -1,0 +1,38 @@
+"""The merged report's comparison of the build machine and the targets (report/fleet.py, issue 28.5):
+per artifact both verdicts and MAEs, and a flag where the verdict differs."""
+
+from __future__ import annotations
+
+from export_check.fleet.result import FleetReport, ModelResult
+from export_check.report.fleet import across_machines, render_markdown, render_text
+
+
+def _report(target: str | None, rows: list[tuple[str, str, float | None]]) -> dict:
+    return {"checkpoint": {"path": "m.pth", "sha256": "ab" * 32}, "target": target, "passed": True, "exit_code": 0, "counts": {},
+            "rows": [{"name": n, "status": s, "metrics": None if mae is None else {"mae": mae}, "reasons": []} for n, s, mae in rows]}
+
+
+def _fleet(*reports: dict) -> FleetReport:
+    models = tuple(ModelResult(name=r["checkpoint"]["path"] + (f" @ {r['target']}" if r["target"] else ""), checkpoint="m.pth", report=r,
+                               seconds=1.0) for r in reports)
+    return FleetReport(models=models, seconds=2.0, executor="merge of 2 reports", created="2026-12-02T00:00:00+00:00", tool_version="0")
+
+
+def test_a_verdict_that_differs_on_a_target_is_flagged_in_every_view() -> None:
+    build = _report(None, [("eager", "pass", 0.0), ("onnx", "pass", 8.5e-7), ("onnx-int8-dynamic", "pass", 0.041),
+                           ("torchscript-trace", "pass", 0.0)])
+    board = _report("arm-board", [("onnx", "pass", 8.5e-7), ("onnx-int8-dynamic", "fail", 0.093), ("torchscript-trace", "not-applicable", None)])
+    fleet = _fleet(build, board)
+    found = {c["artifact"]: c for c in across_machines(fleet)}
+    assert [c["differs"] for c in found.values()] == [False, True, False]  # not applicable there is no differing verdict
+    assert found["onnx-int8-dynamic"] == {"artifact": "onnx-int8-dynamic", "target": "arm-board", "target_status": "fail",
+                                          "target_mae": "9.30e-02", "build_status": "pass", "build_mae": "4.10e-02", "differs": True}
+    text = render_text(fleet)
+    assert "onnx-int8-dynamic: build PASS MAE 4.10e-02; arm-board FAIL MAE 9.30e-02  <- verdict differs" in text
+    assert "- onnx-int8-dynamic: build PASS MAE 4.10e-02; arm-board FAIL MAE 9.30e-02  <- verdict differs" in render_markdown(fleet)
+
+
+def test_a_target_without_its_build_in_the_merge_says_so() -> None:
+    (only,) = across_machines(_fleet(_report("edge", [("onnx", "pass", 1e-7)])))
+    assert only["build_status"] is None and not only["differs"]
+    assert "onnx: build not in the merged build report; edge PASS MAE 1.00e-07" in render_text(_fleet(_report("edge", [("onnx", "pass", 1e-7)])))
