@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="judge a bundle (check --bundle) on this machine: its artifacts, reloaded by the runtimes "
                             "installed here, against the check's golden inputs and references (no torch needed)")
     add_arguments(replay, REPLAY)
+    for action in replay._actions:
+        if action.dest == "ray":  # --ray [ADDRESS]: alone, a local cluster
+            action.nargs, action.const = "?", RAY_LOCAL
     history = sub.add_parser("history", help="show MAE and latency per artifact across the runs in a --history file")
     add_arguments(history, HISTORY)
     cache = sub.add_parser("cache", help="show, prune or clear the artifact cache")
@@ -183,6 +186,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from .report import text
 
     refuse_folders(args)
+    if (args.bundle_file is None) == (args.targets is None):
+        raise UsageError("replay: name one bundle, or a targets file with --targets FILE (see export-check replay --help)")
+    if args.targets is not None:
+        return _cmd_replay_targets(args)
+    if args.ray is not None:
+        raise UsageError("--ray runs the targets of a targets file (--targets FILE), each a Ray task; one bundle replays here")
     refuse_writing_over({f"--{flag}": getattr(args, flag, None) for flag in (*REPORT_FLAGS, "history")}, [args.bundle_file],
                         "the bundle this replay reads")
     progress = _progress(args.quiet)
@@ -193,6 +202,28 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     stream = table_stream(args)
     print(text.render(report, text.style_for(stream, args.color, args.verbose)), file=stream)
     write_views(report, args, appends_markdown(args, {}))
+    return report.exit_code
+
+
+def _cmd_replay_targets(args: argparse.Namespace) -> int:
+    from .fleet.replays import parse_targets, run_replays
+    from .report import fleet as views
+
+    for flag in ("html", "history"):
+        if getattr(args, flag) is not None:
+            raise UsageError(f"--{flag} takes one target's report; with --targets write --json, --junit or --markdown")
+    jobs = parse_targets(args.targets, args.out)
+    refuse_writing_over({f"--{flag}": getattr(args, flag, None) for flag in REPORT_FLAGS}, [job.bundle for job in jobs], "a bundle a target replays")
+
+    def progress(result: Any) -> None:
+        if not args.quiet:
+            print(f"{result.name}: {result.status.upper()} ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    report = run_replays(jobs, args.ray, progress)
+    print(views.render_text(report), file=table_stream(args))
+    written(args).extend(("--json", "--junit", "--markdown"))
+    for note in views.write(report, args.json, args.junit, args.markdown, markdown_append=appends_markdown(args, {})):
+        print(note, file=sys.stderr)
     return report.exit_code
 
 

@@ -219,7 +219,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("workers", "workers", "int", "models checked at once on this machine, each in its own process with --jobs 1 "
            "(default: the usable cores; 1: one after another)", (CHECK,), metavar="N"),
     Option("ray", "ray", "str", "check each model as a task on a Ray cluster: ADDRESS of an existing one (auto, ray://host:10001), "
-           "or none for a local cluster (needs export-check[ray])", (CHECK,), metavar="ADDRESS"),
+           "or none for a local cluster (needs export-check[ray])", (CHECK, REPLAY), metavar="ADDRESS"),
     # golden record
     Option("inputs", "inputs", "path", "folder of .png/.jpg/.npy inputs, a labels.json there maps file name to label (default: inputs in "
            "[tool.export-check])", (RECORD,), metavar="DIR", settings=True),
@@ -253,7 +253,10 @@ OPTIONS: tuple[Option, ...] = (
            "artifact across the runs", (HISTORY,), metavar="PATH"),
     # replay (exporter/replay.py): a bundle judged on the machine it is deployed on
     Option("bundle_file", "bundle_file", "path", "a bundle written by `export-check check --bundle PATH`", (REPLAY,), metavar="BUNDLE",
-           positional=True),
+           positional=True, nargs="?"),
+    Option("targets", "targets", "path", "replay several targets instead: a TOML file of [targets.NAME] tables, each with bundle = "
+           "\"...\" and what a Ray task of it needs (num-cpus, resources = { macos = 1 }); one report over all of them", (REPLAY,),
+           metavar="FILE"),
     Option("target", "target", "str", "the name of this machine in the report (default: its host name)", (REPLAY,), metavar="NAME"),
     Option("out", "out", "path", "where the bundle's artifacts are written for their runtimes to load (default: {default})", (REPLAY,),
            default=Path("export-check-replay"), metavar="DIR"),

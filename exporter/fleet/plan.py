@@ -23,6 +23,14 @@ class Job:
     num_cpus: float = 1.0
     resources: tuple[tuple[str, float], ...] = ()
 
+    @property
+    def checkpoint_text(self) -> str:
+        return str(self.config.checkpoint)
+
+    @property
+    def threads(self) -> int:
+        return self.config.threads
+
 
 def out_folder(name: str, taken: set[str]) -> str:
     """A model's folder under the run's ``--out``: its name made safe, with a hash only when two collide.

@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
-from .plan import Job
 from .result import LOST, ModelResult
 
 MAX_RETRIES = 2  # a task whose worker died runs again up to this many times
@@ -29,10 +28,10 @@ LOCAL = "local"
 PINNED_ENV = ("PYTHONHASHSEED", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def pinned_env(jobs: Sequence[Job]) -> dict[str, str]:
+def pinned_env(jobs: Sequence[Any]) -> dict[str, str]:
     """The environment every worker runs with: this process's pins, else the run's own (the hash
     seed 0, BLAS/OpenMP threads = the models' ``--threads``, as torch and onnxruntime are pinned)."""
-    threads = str(max((job.config.threads for job in jobs), default=1))
+    threads = str(max((job.threads for job in jobs), default=1))
     env = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
     env.update({name: os.environ[name] for name in PINNED_ENV if name in os.environ})
     return env
@@ -46,13 +45,13 @@ def _import_ray() -> Any:
     return ray
 
 
-def _lost(job: Job, exc: BaseException) -> ModelResult:
+def _lost(job: Any, exc: BaseException) -> ModelResult:
     text = " ".join(str(exc).split())[:300]
-    return ModelResult(name=job.name, checkpoint=str(job.config.checkpoint), report=None, error_kind=LOST, attempts=1 + MAX_RETRIES,
+    return ModelResult(name=job.name, checkpoint=job.checkpoint_text, report=None, error_kind=LOST, attempts=1 + MAX_RETRIES,
                        error=f"the Ray worker checking this model was lost {1 + MAX_RETRIES} times ({type(exc).__name__}: {text}); no rows")
 
 
-def _unplaceable(job: Job, cluster: dict[str, float]) -> str | None:
+def _unplaceable(job: Any, cluster: dict[str, float]) -> str | None:
     needs = {"CPU": job.num_cpus, **dict(job.resources)}
     short = [f"{name}={amount:g}" for name, amount in needs.items() if amount > cluster.get(name, 0.0)]
     if not short:
@@ -62,8 +61,11 @@ def _unplaceable(job: Job, cluster: dict[str, float]) -> str | None:
             "not checked")
 
 
-def run_ray(jobs: Sequence[Job], address: str, on_result: Callable[[ModelResult], None], cpus: int | None = None) -> tuple[list[ModelResult], str]:
-    """Check every job as a Ray task; results in the order of ``jobs``, and how the cluster was reached."""
+def run_ray(jobs: Sequence[Any], address: str, on_result: Callable[[ModelResult], None], cpus: int | None = None,
+            task: Callable[[Any], ModelResult] | None = None) -> tuple[list[ModelResult], str]:
+    """Run every job as a Ray task (``task``: a model's check, ``worker.check_model``, or a target's
+    replay, ``replays.replay_target``); results in the order of ``jobs``, and how the cluster was reached.
+    A job has ``name``, ``num_cpus``, ``resources``, ``threads`` and ``checkpoint_text`` (``plan.Job``)."""
     ray = _import_ray()
     from .result import USAGE
     from .worker import check_model
@@ -84,17 +86,17 @@ def run_ray(jobs: Sequence[Job], address: str, on_result: Callable[[ModelResult]
     try:
         cluster = {k: float(v) for k, v in ray.cluster_resources().items()}
         how = f"ray ({'local' if local else address}, {cluster.get('CPU', 0):g} CPUs)"
-        task = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(check_model)
+        remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(task or check_model)
         done: dict[str, ModelResult] = {}
-        pending: dict[Any, Job] = {}
+        pending: dict[Any, Any] = {}
         for job in jobs:
             reason = _unplaceable(job, cluster)
             if reason is not None:  # it would wait forever for a node that is not there
-                done[job.name] = ModelResult(name=job.name, checkpoint=str(job.config.checkpoint), report=None, error=reason,
+                done[job.name] = ModelResult(name=job.name, checkpoint=job.checkpoint_text, report=None, error=reason,
                                              error_kind=USAGE)
                 on_result(done[job.name])
                 continue
-            ref = task.options(num_cpus=job.num_cpus, resources=dict(job.resources) or None, name=f"export-check {job.name}").remote(job)
+            ref = remote.options(num_cpus=job.num_cpus, resources=dict(job.resources) or None, name=f"export-check {job.name}").remote(job)
             pending[ref] = job
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)

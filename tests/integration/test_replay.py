@@ -227,3 +227,44 @@ def test_the_readmes_device_lab_workflow_runs_on_the_bundled_model(tmp_path: Pat
                     ran.append(words[0])
     assert ran == ["models/checkpoints/resnet_digits.pth", "replay", "replay", "merge"]
     assert "arm-board" in (tmp_path / "summary.md").read_text() and (project / "lab.xml").read_text().startswith("<?xml")
+
+
+def test_a_fleet_of_targets_runs_as_ray_tasks_and_a_target_no_node_offers_is_an_error_row_at_once(built, tmp_path: Path,
+                                                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three targets on a local Ray cluster that offers the custom resource lab_board=2: two boards replay
+    as tasks and give the build's MAEs; the Mac (macos=1, which no node offers) is an error row before any
+    task finishes, never a task waiting forever."""
+    try:
+        import ray
+    except ImportError:
+        pytest.fail("ray is in the test extra: install export-check[test]")
+    from export_check.fleet.replays import parse_targets, run_replays
+
+    folder, key = built
+    monkeypatch.setenv(KEY_ENV, str(key))
+    for name, value in (("RAY_AUTH_MODE", "disabled"), ("RAY_USAGE_STATS_ENABLED", "0")):
+        monkeypatch.setenv(name, value)
+    targets = tmp_path / "lab.toml"
+    targets.write_text(f'[targets.board-a]\nbundle = "{folder / "a.bundle"}"\nresources = {{ lab_board = 1 }}\n'
+                       f'[targets.mac]\nbundle = "{folder / "a.bundle"}"\nresources = {{ macos = 1 }}\n'
+                       f'[targets.board-b]\nbundle = "b.bundle"\nresources = {{ lab_board = 1 }}\n')
+    shutil.copy(folder / "b.bundle", tmp_path / "b.bundle")  # a relative bundle path: beside the targets file
+    jobs = parse_targets(targets, tmp_path / "out")
+    seen = []
+    ray.init(num_cpus=2, resources={"lab_board": 2}, runtime_env={"env_vars": {KEY_ENV: str(key)}}, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    try:
+        report = run_replays(jobs, "local", seen.append)
+    finally:
+        ray.shutdown()
+    assert report.executor.startswith("ray (local") and seen[0].name == "mac"  # refused at once, before the tasks finished
+    mac = seen[0]
+    assert mac.report is None and "no node of the Ray cluster offers macos=1" in (mac.error or "")
+    build = {r["name"]: r for r in _report(folder / "build-a.json")["rows"]}
+    boards = [m for m in report.models if m.report is not None]
+    assert sorted(m.name for m in boards) == [f"{DEFAULT_CHECKPOINT} @ board-a", f"{DEFAULT_CHECKPOINT} @ board-b"]
+    for model in boards:
+        rows = {r["name"]: r for r in model.report["rows"]}
+        for name in ONNX_ROWS:
+            assert rows[name]["status"] == "pass" and abs(rows[name]["metrics"]["mae"] - build[name]["metrics"]["mae"]) <= 1e-9
+    assert report.exit_code == 2  # the target that could not run is not a pass: a usage error, as a fleet's unplaceable model
