@@ -124,7 +124,8 @@ def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[Bun
 
 def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str], None] = lambda _: None) -> tuple[int, int]:
     """Write the bundle of the check ``config`` whose report is ``report`` (``check --bundle PATH``):
-    every artifact the check judged (a pass or a fail; not an error, nor a kind that does not apply), the
+    every artifact the check judged (a pass or a fail), or built and could not judge here (a kind whose
+    runtime does not run on this system: Core ML off macOS; not an error, nor a kind without a file), the
     golden inputs batch by batch at the check's batch size, and eager's outputs on them, computed here
     again (the model is deterministic on one machine: the check's self-check said so). Returns
     (artifacts bundled, bytes)."""
@@ -133,7 +134,7 @@ def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str],
     from .artifacts import KINDS_BY_NAME
     from .golden.manifest import load_golden
     from .model import EagerRunner, load_model, pinned_threads
-    from .results import FAIL, PASS
+    from .results import FAIL, NOT_APPLICABLE, PASS
     from .signature import SINGLE
     from .versions import cpu_flags
 
@@ -145,7 +146,8 @@ def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str],
     compared = tuple(o.name for o in signature.compared_outputs())
     artifacts = []
     for row in report.rows:
-        if row.name not in KINDS_BY_NAME or row.artifact is None or row.status not in (PASS, FAIL):
+        # judged here, or built and not judgeable here (Core ML off macOS): the target judges it
+        if row.name not in KINDS_BY_NAME or row.artifact is None or row.status not in (PASS, FAIL, NOT_APPLICABLE):
             continue
         headline = row.metrics
         figures = None if headline is None else {k: headline.to_json()[k] for k in ("mae", "max_abs", "relative_mae", "top1_agreement")}

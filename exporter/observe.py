@@ -23,7 +23,7 @@ import numpy as np
 
 from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import captured_warnings, dedupe
-from .artifacts.base import logits_of
+from .artifacts.base import NotApplicable, logits_of
 from .builder.builds import BuildOutcome, Builds, Progress
 from .compare import ErrorAccumulator, ShapeMismatch
 from .config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
@@ -105,6 +105,10 @@ class Replay:
         try:
             with captured_warnings(outcome.notes):
                 return stack.enter_context(kind.open_runner(outcome.path, ctx))
+        except NotApplicable as exc:  # its runtime does not run here (Core ML off macOS): not a failure of the file
+            self.errors[kind.name] = str(exc)
+            outcome.not_applicable = True
+            return None
         except Exception as exc:
             self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
             return None

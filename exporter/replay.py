@@ -29,7 +29,7 @@ import numpy as np
 
 from . import __version__
 from .artifacts import KINDS_BY_NAME, BuildContext
-from .artifacts.base import RUNTIME_MODULES
+from .artifacts.base import RUNTIME_MODULES, RUNTIME_SYSTEMS
 from .builder.builds import BuildOutcome
 from .bundle import MANIFEST, Bundle, open_bundle
 from .config import RunConfig, Thresholds
@@ -53,13 +53,17 @@ def _quiet(_: str) -> None:
 
 
 def missing_runtime(runtime: str) -> str | None:
-    """The first module ``runtime`` needs that cannot be imported here, or None."""
+    """Why ``runtime`` cannot run here (a module it needs cannot be imported; a system it does not predict
+    on), or None."""
+    systems = RUNTIME_SYSTEMS.get(runtime)
+    if systems is not None and platform.system() not in systems:
+        return f"the {runtime} runtime predicts only on {', '.join(systems).replace('Darwin', 'macOS')} (this is {platform.system()})"
     for module in RUNTIME_MODULES[runtime]:
         try:
             if importlib.util.find_spec(module) is None:
-                return module
+                return f"{module} is not installed here"
         except (ImportError, ValueError):  # a parent package that cannot load, or a blocked import
-            return module
+            return f"{module} is not installed here"
     return None
 
 
@@ -168,8 +172,8 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
             missing = missing_runtime(kind.runtime)
             if missing is not None:
                 observations.append(Observation(name=kind.name, family=kind.family, compared_with="eager", metrics=None, not_applicable=True,
-                                                error=f"not applicable on {target}: {missing} is not installed here (the {kind.runtime} "
-                                                      f"runtime replays {kind.name}); install it to replay this artifact"))
+                                                error=f"not applicable on {target}: {missing} (the {kind.runtime} runtime replays "
+                                                      f"{kind.name}); replay it where that runtime runs"))
                 continue
             dest = out / Path(str(artifact["file"])).name
             progress(f"replay on {target}: loading {kind.name}")

@@ -98,6 +98,11 @@ KINDS: tuple[ArtifactKind, ...] = (
                  "PT2E static int8 with the XNNPACK quantizer (torchao prepare_pt2e/convert_pt2e), calibrated on the golden set's "
                  "calibration split, lowered to XNNPACK as executorch (needs executorch); judged on the other samples", calibrated=True,
                  build_rank=136, groups=("edge",), packages=("torch", "executorch", "torchao"), layers=None, preload=(), options=()),
+    ArtifactKind("coreml", ".zip", "float", "export_check.artifacts.coreml", None, "coreml",
+                 "a Core ML ML Program (coremltools.convert of torch.export of one sample, FLOAT32 compute), the .mlpackage zipped, "
+                 "fed sample by sample; predicted by Core ML on macOS only (elsewhere built, its spec checked, not applicable: "
+                 "replay its bundle on a Mac)",
+                 build_rank=137, groups=("edge",), packages=("torch", "coremltools"), layers=None, preload=(), options=()),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}

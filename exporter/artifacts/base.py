@@ -116,7 +116,10 @@ RUNTIME_MODULES: dict[str, tuple[str, ...]] = {
     "onnxruntime": ("onnxruntime",),
     "openvino": ("openvino",),
     "executorch": ("executorch", "torch"),
+    "coreml": ("coremltools",),
 }
+# The systems a runtime predicts on, where not every one (Core ML: macOS only).
+RUNTIME_SYSTEMS: dict[str, tuple[str, ...]] = {"coreml": ("Darwin",)}
 
 
 @dataclass(frozen=True)

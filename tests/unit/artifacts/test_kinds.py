@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from export_check.artifacts import BUILD_ORDER, GROUP_NAMES, GROUPS, KIND_NAMES, KINDS, KINDS_BY_NAME, PRELOAD
-from export_check.artifacts.base import KIND_FACTS, ArtifactKind
+from export_check.artifacts.base import KIND_FACTS, RUNTIME_MODULES, ArtifactKind
 from export_check.builder import protocol
 from export_check.config import FAMILIES, RunConfig
 from export_check.diagnostics.divergence import METHODS
@@ -34,6 +34,7 @@ def test_a_row_that_leaves_out_a_fact_is_refused() -> None:
 def test_every_row_states_every_fact(kind: ArtifactKind) -> None:
     assert kind.family in FAMILIES
     assert re.fullmatch(r"\.[a-z0-9]+", kind.suffix)
+    assert kind.runtime in RUNTIME_MODULES, "a replay knows what the runtime needs"
     assert isinstance(kind.build_rank, int) and [k.build_rank for k in KINDS].count(kind.build_rank) == 1, "one rank per kind"
     assert set(kind.groups) <= set(GROUP_NAMES) - {"all"}
     assert kind.packages and "torch" in kind.packages and all(re.fullmatch(r"[a-z0-9][a-z0-9._-]*", p) for p in kind.packages)
