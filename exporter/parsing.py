@@ -78,7 +78,7 @@ def json_depth(text: str) -> int:
 def load_json(text: str, shown: Path | str, fix: str = "fix or replace the file", error: type[ExportCheckError] = UsageError,
               max_depth: int = MAX_DEPTH) -> Any:
     """Parse untrusted JSON text: at most ``max_depth`` levels deep, integers of at most
-    ``JSON_MAX_INT_DIGITS`` digits, finite numbers only (no NaN, Infinity or 1e999); one ``error`` line otherwise."""
+    ``JSON_MAX_INT_DIGITS`` digits and within 64 bits, finite numbers only (no NaN, Infinity or 1e999); one ``error`` line otherwise."""
     depth = json_depth(text)
     if depth > max_depth:
         raise error(f"{shown}: nests {depth} levels deep (at most {max_depth} are read); {fix}")
@@ -86,7 +86,10 @@ def load_json(text: str, shown: Path | str, fix: str = "fix or replace the file"
     def bounded_int(digits: str) -> int:
         if len(digits.lstrip("-")) > JSON_MAX_INT_DIGITS:
             raise error(f"{shown}: holds an integer of {len(digits.lstrip('-')):,} digits (at most {JSON_MAX_INT_DIGITS} are read); {fix}")
-        return int(digits)
+        value = int(digits)
+        if not INT_RANGE[0] <= value <= INT_RANGE[1]:  # 19 digits reach past 2**63 - 1: what check_values refuses, refused here too
+            raise error(f"{shown}: the integer {digits} needs {value.bit_length():,} bits, outside the 64-bit range; {fix}")
+        return value
 
     def finite_float(digits: str) -> float:
         value = float(digits)
