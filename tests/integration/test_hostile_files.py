@@ -215,7 +215,7 @@ HISTORY_CASES = {
     "deep": ("[" * 100_000 + "]" * 100_000, "nests 100000 levels deep"),
     "5000-digit-size": (_line(_row(size_bytes="9" * 5000)), "holds an integer of 5,000 digits"),
     "400-digit-mae": (_line(_row(mae="9" * 400)), "holds an integer of 400 digits"),
-    "20-digit-size": (_line(_row(size_bytes="9" * 20)), "needs 67 bits, outside the 64-bit range"),
+    "20-digit-size": (_line(_row(size_bytes="9" * 20)), "the integer " + "9" * 20 + " needs 67 bits, outside the 64-bit range"),
     "1e999": (_line(_row(mae="1e999")), "holds the number 1e999, too large for a float"),
     "nan": (_line(_row(mae="NaN")), "NaN is not valid here"),
     "half-a-line": (_line()[:60], "not valid JSON"),
