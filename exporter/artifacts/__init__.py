@@ -103,6 +103,10 @@ KINDS: tuple[ArtifactKind, ...] = (
                  "fed sample by sample; predicted by Core ML on macOS only (elsewhere built, its spec checked, not applicable: "
                  "replay its bundle on a Mac)",
                  build_rank=137, groups=("edge",), packages=("torch", "coremltools"), layers=None, preload=(), options=()),
+    ArtifactKind("litert", ".tflite", "float", "export_check.artifacts.litert", None, "litert",
+                 "a LiteRT (TensorFlow Lite) flatbuffer converted by litert-torch (the example's batch, resized to each batch fed), "
+                 "run by the LiteRT interpreter through its signature (needs litert-torch and ai-edge-litert: tox -e litert)",
+                 build_rank=138, groups=("edge",), packages=("torch", "litert-torch", "ai-edge-litert"), layers=None, preload=(), options=()),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}

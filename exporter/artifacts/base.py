@@ -51,6 +51,15 @@ def positional_inputs(feeds: Mapping[str, Any], signature: Signature) -> list[An
     return [*args, *kwargs.values()]
 
 
+def listed_outputs(values: list[Any], signature: Signature) -> dict[str, Any]:
+    """A runtime's outputs, a list in the model's order, named as the golden set names them (one output:
+    ``logits``); ``output_0``, ``output_1``, ... when their count is not the signature's."""
+    names = [OUTPUT] if signature is SINGLE else list(signature.output_names)
+    if len(names) != len(values):
+        names = [f"output_{i}" for i in range(len(values))]
+    return dict(zip(names, values, strict=True))
+
+
 class Runner(Protocol):
     """A loaded artifact (or the eager model): named inputs in, named outputs out."""
 
@@ -117,6 +126,7 @@ RUNTIME_MODULES: dict[str, tuple[str, ...]] = {
     "openvino": ("openvino",),
     "executorch": ("executorch", "torch"),
     "coreml": ("coremltools",),
+    "litert": ("ai_edge_litert",),
 }
 # The systems a runtime predicts on, where not every one (Core ML: macOS only).
 RUNTIME_SYSTEMS: dict[str, tuple[str, ...]] = {"coreml": ("Darwin",)}

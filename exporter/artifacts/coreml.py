@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import ArtifactError
 from ..signature import SINGLE
 from ._common import atomic_path
-from .base import OUTPUT, BuildContext, NotApplicable, positional_inputs
+from .base import BuildContext, NotApplicable, listed_outputs, positional_inputs
 
 INSTALL = "pip install coremltools"
 PACKAGE = "coreml.mlpackage"  # the folder inside the zip
@@ -162,10 +162,7 @@ class CoreMLRunner:
             per_sample.append([np.asarray(out[name], dtype=np.float32) for name in self.outputs])
         out_axes = [0] * len(self.outputs) if signature is SINGLE else [o.batch_axis for o in signature.outputs]
         values = [np.concatenate([s[i] for s in per_sample], axis=out_axes[i] if i < len(out_axes) else 0) for i in range(len(self.outputs))]
-        names = [OUTPUT] if self.ctx.signature is SINGLE else list(self.ctx.signature.output_names)
-        if len(names) != len(values):
-            names = [f"output_{i}" for i in range(len(values))]
-        return dict(zip(names, values, strict=True))
+        return listed_outputs(values, self.ctx.signature)
 
 
 def open_runner(path: Path, ctx: BuildContext) -> CoreMLRunner:

@@ -40,10 +40,9 @@ import numpy as np
 
 from ..diagnostics.shapes import PROBE_IMAGES
 from ..errors import ArtifactError
-from ..signature import SINGLE
 from ._common import NativeWarning, atomic_path, captured_fd
 from ._program import dynamic_axes_of, export_inputs, require_dynamic_program
-from .base import OUTPUT, BuildContext, NotApplicable, positional_inputs
+from .base import BuildContext, NotApplicable, listed_outputs, positional_inputs
 
 INSTALL = 'pip install "export-check[executorch]" (or pip install executorch)'
 BATCH_MAX = PROBE_IMAGES  # the batch bound the program is planned for (or the example batch, if larger)
@@ -277,10 +276,7 @@ class PteRunner:
         for line in said:
             warnings.warn(f"executorch: {line}", NativeWarning, stacklevel=2)
         values = [np.ascontiguousarray(o.detach().numpy()) if hasattr(o, "detach") else np.asarray(o) for o in outputs]
-        names = [OUTPUT] if signature is SINGLE else list(signature.output_names)
-        if len(names) != len(values):
-            names = [f"output_{i}" for i in range(len(values))]
-        return dict(zip(names, values, strict=True))
+        return listed_outputs(values, signature)
 
 
 def open_runner(path: Path, ctx: BuildContext) -> PteRunner:

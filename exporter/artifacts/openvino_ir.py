@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..signature import SINGLE
 from ..versions import BELOW_BF16, PRECISION_FLAGS, cpu_flags, onednn_cap_below
 from ._common import atomic_path
-from .base import OUTPUT, BuildContext, NotApplicable, positional_inputs
+from .base import BuildContext, NotApplicable, listed_outputs, positional_inputs
 
 INSTALL = 'pip install "export-check[openvino]" (or pip install openvino)'
 # /proc/cpuinfo flags that decide the precision OpenVINO's CPU plugin picks (bf16 with avx512_bf16 or
@@ -120,10 +119,7 @@ class OpenVinoRunner:
         inputs = positional_inputs(feeds, signature)
         result = self.compiled([np.ascontiguousarray(a) for a in inputs])
         values = [np.asarray(result[port]) for port in self.compiled.outputs]
-        names = [OUTPUT] if signature is SINGLE else list(signature.output_names)
-        if len(names) != len(values):
-            names = [f"output_{i}" for i in range(len(values))]
-        return dict(zip(names, values, strict=True))
+        return listed_outputs(values, signature)
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:

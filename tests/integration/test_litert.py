@@ -1,0 +1,84 @@
+"""The litert kind (issue 27): the bundled ResNet converted by litert-torch to one .tflite, reloaded by the
+LiteRT interpreter, replayed over the golden set and compared, by hand, with the interpreter driven
+outside the tool; the runner contract (any batch size, float32, the same output twice). Its stack cannot
+share the main test environment (xdsl pins typing-extensions below 4.13, coremltools needs 4.14+): these
+tests run in `tox -e litert`, which `./dev test` runs; in the main environment they are skipped for that
+reason, and the kind's rows say it is not applicable there."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from export_check.cli import main
+
+pytest.importorskip("ai_edge_litert", reason="the litert kind runs in its own environment: tox -e litert (README, \"Artifact groups\")")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    pytest.importorskip("litert_torch", reason="the litert kind runs in its own environment: tox -e litert")
+
+
+def _report(path: Path) -> dict:
+    text = path.read_text()
+    return json.loads("{" + text[text.index('"schema"'):])
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("litert")
+    code = main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "litert,onnx", "-q", "--no-cache",
+                 "--out", str(folder / "out"), "--json", str(folder / "r.json")])
+    return code, _report(folder / "r.json")
+
+
+def test_the_tflite_file_matches_eager_on_the_golden_set_as_the_interpreter_run_by_hand_says(checked) -> None:
+    from ai_edge_litert.interpreter import Interpreter
+
+    from export_check.golden.manifest import load_golden
+    from models.resnet import ResNet
+
+    code, report = checked
+    rows = {r["name"]: r for r in report["rows"]}
+    row = rows["litert"]
+    assert code == 0 and row["status"] == "pass", row["reasons"]
+    assert row["details"]["litert_inputs"] == "args_0" and row["details"]["batch_in_file"].startswith("16 ")
+    # by hand: the file, the interpreter, the golden set, eager
+    model = ResNet()
+    model.load_state_dict(torch.load(DEFAULT_CHECKPOINT, weights_only=True))
+    model.eval()
+    runner = Interpreter(model_path=row["artifact"]["path"], num_threads=1).get_signature_runner("serving_default")
+    errors, flips, count = [], 0, 0
+    for _, batch in load_golden(DEFAULT_GOLDEN).batches(16):
+        with torch.inference_mode():
+            eager = model(torch.from_numpy(batch)).numpy()
+        out = runner(args_0=batch)["output_0"]
+        errors.append(np.abs(out.astype(np.float64) - eager).ravel())
+        flips += int((out.argmax(1) != eager.argmax(1)).sum())
+        count += len(batch)
+    mae = float(np.concatenate(errors).mean())
+    assert count == 64 and flips == 0 and mae < 1e-5
+    assert row["metrics"]["mae"] == pytest.approx(mae, rel=1e-6, abs=1e-12)
+    assert row["metrics"]["top1_agreement"] == 1.0
+
+
+def test_the_runner_contract_at_any_batch_size(checked) -> None:
+    from export_check.artifacts import KINDS_BY_NAME, BuildContext
+    from export_check.artifacts.base import INPUT, OUTPUT
+
+    _, report = checked
+    row = next(r for r in report["rows"] if r["name"] == "litert")
+    kind = KINDS_BY_NAME["litert"]
+    ctx = BuildContext(model=None, example=None, opset=17, onnx_exporter="torchscript", threads=1)
+    rng = np.random.default_rng(0)
+    with kind.open_runner(Path(row["artifact"]["path"]), ctx) as runner:
+        for size in (1, 3, 16, 33):
+            batch = rng.standard_normal((size, 3, 32, 32), dtype=np.float32)
+            out = runner.infer({INPUT: batch})[OUTPUT]
+            assert out.shape == (size, 10) and out.dtype == np.float32
+            assert np.array_equal(out, runner.infer({INPUT: batch})[OUTPUT])
