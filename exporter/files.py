@@ -123,8 +123,10 @@ def open_beneath(root: Path, rel: str) -> int:
                 nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 raise _refuse_link(exc, shown) from None
-            os.close(fd)
-            fd = nxt
+            # the next folder is held before the last is closed: a Ctrl-C between the two must not leave
+            # the finally below closing a closed descriptor (EBADF, which would stand in for the interrupt)
+            fd, previous = nxt, fd
+            os.close(previous)
         try:
             file_fd = os.open(parts[-1], _READ_FLAGS, dir_fd=fd)
         except OSError as exc:
