@@ -175,6 +175,7 @@ def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str],
         "signature": None if signature is SINGLE else signature.to_json(),
         "samples": len(golden),
         "calibration": {"indices": list(golden.calibration_indices()), "split": golden.calibration.describe()},
+        "labels": golden.labels(),  # the task accuracy of each row, at the target too
     }
     size = write_bundle(path, manifest, artifacts, batches(), config.cache_dir)
     return len(artifacts), size

@@ -86,10 +86,30 @@ class Metrics:
     tolerances: tuple[Tolerance, ...] = ()  # the allclose counts the run's gates asked for (config.Thresholds.tolerances)
     streamed: tuple[tuple[str, float], ...] = ()  # the values of compare.STREAMS, by name (cosine, snr_db)
     output: str | None = None  # a row's headline over several outputs: the output these are (judge.headline); None: the only one
+    # Task accuracy on the golden set's labels (the primary logits output): samples labelled (0: the set has no
+    # labels; None: measured before labels were counted), those the candidate's and the reference's argmax get right.
+    labelled: int | None = None
+    label_correct: int = 0
+    reference_label_correct: int = 0
 
     def tolerance(self, atol: float, rtol: float) -> Tolerance | None:
         """The allclose count for ``(atol, rtol)``, if it was measured."""
         return next((t for t in self.tolerances if t.key() == (atol, rtol)), None)
+
+    @property
+    def label_accuracy(self) -> float | None:
+        return self.label_correct / self.labelled if self.labelled else None
+
+    @property
+    def reference_label_accuracy(self) -> float | None:
+        return self.reference_label_correct / self.labelled if self.labelled else None
+
+    @property
+    def accuracy_drop(self) -> float | None:
+        """Percentage points of label accuracy lost against the reference (eager, or the approved outputs for eager)."""
+        if not self.labelled:
+            return None
+        return 100.0 * (self.reference_label_correct - self.label_correct) / self.labelled
 
     def stat(self, name: str) -> float | None:
         """The value of the stream ``name`` (``STREAMS``), None when it was not measured."""
@@ -117,6 +137,10 @@ class Metrics:
             "max_abs_at": None if self.max_abs_at is None else self.max_abs_at.to_json(),
             "tolerances": [t.to_json() for t in self.tolerances],
             "output": self.output,
+            "labelled": self.labelled,
+            "label_accuracy": self.label_accuracy,
+            "reference_label_accuracy": self.reference_label_accuracy,
+            "accuracy_drop": self.accuracy_drop,
             **dict(self.streamed),
         }
 
@@ -214,8 +238,11 @@ class ErrorAccumulator:
         self._per_image: list[np.ndarray] = []
         self._images = 0
         self._streams = {name: make() for name, make in STREAMS.items()}
+        self._labelled = self._label_correct = self._reference_label_correct = 0
 
-    def add(self, reference: np.ndarray, candidate: np.ndarray) -> None:
+    def add(self, reference: np.ndarray, candidate: np.ndarray, labels: np.ndarray | None = None) -> None:
+        """One batch. ``labels``: the golden labels of its samples (one class index each), for a logits output:
+        task accuracy is counted for the candidate and the reference."""
         if reference.shape != candidate.shape:
             raise ShapeMismatch(f"output shape {tuple(candidate.shape)} != reference {tuple(reference.shape)}")
         if self.kind == "sequence-logits" and reference.ndim == 3:
@@ -240,8 +267,13 @@ class ErrorAccumulator:
             stream.add(ref, cand, finite)
         self._per_image.append(diff.mean(axis=1) if diff.shape[1] else np.zeros(diff.shape[0]))
         if self.kind == "logits" and cand.shape[1]:
-            changed = np.flatnonzero(np.argmax(np.where(finite, cand, -np.inf), axis=1) != np.argmax(ref, axis=1))
+            predicted = np.argmax(np.where(finite, cand, -np.inf), axis=1)
+            changed = np.flatnonzero(predicted != np.argmax(ref, axis=1))
             self._top1_changed.extend(int(i) + self._images for i in changed)
+            if labels is not None and len(labels) == len(predicted):
+                self._labelled += len(labels)
+                self._label_correct += int((predicted == labels).sum())
+                self._reference_label_correct += int((np.argmax(ref, axis=1) == labels).sum())
         self._images += ref.shape[0]
 
     def _element(self, flat: int, width: int, ref: np.ndarray, cand: np.ndarray) -> Element:
@@ -294,6 +326,7 @@ class ErrorAccumulator:
             max_abs_at=self._max_abs_at,
             tolerances=tuple(self._tolerances.values()),
             streamed=tuple((name, stream.value()) for name, stream in self._streams.items()),
+            labelled=self._labelled, label_correct=self._label_correct, reference_label_correct=self._reference_label_correct,
         )
 
 

@@ -173,6 +173,15 @@ GATE_METRICS: tuple[GateMetric, ...] = (
             "min", lambda m: m.stat("cosine"), "cos>={:g}",
             lambda m, v, b: f"cosine similarity {v:.6g} < {b:g} (the least of any sample)",
             at_batch_sizes=False, column="cos", cell="{:.6f}"),
+    # Task accuracy on the golden set's labels, against the reference's on the same samples (eager's; for the
+    # eager row, the approved outputs'): percentage points lost. Not gated by default; a set without labels has none.
+    _scalar("accuracy drop", Bound("max_accuracy_drop", "max accuracy drop", "max-accuracy-drop",
+                                   "label-accuracy gate of {what}: at most this many percentage points of top-1 accuracy on the golden "
+                                   "labels lost against the reference (default: {default})", "POINTS"),
+            "max", lambda m: m.accuracy_drop, "accdrop<={:g}pt",
+            lambda m, v, b: f"label accuracy {m.label_accuracy:.1%} against the reference's {m.reference_label_accuracy:.1%}: "
+                            f"a drop of {v:.2f} points > {b:g}",
+            applies=lambda m: m.labelled != 0, at_batch_sizes=False, column="acc drop", cell="{:.2f}pt"),
     # The output's signal-to-noise ratio in dB: 10 log10(sum reference^2 / sum error^2) (compare.STREAMS).
     _scalar("SNR", Bound("min_snr_db", "min SNR", "min-snr",
                          "signal-to-noise gate of {what} in dB: 10 log10(sum reference^2 / sum error^2) (default: {default})", "DB"),

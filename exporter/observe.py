@@ -85,6 +85,7 @@ class Replay:
         self.calibrated = {k.name for k in KINDS_BY_NAME.values() if k.calibrated}
         self._calibration: np.ndarray | None = None  # per sample: in the calibration split (read when a calibrated kind replays)
         self.judged: dict[str, int] = {}
+        self._all_labels: np.ndarray | None = None  # the golden labels, read once (empty: not every sample has one)
 
     def _judged_mask(self, start: int, n: int) -> np.ndarray:
         """Which samples ``start..start+n-1`` a calibrated kind is judged on: those outside the calibration split."""
@@ -92,6 +93,18 @@ class Replay:
             self._calibration = np.zeros(len(self.golden), dtype=bool)
             self._calibration[list(self.golden.calibration_indices())] = True
         return ~self._calibration[start : start + n]
+
+    def _labels(self, output: str, start: int, n: int, keep: np.ndarray | None = None) -> np.ndarray | None:
+        """The golden labels of samples ``start..start+n-1`` (those ``keep`` marks), for the first compared
+        output when it is logits and every sample of the set has a label; else None (no accuracy counted)."""
+        if self._all_labels is None:
+            labels = self.golden.labels()
+            usable = bool(self.compared) and self.compared[0].kind == "logits" and bool(labels) and all(x is not None for x in labels)
+            self._all_labels = np.asarray(labels, dtype=np.int64) if usable else np.zeros(0, np.int64)
+        if output != self.compared[0].name or not len(self._all_labels):
+            return None
+        part = self._all_labels[start:start + n]
+        return part if keep is None else part[keep]
 
     def _accumulators(self) -> dict[str, ErrorAccumulator]:
         return {o.name: ErrorAccumulator(o.kind, o.class_axis, self.config.thresholds.tolerances()) for o in self.compared}
@@ -140,7 +153,7 @@ class Replay:
                 reference = samples_first(self.golden.reference_outputs(start, n), self.signature)
                 try:
                     for name, acc in self.eager_acc.items():
-                        acc.add(reference[name], eager[name])
+                        acc.add(reference[name], eager[name], self._labels(name, start, n))
                 except ShapeMismatch as exc:
                     # a format-1 set holds one 2-D output; before issue 25 a (batch,) or (batch, 3, 4) output was stored flattened
                     flattened = self.golden.version == VERSION_1 and any(array.ndim != 2 for array in eager.values())
@@ -171,9 +184,11 @@ class Replay:
                         keep = self._judged_mask(start, n)
                         self.judged[name] = self.judged.get(name, 0) + int(keep.sum())
                         reference, out = ({k: v[keep] for k, v in d.items()} for d in (eager, out))
+                    primary = self.compared[0].name if self.compared else None
+                    labels = None if primary is None else self._labels(primary, start, n, keep if name in self.calibrated else None)
                     for output, acc in self.accumulators[name].items():
                         if len(out[output]):
-                            acc.add(reference[output], out[output])
+                            acc.add(reference[output], out[output], labels if output == primary else None)
                 except Exception as exc:
                     shown = self.golden.inputs[start:start + n]  # the inputs by their files too: a user finds those
                     files = f" (golden inputs {shown[0].name} to {shown[-1].name})" if shown else ""

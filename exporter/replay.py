@@ -84,8 +84,10 @@ class BundleGolden:
     """What :class:`observe.Replay` reads of a golden set, from a bundle's manifest: the signature, the
     sample count, the calibration split; the samples are named by position (the files stayed at the build)."""
 
-    def __init__(self, signature: Signature, samples: int, calibration: tuple[int, ...], split: str) -> None:
+    def __init__(self, signature: Signature, samples: int, calibration: tuple[int, ...], split: str,
+                 labels: list[int | None] | None = None) -> None:
         self.signature, self._samples, self._calibration = signature, samples, calibration
+        self._labels: list[int | None] = list(labels) if labels is not None and len(labels) == samples else [None] * samples
         self.calibration = _Calibration(split)
         self.inputs = [_Sample(i) for i in range(samples)]
 
@@ -94,6 +96,9 @@ class BundleGolden:
 
     def calibration_indices(self) -> tuple[int, ...]:
         return self._calibration
+
+    def labels(self) -> list[int | None]:
+        return self._labels
 
 
 class BundleBatches:
@@ -152,7 +157,9 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
                        fp16_optimization=str(settings["fp16_optimization"]))
     out = prepare_out_dir(out_dir)
     calibration = _field(m, where, "calibration")
-    golden = BundleGolden(signature, int(m["samples"]), tuple(int(i) for i in calibration["indices"]), str(calibration["split"]))
+    labels = m.get("labels")
+    labels = [x if isinstance(x, int) and not isinstance(x, bool) else None for x in labels] if isinstance(labels, list) else None
+    golden = BundleGolden(signature, int(m["samples"]), tuple(int(i) for i in calibration["indices"]), str(calibration["split"]), labels)
     inputs = signature.input_names
     outputs = tuple(o.name for o in signature.compared_outputs())
     batches = BundleBatches(bundle, signature, inputs, outputs)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEFAULT_GOLDEN
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 from export_check.cli import main
 from export_check.golden.manifest import load_golden
 
@@ -143,3 +143,36 @@ def test_cosine_and_snr_are_numpys_on_the_same_outputs_and_gate_every_view(tmp_p
     shown = text.replace("\n    ", "  ")
     assert "SNR dB" in shown and re.search(rf"cos {rows['eager']['metrics']['cosine']:.6f}", shown), text
     assert f"FAIL eager: SNR {rows['eager']['metrics']['snr_db']:.3g} dB < 200 dB" in text
+
+
+def test_the_accuracy_drop_gate_on_a_damaged_resnet_is_the_labels_counted_by_hand(tmp_path: Path) -> None:
+    """The bundled ResNet with its class-0 logit raised by 6: eager's top-1 accuracy on the golden labels
+    drops against the approved reference's. The tool's counts are the labels counted by hand (torch and the
+    golden files, outside the tool); --max-accuracy-drop 1 fails the eager row with them, and the ONNX file,
+    judged against that same eager model, loses nothing against it."""
+    from models.resnet import ResNet
+
+    state = torch.load(DEFAULT_CHECKPOINT, weights_only=True)
+    state["fc.bias"] = state["fc.bias"] + torch.nn.functional.one_hot(torch.tensor(0), state["fc.bias"].numel()) * 6.0
+    damaged = tmp_path / "damaged.pth"
+    torch.save(state, damaged)
+    report_path = tmp_path / "r.json"
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main([str(damaged), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx", "--out", str(tmp_path / "a"), "-q",
+                     "--no-cache", "--max-accuracy-drop", "1", "--json", str(report_path)])
+    rows = {r["name"]: r for r in json.loads(report_path.read_text())["rows"]}
+    golden = load_golden(DEFAULT_GOLDEN)
+    labels = np.asarray(golden.labels())
+    model = ResNet()
+    model.load_state_dict(state)
+    model.eval()
+    with torch.inference_mode():
+        eager = np.concatenate([model(torch.from_numpy(batch)).numpy() for _, batch in golden.batches(16)])
+    mine, approved = float((eager.argmax(1) == labels).mean()), float((golden.reference().argmax(1) == labels).mean())
+    assert approved - mine > 0.01, (approved, mine)  # the damage costs more than the 1 point gate
+    m = rows["eager"]["metrics"]
+    assert (m["labelled"], m["label_accuracy"], m["reference_label_accuracy"]) == (64, pytest.approx(mine), pytest.approx(approved))
+    assert any(r.startswith(f"label accuracy {mine:.1%} against the reference's {approved:.1%}: a drop of") for r in rows["eager"]["reasons"])
+    onnx = rows["onnx"]["metrics"]
+    assert onnx["labelled"] == 64 and onnx["accuracy_drop"] == pytest.approx(0.0, abs=100 / 64 + 1e-9)  # one flip at most, at a near-tie
+    assert rows["eager"]["gate"]["max_accuracy_drop"] == 1 and code == 1

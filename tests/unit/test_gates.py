@@ -131,3 +131,39 @@ def test_batch_size_runs_are_judged_by_the_bounds_measured_there_only() -> None:
 
     gate = Gate(max_mae=1e-5, max_abs=1e-4, atol=1e-3, min_cosine=0.9, min_snr_db=20, min_top1=0.5)
     assert at_batch_sizes(gate) == Gate(max_mae=1e-5, max_abs=1e-4, min_top1=0.5)
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), samples=st.integers(1, 40), classes=st.integers(2, 6), batch=st.integers(1, 12))
+def test_label_accuracy_is_counted_as_numpy_counts_it_however_the_set_is_batched(seed, samples, classes, batch) -> None:
+    rng = np.random.default_rng(seed)
+    reference = rng.normal(0, 1, (samples, classes))
+    candidate = reference + rng.normal(0, 0.7, reference.shape)
+    labels = rng.integers(0, classes, samples)
+    acc = ErrorAccumulator("logits")
+    for start in range(0, samples, batch):
+        acc.add(reference[start:start + batch], candidate[start:start + batch], labels[start:start + batch])
+    m = acc.result()
+    mine, theirs = float((candidate.argmax(1) == labels).mean()), float((reference.argmax(1) == labels).mean())
+    assert m.labelled == samples and m.label_accuracy == pytest.approx(mine) and m.reference_label_accuracy == pytest.approx(theirs)
+    assert m.accuracy_drop == pytest.approx(100 * (theirs - mine))
+    assert m.to_json()["accuracy_drop"] == m.accuracy_drop
+
+
+def test_the_accuracy_drop_gate_fails_past_its_points_and_never_gates_a_set_without_labels() -> None:
+    reference = np.eye(4)[[0, 1, 2, 3, 0, 1, 2, 3]] * 5.0
+    candidate = reference.copy()
+    candidate[[1, 2], :] = np.eye(4)[[3, 3]] * 5.0  # two of eight predictions moved off their (right) label
+    labels = np.array([0, 1, 2, 3, 0, 1, 2, 3])
+    acc = ErrorAccumulator("logits")
+    acc.add(reference, candidate, labels)
+    m = acc.result()
+    assert (m.label_accuracy, m.reference_label_accuracy, m.accuracy_drop) == (0.75, 1.0, 25.0)
+    gate = Gate(max_mae=10.0, max_accuracy_drop=10)
+    assert gate_reasons(m, gate) == ("label accuracy 75.0% against the reference's 100.0%: a drop of 25.00 points > 10",)
+    assert gate_reasons(m, gate.replace(max_accuracy_drop=25)) == ()
+    unlabelled = compare(reference, candidate)  # no labels: measured, none to count
+    assert unlabelled.labelled == 0 and gate_reasons(unlabelled, gate) == ()
+    old = replace(unlabelled, labelled=None)  # a cache entry from before labels were counted: measured again, never passed
+    assert gate_reasons(old, gate) == ("accuracy drop was not measured for this output",)
+    assert Gate(max_mae=1e-5, max_accuracy_drop=0.5).describe() == "MAE<=1e-05 & accdrop<=0.5pt"

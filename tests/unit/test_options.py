@@ -63,6 +63,8 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
         "bf16-max-relative-mae", "bf16-max-mae", "bf16-min-top1", "bf16-max-abs", "bf16-atol", "bf16-rtol",
         # issue 30: the similarity gates, per family (gates.GATE_METRICS)
         *(f"{prefix}{stem}" for prefix in ("", "int8-", "fp16-", "bf16-") for stem in ("min-cosine", "min-snr")),
+        # issue 30.1: the label-accuracy gate, per family
+        *(f"{prefix}max-accuracy-drop" for prefix in ("", "int8-", "fp16-", "bf16-")),
     }
 
 
