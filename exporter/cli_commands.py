@@ -139,8 +139,18 @@ def cmd_golden(args: argparse.Namespace) -> int:
             print(f"recorded {len(recorded)} inputs and their reference {lifecycle.describe_outputs(recorded)} into {golden_dir}")
         return EXIT_PASS
     notes = []
-    diff, written = lifecycle.approve_golden(dry_run=args.dry_run, signature_settings=params.signature,
-                                             calibration=args.calibration_samples, notes=notes, **common)
+    limit = args.max_accuracy_drop if args.max_accuracy_drop is not None else params.settings.get("max_accuracy_drop")
+    if limit is not None:
+        limit = check_points(limit, "max-accuracy-drop")
+    try:
+        diff, written = lifecycle.approve_golden(dry_run=args.dry_run, signature_settings=params.signature,
+                                                 calibration=args.calibration_samples, notes=notes,
+                                                 max_accuracy_drop=None if args.accept_accuracy_drop else limit, **common)
+    except lifecycle.AccuracyDropRefused as refused:  # the diff first, then the one line (exit 1)
+        _print_settings_and_notes(params.settings, notes)
+        print("\n".join(refused.diff.lines()))
+        sys.stdout.flush()
+        raise
     held = "outputs" if isinstance(diff, lifecycle.OutputsDiff) else "logits"
     _print_settings_and_notes(params.settings, notes)
     print("\n".join(diff.lines()))
@@ -152,6 +162,15 @@ def cmd_golden(args: argparse.Namespace) -> int:
         print(f"nothing to approve: {golden_dir} already holds exactly the {held} of {args.checkpoint}")
     sys.stdout.flush()
     return EXIT_PASS
+
+
+def check_points(value: Any, where: str) -> float:
+    """A number of percentage points: finite, at least 0."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise UsageError(f"{where} must be a finite number of points >= 0, got {value!r}")
+    return float(value)
 
 
 def _print_settings_and_notes(settings: dict[str, Any], notes: list[str]) -> None:

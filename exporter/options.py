@@ -244,6 +244,11 @@ OPTIONS: tuple[Option, ...] = (
            (VERIFY,), default=DEFAULT_GOLDEN, metavar="DIR", positional=True, nargs="?"),
     # golden approve
     Option("dry-run", "dry_run", "switch", "show the diff, change nothing", (APPROVE,)),
+    Option("max-accuracy-drop", "max_accuracy_drop", "float", "refuse new outputs whose top-1 accuracy on the golden labels is more than "
+           "this many points below the old ones' (default: max-accuracy-drop in [tool.export-check], else no limit)", (APPROVE,),
+           metavar="POINTS"),
+    Option("accept-accuracy-drop", "accept_accuracy_drop", "switch", "approve even when the accuracy on the golden labels drops more "
+           "than max-accuracy-drop", (APPROVE,)),
     # history
     Option("history_file", "history_file", "path", "the file written by check --history", (HISTORY,), metavar="PATH", positional=True),
     Option("last", "last", "int", "show the last N runs (default: {default}; 0: all)", (HISTORY,), default=10, metavar="N"),

@@ -338,16 +338,40 @@ def _verify_lines(golden_dir: Path) -> tuple[bool, list[str]]:
     return not problems, lines
 
 
+class AccuracyDropRefused(GoldenError):
+    """``approve_golden`` did not write: the new outputs lose more label accuracy than ``max_accuracy_drop``
+    allows. ``diff`` is what approving would have changed (the CLI prints it before the refusal)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, diff: ApproveDiff | OutputsDiff) -> None:
+        super().__init__(message)
+        self.diff = diff
+
+
+def _refuse_drop(diff: ApproveDiff | OutputsDiff, max_accuracy_drop: float | None, golden_dir: Path) -> None:
+    """Raise :class:`AccuracyDropRefused` when the diff's label accuracy drops by more than ``max_accuracy_drop`` points."""
+    if max_accuracy_drop is None or diff.accuracy is None:
+        return
+    old, new = diff.accuracy
+    drop = 100.0 * (old - new)
+    if drop > max_accuracy_drop:
+        raise AccuracyDropRefused(f"{golden_dir}: not approved: accuracy on the golden labels drops {old:.1%} -> {new:.1%} ({drop:.2f} points, "
+                                  f"more than max-accuracy-drop {max_accuracy_drop:g}); pass --accept-accuracy-drop to approve it anyway", diff)
+
+
 def approve_golden(
     checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, golden_dir: Path, threads: int, batch_size: int,
     dry_run: bool = False, signature_settings: SignatureSettings | None = None, calibration: int | CalibrationSplit | None = None,
-    notes: list[str] | None = None,
+    notes: list[str] | None = None, max_accuracy_drop: float | None = None,
 ) -> tuple[ApproveDiff | OutputsDiff, bool]:
     """Compute the new checkpoint's logits (format 2: outputs) on the (verified) golden inputs; unless
     ``dry_run`` or nothing changed, write them as the new reference. Returns the diff and whether it
     was written. A format-2 set keeps its inputs; its outputs' specs are kept, with the
     ``outputs`` settings applied over them (new outputs get their defaults). The calibration split is
-    kept (a set that records none gets the default written), unless ``calibration`` gives a new one."""
+    kept (a set that records none gets the default written), unless ``calibration`` gives a new one.
+    ``max_accuracy_drop``: refuse (:class:`AccuracyDropRefused`, nothing written) new outputs whose
+    accuracy on the golden labels is more than this many points below the old ones'."""
     with golden_lock(golden_dir):  # the whole read-modify-commit: no other writer in between
         golden = read_manifest(golden_dir)
         split = golden.calibration if calibration is None else calibration_split(len(golden), calibration, golden_dir)
@@ -356,7 +380,7 @@ def approve_golden(
         same_split = calibration is None or (golden.calibration.recorded and split.to_json() == golden.calibration.to_json())
         if golden.version != VERSION_1:
             return _approve_v2(golden, checkpoint, arch, arch_kwargs, arch_root, threads, batch_size, dry_run,
-                               signature_settings or SignatureSettings(), split, same_split, notes)
+                               signature_settings or SignatureSettings(), split, same_split, notes, max_accuracy_drop)
         old = golden.reference()
         with pinned_threads(threads):
             model = load_model(checkpoint, arch, arch_kwargs, arch_root, notes)
@@ -371,6 +395,7 @@ def approve_golden(
         diff = diff_references(golden, old, new, info["checkpoint_sha256"])
         if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256 and same_split):
             return diff, False
+        _refuse_drop(diff, max_accuracy_drop, golden_dir)
         # the inputs are kept as they were verified: a file swapped meanwhile keeps its old hash and fails verify
         write_golden(golden_dir, list(golden.inputs), golden.preprocess, new, info, library_versions(), _recording(model, batch_size, split))
         return diff, True
@@ -378,7 +403,7 @@ def approve_golden(
 
 def _approve_v2(golden: GoldenSet, checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None, threads: int,
                 batch_size: int, dry_run: bool, settings: SignatureSettings, split: CalibrationSplit,
-                same_split: bool, notes: list[str] | None = None) -> tuple[OutputsDiff, bool]:
+                same_split: bool, notes: list[str] | None = None, max_accuracy_drop: float | None = None) -> tuple[OutputsDiff, bool]:
     old = golden.reference_samples()
     samples = [golden.load_sample(item) for item in golden.inputs]
     inputs = golden.signature.inputs
@@ -392,9 +417,12 @@ def _approve_v2(golden: GoldenSet, checkpoint: Path, arch: str, arch_kwargs: dic
     diff = diff_references(golden, old, new, info["checkpoint_sha256"], signature)
     if dry_run or (diff.unchanged and diff.old_checkpoint_sha256 == diff.new_checkpoint_sha256 and same_split):
         return diff, False
+    _refuse_drop(diff, max_accuracy_drop, golden.root)
     write_golden_v2(golden.root, list(golden.inputs), golden.preprocess, signature, new, recording, info, library_versions())
     return diff, True
 
 
-__all__ = ["lock_path", "record_golden", "check_record_target", "verify", "approve_golden", "diff_references", "describe_outputs", "ApproveDiff",
-           "OutputsDiff"]
+__all__ = [
+    "AccuracyDropRefused", "lock_path", "record_golden", "check_record_target", "verify", "approve_golden",
+    "diff_references", "describe_outputs", "ApproveDiff", "OutputsDiff",
+]

@@ -268,3 +268,33 @@ def test_preprocess_flags_parse_or_fail_with_usage_error(size, mode, mean, resiz
         return
     if spec is not None:
         assert spec.size[0] >= 1 and spec.size[1] >= 1 and len(spec.mean) == spec.channels
+
+
+def test_an_approve_that_drops_label_accuracy_past_the_limit_is_refused_and_writes_nothing(golden_copy: Path, tmp_path: Path,
+                                                                                          capsys) -> None:
+    """The bundled ResNet with its class-0 logit raised by 6 loses accuracy on the golden labels: approving it
+    under --max-accuracy-drop 1 shows the diff, refuses in one line (exit 1) and leaves the set as it was;
+    --accept-accuracy-drop approves it. The accuracies are the labels counted by hand."""
+    import torch
+
+    from conftest import DEFAULT_CHECKPOINT, REPO
+
+    state = torch.load(DEFAULT_CHECKPOINT, weights_only=True)
+    state["fc.bias"] = state["fc.bias"] + torch.nn.functional.one_hot(torch.tensor(0), state["fc.bias"].numel()) * 6.0
+    damaged = tmp_path / "damaged.pth"
+    torch.save(state, damaged)
+    golden = load_golden(golden_copy)
+    labels = np.asarray(golden.labels())
+    old = float((golden.reference().argmax(1) == labels).mean())
+    before = (golden_copy / MANIFEST).read_bytes()
+    argv = ["golden", "approve", str(damaged), "--arch", f"{REPO / 'models' / 'resnet.py'}:ResNet", "--golden", str(golden_copy)]
+    assert main([*argv, "--max-accuracy-drop", "1"]) == 1
+    out, err = capsys.readouterr()
+    shown = re.search(r"accuracy on labels: ([\d.]+)% -> ([\d.]+)%", out)
+    assert shown is not None and float(shown.group(1)) == pytest.approx(100 * old, abs=0.05)
+    new = float(shown.group(2)) / 100
+    assert old - new > 0.01
+    assert err.count("\n") == 1 and "not approved: accuracy on the golden labels drops" in err and "--accept-accuracy-drop" in err, err
+    assert (golden_copy / MANIFEST).read_bytes() == before  # nothing written
+    assert main([*argv, "--max-accuracy-drop", "1", "--accept-accuracy-drop"]) == 0
+    assert "approved:" in capsys.readouterr().out and (golden_copy / MANIFEST).read_bytes() != before
