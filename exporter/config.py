@@ -241,6 +241,8 @@ class RunConfig:
     jobs: int | None = None  # 1: one artifact at a time; 2: replay each artifact while the next builds; None: by core count
     build_timeout: float = BUILD_TIMEOUT  # seconds one isolated build may run before it is killed; 0: no limit
     strict: bool = False  # a kind that does not apply to the model fails the run instead of being shown as not applicable
+    # --judge-only: the cached observations of this check judged with today's gates; nothing built or replayed (no torch)
+    judge_only: bool = False
     # [tool.export-check.model-inputs.*] and [tool.export-check.outputs.*]: what recording a format-2
     # golden set (the pytest plugin's record and regen) applies over what it discovers
     signature_settings: SignatureSettings = field(default_factory=SignatureSettings)

@@ -205,6 +205,9 @@ OPTIONS: tuple[Option, ...] = (
            field="diagnostics_budget"),
     Option("strict", "strict", "switch", "a kind that does not apply to the model (e.g. dynamic int8 without Linear or recurrent "
            "layers) fails the run instead of being shown as not applicable", (CHECK,), settings=True, field="strict"),
+    Option("judge-only", "judge_only", "switch", "judge this check's cached observations with the gates given now: nothing is built "
+           "or replayed and torch is not imported; a check never run (or changed since) is refused, and a per-layer table or a "
+           "measurement the cache lacks is said, not measured", (CHECK,), field="judge_only"),
     # the terminal table (exporter/report/text.py): colour and detail; not settings, they are the terminal's
     Option("color", "color", "str", "colour the verdicts: auto (on a terminal, unless NO_COLOR is set; FORCE_COLOR forces it), "
            "always or never; the flag overrides NO_COLOR and FORCE_COLOR (default: {default})", (CHECK, REPLAY), default="auto",

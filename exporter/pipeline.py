@@ -88,6 +88,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     except CacheUnavailable as exc:  # the cache is best effort: without a key or a folder, the run goes on without it
         cache = None
         run_notes.append(f"cache: not used by this run: {exc}")
+    if config.judge_only:
+        return _judged_from_cache(cache, config, golden, checkpoint_info, out_dir, started, timings, run_notes)
     if cache is not None:
         with locked_out_dir(out_dir):
             # Every row's artifact and observation cached and intact, and enough to judge with today's
@@ -182,6 +184,32 @@ def _cache_hit(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[
     if found is None or any(layers_missing(obs, config.thresholds, config.diagnose) for obs in found.observations):
         return None
     return restore_run(cache, found, out_dir)
+
+
+def _judged_from_cache(cache: ArtifactCache | None, config: RunConfig, golden: GoldenSet, checkpoint_info: FileInfo, out_dir: Path,
+                       started: float, timings: dict[str, float], run_notes: list[str]) -> Report:
+    """``--judge-only``: the cached observations of this very check (same checkpoint, golden set,
+    settings, versions) judged with today's gates. What a gate or a failing row would have a full check
+    measure (a per-layer table, a metric an older entry lacks) is not measured: the row's reason or the
+    run's note says so."""
+    if cache is None:
+        why = next((n for n in run_notes if n.startswith("cache:")), "the cache is off (--no-cache)")
+        raise UsageError(f"--judge-only judges a cached check, and this run has no cache ({why}); run the check without --judge-only")
+    with locked_out_dir(out_dir):
+        found = cached_run(cache, config)
+        if found is None:
+            raise UsageError(f"--judge-only: no cached run of this check in {config.cache_dir} (never run with these settings, or the "
+                             "checkpoint, golden set, settings or library versions changed since); run it once without --judge-only")
+        restored = restore_run(cache, found, out_dir)
+        if restored is None:
+            raise UsageError(f"--judge-only: the cached artifacts cannot be put into {out_dir} intact; run the check without --judge-only")
+        observations, label_accuracy = restored
+    wanting = [o.name for o in observations if layers_missing(o, config.thresholds, config.diagnose)]
+    if wanting:
+        run_notes.append(f"--judge-only: judged from the cache without a replay; a full check would also measure {', '.join(wanting)} "
+                         "(a per-layer table, or a metric these entries lack): run it without --judge-only for them")
+    timings["judge_only"] = time.perf_counter() - started - sum(timings.values())
+    return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings, run_notes)
 
 
 def _counted(infer: Callable, total: int, signature, progress: Progress) -> Callable:
