@@ -88,6 +88,7 @@ class Metrics:
     output: str | None = None  # a row's headline over several outputs: the output these are (judge.headline); None: the only one
     # Task accuracy on the golden set's labels (the primary logits output): samples labelled (0: the set has no
     # labels; None: measured before labels were counted), those the candidate's and the reference's argmax get right.
+    topk: tuple[tuple[int, float], ...] = ()  # (k, agreement) for each k the run's gates asked (config.Thresholds.top_ks)
     labelled: int | None = None
     label_correct: int = 0
     reference_label_correct: int = 0
@@ -95,6 +96,10 @@ class Metrics:
     def tolerance(self, atol: float, rtol: float) -> Tolerance | None:
         """The allclose count for ``(atol, rtol)``, if it was measured."""
         return next((t for t in self.tolerances if t.key() == (atol, rtol)), None)
+
+    def topk_agreement(self, k: int) -> float | None:
+        """The share of samples whose ``k`` highest classes are the reference's, if it was measured."""
+        return dict(self.topk).get(k)
 
     @property
     def label_accuracy(self) -> float | None:
@@ -137,6 +142,7 @@ class Metrics:
             "max_abs_at": None if self.max_abs_at is None else self.max_abs_at.to_json(),
             "tolerances": [t.to_json() for t in self.tolerances],
             "output": self.output,
+            "topk_agreement": {str(k): v for k, v in self.topk},
             "labelled": self.labelled,
             "label_accuracy": self.label_accuracy,
             "reference_label_accuracy": self.reference_label_accuracy,
@@ -223,8 +229,10 @@ class ErrorAccumulator:
     ``(atol, rtol)`` pairs whose elementwise allclose violations to count (a count and the worst
     value each: no arrays are kept)."""
 
-    def __init__(self, kind: str = "logits", class_axis: int = -1, tolerances: tuple[tuple[float, float], ...] = ()) -> None:
+    def __init__(self, kind: str = "logits", class_axis: int = -1, tolerances: tuple[tuple[float, float], ...] = (),
+                 top_ks: tuple[int, ...] = ()) -> None:
         self.kind, self.class_axis = kind, class_axis
+        self._topk = dict.fromkeys(top_ks, 0)  # k -> samples whose k highest classes are the reference's
         self._tolerances = {pair: Tolerance(*pair) for pair in dict.fromkeys(tolerances)}
         self._max_abs_at: Element | None = None
         self._abs_sum = 0.0
@@ -270,6 +278,11 @@ class ErrorAccumulator:
             predicted = np.argmax(np.where(finite, cand, -np.inf), axis=1)
             changed = np.flatnonzero(predicted != np.argmax(ref, axis=1))
             self._top1_changed.extend(int(i) + self._images for i in changed)
+            for k in self._topk:
+                width = min(k, cand.shape[1])
+                mine = np.sort(np.argpartition(-np.where(finite, cand, -np.inf), width - 1, axis=1)[:, :width], axis=1)
+                theirs = np.sort(np.argpartition(-ref, width - 1, axis=1)[:, :width], axis=1)
+                self._topk[k] += int((mine == theirs).all(axis=1).sum())
             if labels is not None and len(labels) == len(predicted):
                 self._labelled += len(labels)
                 self._label_correct += int((predicted == labels).sum())
@@ -326,6 +339,7 @@ class ErrorAccumulator:
             max_abs_at=self._max_abs_at,
             tolerances=tuple(self._tolerances.values()),
             streamed=tuple((name, stream.value()) for name, stream in self._streams.items()),
+            topk=tuple((k, count / self._images if self._images else 1.0) for k, count in self._topk.items()) if self.kind == "logits" else (),
             labelled=self._labelled, label_correct=self._label_correct, reference_label_correct=self._reference_label_correct,
         )
 
@@ -336,8 +350,8 @@ def to_samples_first(array: np.ndarray, batch_axis: int) -> np.ndarray:
 
 
 def compare(reference: np.ndarray, candidate: np.ndarray, kind: str = "logits",
-            tolerances: tuple[tuple[float, float], ...] = ()) -> Metrics:
+            tolerances: tuple[tuple[float, float], ...] = (), top_ks: tuple[int, ...] = ()) -> Metrics:
     """Metrics of a whole candidate array against a whole reference array."""
-    acc = ErrorAccumulator(kind, tolerances=tolerances)
+    acc = ErrorAccumulator(kind, tolerances=tolerances, top_ks=top_ks)
     acc.add(reference, candidate)
     return acc.result()

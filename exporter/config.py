@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .gates import BOUNDS, GATE_METRICS, Gate, default_text
+from .gates import BOUNDS, GATE_METRICS, Gate, default_text, top_k_of
 from .pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVEL_NAMES, TORCH_INTEROP_THREADS
 from .signature import SignatureSettings
 
@@ -204,6 +204,10 @@ class Thresholds:
         """
         pairs = (gate.tolerance for _, gate in self.gates)
         return tuple(dict.fromkeys(p for p in pairs if p is not None))
+
+    def top_ks(self) -> tuple[int, ...]:
+        """Every k some family's top-k agreement gate asks for: what the replay counts per logits output."""
+        return tuple(dict.fromkeys(k for _, gate in self.gates if (k := top_k_of(gate)) is not None))
 
     def described(self) -> tuple[tuple[GateFamily, str], ...]:
         """(family, its gate described) for every family, in table order: what the reports show."""

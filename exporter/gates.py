@@ -38,6 +38,7 @@ class Bound:
     metavar: str = "X"
     unset: float | None = None  # the value that does not gate (min_top1: 0)
     fraction: bool = False  # a value in [0, 1]
+    count: bool = False  # a whole number >= 1 (top_k)
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,36 @@ def _top1_noise(bound: float, check: EagerSelfCheck) -> float:
     return max(0.0, min(bound, 1.0 - 2 * (1.0 - (1.0 if check.agreement is None else check.agreement))))
 
 
+DEFAULT_TOP_K = 5
+
+
+def top_k_of(gate: Gate) -> int | None:
+    """The k of ``gate``'s top-k agreement bound (``top_k``, 5 by default), or None when it sets none."""
+    return None if gate.min_topk is None else int(gate.top_k or DEFAULT_TOP_K)
+
+
+def _topk_shown(gate: Gate) -> str | None:
+    k = top_k_of(gate)
+    return None if k is None else f"top{k}>={gate.min_topk:.0%}"
+
+
+def _topk_reason(metrics: Metrics, gate: Gate) -> str | None:
+    k = top_k_of(gate)
+    if k is None or metrics.agreement != "top-1":  # a ranking of classes: logits only
+        return None
+    value = metrics.topk_agreement(k)
+    if value is None:
+        return f"top-{k} agreement was not measured for this output"
+    if value >= gate.min_topk:
+        return None
+    return f"top-{k} agreement {value:.1%} < {gate.min_topk:.1%} (samples whose {k} highest classes are the reference's)"
+
+
+def _topk_missing(metrics: Metrics, gate: Gate) -> bool:
+    k = top_k_of(gate)
+    return k is not None and metrics.agreement == "top-1" and metrics.topk_agreement(k) is None
+
+
 GATE_METRICS: tuple[GateMetric, ...] = (
     _scalar("MAE", Bound("max_mae", "max MAE", "max-mae", "MAE gate of {what} (default: {default})"),
             "max", lambda m: m.mae, "MAE<={:g}", lambda m, v, b: f"MAE {v:.3g} > {b:g}",
@@ -173,6 +204,15 @@ GATE_METRICS: tuple[GateMetric, ...] = (
             "min", lambda m: m.stat("cosine"), "cos>={:g}",
             lambda m, v, b: f"cosine similarity {v:.6g} < {b:g} (the least of any sample)",
             at_batch_sizes=False, column="cos", cell="{:.6f}"),
+    # Top-k agreement: the samples whose k highest classes are the reference's k highest (as a set: a ranking
+    # that keeps its head); k from top_k (5 unless set). Measured for the k a gate asks (Thresholds.top_ks).
+    GateMetric("top-k agreement",
+               (Bound("min_topk", "min top-k agreement", "min-topk", "top-k agreement gate of {what}: at least this fraction of "
+                                                                    "samples keep the reference's k highest classes (default: {default})",
+                      "F", fraction=True),
+                Bound("top_k", "top-k", "top-k", "the k of the top-k agreement gate of {what} (default: 5 when min-topk is set)", "K",
+                      count=True)),
+               _topk_shown, _topk_reason, missing=_topk_missing, at_batch_sizes=False),
     # Task accuracy on the golden set's labels, against the reference's on the same samples (eager's; for the
     # eager row, the approved outputs'): percentage points lost. Not gated by default; a set without labels has none.
     _scalar("accuracy drop", Bound("max_accuracy_drop", "max accuracy drop", "max-accuracy-drop",
@@ -197,6 +237,8 @@ def _check_bound(bound: Bound, value: float) -> float:
         raise UsageError(f"{bound.title} must be a finite number >= 0, got {value!r}")
     if bound.fraction and value > 1:
         raise UsageError(f"{bound.title} is a fraction in [0, 1], got {value!r}")
+    if bound.count and (value < 1 or value != int(value)):
+        raise UsageError(f"{bound.title} is a whole number >= 1, got {value!r}")
     return float(value) if not isinstance(value, int) else value
 
 

@@ -107,7 +107,8 @@ class Replay:
         return part if keep is None else part[keep]
 
     def _accumulators(self) -> dict[str, ErrorAccumulator]:
-        return {o.name: ErrorAccumulator(o.kind, o.class_axis, self.config.thresholds.tolerances()) for o in self.compared}
+        thresholds = self.config.thresholds
+        return {o.name: ErrorAccumulator(o.kind, o.class_axis, thresholds.tolerances(), thresholds.top_ks()) for o in self.compared}
 
     def open(self, kind: ArtifactKind, outcome: BuildOutcome, ctx: BuildContext, stack: contextlib.ExitStack) -> Any | None:
         """The artifact reloaded from its file, as it ships; ``None`` (and the row's error) when it can't be."""

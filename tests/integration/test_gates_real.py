@@ -176,3 +176,20 @@ def test_the_accuracy_drop_gate_on_a_damaged_resnet_is_the_labels_counted_by_han
     onnx = rows["onnx"]["metrics"]
     assert onnx["labelled"] == 64 and onnx["accuracy_drop"] == pytest.approx(0.0, abs=100 / 64 + 1e-9)  # one flip at most, at a near-tie
     assert rows["eager"]["gate"]["max_accuracy_drop"] == 1 and code == 1
+
+
+def test_top_k_agreement_of_the_int8_file_is_numpys_on_the_same_outputs(tmp_path: Path, nudged_checkpoint: Path) -> None:
+    """--min-topk 1 --top-k 3 on dynamic int8: the tool's top-3 agreement of the int8 ONNX file against eager
+    is the share numpy counts on the same outputs (the file run by hand), and the verdict follows it."""
+    argv = [str(nudged_checkpoint), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx-int8-dynamic", "--out", str(tmp_path / "a"),
+            "-q", "--no-cache", "--int8-min-topk", "1", "--int8-top-k", "3", "--batch-size", "16", "--json", str(tmp_path / "r.json")]
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(argv)
+    row = next(r for r in json.loads((tmp_path / "r.json").read_text())["rows"] if r["name"] == "onnx-int8-dynamic")
+    _, eager, int8 = _by_hand(Path(row["artifact"]["path"]), nudged_checkpoint)
+    same = [set(np.argsort(-c)[:3]) == set(np.argsort(-e)[:3]) for e, c in zip(eager, int8, strict=True)]
+    measured = row["metrics"]["topk_agreement"]["3"]
+    # the same file at the same batch size: numpy's share, give or take a near-tie onnxruntime breaks otherwise
+    assert abs(measured - float(np.mean(same))) <= 1 / 64 + 1e-9, (measured, float(np.mean(same)))
+    failed = any(r.startswith("top-3 agreement") for r in row["reasons"])
+    assert failed == (measured < 1.0) and row["gate"]["top_k"] == 3 and row["gate"]["min_topk"] == 1

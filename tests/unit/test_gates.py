@@ -167,3 +167,37 @@ def test_the_accuracy_drop_gate_fails_past_its_points_and_never_gates_a_set_with
     old = replace(unlabelled, labelled=None)  # a cache entry from before labels were counted: measured again, never passed
     assert gate_reasons(old, gate) == ("accuracy drop was not measured for this output",)
     assert Gate(max_mae=1e-5, max_accuracy_drop=0.5).describe() == "MAE<=1e-05 & accdrop<=0.5pt"
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), samples=st.integers(1, 30), classes=st.integers(2, 9), batch=st.integers(1, 12),
+       k=st.integers(1, 6))
+def test_top_k_agreement_is_numpys_set_comparison_however_the_set_is_batched(seed, samples, classes, batch, k) -> None:
+    rng = np.random.default_rng(seed)
+    reference = rng.normal(0, 1, (samples, classes))
+    candidate = reference + rng.normal(0, 0.3, reference.shape)
+    acc = ErrorAccumulator("logits", top_ks=(k,))
+    for start in range(0, samples, batch):
+        acc.add(reference[start:start + batch], candidate[start:start + batch])
+    width = min(k, classes)
+    truth = np.mean([set(np.argsort(-c)[:width]) == set(np.argsort(-r)[:width]) for r, c in zip(reference, candidate, strict=True)])
+    assert acc.result().topk_agreement(k) == pytest.approx(float(truth))
+    assert acc.result().to_json()["topk_agreement"] == {str(k): pytest.approx(float(truth))}
+
+
+def test_the_top_k_gate_names_k_and_is_measured_again_when_a_cached_entry_lacks_its_k() -> None:
+    reference = np.array([[5.0, 4.0, 3.0, 2.0, 1.0], [5.0, 4.0, 3.0, 2.0, 1.0]])
+    candidate = np.array([[5.0, 4.0, 3.0, 2.0, 1.0], [5.0, 4.0, 1.0, 2.0, 3.0]])  # sample 1: its 3rd class swapped with the 5th
+    thresholds = Thresholds.from_options({"min-topk": 1.0, "top-k": 3})
+    gate = thresholds.gate_for("float")
+    assert thresholds.top_ks() == (3,) and gate.describe() == "MAE<=1e-05 & top3>=100%"
+    metrics = compare(reference, candidate, tolerances=(), top_ks=(3,))
+    assert gate_reasons(metrics, gate.replace(max_mae=10.0)) == (
+        "top-3 agreement 50.0% < 100.0% (samples whose 3 highest classes are the reference's)",)
+    assert gate_reasons(compare(reference, candidate, top_ks=(2,)), gate.replace(max_mae=10.0)) == (
+        "top-3 agreement was not measured for this output",)
+    obs = Observation(name="onnx", family="float", compared_with="eager", metrics=compare(reference, candidate))
+    assert metric_missing(obs, thresholds)
+    assert Thresholds.from_options({"min-topk": 0.9}).top_ks() == (5,)  # k defaults to 5
+    with pytest.raises(UsageError, match="top-k is a whole number >= 1, got 2.5"):
+        Gate(max_mae=1.0, top_k=2.5)

@@ -64,7 +64,7 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
         # issue 30: the similarity gates, per family (gates.GATE_METRICS)
         *(f"{prefix}{stem}" for prefix in ("", "int8-", "fp16-", "bf16-") for stem in ("min-cosine", "min-snr")),
         # issue 30.1: the label-accuracy gate, per family
-        *(f"{prefix}max-accuracy-drop" for prefix in ("", "int8-", "fp16-", "bf16-")),
+        *(f"{prefix}{stem}" for prefix in ("", "int8-", "fp16-", "bf16-") for stem in ("max-accuracy-drop", "min-topk", "top-k")),
     }
 
 
