@@ -31,6 +31,21 @@ if str(REPO) not in sys.path:
     # from the installed package (checked below), so the repo goes last on sys.path.
     sys.path.append(str(REPO))
 
+# `python -c NO_TORCH ARGS...`: the CLI run with torch made unimportable (a finder that refuses it), and
+# proven never imported: what a replay on a target without torch, or a --judge-only run, must survive.
+NO_TORCH = """
+import importlib.abc, sys
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is not installed here")
+sys.meta_path.insert(0, NoTorch())
+from export_check.cli import main
+code = main(sys.argv[1:])
+assert "torch" not in sys.modules
+sys.exit(code)
+"""
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # Session- and module-scoped fixtures run before the per-test private_cache_dir: give them a

@@ -9,22 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, NO_TORCH
 from export_check.cli import main
 
 KINDS = "torchscript-trace,onnx,onnx-int8-dynamic"
-NO_TORCH = """
-import importlib.abc, sys
-class NoTorch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is blocked")
-sys.meta_path.insert(0, NoTorch())
-from export_check.cli import main
-code = main(sys.argv[1:])
-assert "torch" not in sys.modules
-sys.exit(code)
-"""
+
 
 
 def _rows(path: Path) -> dict[str, dict]:

@@ -15,23 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO, TESTS, save_state, seeded
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, NO_TORCH, REPO, TESTS, save_state, seeded
 from export_check.cache.secret import KEY_ENV, load_key
 from export_check.cli import main
 
 KINDS = "onnx,onnx-int8-dynamic,torchscript-trace"
 ONNX_ROWS = ("onnx", "onnx-int8-dynamic")
-# Run as `python -c`: torch made unimportable (a finder that refuses it), then the CLI.
-NO_TORCH = """
-import importlib.abc, sys
-class NoTorch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is not installed here")
-sys.meta_path.insert(0, NoTorch())
-from export_check.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 def _report(path: Path) -> dict:
