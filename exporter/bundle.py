@@ -37,13 +37,13 @@ import numpy as np
 
 from . import __version__
 from .errors import UsageError
+from .files import zip_entry
 from .report.seal import sealed_with, verified, writer_key
 
 SCHEMA = "export-check-bundle"
 VERSION = 1
 MANIFEST = "bundle.json"
 DOMAIN = b"export-check bundle\0"
-_TIME = (1980, 1, 1, 0, 0, 0)  # the zip format's epoch: the same bytes whenever it is written
 MAX_MANIFEST_BYTES = 64 << 20
 FIX = "pass a bundle written by `export-check check --bundle`, unedited"
 
@@ -60,13 +60,6 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
     with replacing(path) as tmp:
         tmp.write_bytes(data)
-
-
-def _member(name: str) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, date_time=_TIME)
-    info.external_attr = 0o644 << 16
-    info.compress_type = zipfile.ZIP_STORED
-    return info
 
 
 @dataclass(frozen=True)
@@ -115,9 +108,9 @@ def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[Bun
     text = sealed_with(json.dumps(body, indent=1, sort_keys=True, allow_nan=False) + "\n", key, DOMAIN)
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as archive:
-        archive.writestr(_member(MANIFEST), text.encode("utf-8"))
+        archive.writestr(zip_entry(MANIFEST, zipfile.ZIP_STORED), text.encode("utf-8"))
         for name, data in members.items():
-            archive.writestr(_member(name), data)
+            archive.writestr(zip_entry(name, zipfile.ZIP_STORED), data)
     _write_atomic(path, out.getvalue())
     return out.tell()
 

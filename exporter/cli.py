@@ -65,8 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     for action in check._actions:
         if action.dest == "checkpoint":  # check takes several checkpoints (or none, with --fleet)
             action.nargs, action.default = "*", []
-        elif action.dest == "ray":  # --ray [ADDRESS]: alone, a local cluster
-            action.nargs, action.const = "?", RAY_LOCAL
+    _ray_address_optional(check)
 
     golden = sub.add_parser("golden", help="record, verify or approve a golden set")
     gsub = golden.add_subparsers(dest="golden_command", metavar="{record,verify,approve}", parser_class=_Parser)
@@ -81,9 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="judge a bundle (check --bundle) on this machine: its artifacts, reloaded by the runtimes "
                             "installed here, against the check's golden inputs and references (no torch needed)")
     add_arguments(replay, REPLAY)
-    for action in replay._actions:
-        if action.dest == "ray":  # --ray [ADDRESS]: alone, a local cluster
-            action.nargs, action.const = "?", RAY_LOCAL
+    _ray_address_optional(replay)
     history = sub.add_parser("history", help="show MAE and latency per artifact across the runs in a --history file")
     add_arguments(history, HISTORY)
     cache = sub.add_parser("cache", help="show, prune or clear the artifact cache")
@@ -93,6 +90,38 @@ def build_parser() -> argparse.ArgumentParser:
                                (CACHE_CLEAR, "remove every entry (entries a running check is using stay)")):
         add_arguments(csub.add_parser(command.split()[1], help=help_text), command)
     return parser
+
+
+def _ray_address_optional(parser: argparse.ArgumentParser) -> None:
+    """``--ray [ADDRESS]``: alone, a local cluster."""
+    for action in parser._actions:
+        if action.dest == "ray":
+            action.nargs, action.const = "?", RAY_LOCAL
+
+
+def _show_fleet(report: Any, args: argparse.Namespace, tracebacks: bool = True) -> int:
+    """A fleet report (several models, a merge, several targets) in the terminal and every view asked for;
+    after the table, the traceback of any model this run checked that hit a bug in export-check."""
+    from .report import fleet as views
+
+    print(views.render_text(report), file=table_stream(args))
+    for model in report.models if tracebacks else ():
+        if model.traceback:
+            print(f"export-check: internal error checking {model.name} (a bug; please report it):\n{model.traceback}", file=sys.stderr)
+    written(args).extend(("--json", "--junit", "--markdown"))
+    for note in views.write(report, args.json, args.junit, args.markdown, markdown_append=appends_markdown(args, {})):
+        print(note, file=sys.stderr)
+    return report.exit_code
+
+
+def _show(report: Any, args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    """One model's report in the terminal table and every view asked for."""
+    from .report import text
+
+    stream = table_stream(args)
+    print(text.render(report, text.style_for(stream, args.color, args.verbose)), file=stream)
+    write_views(report, args, appends_markdown(args, settings))
+    return report.exit_code
 
 
 def _normalise(argv: list[str]) -> list[str]:
@@ -133,7 +162,6 @@ def _several(args: argparse.Namespace) -> bool:
 def _cmd_fleet(args: argparse.Namespace) -> int:
     from .fleet import spec
     from .fleet.run import run_fleet
-    from .report import fleet as views
 
     refuse_folders(args)
     for flag in ("html", "history"):
@@ -156,34 +184,20 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
 
     report = run_fleet(fleet, common, shard=shard, workers=args.workers, ray_address=args.ray, on_result=progress,
                        reports={f"--{flag}": getattr(args, flag) for flag in ("json", "junit", "markdown")})
-    print(views.render_text(report), file=table_stream(args))
-    for model in report.models:
-        if model.traceback:
-            print(f"export-check: internal error checking {model.name} (a bug; please report it):\n{model.traceback}", file=sys.stderr)
-    written(args).extend(("--json", "--junit", "--markdown"))
-    for note in views.write(report, args.json, args.junit, args.markdown, markdown_append=appends_markdown(args, {})):
-        print(note, file=sys.stderr)
-    return report.exit_code
+    return _show_fleet(report, args)
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     from .fleet.merge import merge
-    from .report import fleet as views
 
     refuse_folders(args)
     refuse_writing_over({f"--{flag}": getattr(args, flag, None) for flag in ("json", "junit", "markdown")}, args.reports,
                         "a report this merge reads")
-    report = merge(args.reports)
-    print(views.render_text(report), file=table_stream(args))
-    written(args).extend(("--json", "--junit", "--markdown"))
-    for note in views.write(report, args.json, args.junit, args.markdown, markdown_append=appends_markdown(args, {})):
-        print(note, file=sys.stderr)
-    return report.exit_code
+    return _show_fleet(merge(args.reports), args, tracebacks=False)  # the shards' own runs printed theirs
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay_bundle
-    from .report import text
 
     refuse_folders(args)
     if (args.bundle_file is None) == (args.targets is None):
@@ -199,15 +213,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         report = escaped(replay_bundle(args.bundle_file, args.out, args.target, args.threads, progress))
     finally:
         progress.close()
-    stream = table_stream(args)
-    print(text.render(report, text.style_for(stream, args.color, args.verbose)), file=stream)
-    write_views(report, args, appends_markdown(args, {}))
-    return report.exit_code
+    return _show(report, args, {})
 
 
 def _cmd_replay_targets(args: argparse.Namespace) -> int:
     from .fleet.replays import parse_targets, run_replays
-    from .report import fleet as views
 
     for flag in ("html", "history"):
         if getattr(args, flag) is not None:
@@ -219,12 +229,7 @@ def _cmd_replay_targets(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"{result.name}: {result.status.upper()} ({result.seconds:.1f} s)", file=sys.stderr, flush=True)
 
-    report = run_replays(jobs, args.ray, progress)
-    print(views.render_text(report), file=table_stream(args))
-    written(args).extend(("--json", "--junit", "--markdown"))
-    for note in views.write(report, args.json, args.junit, args.markdown, markdown_append=appends_markdown(args, {})):
-        print(note, file=sys.stderr)
-    return report.exit_code
+    return _show_fleet(run_replays(jobs, args.ray, progress), args)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -237,16 +242,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
     check_outputs(config, {f"--{flag}": getattr(args, flag) for flag in (*REPORT_FLAGS, "history", "bundle")})
     refuse_folders(args)
     from .pipeline import run_check
-    from .report import text
 
     progress = _progress(args.quiet)
     try:
         report = escaped(run_check(config, progress=progress))  # a name that is not UTF-8 is shown escaped in every view
     finally:
         progress.close()
-    stream = table_stream(args)
-    print(text.render(report, text.style_for(stream, args.color, args.verbose)), file=stream)
-    write_views(report, args, appends_markdown(args, settings))
+    code = _show(report, args, settings)
     if args.bundle is not None:
         from .bundle import bundle_check
 
@@ -257,7 +259,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             progress.close()
         print(f"export-check: bundle of {count} artifact{'s' if count != 1 else ''} ({size / 1e6:.1f} MB) written to {args.bundle}; "
               f"judge it where it is deployed with: export-check replay {args.bundle}", file=sys.stderr)
-    return report.exit_code
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

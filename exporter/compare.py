@@ -86,9 +86,9 @@ class Metrics:
     tolerances: tuple[Tolerance, ...] = ()  # the allclose counts the run's gates asked for (config.Thresholds.tolerances)
     streamed: tuple[tuple[str, float], ...] = ()  # the values of compare.STREAMS, by name (cosine, snr_db)
     output: str | None = None  # a row's headline over several outputs: the output these are (judge.headline); None: the only one
+    topk: tuple[tuple[int, float], ...] = ()  # (k, agreement) for each k the run's gates asked (config.Thresholds.top_ks)
     # Task accuracy on the golden set's labels (the primary logits output): samples labelled (0: the set has no
     # labels; None: measured before labels were counted), those the candidate's and the reference's argmax get right.
-    topk: tuple[tuple[int, float], ...] = ()  # (k, agreement) for each k the run's gates asked (config.Thresholds.top_ks)
     labelled: int | None = None
     label_correct: int = 0
     reference_label_correct: int = 0
@@ -275,18 +275,19 @@ class ErrorAccumulator:
             stream.add(ref, cand, finite)
         self._per_image.append(diff.mean(axis=1) if diff.shape[1] else np.zeros(diff.shape[0]))
         if self.kind == "logits" and cand.shape[1]:
-            predicted = np.argmax(np.where(finite, cand, -np.inf), axis=1)
-            changed = np.flatnonzero(predicted != np.argmax(ref, axis=1))
+            scores = np.where(finite, cand, -np.inf)  # a non-finite value never ranks first
+            predicted, expected = np.argmax(scores, axis=1), np.argmax(ref, axis=1)
+            changed = np.flatnonzero(predicted != expected)
             self._top1_changed.extend(int(i) + self._images for i in changed)
             for k in self._topk:
                 width = min(k, cand.shape[1])
-                mine = np.sort(np.argpartition(-np.where(finite, cand, -np.inf), width - 1, axis=1)[:, :width], axis=1)
+                mine = np.sort(np.argpartition(-scores, width - 1, axis=1)[:, :width], axis=1)
                 theirs = np.sort(np.argpartition(-ref, width - 1, axis=1)[:, :width], axis=1)
                 self._topk[k] += int((mine == theirs).all(axis=1).sum())
             if labels is not None and len(labels) == len(predicted):
                 self._labelled += len(labels)
                 self._label_correct += int((predicted == labels).sum())
-                self._reference_label_correct += int((np.argmax(ref, axis=1) == labels).sum())
+                self._reference_label_correct += int((expected == labels).sum())
         self._images += ref.shape[0]
 
     def _element(self, flat: int, width: int, ref: np.ndarray, cand: np.ndarray) -> Element:

@@ -245,3 +245,14 @@ class FileInfo:
 def file_info(path: Path) -> FileInfo:
     """Path, size and sha256 of a file, as the report shows it."""
     return FileInfo(path=str(path), size_bytes=path.stat().st_size, sha256=sha256_file(path))
+
+
+def zip_entry(name: str, compress_type: int) -> Any:
+    """A ``zipfile.ZipInfo`` for ``name`` whose bytes do not depend on when or by whom it is written: the
+    zip format's epoch as its time, mode 0644 (a bundle, a zipped Core ML package: the same inputs, the same bytes)."""
+    import zipfile
+
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.external_attr = 0o644 << 16
+    info.compress_type = compress_type
+    return info

@@ -101,7 +101,7 @@ class Replay:
             labels = self.golden.labels()
             usable = bool(self.compared) and self.compared[0].kind == "logits" and bool(labels) and all(x is not None for x in labels)
             self._all_labels = np.asarray(labels, dtype=np.int64) if usable else np.zeros(0, np.int64)
-        if output != self.compared[0].name or not len(self._all_labels):
+        if not len(self._all_labels) or output != self.compared[0].name:  # (no labels, too, when nothing is compared)
             return None
         part = self._all_labels[start:start + n]
         return part if keep is None else part[keep]

@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArtifactError
+from ..files import zip_entry
 from ..signature import SINGLE
 from ._common import atomic_path
 from .base import BuildContext, NotApplicable, listed_outputs, positional_inputs
 
 INSTALL = "pip install coremltools"
 PACKAGE = "coreml.mlpackage"  # the folder inside the zip
-_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 def require_coremltools() -> Any:
@@ -58,10 +58,7 @@ def _zip_folder(folder: Path, dest: Path) -> None:
     """``folder`` as a zip under ``PACKAGE/``: members sorted, fixed timestamps and modes, deflated."""
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-            info = zipfile.ZipInfo(f"{PACKAGE}/{path.relative_to(folder).as_posix()}", date_time=_TIME)
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, path.read_bytes())
+            archive.writestr(zip_entry(f"{PACKAGE}/{path.relative_to(folder).as_posix()}", zipfile.ZIP_DEFLATED), path.read_bytes())
 
 
 def _unzip(path: Path, into: Path) -> Path:

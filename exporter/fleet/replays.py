@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from .. import __version__
 from ..errors import UsageError
-from .result import INTERNAL, USAGE, FleetReport, ModelResult
+from .result import FleetReport, ModelResult
 from .spec import _number
 
 KEYS = ("bundle", "num-cpus", "resources")
@@ -92,25 +90,12 @@ def parse_targets(path: Path, out_dir: Path) -> list[ReplayJob]:
 
 def replay_target(job: ReplayJob) -> ModelResult:
     """One target's replay, wherever the executor runs it; whatever stops it is that target's error row."""
-    import json
-
     os.environ.update(dict(job.env))
     from ..replay import replay_bundle
-    from ..report import json_report
-    from .worker import where
+    from .worker import as_result
 
-    started = time.perf_counter()
-    common: dict[str, Any] = dict(checkpoint=str(job.bundle), worker=where())
-    try:
-        report = replay_bundle(job.bundle, job.out_dir, job.name)
-    except UsageError as exc:
-        return ModelResult(name=f"{job.bundle} @ {job.name}", report=None, error=str(exc), error_kind=USAGE,
-                           seconds=time.perf_counter() - started, **common)
-    except Exception as exc:  # noqa: BLE001 - one target's failure must not cost the others their results
-        return ModelResult(name=f"{job.bundle} @ {job.name}", report=None, error=f"internal error: {type(exc).__name__}: {exc}",
-                           error_kind=INTERNAL, seconds=time.perf_counter() - started, traceback=traceback.format_exc(), **common)
-    data = json.loads(json_report.render(report))
-    return ModelResult(name=f"{report.checkpoint.path} @ {job.name}", report=data, seconds=time.perf_counter() - started, **common)
+    return as_result(f"{job.bundle} @ {job.name}", str(job.bundle), lambda: replay_bundle(job.bundle, job.out_dir, job.name),
+                     lambda report: f"{report.checkpoint.path} @ {job.name}")
 
 
 def run_replays(jobs: list[ReplayJob], ray_address: str | None, on_result: Callable[[ModelResult], None]) -> FleetReport:
