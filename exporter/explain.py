@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .artifacts import KINDS_BY_NAME
+from .artifacts import KINDS_BY_NAME, BuildContext
 from .artifacts._common import captured_warnings, dedupe
 from .config import FAMILIES, RunConfig
 from .diagnostics import divergence, shapes
@@ -46,8 +46,10 @@ class Explainer:
     """Adds per-layer tables to the rows the judge asks them for. ``probe`` and ``plan`` are the
     diagnostics' (``diagnostics.run.Diagnoser``): the same images, within the same budget."""
 
-    def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, probe: Feeds, plan: shapes.SizePlan, progress: Any) -> None:
+    def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, probe: Feeds, plan: shapes.SizePlan, progress: Any,
+                 ctx: BuildContext | None = None) -> None:
         self.config, self.golden, self.model, self.probe, self.plan, self.progress = config, golden, model, probe, plan, progress
+        self.ctx = ctx  # the run's build context: the ExecuTorch tables rebuild the program from it (diagnostics.etdump)
         self.main = plan.main  # the replay's batch size over the probe
         self.threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
 
@@ -74,7 +76,7 @@ class Explainer:
             else:
                 start, batch = 0, next(iter(self.probe.values()))[: self.plan.layer_images or self.main]
             began = time.perf_counter()
-            layers = divergence.compare_layers(kind, path, self.model, batch, self.threshold, purpose, config.threads, start)
+            layers = divergence.compare_layers(kind, path, self.model, batch, self.threshold, purpose, config.threads, start, self.ctx)
             layers = replace(layers, seconds=time.perf_counter() - began)
         notes = measured.notes + tuple(n for n in dedupe(warnings_seen) if n not in obs.notes and n not in measured.notes)
         return replace(obs, diagnostics=replace(measured, layers=layers, notes=notes, seconds=measured.seconds + layers.seconds))

@@ -125,6 +125,20 @@ class LayerComparison:
     # value and the first departing one: an optimizer may have folded a wrong operator into neighbours.
     suspects: tuple[str, ...] = ()
     seconds: float = 0.0  # wall time the comparison took
+    # What a delegate ran as opaque calls (ExecuTorch, diagnostics.etdump): only each call's output is
+    # logged. Its backend(s), the graph's ops it ran, the graph's ops, the calls. "" / 0 without one.
+    delegate: str = ""
+    delegated_ops: int = 0
+    graph_ops: int = 0
+    delegate_calls: int = 0
+    # The artifact's own values against eager, when ``layers`` come from a variant of it without the
+    # delegate (method "executorch-portable"); () otherwise.
+    artifact_layers: tuple[LayerDelta, ...] = ()
+
+    @property
+    def artifact_first(self) -> LayerDelta | None:
+        """The first of the artifact's own values that departs, when the table is a variant's."""
+        return next((d for d in self.artifact_layers if d.departs), None)
 
     def worst(self, count: int = 3) -> tuple[LayerDelta, ...]:
         """The layers that hurt most. Local tables: lowest SQNR. Cumulative tables: the largest
@@ -155,6 +169,11 @@ class LayerComparison:
             "layers": [d.to_json() for d in self.layers],
             "error": self.error,
             "seconds": self.seconds,
+            "delegate": self.delegate,
+            "delegated_ops": self.delegated_ops,
+            "graph_ops": self.graph_ops,
+            "delegate_calls": self.delegate_calls,
+            "artifact_layers": [d.to_json() for d in self.artifact_layers],
         }
 
 

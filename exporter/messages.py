@@ -10,6 +10,11 @@ LAYER_METHODS = {
     "torchscript": "each loaded TorchScript submodule run on the eager model's inputs to that module",
     "onnxruntime": "intermediate values of the ONNX graph (node scopes mapped to modules) against eager module outputs",
     "program": "intermediate values of the loaded torch.export program (nodes mapped to modules) against eager module outputs",
+    "executorch": "intermediate values the .pte logged at run time (ETDump and its debug buffer, read by ExecuTorch's Inspector; ops "
+                  "named by the ETRecord of a rebuild with the same execution plan) against eager module outputs",
+    "executorch-portable": "intermediate values of the .pte's exported program lowered without a delegate, on ExecuTorch's portable "
+                           "kernels (ETDump, Inspector), against eager module outputs: it localises export and lowering faults, "
+                           "not the delegate's kernels",
 }
 
 
@@ -61,8 +66,34 @@ def layer_described(delta: LayerDelta) -> str:
     return delta.label
 
 
+def delegate_summary(layers: LayerComparison) -> str:
+    """What a delegate hid from the per-layer table, in words; "" when nothing was hidden."""
+    if not layers.delegated_ops:
+        return ""
+    calls = f"{layers.delegate_calls} opaque call{'s' if layers.delegate_calls != 1 else ''}"
+    text = (f"the {layers.delegate} delegate runs {layers.delegated_ops} of the {layers.graph_ops} ops of this .pte as {calls}, "
+            "and its ETDump holds only each call's output")
+    if layers.method != "executorch-portable":
+        return text + ": the table has no values inside them"
+    own = layers.artifact_first
+    if own is None:
+        where = "the .pte's own values agree with eager there" if layers.artifact_layers else "none of them matches an eager module"
+    else:
+        where = f"the .pte itself first departs at {own.label} (MAE {own.mae:.3g}, {own.ops})"
+        if layers.first is None and layers.purpose == "divergence":
+            where += ", while the same program without the delegate agrees: the difference is inside the delegate call"
+    return f"{text} ({where}); the table is the same exported program without the delegate, on the portable kernels"
+
+
 def layers_summary(layers: LayerComparison) -> str:
-    """The per-layer table in one line: where a float artifact first departs, or int8's worst layers."""
+    """The per-layer table in one line: where a float artifact first departs, or int8's worst layers;
+    what a delegate hid from it."""
+    hidden = delegate_summary(layers)
+    text = _layers_summary(layers)
+    return f"{text}; {hidden}" if hidden and not layers.error else text
+
+
+def _layers_summary(layers: LayerComparison) -> str:
     if layers.error:
         return f"diagnosis failed: {layers.error}"
     if layers.purpose == "int8-layers":

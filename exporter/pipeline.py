@@ -159,7 +159,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
             observations, label_accuracy = observe.observe_all(
                 config, golden, batches, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held(), eager_check=eager_check,
-                timings=parts, explain_for=lambda probe, plan: Explainer(config, golden, model, probe, plan, progress),
+                timings=parts, explain_for=lambda probe, plan: Explainer(config, golden, model, probe, plan, progress, ctx),
             )
         finally:
             isolation.settle()  # a run stopped early leaves no build running behind it

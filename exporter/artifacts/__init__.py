@@ -93,11 +93,11 @@ KINDS: tuple[ArtifactKind, ...] = (
     ArtifactKind("executorch", ".pte", "float", "export_check.artifacts.executorch_pte", None, "executorch",
                  "an ExecuTorch program: torch.export with the batch bounded (max 64), lowered to XNNPACK (fp32) by "
                  "to_edge_transform_and_lower, fed in its exported dim order by the ExecuTorch Python runtime (needs executorch)",
-                 build_rank=135, groups=("edge",), packages=("torch", "executorch"), layers=None, preload=(), options=()),
+                 build_rank=135, groups=("edge",), packages=("torch", "executorch"), layers="executorch", preload=(), options=()),
     ArtifactKind("executorch-int8", ".pte", "int8", "export_check.artifacts.executorch_int8", None, "executorch",
                  "PT2E static int8 with the XNNPACK quantizer (torchao prepare_pt2e/convert_pt2e), calibrated on the golden set's "
                  "calibration split, lowered to XNNPACK as executorch (needs executorch); judged on the other samples", calibrated=True,
-                 build_rank=136, groups=("edge",), packages=("torch", "executorch", "torchao"), layers=None, preload=(), options=()),
+                 build_rank=136, groups=("edge",), packages=("torch", "executorch", "torchao"), layers="executorch", preload=(), options=()),
     ArtifactKind("coreml", ".zip", "float", "export_check.artifacts.coreml", None, "coreml",
                  "a Core ML ML Program (coremltools.convert of torch.export of one sample, FLOAT32 compute), the .mlpackage zipped, "
                  "fed sample by sample; predicted by Core ML on macOS only (elsewhere built, its spec checked, not applicable: "

@@ -9,6 +9,7 @@ calibrated on (``observe``). Needs executorch (which requires torchao): ``pip in
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ._calibration import calibration_batches, calibration_count, pt2e_converted
 from ._common import native_warnings
@@ -19,7 +20,19 @@ QUANTIZER = "XNNPACKQuantizer (get_symmetric_quantization_config(is_per_channel=
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
+    program, bound, details = exported_program_with_details(ctx)
+    return lower_and_save(program, path, bound, details)
 
+
+def exported_program(ctx: BuildContext) -> tuple[Any, int]:
+    """The quantized program ``build`` lowers, with its batch bound: what ``diagnostics.etdump`` rebuilds
+    (with an ETRecord) to explain a ``.pte`` of this kind."""
+    program, bound, _ = exported_program_with_details(ctx)
+    return program, bound
+
+
+def exported_program_with_details(ctx: BuildContext) -> tuple[Any, int, dict[str, str]]:
+    """Calibrated, converted and exported again with the batch bounded: (program, bound, the row's details)."""
     require_executorch()
     batches = calibration_batches(ctx, "executorch-int8")
     try:
@@ -36,8 +49,19 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
         raise NotApplicable("not applicable: the XNNPACK quantizer found no layer to quantize in the model (it quantizes "
                             "convolutions, linear layers and their neighbours), so it would change nothing")
     program, bound = export_bounded(ctx, converted)  # the converted GraphModule's forward keeps the model's parameter names
-    return lower_and_save(program, path, bound, {"partitioner": "XnnpackPartitioner (int8 QDQ)", "quantizer": QUANTIZER,
-                                                 "quantize_nodes": str(quantized), "calibration_samples": str(calibration_count(batches, ctx))})
+    _restore_scopes(converted, program)
+    return program, bound, {"partitioner": "XnnpackPartitioner (int8 QDQ)", "quantizer": QUANTIZER, "quantize_nodes": str(quantized),
+                            "calibration_samples": str(calibration_count(batches, ctx))}
+
+
+def _restore_scopes(converted: Any, program: Any) -> None:
+    """Exporting the converted GraphModule again loses each node's module (``nn_module_stack``): put back
+    the first capture's, by node name (as pt2e-int8-static's file carries them), so that the lowered
+    program's ETRecord names modules (diagnostics.etdump). Metadata only: the program computes the same."""
+    stacks = {n.name: n.meta["nn_module_stack"] for n in converted.graph.nodes if n.meta.get("nn_module_stack")}
+    for node in program.graph.nodes:
+        if node.name in stacks and not node.meta.get("nn_module_stack"):
+            node.meta["nn_module_stack"] = stacks[node.name]
 
 
 def open_runner(path: Path, ctx: BuildContext) -> PteRunner:

@@ -216,6 +216,13 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     return lower_and_save(program, path, bound, {"partitioner": PARTITIONER})
 
 
+def exported_program(ctx: BuildContext) -> tuple[Any, int]:
+    """The program ``build`` lowers, with its batch bound: what ``diagnostics.etdump`` rebuilds (with an
+    ETRecord) to explain a ``.pte`` of this kind."""
+    require_executorch()
+    return export_bounded(ctx, copy.deepcopy(ctx.model).eval())
+
+
 def _pin_threads(threads: int) -> None:
     """XNNPACK's threadpool (process-wide; all cores by default) at the run's ``threads``, as every runtime is pinned."""
     from executorch.extension.pybindings import portable_lib

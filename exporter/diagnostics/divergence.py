@@ -16,6 +16,9 @@ Two methods, chosen by the artifact's file format:
 A module *departs* when the MAE of its output exceeds ``threshold * max(1, mean |eager output|)``:
 absolute for small activations, relative for large ones, where float32 rounding alone grows.
 
+* ExecuTorch (``.pte``): *cumulative*, from the runtime's own developer tools (ETRecord, ETDump and
+  its Inspector): :mod:`.etdump` says how, and what a delegate hides.
+
 Int8 artifacts get the same per-module comparison as an error table (SQNR in dB per layer).
 """
 
@@ -30,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..artifacts import ArtifactKind
+from ..artifacts import ArtifactKind, BuildContext
 from ..artifacts._common import load_torchscript
 from ..artifacts.pt2e_int8_static import SCOPES_FILE
 from ..measurements import LayerComparison, LayerDelta
@@ -411,14 +414,46 @@ def _first_cause(cap: Captured, chain: list[Captured], value: np.ndarray, ops: s
     return [replace(delta_in, module=scope, ops=what, where="forward-code")]
 
 
+def executorch_layers(kind: ArtifactKind, path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int,
+                      start: int = 0, ctx: BuildContext | None = None) -> LayerComparison:
+    """Cumulative comparison for a ``.pte``: the values the file logged with ETDump, named by the ETRecord of
+    a verified rebuild (:mod:`.etdump`). Where a delegate ran ops as opaque calls, the table is the same
+    exported program's on the portable kernels (method ``executorch-portable``), and the file's own
+    values are kept beside it (``artifact_layers``)."""
+    import warnings
+
+    import torch
+
+    from . import etdump
+
+    if ctx is None:  # called without the run's context (one input, the batch as the export example)
+        ctx = BuildContext(model=model, example=torch.from_numpy(np.ascontiguousarray(batch)), opset=17,
+                           onnx_exporter="torchscript", threads=threads)
+    found = etdump.explain_pte(kind, path, batch, ctx, threads)
+    own = found.own
+    own_layers = _cumulative(own.values, own.results, model, batch, threshold, purpose)
+    def counted(table: LayerComparison, artifact_layers: tuple[LayerDelta, ...] = ()) -> LayerComparison:
+        return replace(table, delegate=own.delegate, delegated_ops=own.delegated_ops, graph_ops=own.graph_ops,
+                       delegate_calls=own.delegate_calls, artifact_layers=artifact_layers)
+
+    if found.portable is None:
+        if found.portable_error:
+            warnings.warn(f"per-layer table: the {own.delegate} delegate hides {own.delegated_ops} of {own.graph_ops} ops, and the same "
+                          f"program could not run without it on the portable kernels: {found.portable_error}", stacklevel=2)
+        return counted(_finish(purpose, etdump.METHOD, "cumulative", start, len(batch), threshold, own_layers))
+    layers = _cumulative(found.portable.values, found.portable.results, model, batch, threshold, purpose)
+    return counted(_finish(purpose, etdump.PORTABLE, "cumulative", start, len(batch), threshold, layers), tuple(own_layers))
+
+
 # The per-layer methods a kind's row names (``ArtifactKind.layers``).
-METHODS = {"onnxruntime": onnx_layers, "torchscript": torchscript_layers, "program": program_layers}
+METHODS = {"onnxruntime": onnx_layers, "torchscript": torchscript_layers, "program": program_layers, "executorch": executorch_layers}
 
 
 def compare_layers(kind: ArtifactKind, path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int,
-                   start: int) -> LayerComparison:
+                   start: int, ctx: BuildContext | None = None) -> LayerComparison:
     """Dispatch on the per-layer method the kind's row names (``ArtifactKind.layers``); a diagnosis that
-    cannot run says why instead of raising."""
+    cannot run says why instead of raising. ``ctx``: the run's build context (the ExecuTorch method
+    rebuilds the program from it)."""
     method = METHODS.get(kind.layers) if kind.layers else None
     try:
         if method is None:
@@ -427,6 +462,8 @@ def compare_layers(kind: ArtifactKind, path: Path, model: Any, batch: np.ndarray
             return onnx_layers(path, model, batch, threshold, purpose, threads=threads, start=start)
         if method is program_layers:
             return program_layers(path, model, batch, threshold, purpose, start=start)
+        if method is executorch_layers:
+            return executorch_layers(kind, path, model, batch, threshold, purpose, threads, start=start, ctx=ctx)
         return torchscript_layers(path, model, batch, threshold, purpose, start=start)
     except Exception as exc:  # the diagnosis is advice; it must never take the report down
         text = " ".join(str(exc).split())[:300]

@@ -93,8 +93,8 @@ def test_the_bundled_model_passes_and_agrees_with_the_pte_run_by_hand(bundled, e
     assert row.diagnostics is not None and row.diagnostics.shapes is not None
     runs = {run.size: run for run in row.diagnostics.shapes.runs}
     assert sorted(runs) == [1, 7, 16, 64] and all(r.error is None and r.mae is not None and r.mae < 1e-5 for r in runs.values()), runs
-    # no per-layer method for .pte files yet: a failing row's diagnosis says so (compare_layers)
-    assert KINDS_BY_NAME[KIND].layers is None
+    # a failing row's per-layer table comes from ExecuTorch's developer tools (tests/integration/test_executorch_layers.py)
+    assert KINDS_BY_NAME[KIND].layers == "executorch" and row.diagnostics.layers is None
 
 
 def test_int8_passes_judged_only_on_the_samples_it_was_not_calibrated_on_and_agrees_with_the_pte_run_by_hand(both, eager) -> None:
@@ -136,8 +136,8 @@ def test_the_layout_fed_is_the_one_exported_and_a_mismatch_is_a_failing_row(bund
     row = _row(tmp_path / "out")
     assert row.status == "fail" and row.metrics is not None and row.metrics.mae > 0.1, (row.status, row.metrics, row.reasons)
     assert any(reason.startswith("MAE ") for reason in row.reasons), row.reasons
-    # the per-layer diagnosis of a failing row: none for .pte files yet (future work), and the row says so
-    assert any("no per-layer method for executorch artifacts" in reason for reason in row.reasons), row.reasons
+    # the per-layer table (ETDump, diagnostics.etdump) runs what the row ran: the wrong layout departs at the first convolution
+    assert any(reason.startswith("where: first departs at stem.0: ") for reason in row.reasons), row.reasons
     assert dict(row.details)["dim_order"] == "contiguous"  # what the file holds; the knob fed the other
 
 
