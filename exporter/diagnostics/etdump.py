@@ -58,6 +58,7 @@ METHOD, PORTABLE = "executorch", "executorch-portable"  # LayerComparison.method
 REFERENCE_GRAPH = "edge_dialect_exported_program"  # the ETRecord's graph the Inspector names values by
 # Graph nodes that compute no layer of their own (shape reads, tuple picks): not counted as ops.
 _NOT_OPS = ("getitem", "sym_size", "sym_numel", "sym_stride")
+_QDQ = ("quantize_per_", "dequantize_per_", "choose_qparams")  # a quantizer's ops (quantized_decomposed)
 
 
 @dataclass
@@ -88,6 +89,7 @@ def _quiet() -> Any:
 
 
 def _ops(graph: Any) -> list[Any]:
+    """The ops of ``graph`` that compute a layer (not shape reads, tuple picks, a quantizer's quantize/dequantize)."""
     import torch
 
     def computes(node: Any) -> bool:
@@ -95,7 +97,8 @@ def _ops(graph: Any) -> list[Any]:
         values = value if isinstance(value, (tuple, list)) else (value,)
         return any(isinstance(v, torch.Tensor) for v in values)
 
-    return [n for n in graph.nodes if n.op == "call_function" and _op_name(n) not in _NOT_OPS and computes(n)]
+    return [n for n in graph.nodes if n.op == "call_function" and _op_name(n) not in _NOT_OPS and not _op_name(n).startswith(_QDQ)
+            and computes(n)]
 
 
 def _op_name(node: Any) -> str:
@@ -249,7 +252,10 @@ def _logged(pairs: list[tuple[tuple[int, ...], Any]], runtime_ops: dict[tuple[in
         value = _first_float(raw)
         if not covered or value is None:
             continue
-        last = covered[-1]
+        # named by the last op that computes a layer: a quantized program's value leaves through a dequantize
+        # node the quantizer added, which belongs to no module of its own
+        layer_ops = [n for n in covered if not _op_name(n).startswith(_QDQ) and _op_name(n) not in _NOT_OPS]
+        last = layer_ops[-1] if layer_ops else covered[-1]
         scope = _scope(last)
         if scope is None:
             continue
