@@ -431,6 +431,10 @@ def executorch_layers(kind: ArtifactKind, path: Path, model: Any, batch: np.ndar
                            onnx_exporter="torchscript", threads=threads)
     found = etdump.explain_pte(kind, path, batch, ctx, threads)
     own = found.own
+    if not found.same_bytes:
+        warnings.warn(f"per-layer table: {path.name} has the execution plan of a rebuild of the same model but other constant data "
+                      "(weights): changed after its build, or built by another version; its own values are its own, while a table "
+                      "without the delegate is the rebuild's", stacklevel=2)
     own_layers = _cumulative(own.values, own.results, model, batch, threshold, purpose)
     def counted(table: LayerComparison, artifact_layers: tuple[LayerDelta, ...] = ()) -> LayerComparison:
         return replace(table, delegate=own.delegate, delegated_ops=own.delegated_ops, graph_ops=own.graph_ops,

@@ -80,6 +80,7 @@ class Explained:
     own: Logged
     portable: Logged | None = None
     portable_error: str | None = None
+    same_bytes: bool = True  # the rebuild is the file byte for byte (else: the same plan, other constant data)
 
 
 def _quiet() -> Any:
@@ -285,14 +286,14 @@ def explain_pte(kind: ArtifactKind, path: Path, batch: np.ndarray, ctx: BuildCon
     """The file's own values on ``batch`` (named by a verified rebuild's ETRecord) and, when a delegate hid
     ops, the same exported program's values on the portable kernels."""
     program, manager, rebuilt = rebuild(kind, ctx)
-    require_same_plan(path, rebuilt)
+    same = require_same_plan(path, rebuilt)
     own = run_logged(path, manager.get_etrecord(), batch, threads)
     if not own.delegated_ops:
-        return Explained(own)
+        return Explained(own, same_bytes=same)
     missing = _missing_portable_kernels(program)
     if missing:
         return Explained(own, portable_error=f"this executorch's Python runtime has no portable kernels for {', '.join(missing)}, so the "
-                                             "program cannot run without the delegate")
+                                             "program cannot run without the delegate", same_bytes=same)
     try:
         from executorch.exir import to_edge_transform_and_lower
 
@@ -302,9 +303,9 @@ def explain_pte(kind: ArtifactKind, path: Path, batch: np.ndarray, ctx: BuildCon
             pte = Path(tmp) / "portable.pte"
             pte.write_bytes(bytes(portable.buffer))
             orders = [order for order, _ in _inputs(path)]
-            return Explained(own, run_logged(pte, portable.get_etrecord(), batch, threads, orders=orders))
+            return Explained(own, run_logged(pte, portable.get_etrecord(), batch, threads, orders=orders), same_bytes=same)
     except Exception as exc:  # the file's own values stand; the row says why there is no portable table
-        return Explained(own, portable_error=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+        return Explained(own, portable_error=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", same_bytes=same)
 
 
 def _missing_portable_kernels(program: Any) -> list[str]:

@@ -17,8 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
+from arches import TinyNet
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO, seeded
+from export_check.artifacts import KINDS_BY_NAME, BuildContext
 from export_check.config import RunConfig
+from export_check.diagnostics.etdump import require_same_plan
+from export_check.errors import ArtifactError
 from export_check.golden.manifest import load_golden
 from export_check.measurements import LayerComparison, LayerDelta
 from export_check.messages import layers_summary
@@ -143,6 +147,24 @@ def test_the_row_says_the_xnnpack_delegate_hides_the_layers(quirk) -> None:
     as_json = layers.to_json()
     assert as_json["method"] == "executorch-portable" and as_json["delegated_ops"] == layers.delegated_ops
     assert [d["module"] for d in as_json["artifact_layers"]] == ["pool", "fc", ""]
+
+
+def test_the_rebuilds_etrecord_must_describe_the_file(quirk, tmp_path) -> None:
+    """The table names the file's values by a rebuild's ETRecord only when the rebuild has the file's
+    execution plan; other constant data (a file changed after its build) is told apart from another program."""
+    _, out, _ = quirk
+    original = (out / "executorch.pte").read_bytes()
+    assert require_same_plan(out / "executorch.pte", original) is True
+    damaged = bytearray(original)
+    damaged[-64] ^= 0xFF  # in the segments after the program's flatbuffer: the instructions stay as they are
+    changed = tmp_path / "executorch.pte"
+    changed.write_bytes(bytes(damaged))
+    assert require_same_plan(changed, original) is False
+    ctx = BuildContext(model=seeded(TinyNet), example=torch.zeros(2, 3, 16, 16), opset=17, onnx_exporter="torchscript", threads=1)
+    other = tmp_path / "tiny.pte"
+    KINDS_BY_NAME[KIND].build(ctx, other, None)
+    with pytest.raises(ArtifactError, match=r"^tiny.pte is not the program a rebuild of the same model makes \(its instructions differ\)"):
+        require_same_plan(other, original)
 
 
 def _delta(module: str, mae: float, departs: bool) -> LayerDelta:
