@@ -292,8 +292,8 @@ def explain_pte(kind: ArtifactKind, path: Path, batch: np.ndarray, ctx: BuildCon
         return Explained(own, same_bytes=same)
     missing = _missing_portable_kernels(program)
     if missing:
-        return Explained(own, portable_error=f"this executorch's Python runtime has no portable kernels for {', '.join(missing)}, so the "
-                                             "program cannot run without the delegate", same_bytes=same)
+        return Explained(own, portable_error=f"this executorch's Python runtime has no portable kernels for {', '.join(missing)}",
+                         same_bytes=same)
     try:
         from executorch.exir import to_edge_transform_and_lower
 
