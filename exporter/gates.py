@@ -339,6 +339,11 @@ def missing(metrics: Metrics, gate: Gate) -> bool:
     return any(m.missing(metrics, gate) for m in GATE_METRICS)
 
 
+def missing_names(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
+    """The names of the values ``gate`` asks for that ``metrics`` do not hold ("top-k agreement")."""
+    return tuple(m.name for m in GATE_METRICS if m.missing(metrics, gate))
+
+
 def at_batch_sizes(gate: Gate) -> Gate:
     """The part of ``gate`` judged against eager at every batch size."""
     return gate.only(m for m in GATE_METRICS if m.at_batch_sizes)

@@ -260,6 +260,7 @@ def _report(
         timings=tuple((stage, round(seconds, 4)) for stage, seconds in timings.items()),
         settings_files=config.settings_files,
         run_notes=tuple(run_notes or ()),
+        observations=tuple(observations),
     )
 
 

@@ -216,4 +216,5 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
         timings=tuple((k, round(v, 4)) for k, v in timings.items()),
         run_notes=(NOT_REPLAYED,),
         target=target,
+        observations=tuple(ordered),
     )

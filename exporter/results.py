@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .compare import Metrics
 from .config import Gate, Thresholds
 from .files import FileInfo
-from .measurements import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison
+from .measurements import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison, Observation
 from .messages import layer_method, layers_summary
 
 SCHEMA_VERSION = 1
@@ -198,6 +199,22 @@ class Row:
         }
 
 
+def lossless(value: Any) -> Any:
+    """``value`` with every non-finite float as the text ``inf``, ``-inf`` or ``nan`` (JSON has no such
+    numbers; ``cache.plain.from_plain`` reads the text back): a stored observation keeps an infinite error.
+
+    >>> lossless({"mae": float("inf"), "runs": [1.5, float("nan")]})
+    {'mae': 'inf', 'runs': [1.5, 'nan']}
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: lossless(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [lossless(v) for v in value]
+    return value
+
+
 def plural(count: int, noun: str) -> str:
     """A count and its noun, singular for one.
 
@@ -245,6 +262,8 @@ class Report:
     settings_files: tuple[str, ...] = ()  # the settings files the run read (RunConfig.settings_files)
     run_notes: tuple[str, ...] = ()  # what the run could not do and went on without (no cache key could be made)
     target: str | None = None  # a replay's: the machine the bundle was judged on (exporter/replay.py); None: where it was built
+    # what the rows were judged from, in row order: the JSON keeps them so `export-check judge` can judge again (exporter/rejudge.py)
+    observations: tuple[Observation, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -290,4 +309,5 @@ class Report:
             "seconds": self.seconds,
             "timings": dict(self.timings),
             "rows": [row.to_json(self.thresholds.reference_mae) for row in self.rows],
+            "observations": [lossless(asdict(o)) for o in self.observations],
         }
