@@ -125,6 +125,10 @@ class LayerComparison:
     # value and the first departing one: an optimizer may have folded a wrong operator into neighbours.
     suspects: tuple[str, ...] = ()
     seconds: float = 0.0  # wall time the comparison took
+    # ONNX tables: the graph's name and every named node with the module of this table it belongs to (the
+    # innermost one whose scope holds it), so the errors can colour the graph (report/node_data.py: Model Explorer)
+    graph: str = ""
+    nodes: tuple[tuple[str, str], ...] = ()
 
     def worst(self, count: int = 3) -> tuple[LayerDelta, ...]:
         """The layers that hurt most. Local tables: lowest SQNR. Cumulative tables: the largest

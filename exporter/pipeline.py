@@ -237,7 +237,10 @@ def _report(
     timings: dict[str, float],
     run_notes: list[str] | None = None,
 ) -> Report:
+    from .report import node_data
+
     recorded_ckpt = golden.model.get("checkpoint_sha256")
+    rows = tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict))
     return Report(
         tool_version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -254,13 +257,14 @@ def _report(
         thresholds=config.thresholds,
         settings=tuple(sorted(config.settings_json().items())),
         versions=tuple(sorted(library_versions(config.selected_kinds).items())),
-        rows=tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict)),
+        rows=rows,
         seconds=time.perf_counter() - started,
         out_dir=str(out_dir),
         timings=tuple((stage, round(seconds, 4)) for stage, seconds in timings.items()),
         settings_files=config.settings_files,
         run_notes=tuple(run_notes or ()),
         observations=tuple(observations),
+        node_data=node_data.write_all(rows, out_dir),
     )
 
 

@@ -86,6 +86,7 @@ def judge_data(data: dict[str, Any], where: str, values: dict[str, Any], strict:
         tool_version, out_dir, target = str(data["tool_version"]), str(data["out_dir"]), data.get("target")
         versions = tuple(sorted(dict(data.get("versions") or {}).items()))
         settings_files = tuple(str(s) for s in data.get("settings_files") or ())
+        node_data = tuple((str(k), str(v)) for k, v in dict(data.get("node_data") or {}).items())
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(f"{where}: a damaged export-check report (field {exc} missing or wrong); {FIX}") from None
     changed = [f"{name} {gate.describe()}" for (name, gate), (_, before) in zip(thresholds.gates, recorded.gates, strict=True)
@@ -101,7 +102,7 @@ def judge_data(data: dict[str, Any], where: str, values: dict[str, Any], strict:
                   seconds=time.perf_counter() - started, timings=(("judge", round(time.perf_counter() - started, 4)),),
                   run_notes=tuple(notes), observations=tuple(observations), tool_version=tool_version, checkpoint=checkpoint,
                   golden=golden, settings=tuple(sorted({**settings, "strict": strict}.items())), versions=versions, out_dir=out_dir,
-                  settings_files=settings_files, target=None if target is None else str(target))
+                  settings_files=settings_files, target=None if target is None else str(target), node_data=node_data)
 
 
 def as_json(report: Report) -> dict[str, Any]:

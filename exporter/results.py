@@ -264,6 +264,8 @@ class Report:
     target: str | None = None  # a replay's: the machine the bundle was judged on (exporter/replay.py); None: where it was built
     # what the rows were judged from, in row order: the JSON keeps them so `export-check judge` can judge again (exporter/rejudge.py)
     observations: tuple[Observation, ...] = ()
+    # (row, path) of the per-layer errors written as Model Explorer node data (report/node_data.py)
+    node_data: tuple[tuple[str, str], ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -309,5 +311,6 @@ class Report:
             "seconds": self.seconds,
             "timings": dict(self.timings),
             "rows": [row.to_json(self.thresholds.reference_mae) for row in self.rows],
+            "node_data": dict(self.node_data),
             "observations": [lossless(asdict(o)) for o in self.observations],
         }

@@ -255,6 +255,7 @@ def onnx_layers(
     proto = onnx.load(str(path))
     modules = {name for name, _ in model.named_modules()}
     values: list[tuple[str, str, str]] = []  # (value name, module scope, op type) in graph order
+    scopes: list[tuple[str, str]] = []  # (node name, module scope) of every named node
     for node in proto.graph.node:
         for out in node.output:
             scope = module_of(node.name, modules) if node.name else None
@@ -264,6 +265,8 @@ def onnx_layers(
                 scope = dynamo_scope(node, modules)
             if out and scope is not None:
                 values.append((out, scope, node.op_type))
+            if node.name and scope is not None and (not scopes or scopes[-1][0] != node.name):
+                scopes.append((node.name, scope))
     existing = {o.name for o in proto.graph.output}
     for name, _, _ in values:
         if name not in existing:
@@ -279,7 +282,23 @@ def onnx_layers(
         return _first_cause(cap, chain, value, ops, limit, proto, results, modules)
 
     layers = _cumulative(values, results, model, batch, threshold, purpose, first_cause, forward)
-    return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
+    return replace(_finish(purpose, method, "cumulative", start, len(batch), threshold, layers),
+                   graph=proto.graph.name, nodes=owners(scopes, {d.module for d in layers}))
+
+
+def owners(scopes: list[tuple[str, str]], table: set[str]) -> tuple[tuple[str, str], ...]:
+    """Each node (name, module scope) with the innermost module of ``table`` that holds it; a node no module holds is left out.
+
+    >>> owners([("/stem/stem.0/Conv", "stem.0"), ("/layers/layers.2/conv1/Conv", "layers.2.conv1"), ("/Flatten", "")],
+    ...        {"stem.0", "layers.2"})
+    (('/stem/stem.0/Conv', 'stem.0'), ('/layers/layers.2/conv1/Conv', 'layers.2'))
+    """
+    found = []
+    for name, scope in scopes:
+        holding = [m for m in table if _inside(scope, m)]
+        if holding:
+            found.append((name, max(holding, key=len)))
+    return tuple(found)
 
 
 def _cumulative(values: list[tuple[str, str, str]], results: dict[str, Any], model: Any, batch: np.ndarray, threshold: float,

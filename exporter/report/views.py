@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..compare import Metrics
 from ..messages import layers_summary
 from ..results import Report, Row
+from .node_data import command
 
 
 def size_text(size_bytes: int | None) -> str:
@@ -87,6 +88,9 @@ def diagnostic_lines(report: Report) -> list[str]:
         if d.layers is not None and d.layers.purpose == "int8-layers":
             lines.append(f"int8 {row.name}: {layers_summary(d.layers)} ({d.layers.scope} SQNR per layer)")
         lines += [f"note {row.name}: {note}" for note in d.notes]
+    artifacts = {row.name: row.artifact.path for row in report.rows if row.artifact is not None}
+    lines += [f"graph {name}: its per-layer errors as Model Explorer node data: {command(artifacts[name], path)}"
+              for name, path in report.node_data if name in artifacts]
     return lines
 
 
