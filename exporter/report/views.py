@@ -67,6 +67,8 @@ def output_lines(row: Row) -> list[str]:
     for o in row.outputs:
         m = o.metrics
         agreement = "" if m.top1_agreement is None else f", {m.agreement} agreement {m.top1_agreement:.1%}"
+        if m.label_accuracy is not None:
+            agreement += f", label accuracy {m.label_accuracy:.1%}" + ("" if m.accuracy_drop is None else f" ({-m.accuracy_drop:+.1f} points)")
         pair = row.gate.tolerance
         count = None if pair is None else m.tolerance(*pair)
         allclose = "" if count is None else f", allclose {count.violations}/{count.values} outside"
