@@ -157,3 +157,16 @@ def test_a_bad_label_is_one_line_naming_the_file(tmp_path: Path, detector, label
     assert main(["golden", "record", str(MODELS / "checkpoints" / "digit_detector.pth"), "--config", str(config), "--inputs", str(samples)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "labels.json" in err and "fix or remove it" in err
+
+
+def test_record_says_which_agreement_gates_the_set_is_too_small_to_judge(detector, capsys) -> None:
+    folder, config, _ = detector
+    loose = folder / "loose.toml"
+    loose.write_text(config.read_text().replace('golden = "golden"', 'golden = "small"\nint8-min-top1 = 0.9'))
+    assert main(["golden", "record", str(MODELS / "checkpoints" / "digit_detector.pth"), "--config", str(loose),
+                 "--inputs", str(folder / "samples")]) == 0
+    out = capsys.readouterr().out
+    # 16 samples: int8 top-1 >= 90 % tolerates one flip; fp16's 99 % and bf16's 98 % none (100 and 50 samples would)
+    assert "note: fp16 gate top-1 agreement >= 99.0%: 16 golden samples are too few to tolerate one changed sample" in out
+    assert "100 samples would let one pass" in out and "50 samples would let one pass" in out
+    assert "note: int8 gate" not in out
