@@ -22,6 +22,7 @@ from .views import checks_description, latency_ms, latency_text, rerun_text, sha
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 GATE_COLOUR = "#444444"
 STATUS_COLOUR = {PASS: "#1a7f37", FAIL: "#cf222e", ERROR: "#cf222e", NOT_APPLICABLE: "#6e7781"}
+DEPRECATIONS = ("DeprecationWarning:", "FutureWarning:", "PendingDeprecationWarning:")
 LOG_FLOOR = -9.0  # 1e-9: per-image MAE of exactly 0 is drawn here and labelled "0"
 MAX_POINTS = 1000  # per series in the per-image plot; larger sets are reduced to the max per bucket
 
@@ -326,8 +327,10 @@ def render(report: Report) -> str:
     if concerns:
         body.append("<h2>Warnings that say an export may be wrong</h2><ul>"
                     + "".join(f"<li class='warn'><b>{_e(name)}</b>: {_e(n)}</li>" for name, n in concerns) + "</ul>")
+    # the exporters' deprecations stay in the JSON notes (README, "Reports"): a reader of the page wants findings
     notes = [(row.name, n) for row in report.rows
-             for n in ((row.diagnostics.notes if row.diagnostics else ()) + tuple(x for x in row.notes if x not in row.concerns))]
+             for n in ((row.diagnostics.notes if row.diagnostics else ())
+                       + tuple(x for x in row.notes if x not in row.concerns and not x.startswith(DEPRECATIONS)))]
     if notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li><b>{_e(name)}</b>: {_e(n)}</li>" for name, n in notes) + "</ul>")
     body.append("<h2>Run</h2><table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in report.settings)

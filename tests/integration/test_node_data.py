@@ -80,6 +80,9 @@ def test_views_say_how_to_open_it_and_a_later_run_without_a_table_removes_it(fai
     html = (failing / "r.html").read_text()
     assert "node data for Model Explorer" in html and "--node_data_paths=" in html
     assert "Accuracy, latency and size" in html and "accuracy on the golden labels (%) against latency" in html
+    report = _report(failing)
+    deprecations = [n for r in report["rows"] for n in r["notes"] if n.startswith("DeprecationWarning:")]
+    assert deprecations and not any(n[:60] in html for n in deprecations)  # in the JSON notes only (README, "Reports")
     assert main(["judge", str(failing / "r.json"), "--max-mae", "1e-9"]) == 1
     out = capsys.readouterr().out
     assert (f"graph onnx: its per-layer errors as Model Explorer node data: model-explorer {failing / 'out' / 'onnx.onnx'} "
