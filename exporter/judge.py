@@ -20,7 +20,7 @@ from . import gates
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
 from .measurements import BatchSizeRun, EagerSelfCheck, Measured, Observation
-from .messages import batch_size_cause, calibration_notes, layers_summary, measured_notes, recording_notes
+from .messages import batch_size_cause, calibration_notes, layers_summary, measured_notes, recording_notes, reduced_summary
 from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
 
 EAGER = "eager"
@@ -194,12 +194,23 @@ def wants_layers(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bo
     return (layers == "on-fail" and status == FAIL) or (layers == "quantization" and (status == FAIL or diagnose))
 
 
+def wants_reduction(obs: Observation, thresholds: Thresholds) -> bool:
+    """Whether the row deserves its smallest failing subgraph (``diagnostics.reduce``): a failing row
+    whose file is an ONNX graph."""
+    return (obs.family != EAGER and obs.artifact is not None and obs.artifact.path.endswith(".onnx")
+            and _status_before_layers(obs, thresholds) == FAIL)
+
+
 def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bool:
     """A cached observation that lacks the per-layer table today's thresholds ask for (or holds one
     measured against another threshold), or the allclose count of today's atol/rtol, cannot be
     judged whole: the row must be observed again."""
     if metric_missing(obs, thresholds):
         return True
+    if wants_reduction(obs, thresholds):  # none yet, or reduced under another gate
+        reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
+        if reduced is None or reduced.gate != thresholds.gate_for(obs.family).describe():
+            return True
     if not wants_layers(obs, thresholds, diagnose):
         return False
     layers = obs.diagnostics.layers if obs.diagnostics is not None else None
@@ -379,8 +390,12 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     layers = m.layers if wants_layers(obs, thresholds, diagnose) else None
     if layers is not None and FAMILIES[obs.family].layers == "on-fail" and (reasons or found):
         found += (f"where: {layers_summary(layers)}",)
+    reduced = m.reduced if wants_reduction(obs, thresholds) else None
+    if reduced is not None and (reasons or found):
+        found += (f"reduced: {reduced_summary(reduced, gate_reasons(reduced.metrics, gate) if reduced.metrics else ())}",)
     notes = calibrated + measured_notes(m) + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
-    diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds)
+    diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds,
+                              reduced=reduced)
     return Row(status=status, metrics=headline(obs, outputs, gate), reasons=reasons + found, replay_seconds=obs.replay_seconds,
                diagnostics=diagnostics, **common)
 
