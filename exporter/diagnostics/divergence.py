@@ -381,7 +381,8 @@ def eager_references(proto: Any, model: Any, batch: np.ndarray, results: dict[st
     modules = {name for name, _ in model.named_modules()}
     values, _ = scoped_values(proto, modules)
     order, has_nodes = _modules_with_nodes(values, model, batch)
-    forward, out = merges_forward(proto, modules), {}
+    forward = merges_forward(proto, modules)
+    out: dict[str, np.ndarray] = {}
     for i, cap in enumerate(order):
         if cap.name not in has_nodes or cap.output is None:
             continue

@@ -207,33 +207,39 @@ class Reducer:
         run = session(model.SerializeToString(), self.threads, self.level)
         return run.run(None, {name: fed[name] for name in inputs})[0]
 
+    @staticmethod
+    def fed(values: dict[str, np.ndarray], references: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """What a cut may be fed: a float tensor's reference, in the dtype the graph holds it; any other
+        tensor (shapes, indices) as the whole graph computed it."""
+        return {name: (references[name].astype(value.dtype) if name in references and _is_float(value) else value)
+                for name, value in values.items() if name in references or not _is_float(value)}
+
     def reduce(self, end: str, values: dict[str, np.ndarray], references: dict[str, np.ndarray], judge: Judge,
                seconds: float = REDUCE_SECONDS) -> Cut | None:
         """The latest start whose subgraph to ``end`` still fails, fed reference values at its cut (None:
         not even the whole cone fails on its own)."""
         deadline = time.perf_counter() + seconds
-        # what a cut may be fed: a float tensor's reference, in the dtype the graph holds it; any other
-        # tensor (shapes, indices) as the whole graph computed it
-        fed = {name: (references[name].astype(value.dtype) if name in references and _is_float(value) else value)
-               for name, value in values.items() if name in references or not _is_float(value)}
+        fed = self.fed(values, references)
         full, _ = self._cone(end, 0)
-        candidates: list[tuple[frozenset[int], tuple[str, ...]]] = []
+        candidates: list[tuple[str, ...]] = []
         seen: set[tuple[str, ...]] = set()
+        listed = True  # every start was looked at (else the budget stopped the listing)
         for start in sorted(full):
             if time.perf_counter() > deadline and candidates:
+                listed = False
                 break
-            nodes, boundary = self._cone(end, start)
+            _, boundary = self._cone(end, start)
             if boundary in seen or not all(t in fed and fed[t].shape == values[t].shape for t in boundary):
                 continue
             seen.add(boundary)
-            candidates.append((nodes, boundary))
+            candidates.append(boundary)
         reference = references[end]
         steps = 0
 
         def attempt(index: int) -> tuple[Any, Metrics] | None:
             nonlocal steps
             steps += 1
-            inputs = candidates[index][1]
+            inputs = candidates[index]
             try:
                 model = self.extract(inputs, end, values)
                 got = self.run_cut(model, inputs, fed)
@@ -247,18 +253,16 @@ class Reducer:
         best, lo = attempt(0), 0
         if best is None:
             return None
-        hi, cut = len(candidates), None
-        while hi - lo > 1:
-            if time.perf_counter() > deadline:
-                cut = f"the search stopped at its budget of {seconds:g} s after {steps} subgraphs"
-                break
+        hi = len(candidates)
+        while hi - lo > 1 and time.perf_counter() <= deadline:
             mid = (lo + hi) // 2
             found = attempt(mid)
             if found is not None:
                 best, lo = found, mid
             else:
                 hi = mid
-        return Cut(inputs=candidates[lo][1], output=end, model=best[0], metrics=best[1], steps=steps, cut=cut)
+        cut = None if hi - lo <= 1 and listed else f"the search stopped at its budget of {seconds:g} s after {steps} subgraphs"
+        return Cut(inputs=candidates[lo], output=end, model=best[0], metrics=best[1], steps=steps, cut=cut)
 
 
 def _save(cut: Cut, fed: Mapping[str, np.ndarray], reference: np.ndarray, folder: Path, name: str) -> tuple[Path, Path]:
@@ -319,8 +323,7 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
             if cut is None:
                 tried.append(f"against {_words(mode, source_path)}, {end[0]} of sample {index} breaks the gate only inside the whole graph")
                 continue
-            fed = {k: (references[k].astype(v.dtype) if k in references and _is_float(v) else v) for k, v in values.items()}
-            graph_path, data_path = _save(cut, fed, references[cut.output], folder, name)
+            graph_path, data_path = _save(cut, reducer.fed(values, references), references[cut.output], folder, name)
             return Reduced(gate=gate, reference=mode, source=source_path.name if source_path is not None else "", sample=index,
                            path=str(graph_path), data=str(data_path), nodes=len(cut.model.graph.node), model_nodes=len(proto.graph.node),
                            inputs=cut.inputs, outputs=(cut.output,), ops=tuple(n.op_type for n in cut.model.graph.node),
