@@ -143,10 +143,12 @@ class Explainer:
 
         def judge(name: str, reference: np.ndarray, got: np.ndarray) -> Metrics | None:
             spec = specs.get(name)
-            kind, axis = (spec.kind, spec.class_axis) if spec is not None else ("values", -1)
-            batch_axis = spec.batch_axis if spec is not None else 0
-            accumulator = ErrorAccumulator(kind, axis, tolerances=tolerances, top_ks=(k,) if k else ())
-            accumulator.add(to_samples_first(reference, batch_axis), to_samples_first(got, batch_axis))
+            accumulator = ErrorAccumulator(spec.kind if spec else "values", spec.class_axis if spec else -1, tolerances=tolerances,
+                                           top_ks=(k,) if k else ())
+            if spec is not None:
+                accumulator.add(to_samples_first(reference, spec.batch_axis), to_samples_first(got, spec.batch_axis))
+            else:  # a value inside the graph, of the one sample: one row of values, whatever its layout (a scalar too)
+                accumulator.add(reference.reshape(1, -1), got.reshape(1, -1))
             metrics = accumulator.result()
             return metrics if gate_reasons(metrics, gate) else None
 

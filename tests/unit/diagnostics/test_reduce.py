@@ -132,3 +132,11 @@ def test_no_reduction_says_why(tmp_path) -> None:
     assert reduced.error == "no reference for its values: it has no source file and no eager model"
     assert reproduce_command(reduced) is None and not (tmp_path / "reduced").exists()
     assert isinstance(reduced, Reduced)
+
+
+def test_the_readme_shows_the_command_the_report_prints() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    command = reproduce_command(Reduced(gate="", path="export-check-out/reduced/onnx-fp16.onnx", data="export-check-out/reduced/onnx-fp16.npz"))
+    assert command is not None and f"\n{command}\n" in readme
