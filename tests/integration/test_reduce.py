@@ -173,3 +173,22 @@ def test_exporter_bug_subgraph_is_smaller_and_fails_the_float_gate_on_its_own(in
     np.testing.assert_allclose(reference[:, 32:], got[:, 32:], rtol=0, atol=1e-6)
     assert float(got[:, :32].max()) > 0.05
     assert "reduced: " in printed and "reproduce onnx" in printed
+
+
+def test_a_cached_failing_row_keeps_its_reduction_and_a_new_gate_reduces_again(tmp_path) -> None:
+    """The record is an observation: a cache hit restores it as measured; a gate it was not reduced
+    under makes the row observed again (the files reused, the row replayed), as a per-layer table does."""
+    base = [str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx-fp16", "--cache-dir", str(tmp_path / "cache"),
+            "--out", str(tmp_path / "artifacts"), "-q", "--json", str(tmp_path / "r.json")]
+
+    def run(gate: float) -> dict:
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main([*base, "--fp16-max-mae", str(gate)]) == 1
+        return next(r for r in json.loads((tmp_path / "r.json").read_text())["rows"] if r["name"] == "onnx-fp16")
+
+    cold = run(FP16_MAX_MAE)
+    hit = run(FP16_MAX_MAE)
+    assert hit["cache"] == "hit" and hit["diagnostics"]["reduced"] == cold["diagnostics"]["reduced"]
+    assert hit["reasons"] == cold["reasons"]
+    tighter = run(FP16_MAX_MAE / 10)
+    assert tighter["cache"] == "artifact" and tighter["diagnostics"]["reduced"]["gate"].startswith(f"MAE<={FP16_MAX_MAE / 10:g}")
