@@ -116,9 +116,9 @@ def reduced_summary(reduced: Reduced, reasons: tuple[str, ...]) -> str:
     ops = ", ".join(dict.fromkeys(reduced.ops))
     cut = f" ({reduced.cut}: a failing subgraph, maybe not the smallest)" if reduced.cut else ""
     inputs = ", ".join(reduced.inputs)
-    return (f"{reduced.nodes} of {reduced.model_nodes} nodes ({ops[:80]}) fail the gate on their own, fed {fed} at "
-            f"{inputs[:160]} (golden sample {reduced.sample}): {', '.join(reduced.outputs)}: {'; '.join(reasons) or 'fails'}{cut}; "
-            f"written to {reduced.path}")
+    return (f"{reduced.nodes} of {reduced.model_nodes} nodes ({ops[:80]}) fail the gate on their own, fed at {inputs[:160]} "
+            f"(golden sample {reduced.sample}; a value inside the graph: {fed}): {', '.join(reduced.outputs)}: "
+            f"{'; '.join(reasons) or 'fails'}{cut}; written to {reduced.path}")
 
 
 def reproduce_command(reduced: Reduced) -> str | None:
