@@ -201,16 +201,22 @@ def wants_reduction(obs: Observation, thresholds: Thresholds) -> bool:
             and _status_before_layers(obs, thresholds) == FAIL)
 
 
+def reduction_missing(obs: Observation, thresholds: Thresholds) -> bool:
+    """A failing ONNX row without its reduced subgraph, or with one reduced under another gate."""
+    if not wants_reduction(obs, thresholds):
+        return False
+    reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
+    return reduced is None or reduced.gate != thresholds.gate_for(obs.family).describe()
+
+
 def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bool:
     """A cached observation that lacks the per-layer table today's thresholds ask for (or holds one
     measured against another threshold), or the allclose count of today's atol/rtol, cannot be
     judged whole: the row must be observed again."""
     if metric_missing(obs, thresholds):
         return True
-    if wants_reduction(obs, thresholds):  # none yet, or reduced under another gate
-        reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
-        if reduced is None or reduced.gate != thresholds.gate_for(obs.family).describe():
-            return True
+    if reduction_missing(obs, thresholds):
+        return True
     if not wants_layers(obs, thresholds, diagnose):
         return False
     layers = obs.diagnostics.layers if obs.diagnostics is not None else None
@@ -392,7 +398,8 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
         found += (f"where: {layers_summary(layers)}",)
     reduced = m.reduced if wants_reduction(obs, thresholds) else None
     if reduced is not None and (reasons or found):
-        found += (f"reduced: {reduced_summary(reduced, gate_reasons(reduced.metrics, gate) if reduced.metrics else ())}",)
+        stale = reduced.gate != thresholds.gate_for(obs.family).describe()
+        found += ("reduced: " + reduced_summary(reduced, gate_reasons(reduced.metrics, gate) if reduced.metrics else (), stale),)
     notes = calibrated + measured_notes(m) + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
     diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds,
                               reduced=reduced)

@@ -107,18 +107,20 @@ def batch_size_cause(run: BatchSizeRun, artifact: bool, eager: bool, family: str
     return "the artifact differs from eager at this batch size only"
 
 
-def reduced_summary(reduced: Reduced, reasons: tuple[str, ...]) -> str:
+def reduced_summary(reduced: Reduced, reasons: tuple[str, ...], stale: bool = False) -> str:
     """A row's reduced subgraph in one line: how small, fed what, failing how (``reasons``: the gate's words
-    on its output), and where it is."""
+    on its output), and where it is. ``stale``: it was reduced under another gate than the row's now
+    (``export-check judge`` with other gates)."""
+    again = f" (reduced under {reduced.gate}: a check with these gates reduces it again)" if stale else ""
     if reduced.error is not None:
-        return f"no failing subgraph written: {reduced.error}"
+        return f"no failing subgraph written: {reduced.error}{again}"
     fed = "eager's module outputs" if reduced.reference == "eager" else f"{reduced.source}'s values"
     ops = ", ".join(dict.fromkeys(reduced.ops))
     cut = f" ({reduced.cut}: a failing subgraph, maybe not the smallest)" if reduced.cut else ""
     inputs = ", ".join(reduced.inputs)
     return (f"{reduced.nodes} of {reduced.model_nodes} nodes ({ops[:80]}) fail the gate on their own, fed at {inputs[:160]} "
             f"(golden sample {reduced.sample}; a value inside the graph: {fed}): {', '.join(reduced.outputs)}: "
-            f"{'; '.join(reasons) or 'fails'}{cut}; written to {reduced.path}")
+            f"{'; '.join(reasons) or 'within this gate'}{cut}; written to {reduced.path}{again}")
 
 
 def reproduce_command(reduced: Reduced) -> str | None:

@@ -71,8 +71,10 @@ def _command_mae(command: str) -> float:
 @pytest.fixture(scope="module")
 def fp16(tmp_path_factory):
     out = tmp_path_factory.mktemp("fp16")
-    code, report, printed = _check([str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx-fp16",
-                                    "--fp16-max-mae", str(FP16_MAX_MAE)], out)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(out / "cache.key"))  # the report's seal, for `export-check judge` below
+        code, report, printed = _check([str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx-fp16",
+                                        "--fp16-max-mae", str(FP16_MAX_MAE)], out)
     return code, report, printed, out
 
 
@@ -192,3 +194,18 @@ def test_a_cached_failing_row_keeps_its_reduction_and_a_new_gate_reduces_again(t
     assert hit["reasons"] == cold["reasons"]
     tighter = run(FP16_MAX_MAE / 10)
     assert tighter["cache"] == "artifact" and tighter["diagnostics"]["reduced"]["gate"].startswith(f"MAE<={FP16_MAX_MAE / 10:g}")
+
+
+def test_a_report_judged_again_under_another_gate_says_its_reduction_is_of_the_old_gate(fp16, capsys, monkeypatch) -> None:
+    """`export-check judge REPORT.json` re-runs nothing: the stored reduction is shown as what it is, one
+    reduced under the report's gate, and the run says a check with the new gate reduces again."""
+    _, report, _, out = fp16
+    monkeypatch.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(out / "cache.key"))
+    reduced = next(r for r in report["rows"] if r["name"] == "onnx-fp16")["diagnostics"]["reduced"]
+    assert main(["judge", str(out / "r.json"), "--fp16-max-mae", str(FP16_MAX_MAE / 10), "--json", str(out / "again.json")]) == 1
+    printed = capsys.readouterr().out
+    row = next(r for r in json.loads((out / "again.json").read_text())["rows"] if r["name"] == "onnx-fp16")
+    line = next(r for r in row["reasons"] if r.startswith("reduced: "))
+    assert f"reduced under {reduced['gate']}: a check with these gates reduces it again" in line
+    assert row["diagnostics"]["reduced"] == reduced
+    assert "onnx-fp16 (the reduced subgraph of a failing ONNX row)" in printed
