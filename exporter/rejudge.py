@@ -29,7 +29,7 @@ from .config import GATE_FAMILIES, Thresholds
 from .errors import UsageError
 from .files import FileInfo
 from .gates import missing_names
-from .judge import judge_rows, layers_missing
+from .judge import judge_rows, layers_missing, reduction_missing
 from .measurements import Observation
 from .results import GoldenSummary, Report
 
@@ -60,7 +60,9 @@ def lacking(obs: Observation, thresholds: Thresholds) -> tuple[str, ...]:
     """What ``obs`` lacks for ``thresholds``: the gated values it never measured, else the per-layer table a failing row gets."""
     gate = thresholds.gate_for(obs.family)
     names = {n for m in (obs.metrics, *(m for _, m in obs.outputs)) if m is not None for n in missing_names(m, gate)}
-    return tuple(sorted(names)) or ("the per-layer table of a failing row",)
+    if names:
+        return tuple(sorted(names))
+    return ("the reduced subgraph of a failing ONNX row",) if reduction_missing(obs, thresholds) else ("the per-layer table of a failing row",)
 
 
 def _golden(data: dict[str, Any]) -> GoldenSummary:

@@ -9,8 +9,8 @@ from typing import Any
 from .compare import Metrics
 from .config import Gate, Thresholds
 from .files import FileInfo
-from .measurements import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison, Observation
-from .messages import layer_method, layers_summary
+from .measurements import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison, Observation, Reduced
+from .messages import layer_method, layers_summary, reproduce_command
 
 SCHEMA_VERSION = 1
 PASS, FAIL, ERROR, NOT_APPLICABLE = "pass", "fail", "error", "not-applicable"
@@ -76,6 +76,7 @@ class Diagnostics:
     notes: tuple[str, ...] = ()  # informational findings (never gating)
     seconds: float = 0.0  # wall time the diagnostics of this row took
     eager_check: EagerSelfCheck | None = None  # the eager row's: does it reproduce itself
+    reduced: Reduced | None = None  # a failing ONNX row's smallest failing subgraph
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -95,6 +96,7 @@ class Diagnostics:
             "notes": list(self.notes),
             "seconds": self.seconds,
             "eager_self_check": None if self.eager_check is None else self.eager_check.to_json(),
+            "reduced": None if self.reduced is None else {**self.reduced.to_json(), "command": reproduce_command(self.reduced)},
         }
 
 

@@ -15,7 +15,7 @@ import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..messages import layers_summary
+from ..messages import layers_summary, reproduce_command
 from ..results import ERROR, FAIL, NOT_APPLICABLE, Report, Row
 from . import bounds, write_text_atomic
 from .views import output_lines, size_text
@@ -75,6 +75,9 @@ def metric_lines(row: Row) -> list[str]:
             lines.append(f"determinism: {verdict} (run-to-run max abs {_num(d.rerun.max_abs, '.3g')}, bound {d.rerun.bound:g})")
         if d.layers is not None:
             lines.append(f"{d.layers.purpose}: {layers_summary(d.layers)}")
+        command = reproduce_command(d.reduced) if d.reduced is not None else None
+        if command is not None:
+            lines.append(f"reproduce: {command}")
         lines += [f"note: {n}" for n in d.notes]
     lines += [f"warning: {n}" for n in row.concerns]
     return lines

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from ..measurements import LayerComparison
-from ..messages import layer_method, layers_summary
+from ..messages import layer_method, layers_summary, reproduce_command
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
 from .views import checks_description, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
@@ -110,6 +110,9 @@ def render(report: Report) -> str:
         for row in problems:
             lines.append(f"- {ICON[row.status]} **{cell(row.name)}** ({row.status})")
             lines += [f"  - {cell(reason)}" for reason in row.reasons]
+            command = reproduce_command(row.diagnostics.reduced) if row.diagnostics and row.diagnostics.reduced else None
+            if command is not None:
+                lines.append(f"  - reproduce its reduced subgraph: `{command.replace('`', '')}`")
         lines.append("")
     warnings = [(row.name, n) for row in report.rows for n in row.concerns]
     if warnings:

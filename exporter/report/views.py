@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..compare import Metrics
-from ..messages import layers_summary
+from ..messages import layers_summary, reproduce_command
 from ..results import Report, Row
 from .node_data import command
 
@@ -89,6 +89,9 @@ def diagnostic_lines(report: Report) -> list[str]:
             continue
         if d.layers is not None and d.layers.purpose == "int8-layers":
             lines.append(f"int8 {row.name}: {layers_summary(d.layers)} ({d.layers.scope} SQNR per layer)")
+        reproduce = reproduce_command(d.reduced) if d.reduced is not None else None
+        if reproduce is not None:
+            lines.append(f"reproduce {row.name} (its reduced subgraph, onnxruntime and numpy only): {reproduce}")
         lines += [f"note {row.name}: {note}" for note in d.notes]
     artifacts = {row.name: row.artifact.path for row in report.rows if row.artifact is not None}
     lines += [f"graph {name}: its per-layer errors as Model Explorer node data: {command(artifacts[name], path)}"
