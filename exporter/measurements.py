@@ -129,6 +129,9 @@ class LayerComparison:
     # innermost one whose scope holds it), so the errors can colour the graph (report/node_data.py: Model Explorer)
     graph: str = ""
     nodes: tuple[tuple[str, str], ...] = ()
+    # A TorchScript divergence: the first departing module's own inputs and eager output, saved (.npz: input_0..,
+    # reference) beside the file, so that module alone reproduces it (messages.module_command)
+    repro: str | None = None
 
     def worst(self, count: int = 3) -> tuple[LayerDelta, ...]:
         """The layers that hurt most. Local tables: lowest SQNR. Cumulative tables: the largest

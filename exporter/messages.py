@@ -123,6 +123,17 @@ def reduced_summary(reduced: Reduced, reasons: tuple[str, ...], stale: bool = Fa
             f"{'; '.join(reasons) or 'within this gate'}{cut}; written to {reduced.path}{again}")
 
 
+def module_command(artifact: str, module: str, data: str) -> str:
+    """One shell line that runs the departing module of a TorchScript file alone on eager's saved inputs to it, and prints
+    its error against eager's saved output (torch and numpy only)."""
+    loaded = f"t.jit.load({json.dumps(artifact)})"
+    code = (f"import numpy as n,torch as t;d=n.load({json.dumps(data)});"
+            + (f"m=dict({loaded}.named_modules())[{json.dumps(module)}];" if module else f"m={loaded};")  # no get_submodule there
+            + "y=m(*[t.from_numpy(d[f\"input_{k}\"]) for k in range(len(d.files)-1)]).detach().numpy().astype(\"f8\");"
+            "f=d[\"reference\"].astype(\"f8\");e=abs(y-f);print(\"MAE %.4g max %.4g\"%(e.mean(),e.max()))")
+    return f"python -c {shlex.quote(code)}"
+
+
 def reproduce_command(reduced: Reduced) -> str | None:
     """One shell line that runs the reduced subgraph with onnxruntime on its saved inputs and prints its
     error against the saved reference (numpy and onnxruntime only: something to hand to a maintainer)."""

@@ -163,6 +163,7 @@ def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: flo
     submodules = dict(loaded.named_modules())
     trace = capture_eager(model, batch)
     layers: list[LayerDelta] = []
+    repro = None
     for cap in trace.order:
         if purpose == INT8_LAYERS and not cap.leaf:
             continue  # the int8 table is per layer; containers only repeat their children's error
@@ -179,12 +180,27 @@ def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: flo
             continue
         ops = str(getattr(sub, "original_name", type(sub).__name__))
         delta = layer_delta(cap.name, ops, reference, got, threshold)
-        if delta.departs and not cap.leaf and not any(d.departs for d in layers):
-            # its children ran first and agree: what departs is the code of its own forward
-            delta = replace(delta, where="forward-code", ops="forward")
+        if delta.departs and not any(d.departs for d in layers):
+            if not cap.leaf:  # its children ran first and agree: what departs is the code of its own forward
+                delta = replace(delta, where="forward-code", ops="forward")
+            if purpose == DIVERGENCE:
+                repro = _save_module_case(path, cap, reference)
         layers.append(delta)
     method = "torchscript"  # messages.LAYER_METHODS words it
-    return _finish(purpose, method, "local", start, len(batch), threshold, layers)
+    return replace(_finish(purpose, method, "local", start, len(batch), threshold, layers), repro=repro)
+
+
+def _save_module_case(path: Path, cap: Captured, reference: np.ndarray) -> str | None:
+    """The first departing module's eager inputs and output beside the TorchScript file: ``<file>.<module>.npz``."""
+    assert cap.inputs is not None
+    target = path.with_name(f"{path.stem}.{cap.name or 'forward'}.npz")
+    arrays = {f"input_{i}": t.detach().cpu().numpy() for i, t in enumerate(cap.inputs)}
+    try:
+        with open(target, "wb") as handle:
+            np.savez(handle, reference=reference, **arrays)
+    except OSError:
+        return None
+    return str(target)
 
 
 def module_of(scoped_name: str, modules: set[str]) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..compare import Metrics
-from ..messages import layers_summary, reproduce_command
+from ..messages import layers_summary, module_command, reproduce_command
 from ..results import Report, Row
 from .node_data import command
 
@@ -92,6 +92,10 @@ def diagnostic_lines(report: Report) -> list[str]:
         reproduce = reproduce_command(d.reduced) if d.reduced is not None else None
         if reproduce is not None:
             lines.append(f"reproduce {row.name} (its reduced subgraph, onnxruntime and numpy only): {reproduce}")
+        table = d.layers
+        if table is not None and table.repro and table.first is not None and row.artifact is not None:
+            lines.append(f"reproduce {row.name} (module {table.first.label} alone on eager's inputs to it, torch and numpy only): "
+                         f"{module_command(row.artifact.path, table.first.module, table.repro)}")
         lines += [f"note {row.name}: {note}" for note in d.notes]
     artifacts = {row.name: row.artifact.path for row in report.rows if row.artifact is not None}
     lines += [f"graph {name}: its per-layer errors as Model Explorer node data: {command(artifacts[name], path)}"

@@ -100,6 +100,29 @@ def test_divergence_finder_names_the_module_only_the_export_has(quirky_report, n
     assert any(r.startswith("where: first departs at layers.2.quirk") for r in row.reasons)
 
 
+def test_the_departing_torchscript_module_is_reproduced_alone_by_one_command(quirky_report) -> None:
+    """Issue 30.4 for TorchScript: eager's inputs to the first departing module and its output are saved beside the
+    file, and one printed command runs that module of the loaded file alone on them (torch and numpy only)."""
+    import shlex
+    import subprocess
+    import sys
+
+    from export_check.report.text import render
+
+    row = quirky_report.row("torchscript-trace")
+    layers = row.diagnostics.layers
+    assert layers.repro is not None and Path(layers.repro).name == "torchscript-trace.layers.2.quirk.npz"
+    with np.load(layers.repro) as saved:
+        assert sorted(saved.files) == ["input_0", "reference"] and saved["input_0"].shape == saved["reference"].shape
+    line = next(x for x in render(quirky_report).splitlines() if x.startswith("reproduce torchscript-trace (module layers.2.quirk"))
+    command = shlex.split(line[line.index("python -c "):])
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    mae = float(done.stdout.split()[1])
+    assert mae == pytest.approx(layers.first.mae, rel=1e-3) and mae > layers.threshold  # the module alone departs, as in the table
+    assert quirky_report.row("onnx").diagnostics.layers.repro is None  # ONNX rows get the reduced subgraph instead
+
+
 def test_divergence_after_onnxsim_folded_the_wrong_operator(quirky_report) -> None:
     # onnxsim folds the quirk's Mul into the next Conv's weights: the first value that departs is that
     # Conv's, and the quirk, now without nodes of its own, is named as the suspect.
