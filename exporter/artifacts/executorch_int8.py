@@ -35,8 +35,8 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     if not quantized:
         raise NotApplicable("not applicable: the XNNPACK quantizer found no layer to quantize in the model (it quantizes "
                             "convolutions, linear layers and their neighbours), so it would change nothing")
-    program, bound = export_bounded(ctx, converted)  # the converted GraphModule's forward keeps the model's parameter names
-    return lower_and_save(program, path, bound, {"partitioner": "XnnpackPartitioner (int8 QDQ)", "quantizer": QUANTIZER,
+    program, bounds = export_bounded(ctx, converted)  # the converted GraphModule's forward keeps the model's parameter names
+    return lower_and_save(program, path, bounds, {"partitioner": "XnnpackPartitioner (int8 QDQ)", "quantizer": QUANTIZER,
                                                  "quantize_nodes": str(quantized), "calibration_samples": str(calibration_count(batches, ctx))})
 
 
