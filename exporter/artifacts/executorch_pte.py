@@ -18,8 +18,10 @@ Two traps this module guards against:
   largest batch the tool's batch-size check runs) or the example batch if larger. The bound planned in
   the file is read back and recorded; a larger batch is refused by the runtime ("Attempted to resize a
   bounded tensor with a maximum capacity of ... elements"), which is that batch's error, with the
-  runtime's own message. Declared dynamic axes other than the batch are not bounded yet: such a model
-  is not applicable (future work, as is a per-layer table for ``.pte`` files).
+  runtime's own message, which the runner completes with the bound passed. A declared dynamic axis besides
+  the batch is exported as ``Dim.AUTO(max=AXIS_FACTOR x its longest size in the golden set)``; a model with an
+  ``nn.LSTM`` and such an axis is exported with the LSTM as a ``scan`` loop and its batch static at one sample
+  (:func:`bounded_inputs`), fed sample by sample.
 
 An optional extra: ``pip install "export-check[executorch]"``.
 """
