@@ -46,7 +46,7 @@ from .model import EagerRunner, load_model, pinned_threads
 from .paths import check_outputs
 from .progress import count_message
 from .results import GoldenSummary, Report
-from .signature import SINGLE
+from .signature import SINGLE, Signature
 from .versions import library_versions
 
 Progress = Callable[[str], None]
@@ -134,6 +134,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             signature=signature,
             calibration=observe.calibration_feeds(config, golden),  # static int8: the golden set's calibration split
             fp16_optimization=config.fp16_optimization,
+            axis_extents=_axis_extents(signature, batches),
         )
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next
@@ -269,3 +270,16 @@ def _report(
 
 
 __all__ = ["run_check", "ExportCheckError"]
+
+
+def _axis_extents(signature: Signature, batches: GoldenBatches) -> tuple[tuple[str, int, int], ...]:
+    """Per declared dynamic input axis besides the batch, the longest size in the golden set (read only when one is declared)."""
+    declared = [(spec.name, axis) for spec in signature.inputs for axis, _ in spec.dynamic_axes if axis != spec.batch_axis]
+    if not declared:
+        return ()
+    longest = dict.fromkeys(declared, 0)
+    for _, feeds in batches:
+        for name, axis in declared:
+            longest[(name, axis)] = max(longest[(name, axis)], int(feeds[name].shape[axis]))
+    return tuple((name, axis, size) for (name, axis), size in longest.items())
+
