@@ -124,9 +124,10 @@ def reduced_summary(reduced: Reduced, reasons: tuple[str, ...], stale: bool = Fa
 
 
 def module_command(artifact: str, module: str, data: str) -> str:
-    """One shell line that runs the departing module of a TorchScript file alone on eager's saved inputs to it, and prints
-    its error against eager's saved output (torch and numpy only)."""
-    loaded = f"t.jit.load({json.dumps(artifact)})"
+    """One shell line that runs the departing module of a TorchScript (``.pt``) or torch.export (``.pt2``) file alone on
+    eager's saved inputs to it, and prints its error against eager's saved output (torch and numpy only)."""
+    loaded = (f"t.export.unflatten(t.export.load({json.dumps(artifact)}))" if artifact.endswith(".pt2")
+              else f"t.jit.load({json.dumps(artifact)})")
     code = (f"import numpy as n,torch as t;d=n.load({json.dumps(data)});"
             + (f"m=dict({loaded}.named_modules())[{json.dumps(module)}];" if module else f"m={loaded};")  # no get_submodule there
             + "y=m(*[t.from_numpy(d[f\"input_{k}\"]) for k in range(len(d.files)-1)]).detach().numpy().astype(\"f8\");"

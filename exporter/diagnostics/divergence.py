@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -445,7 +446,31 @@ def program_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, 
         Recorder(module).run(torch.from_numpy(batch))
     layers = _cumulative(values, results, model, batch, threshold, purpose)
     method = "program"  # messages.LAYER_METHODS words it
-    return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
+    found = _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
+    if purpose == DIVERGENCE and found.first is not None and found.first.module:
+        found = replace(found, repro=_program_module_case(path, loaded, model, batch, found.first.module))
+    return found
+
+
+def _program_module_case(path: Path, program: Any, model: Any, batch: np.ndarray, module: str) -> str | None:
+    """The first departing module of a ``.pt2``, alone: eager's inputs to it and its output saved beside the file, when
+    ``torch.export.unflatten`` gives that module as one callable that runs on them (else None: the where: line stands)."""
+    import torch
+
+    cap = next((c for c in capture_eager(model, batch).order if c.name == module), None)
+    if cap is None or cap.inputs is None or cap.output is None:
+        return None
+    try:
+        with warnings.catch_warnings():  # torch's own deprecations inside unflatten (LeafSpec), not the user's export
+            warnings.simplefilter("ignore")
+            alone = dict(torch.export.unflatten(program).named_modules())[module]
+        with torch.inference_mode():
+            got = _numpy(alone(*(t.clone() for t in cap.inputs)))
+    except Exception:  # a module the program inlined or split: no callable of its own
+        return None
+    if got is None or got.shape != tuple(cap.output.shape):
+        return None
+    return _save_module_case(path, cap, cap.output.numpy())
 
 
 def _first_cause(cap: Captured, chain: list[Captured], value: np.ndarray, ops: str, threshold: float, proto: Any,
