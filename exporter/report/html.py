@@ -17,7 +17,7 @@ from ..messages import layer_method, layers_summary
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
 from .node_data import command
-from .views import checks_description, latency_ms, latency_text, rerun_text, shapes_text, size_text, top1_text
+from .views import accuracy_text, checks_description, labelled, latency_ms, latency_text, rerun_text, shapes_text, size_text, top1_text
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 GATE_COLOUR = "#444444"
@@ -233,8 +233,9 @@ def _fmt(value: float | None) -> str:
 
 def _summary_table(report: Report) -> str:
     allclose = bounds.shown(report)  # an atol/rtol gate: the count of values outside it, per row
-    head = ("", "artifact", "vs", "gate", "MAE", "max abs", *(("allclose",) if allclose else ()), "top-1", "batch sizes", "rerun",
-            "ms/img", "size", "verdict")
+    accuracy = labelled(report)
+    head = ("", "artifact", "vs", "gate", "MAE", "max abs", *(("allclose",) if allclose else ()), "top-1",
+            *(("accuracy",) if accuracy else ()), "batch sizes", "rerun", "ms/img", "size", "verdict")
     out = ["<table class='summary'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for row in report.rows:
         m = row.metrics
@@ -247,6 +248,7 @@ def _summary_table(report: Report) -> str:
             f"<td class='n'>{_fmt(m.max_abs if m else None)}</td>",
             *([f"<td class='n'>{_e(bounds.cell(row))}</td>"] if allclose else []),
             f"<td class='n'>{_e(top1_text(m))}</td>",
+            *([f"<td class='n'>{_e(accuracy_text(m))}</td>"] if accuracy else []),
             f"<td>{_e(shapes_text(row))}</td>",
             f"<td class='n'>{_e(rerun_text(row))}</td>",
             f"<td class='n'>{_e(latency_text(row))}</td>",

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..messages import layers_summary, reproduce_command
 from ..results import ERROR, FAIL, NOT_APPLICABLE, Report, Row
 from . import bounds, write_text_atomic
-from .views import output_lines, size_text
+from .views import accuracy_text, output_lines, size_text
 
 SUITE = "export-check"
 # XML 1.0 forbids most control characters even escaped; exception texts can carry them.
@@ -47,6 +47,7 @@ def metric_lines(row: Row) -> list[str]:
             f"median_image_mae: {_num(m.median_abs)}",
             f"top1_agreement: {'-' if m.top1_agreement is None else f'{m.top1_agreement:.6g}'}",
             f"top1_changed: {list(m.top1_changed)}",
+            *([] if m.label_accuracy is None else [f"label_accuracy: {accuracy_text(m)} (points against its reference)"]),
             f"nonfinite: {m.nonfinite}",
         ]
         if m.max_abs_at is not None:

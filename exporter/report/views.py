@@ -61,6 +61,25 @@ def rerun_text(row: Row) -> str:
     return text if d.rerun.passed else f"{text} FAIL"
 
 
+def labelled(report: Report) -> bool:
+    """Whether any row counted accuracy on golden labels: the tables then get an accuracy column."""
+    return any(r.metrics is not None and r.metrics.label_accuracy is not None for r in report.rows)
+
+
+def accuracy_text(m: Metrics | None) -> str:
+    """A row's accuracy on the golden labels and its change against its reference: ``98.4% (-1.6)``; ``-`` without labels.
+
+    >>> from export_check.compare import Metrics
+    >>> accuracy_text(Metrics(images=64, mae=0.0, max_abs=0.0, median_abs=0.0, top1_agreement=1.0, top1_changed=(),
+    ...                       nonfinite=0, per_image_mae=(), labelled=64, label_correct=63, reference_label_correct=64))
+    '98.4% (-1.6)'
+    """
+    if m is None or m.label_accuracy is None:
+        return "-"
+    drop = m.accuracy_drop
+    return f"{m.label_accuracy:.1%}" + ("" if drop is None else f" ({0.0 - drop:+.1f})".replace("-0.0", "+0.0"))
+
+
 def output_lines(row: Row) -> list[str]:
     """One line per output of a model with several outputs (and the ones a setting left out)."""
     lines = []

@@ -65,8 +65,12 @@ def test_per_output_labels_give_each_row_its_accuracy_on_that_output(detector) -
     folder, config, classes = detector
     weights = MODELS / "checkpoints" / "digit_detector.pth"
     assert main(["check", str(weights), "--config", str(config), "--artifacts", "onnx", "--no-cache", "-q",
-                 "--json", str(folder / "r.json")]) == 0
+                 "--json", str(folder / "r.json"), "--markdown", str(folder / "r.md"), "--html", str(folder / "r.html")]) == 0
     rows = _rows(folder / "r.json")
+    markdown, html = (folder / "r.md").read_text(), (folder / "r.html").read_text()
+    assert " top-1 | accuracy | batch sizes |" in markdown and "<th>accuracy</th>" in html
+    shown = f"| {rows['onnx']['metrics']['label_accuracy']:.1%} (+0.0) |"  # the headline output's, against eager's
+    assert any(line.startswith("| ✅ | **onnx** |") and shown in line for line in markdown.splitlines()), markdown
     # by hand: the ONNX file on every sample, argmax of its scores against the labels
     session = ort.InferenceSession(str(folder / "out" / "onnx.onnx"), providers=["CPUExecutionProvider"])
     names = sorted(classes)
