@@ -38,6 +38,7 @@ import numpy as np
 from . import __version__
 from .errors import UsageError
 from .files import zip_entry
+from .golden.labels import label_json
 from .report.seal import sealed_with, verified, writer_key
 
 SCHEMA = "export-check-bundle"
@@ -168,7 +169,7 @@ def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str],
         "signature": None if signature is SINGLE else signature.to_json(),
         "samples": len(golden),
         "calibration": {"indices": list(golden.calibration_indices()), "split": golden.calibration.describe()},
-        "labels": golden.labels(),  # the task accuracy of each row, at the target too
+        "labels": [label_json(item.label) for item in golden.inputs],  # the task accuracy of each row, at the target too
     }
     size = write_bundle(path, manifest, artifacts, batches(), config.cache_dir)
     return len(artifacts), size

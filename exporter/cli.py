@@ -26,11 +26,11 @@ from . import __version__
 from .cli_commands import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, cmd_cache, cmd_golden, cmd_history
 from .cli_reports import REPORT_FLAGS, appends_markdown, error_reports, refuse_folders, refuse_writing_over, table_stream, write_views, written
 from .errors import ExportCheckError, UsageError, error_message, one_line
-from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, HISTORY, MERGE, REPLAY, add_arguments, from_namespace
+from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, HISTORY, JUDGE, MERGE, REPLAY, add_arguments, for_command, from_namespace
 from .paths import check_outputs, escaped
 from .settings import check_config
 
-SUBCOMMANDS = ("check", "golden", "history", "merge", "cache", "replay")
+SUBCOMMANDS = ("check", "golden", "history", "merge", "cache", "replay", "judge")
 RAY_LOCAL = "local"  # `--ray` without an address: a local cluster
 
 
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "several checkpoints (or --fleet FILE) give one report over all of them.",
     )
     parser.add_argument("--version", action="version", version=f"export-check {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge,cache,replay}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge,cache,replay,judge}", parser_class=_Parser)
 
     check = sub.add_parser("check", help="export, replay and gate (the default command)",
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog="artifact kinds:\n" + _kinds_help())
@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "installed here, against the check's golden inputs and references (no torch needed)")
     add_arguments(replay, REPLAY)
     _ray_address_optional(replay)
+    judge = sub.add_parser("judge", help="judge a stored JSON report again with other gates: nothing is built or replayed, torch is not "
+                           "imported; the same views and exit codes as a check with those gates")
+    add_arguments(judge, JUDGE)
     history = sub.add_parser("history", help="show MAE and latency per artifact across the runs in a --history file")
     add_arguments(history, HISTORY)
     cache = sub.add_parser("cache", help="show, prune or clear the artifact cache")
@@ -216,6 +219,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return _show(report, args, {})
 
 
+def _cmd_judge(args: argparse.Namespace) -> int:
+    from .rejudge import judge_report
+    from .results import Report
+
+    refuse_folders(args)
+    refuse_writing_over({f"--{flag}": getattr(args, flag, None) for flag in REPORT_FLAGS}, [args.report_file], "the report this judge reads")
+    values = {o.gate.name: getattr(args, o.python) for o in for_command(JUDGE) if o.gate is not None}
+    report = escaped(judge_report(args.report_file, values, strict=True if args.strict else None))
+    if isinstance(report, Report):
+        return _show(report, args, {})
+    if args.html is not None:
+        raise UsageError("--html takes one model's report; a fleet's report is written with --json, --junit or --markdown")
+    return _show_fleet(report, args, tracebacks=False)
+
+
 def _cmd_replay_targets(args: argparse.Namespace) -> int:
     from .fleet.replays import parse_targets, run_replays
 
@@ -279,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_merge(args)
         if args.command == "replay":
             return _cmd_replay(args)
+        if args.command == "judge":
+            return _cmd_judge(args)
         if args.command == "cache":
             return cmd_cache(args)
         return cmd_golden(args)

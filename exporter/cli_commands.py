@@ -137,6 +137,13 @@ def cmd_golden(args: argparse.Namespace) -> int:
             print(f"recorded {len(recorded)} inputs and their reference logits {recorded.reference_shape} into {golden_dir}")
         else:
             print(f"recorded {len(recorded)} inputs and their reference {lifecycle.describe_outputs(recorded)} into {golden_dir}")
+        from .config import Thresholds
+        from .gates import small_set_notes
+        from .options import OPTIONS
+
+        gates = Thresholds.from_options({o.gate.name: params.settings.get(o.python) for o in OPTIONS if o.gate is not None})
+        for note in small_set_notes(gates, len(recorded)):
+            print(f"note: {note}")
         return EXIT_PASS
     notes = []
     limit = args.max_accuracy_drop if args.max_accuracy_drop is not None else params.settings.get("max_accuracy_drop")

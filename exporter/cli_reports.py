@@ -53,7 +53,7 @@ def write_views(report: Any, args: argparse.Namespace, markdown_append: bool = F
                 if note is not None:
                     print(note, file=sys.stderr)
             write_text_atomic(path, text, append=markdown_append and flag == "markdown")
-    if args.history is not None:
+    if getattr(args, "history", None) is not None:  # judge writes no history line: it ran nothing
         from .history import append
 
         append(report, args.history)

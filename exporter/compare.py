@@ -23,6 +23,13 @@ class ShapeMismatch(ValueError):
     pass
 
 
+class LabelMismatch(ValueError):
+    """The golden labels of a sequence output do not have one class per position of its outputs."""
+
+
+LABEL_PAD = np.iinfo(np.int64).min  # past the end of a sample's position labels (golden/labels.py keeps classes within 32 bits)
+
+
 @dataclass(frozen=True)
 class Element:
     """One output value: sample ``sample`` (along the batch axis), flat index ``index`` within it."""
@@ -254,7 +261,7 @@ class ErrorAccumulator:
         if reference.shape != candidate.shape:
             raise ShapeMismatch(f"output shape {tuple(candidate.shape)} != reference {tuple(reference.shape)}")
         if self.kind == "sequence-logits" and reference.ndim == 3:
-            self._add_positions(reference, candidate)
+            self._add_positions(reference, candidate, labels)
         ref = reference.astype(np.float64, copy=False).reshape(reference.shape[0], -1)
         cand = candidate.astype(np.float64, copy=False).reshape(candidate.shape[0], -1)
         finite = np.isfinite(cand)
@@ -309,10 +316,23 @@ class ErrorAccumulator:
         return Tolerance(atol=count.atol, rtol=count.rtol, values=count.values + diff.size, violations=count.violations + violations,
                          worst=worst, worst_excess=worst_excess)
 
-    def _add_positions(self, reference: np.ndarray, candidate: np.ndarray) -> None:
+    def _add_positions(self, reference: np.ndarray, candidate: np.ndarray, labels: np.ndarray | None = None) -> None:
         axis = self.class_axis if self.class_axis >= 0 else reference.ndim + self.class_axis
         cand = np.where(np.isfinite(candidate), candidate, -np.inf)
-        moved = np.argmax(cand, axis=axis) != np.argmax(reference, axis=axis)  # (samples, positions)
+        predicted, expected = np.argmax(cand, axis=axis), np.argmax(reference, axis=axis)  # (samples, positions)
+        moved = predicted != expected
+        if labels is not None and len(labels) == len(predicted):
+            positions = predicted.reshape(len(predicted), -1).shape[1]
+            given = (labels != LABEL_PAD).sum(axis=1)
+            bad = np.flatnonzero(given != positions)
+            if len(bad):
+                raise LabelMismatch(f"its labels give {int(given[bad[0]])} positions for golden sample {self._images + int(bad[0])}, "
+                                    f"its output has {positions}")
+            labels = labels[:, :positions]
+            known = labels >= 0  # a negative label: no label at that position (padding)
+            self._labelled += int(known.sum())
+            self._label_correct += int((predicted.reshape(labels.shape) == labels)[known].sum())
+            self._reference_label_correct += int((expected.reshape(labels.shape) == labels)[known].sum())
         self._positions += moved.size
         self._positions_changed += int(moved.sum())
         self._top1_changed.extend(int(i) + self._images for i in np.flatnonzero(moved.reshape(moved.shape[0], -1).any(axis=1)))

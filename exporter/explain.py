@@ -6,6 +6,9 @@ lose most?). For those, this measures the table (0.05-0.3 s per artifact,
 ``diagnostics.divergence``) on the batch that shows the failure: the worst image's, or, when the replay
 agrees and one batch size does not, the batch at that size holding its worst image. The pipeline then
 judges every row once more, on the enriched observations. Nothing here decides a verdict.
+
+A failing row whose file is an ONNX graph (``judge.wants_reduction``) also gets its smallest failing
+subgraph, written beside the artifacts to hand over (``diagnostics.reduce``), on its worst samples.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import numpy as np
 
 from .artifacts import KINDS_BY_NAME, BuildContext
 from .artifacts._common import captured_warnings, dedupe
+from .compare import ErrorAccumulator, Metrics, to_samples_first
 from .config import FAMILIES, RunConfig
 from .diagnostics import divergence, shapes
 from .feeds import Feeds, length
-from .golden.goldenset import GoldenSet
-from .judge import gate_reasons, size_gate_reasons, wants_layers
-from .measurements import LayerComparison, Measured, Observation
+from .gates import top_k_of
+from .golden.goldenset import GoldenSet, stack_batches
+from .judge import gate_reasons, size_gate_reasons, wants_layers, wants_reduction
+from .measurements import LayerComparison, Measured, Observation, Reduced
 
 
 def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:
@@ -54,12 +59,21 @@ class Explainer:
         self.threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
 
     def __call__(self, obs: Observation) -> Observation:
-        """``obs`` with its per-layer table when the judge wants one; as it is otherwise."""
+        """``obs`` with its per-layer table and its reduced subgraph when the judge wants them; as it is otherwise."""
         measured, config = obs.diagnostics, self.config
         if measured is None or measured.error is not None or obs.artifact is None or obs.name not in KINDS_BY_NAME:
             return obs
-        if not wants_layers(obs, config.thresholds, config.diagnose):
-            return obs
+        if wants_layers(obs, config.thresholds, config.diagnose):
+            obs = self._layers(obs, measured)
+        if wants_reduction(obs, config.thresholds) and obs.diagnostics is not None:
+            with captured_warnings([]):  # the runtime's words about the subgraphs it is handed, not about the row
+                reduced = self._reduced(obs)
+            obs = replace(obs, diagnostics=replace(obs.diagnostics, reduced=reduced, seconds=obs.diagnostics.seconds + reduced.seconds))
+        return obs
+
+    def _layers(self, obs: Observation, measured: Measured) -> Observation:
+        config = self.config
+        assert obs.artifact is not None
         signature = self.golden.signature
         purpose = divergence.DIVERGENCE if FAMILIES[obs.family].layers == "on-fail" else divergence.INT8_LAYERS
         if len(signature.inputs) > 1:
@@ -101,3 +115,55 @@ class Explainer:
             keep = min(max(worst - start, 0), max(len(batch) - self.plan.layer_images, 0))
             start, batch = start + keep, batch[keep : keep + self.plan.layer_images]
         return start, batch
+
+    def _reduced(self, obs: Observation) -> Reduced:
+        """The row's smallest failing subgraph (``diagnostics.reduce``), from its worst samples, under its gate."""
+        from .diagnostics import reduce
+
+        assert obs.artifact is not None
+        kind, path = KINDS_BY_NAME[obs.name], Path(obs.artifact.path)
+        gate = self.config.thresholds.gate_for(obs.family)
+        source = path.parent / KINDS_BY_NAME[kind.source].filename() if kind.source in KINDS_BY_NAME else None
+        level = dict(obs.details).get("graph_optimization_level", "ORT_ENABLE_ALL")
+        self.progress(f"reducing {obs.name} to its smallest failing subgraph")
+        try:
+            samples = [(i, self._sample(i)) for i in _failing_samples(obs)]
+            return reduce.reduce_row(obs.name, path, source if source is not None and source.is_file() else None, self.model,
+                                     samples, self._judge(gate), gate.describe(), path.parent / "reduced", self.config.threads, level)
+        except Exception as exc:  # advice: it never takes the report down
+            return Reduced(gate=gate.describe(), error=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+
+    def _sample(self, index: int) -> dict[str, np.ndarray]:
+        signature = self.golden.signature
+        return next(feeds for _, feeds in stack_batches([self.golden.load_sample(self.golden.inputs[index])], signature.inputs, 1))
+
+    def _judge(self, gate: Any):
+        """The row's gate on one tensor of the subgraph: a graph output as the signature declares it, any other as values."""
+        specs = {o.name: o for o in self.golden.signature.outputs}
+        tolerances = (gate.tolerance,) if gate.tolerance is not None else ()
+        k = top_k_of(gate)
+
+        def judge(name: str, reference: np.ndarray, got: np.ndarray) -> Metrics | None:
+            spec = specs.get(name)
+            accumulator = ErrorAccumulator(spec.kind if spec else "values", spec.class_axis if spec else -1, tolerances=tolerances,
+                                           top_ks=(k,) if k else ())
+            if spec is not None:
+                accumulator.add(to_samples_first(reference, spec.batch_axis), to_samples_first(got, spec.batch_axis))
+            else:  # a value inside the graph, of the one sample: one row of values, whatever its layout (a scalar too)
+                accumulator.add(reference.reshape(1, -1), got.reshape(1, -1))
+            metrics = accumulator.result()
+            return metrics if gate_reasons(metrics, gate) else None
+
+        return judge
+
+
+def _failing_samples(obs: Observation) -> list[int]:
+    """The samples to reduce on, the likeliest to fail the gate alone first: the worst image by MAE, the
+    one holding the largest error, the first whose top-1 changed."""
+    m = obs.metrics
+    found = [_worst_image(obs)]
+    if m is not None and m.max_abs_at is not None:
+        found.append(m.max_abs_at.sample)
+    if m is not None and m.top1_changed:
+        found.append(m.top1_changed[0])
+    return list(dict.fromkeys(found))

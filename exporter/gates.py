@@ -106,6 +106,54 @@ def _agreement_title(metrics: Metrics) -> str:
     return "top-1 agreement" if metrics.agreement == "top-1" else "per-position agreement"
 
 
+def tolerated_flips(bound: float, samples: int) -> int:
+    """How many of ``samples`` may change while an agreement of at least ``bound`` holds.
+
+    >>> tolerated_flips(0.98, 24), tolerated_flips(0.98, 64), tolerated_flips(0.99, 64), tolerated_flips(0.99, 100)
+    (0, 1, 0, 1)
+    """
+    return max(0, math.floor((1.0 - bound) * samples + 1e-9))
+
+
+def samples_for_one_flip(bound: float) -> int | None:
+    """The fewest samples on which an agreement bound of ``bound`` lets one changed sample pass (None: never, bound 1)."""
+    return None if bound >= 1.0 else math.ceil(1.0 / (1.0 - bound) - 1e-9)
+
+
+def flips_text(changed: int, samples: int, bound: float) -> str:
+    """How a sample-level agreement gate reads at this set's size: what changed and what it tolerates.
+
+    >>> flips_text(1, 24, 0.98)
+    '1 of 24 samples changed; at 24 samples the gate tolerates no changed sample (50 would let one pass)'
+    >>> flips_text(3, 64, 0.98)
+    '3 of 64 samples changed; at 64 samples the gate tolerates 1'
+    """
+    tolerated = tolerated_flips(bound, samples)
+    text = f"{changed} of {samples} samples changed; at {samples} samples the gate tolerates {tolerated or 'no changed sample'}"
+    need = samples_for_one_flip(bound)
+    return text + (f" ({need} would let one pass)" if not tolerated and need is not None else "")
+
+
+def _top1_reason(metrics: Metrics, value: float, bound: float) -> str:
+    text = f"{_agreement_title(metrics)} {value:.1%} < {bound:.1%}"
+    if metrics.agreement != "top-1" or not metrics.images:  # per position: a count of positions, not of samples
+        return text
+    return f"{text} ({flips_text(len(metrics.top1_changed), metrics.images, bound)})"
+
+
+def small_set_notes(thresholds: Any, samples: int) -> list[str]:
+    """A line per sample-level agreement gate that ``samples`` golden samples are too few to judge with any slack:
+    one changed sample fails it (said at record and under check -v)."""
+    notes = []
+    for family, gate in thresholds.gates:
+        for bound, name in ((gate.min_top1, "top-1"), (gate.min_topk, f"top-{top_k_of(gate)}")):
+            if bound and samples and tolerated_flips(bound, samples) == 0:
+                need = samples_for_one_flip(bound)
+                notes.append(f"{family} gate {name} agreement >= {bound:.1%}: {samples} golden samples are too few to tolerate one changed "
+                             f"sample (one flip fails the row; {need} samples would let one pass)")
+    return notes
+
+
 def _at(metrics: Metrics) -> str:
     return "" if metrics.max_abs_at is None else f" (at {metrics.max_abs_at.describe()})"
 
@@ -186,7 +234,7 @@ GATE_METRICS: tuple[GateMetric, ...] = (
             families="relative", noise=lambda b, c: b + 2 * c.mae / max(c.reference_mean_abs, 1e-12)),
     _scalar("top-1 agreement", Bound("min_top1", "min top-1 agreement", "min-top1",
                                      "top-1 agreement gate of {what}, a fraction (default: {default})", "F", unset=0.0, fraction=True),
-            "min", lambda m: m.top1_agreement, "top1>={:.0%}", lambda m, v, b: f"{_agreement_title(m)} {v:.1%} < {b:.1%}",
+            "min", lambda m: m.top1_agreement, "top1>={:.0%}", _top1_reason,
             applies=lambda m: m.top1_agreement is not None, families="relative", noise=_top1_noise),
     _scalar("max abs error", Bound("max_abs", "max abs error", "max-abs", "no value of {what} may differ by more than this (default: {default})"),
             "max", lambda m: m.max_abs, "max<={:g}", lambda m, v, b: f"max abs error {v:.3g} > {b:g}{_at(m)}",
@@ -337,6 +385,11 @@ def reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
 def missing(metrics: Metrics, gate: Gate) -> bool:
     """Whether ``gate`` asks for a value ``metrics`` do not hold (the observation must be measured again)."""
     return any(m.missing(metrics, gate) for m in GATE_METRICS)
+
+
+def missing_names(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
+    """The names of the values ``gate`` asks for that ``metrics`` do not hold ("top-k agreement")."""
+    return tuple(m.name for m in GATE_METRICS if m.missing(metrics, gate))
 
 
 def at_batch_sizes(gate: Gate) -> Gate:

@@ -20,7 +20,7 @@ from . import gates
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
 from .measurements import BatchSizeRun, EagerSelfCheck, Measured, Observation
-from .messages import batch_size_cause, calibration_notes, layers_summary, measured_notes, recording_notes
+from .messages import batch_size_cause, calibration_notes, layers_summary, measured_notes, recording_notes, reduced_summary
 from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
 
 EAGER = "eager"
@@ -194,11 +194,28 @@ def wants_layers(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bo
     return (layers == "on-fail" and status == FAIL) or (layers == "quantization" and (status == FAIL or diagnose))
 
 
+def wants_reduction(obs: Observation, thresholds: Thresholds) -> bool:
+    """Whether the row deserves its smallest failing subgraph (``diagnostics.reduce``): a failing row
+    whose file is an ONNX graph."""
+    return (obs.family != EAGER and obs.artifact is not None and obs.artifact.path.endswith(".onnx")
+            and _status_before_layers(obs, thresholds) == FAIL)
+
+
+def reduction_missing(obs: Observation, thresholds: Thresholds) -> bool:
+    """A failing ONNX row without its reduced subgraph, or with one reduced under another gate."""
+    if not wants_reduction(obs, thresholds):
+        return False
+    reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
+    return reduced is None or reduced.gate != thresholds.gate_for(obs.family).describe()
+
+
 def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bool:
     """A cached observation that lacks the per-layer table today's thresholds ask for (or holds one
     measured against another threshold), or the allclose count of today's atol/rtol, cannot be
     judged whole: the row must be observed again."""
     if metric_missing(obs, thresholds):
+        return True
+    if reduction_missing(obs, thresholds):
         return True
     if not wants_layers(obs, thresholds, diagnose):
         return False
@@ -379,8 +396,13 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     layers = m.layers if wants_layers(obs, thresholds, diagnose) else None
     if layers is not None and FAMILIES[obs.family].layers == "on-fail" and (reasons or found):
         found += (f"where: {layers_summary(layers)}",)
+    reduced = m.reduced if wants_reduction(obs, thresholds) else None
+    if reduced is not None and (reasons or found):
+        stale = reduced.gate != thresholds.gate_for(obs.family).describe()
+        found += ("reduced: " + reduced_summary(reduced, gate_reasons(reduced.metrics, gate) if reduced.metrics else (), stale),)
     notes = calibrated + measured_notes(m) + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
-    diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds)
+    diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds,
+                              reduced=reduced)
     return Row(status=status, metrics=headline(obs, outputs, gate), reasons=reasons + found, replay_seconds=obs.replay_seconds,
                diagnostics=diagnostics, **common)
 

@@ -125,6 +125,13 @@ class LayerComparison:
     # value and the first departing one: an optimizer may have folded a wrong operator into neighbours.
     suspects: tuple[str, ...] = ()
     seconds: float = 0.0  # wall time the comparison took
+    # ONNX tables: the graph's name and every named node with the module of this table it belongs to (the
+    # innermost one whose scope holds it), so the errors can colour the graph (report/node_data.py: Model Explorer)
+    graph: str = ""
+    nodes: tuple[tuple[str, str], ...] = ()
+    # A TorchScript divergence: the first departing module's own inputs and eager output, saved (.npz: input_0..,
+    # reference) beside the file, so that module alone reproduces it (messages.module_command)
+    repro: str | None = None
     # What a delegate ran as opaque calls (ExecuTorch, diagnostics.etdump): only each call's output is
     # logged. Its backend(s), the graph's ops it ran, the graph's ops, the calls. "" / 0 without one.
     delegate: str = ""
@@ -175,6 +182,40 @@ class LayerComparison:
             "delegate_calls": self.delegate_calls,
             "artifact_layers": [d.to_json() for d in self.artifact_layers],
         }
+
+
+@dataclass(frozen=True)
+class Reduced:
+    """The smallest subgraph of a failing ONNX row that still fails the row's gate on its own
+    (``diagnostics.reduce``), written to hand over: ``path`` (the ``.onnx``) and ``data`` (the ``.npz``:
+    ``input_0``.. fed to it, ``reference_0``.. its outputs should be). Its cut inputs hold the
+    *reference* values of those tensors (``reference``: where they come from), so its error is its own.
+    ``error``: no reduction was written, and why."""
+
+    gate: str  # the gate it was reduced under (Gate.describe()): a changed gate reduces again
+    reference: str = ""  # "source" (the file the row was converted from, run with every value exposed) or "eager" (module outputs)
+    source: str = ""  # the source file's name, for reference "source"
+    sample: int | None = None  # golden index of the sample its inputs are taken from
+    path: str | None = None
+    data: str | None = None
+    nodes: int = 0  # in the subgraph
+    model_nodes: int = 0  # in the row's whole graph
+    inputs: tuple[str, ...] = ()  # the cut tensors fed from the reference
+    outputs: tuple[str, ...] = ()  # the tensor(s) compared with their reference
+    ops: tuple[str, ...] = ()  # the subgraph's node op types, in order
+    metrics: Metrics | None = None  # the subgraph's output against its reference (the judge words the gate's reasons)
+    optimization: str = "ORT_ENABLE_ALL"  # the onnxruntime graph optimisation level it was run at (the row's)
+    steps: int = 0  # subgraphs extracted and run
+    cut: str | None = None  # the budget stopped the search: the subgraph is a failing one, not the smallest
+    error: str | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gate": self.gate, "reference": self.reference, "source": self.source, "sample": self.sample, "path": self.path,
+                "data": self.data, "nodes": self.nodes, "model_nodes": self.model_nodes, "inputs": list(self.inputs),
+                "outputs": list(self.outputs), "ops": list(self.ops),
+                "metrics": None if self.metrics is None else self.metrics.to_json(), "optimization": self.optimization,
+                "steps": self.steps, "cut": self.cut, "error": self.error, "seconds": self.seconds}
 
 
 @dataclass(frozen=True)
@@ -233,6 +274,7 @@ class Measured:
     unmeasured: str | None = None  # determinism and latency were not measured: the error that stopped them
     budget: float | None = None  # --diagnostics-budget, when it cut the plan (``cut``: what it left out)
     cut: tuple[str, ...] = ()
+    reduced: Reduced | None = None  # a failing ONNX row's smallest failing subgraph (explain.Explainer)
 
 
 @dataclass(frozen=True)

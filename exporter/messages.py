@@ -3,7 +3,10 @@ the JSON report's summaries call these; the measurement records themselves hold 
 
 from __future__ import annotations
 
-from .measurements import BatchSizeRun, LayerComparison, LayerDelta, Measured
+import json
+import shlex
+
+from .measurements import BatchSizeRun, LayerComparison, LayerDelta, Measured, Reduced
 
 # How each per-layer method (``ArtifactKind.layers``, ``LayerComparison.method``) compares, in words.
 LAYER_METHODS = {
@@ -133,3 +136,48 @@ def batch_size_cause(run: BatchSizeRun, artifact: bool, eager: bool, family: str
         return (f"the model itself depends on the batch (eager moves by MAE {run.eager_moved:.3g}) and the artifact moves "
                 f"differently (by MAE {run.moved:.3g})")
     return "the artifact differs from eager at this batch size only"
+
+
+def reduced_summary(reduced: Reduced, reasons: tuple[str, ...], stale: bool = False) -> str:
+    """A row's reduced subgraph in one line: how small, fed what, failing how (``reasons``: the gate's words
+    on its output), and where it is. ``stale``: it was reduced under another gate than the row's now
+    (``export-check judge`` with other gates)."""
+    again = f" (reduced under {reduced.gate}: a check with these gates reduces it again)" if stale else ""
+    if reduced.error is not None:
+        return f"no failing subgraph written: {reduced.error}{again}"
+    fed = "eager's module outputs" if reduced.reference == "eager" else f"{reduced.source}'s values"
+    ops = ", ".join(dict.fromkeys(reduced.ops))
+    cut = f" ({reduced.cut}: a failing subgraph, maybe not the smallest)" if reduced.cut else ""
+    inputs = ", ".join(reduced.inputs)
+    return (f"{reduced.nodes} of {reduced.model_nodes} nodes ({ops[:80]}) fail the gate on their own, fed at {inputs[:160]} "
+            f"(golden sample {reduced.sample}; a value inside the graph: {fed}): {', '.join(reduced.outputs)}: "
+            f"{'; '.join(reasons) or 'within this gate'}{cut}; written to {reduced.path}{again}")
+
+
+def module_command(artifact: str, module: str, data: str) -> str:
+    """One shell line that runs the departing module of a TorchScript (``.pt``) or torch.export (``.pt2``) file alone on
+    eager's saved inputs to it, and prints its error against eager's saved output (torch and numpy only)."""
+    loaded = (f"t.export.unflatten(t.export.load({json.dumps(artifact)}))" if artifact.endswith(".pt2")
+              else f"t.jit.load({json.dumps(artifact)})")
+    code = (f"import numpy as n,torch as t;d=n.load({json.dumps(data)});"
+            + (f"m=dict({loaded}.named_modules())[{json.dumps(module)}];" if module else f"m={loaded};")  # no get_submodule there
+            + "y=m(*[t.from_numpy(d[f\"input_{k}\"]) for k in range(len(d.files)-1)]).detach().numpy().astype(\"f8\");"
+            "f=d[\"reference\"].astype(\"f8\");e=abs(y-f);print(\"MAE %.4g max %.4g\"%(e.mean(),e.max()))")
+    return f"python -c {shlex.quote(code)}"
+
+
+def reproduce_command(reduced: Reduced) -> str | None:
+    """One shell line that runs the reduced subgraph with onnxruntime on its saved inputs and prints its
+    error against the saved reference (numpy and onnxruntime only: something to hand to a maintainer)."""
+    if reduced.path is None or reduced.data is None:
+        return None
+    options = ""
+    if reduced.optimization != "ORT_ENABLE_ALL":
+        options = f"o=r.SessionOptions();o.graph_optimization_level=r.GraphOptimizationLevel.{reduced.optimization};"
+    code = (f"import numpy as n,onnxruntime as r;d=n.load({json.dumps(reduced.data)});{options}"
+            f"s=r.InferenceSession({json.dumps(reduced.path)},{'o,' if options else ''}providers=[\"CPUExecutionProvider\"]);"
+            "y=s.run(None,{i.name:d[f\"input_{k}\"] for k,i in enumerate(s.get_inputs())});"
+            "[print(o.name,\"MAE %.4g max %.4g relMAE %.4g\"%(e.mean(),e.max(),e.mean()/abs(f).mean())) "
+            "for k,(o,v) in enumerate(zip(s.get_outputs(),y)) for f in [d[f\"reference_{k}\"].astype(\"f8\")] "
+            "for e in [abs(v.astype(\"f8\")-f)]]")
+    return f"python -c {shlex.quote(code)}"

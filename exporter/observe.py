@@ -25,7 +25,7 @@ from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import captured_warnings, dedupe
 from .artifacts.base import NotApplicable, logits_of
 from .builder.builds import BuildOutcome, Builds, Progress
-from .compare import ErrorAccumulator, ShapeMismatch
+from .compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
 from .config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
 from .diagnostics.run import EAGER, Diagnoser, eager_seconds_per_image
 from .diagnostics.run import eager_self_check as self_check_of
@@ -33,11 +33,11 @@ from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
 from .diagnostics.runtime_errors import runtime_error
 from .diagnostics.shapes import side_by_side
 from .diagnostics.trace import ReplayTrace
-from .errors import ArchitectureError, ArtifactError, describe_exception
+from .errors import ArchitectureError, ArtifactError, GoldenError, describe_exception
 from .feeds import length, samples_first
 from .files import file_info
 from .golden.batches import GoldenBatches
-from .golden.goldenset import VERSION_1, GoldenSet, stack_batches
+from .golden.goldenset import MANIFEST, VERSION_1, GoldenSet, stack_batches
 from .measurements import EagerSelfCheck, Observation
 from .model import EagerRunner
 from .versions import kernel_choices
@@ -85,7 +85,7 @@ class Replay:
         self.calibrated = {k.name for k in KINDS_BY_NAME.values() if k.calibrated}
         self._calibration: np.ndarray | None = None  # per sample: in the calibration split (read when a calibrated kind replays)
         self.judged: dict[str, int] = {}
-        self._all_labels: np.ndarray | None = None  # the golden labels, read once (empty: not every sample has one)
+        self._all_labels: dict[str, np.ndarray] = {}  # per output, the golden labels read once (empty: not every sample has one)
 
     def _judged_mask(self, start: int, n: int) -> np.ndarray:
         """Which samples ``start..start+n-1`` a calibrated kind is judged on: those outside the calibration split."""
@@ -95,16 +95,34 @@ class Replay:
         return ~self._calibration[start : start + n]
 
     def _labels(self, output: str, start: int, n: int, keep: np.ndarray | None = None) -> np.ndarray | None:
-        """The golden labels of samples ``start..start+n-1`` (those ``keep`` marks), for the first compared
-        output when it is logits and every sample of the set has a label; else None (no accuracy counted)."""
-        if self._all_labels is None:
-            labels = self.golden.labels()
-            usable = bool(self.compared) and self.compared[0].kind == "logits" and bool(labels) and all(x is not None for x in labels)
-            self._all_labels = np.asarray(labels, dtype=np.int64) if usable else np.zeros(0, np.int64)
-        if not len(self._all_labels) or output != self.compared[0].name:  # (no labels, too, when nothing is compared)
+        """The golden labels of ``output`` for samples ``start..start+n-1`` (those ``keep`` marks), when every sample
+        of the set has one (golden/labels.py); else None (no accuracy counted). A ``logits`` output's labels are
+        one class per sample; a ``sequence-logits`` output's one per position, padded with -1 (no label)."""
+        if output not in self._all_labels:
+            self._all_labels[output] = self._read_labels(output)
+        found = self._all_labels[output]
+        if not len(found):
             return None
-        part = self._all_labels[start:start + n]
+        part = found[start:start + n]
         return part if keep is None else part[keep]
+
+    def _where(self) -> str:
+        root = getattr(self.golden, "root", None)  # a bundle's replay has no golden folder
+        return "the golden set's labels" if root is None else str(root / MANIFEST)
+
+    def _read_labels(self, output: str) -> np.ndarray:
+        spec = next((o for o in self.compared if o.name == output), None)
+        labels = self.golden.labels_of(output) if spec is not None and spec.kind != "values" else []
+        if not labels or any(x is None for x in labels):
+            return np.zeros(0, np.int64)
+        if spec is not None and spec.kind == "logits":
+            if not all(isinstance(x, int) for x in labels):
+                raise GoldenError(f"{self._where()}: the labels of output {output} must be one class per sample (it is a logits output); a "
+                                  "list of classes is for a sequence-logits output; fix the labels (labels.json) and re-record")
+            return np.asarray(labels, dtype=np.int64)
+        rows = [x if isinstance(x, tuple) else (x,) for x in labels]
+        width = max(len(r) for r in rows)  # samples of other lengths are padded past their own labels
+        return np.asarray([list(r) + [LABEL_PAD] * (width - len(r)) for r in rows], dtype=np.int64)
 
     def _accumulators(self) -> dict[str, ErrorAccumulator]:
         thresholds = self.config.thresholds
@@ -154,7 +172,10 @@ class Replay:
                 reference = samples_first(self.golden.reference_outputs(start, n), self.signature)
                 try:
                     for name, acc in self.eager_acc.items():
-                        acc.add(reference[name], eager[name], self._labels(name, start, n))
+                        try:
+                            acc.add(reference[name], eager[name], self._labels(name, start, n))
+                        except LabelMismatch as exc:
+                            raise GoldenError(f"{self._where()}: output {name}: {exc}; fix the labels (labels.json) and re-record") from None
                 except ShapeMismatch as exc:
                     # a format-1 set holds one 2-D output; before issue 25 a (batch,) or (batch, 3, 4) output was stored flattened
                     flattened = self.golden.version == VERSION_1 and any(array.ndim != 2 for array in eager.values())
@@ -185,11 +206,9 @@ class Replay:
                         keep = self._judged_mask(start, n)
                         self.judged[name] = self.judged.get(name, 0) + int(keep.sum())
                         reference, out = ({k: v[keep] for k, v in d.items()} for d in (eager, out))
-                    primary = self.compared[0].name if self.compared else None
-                    labels = None if primary is None else self._labels(primary, start, n, keep if name in self.calibrated else None)
                     for output, acc in self.accumulators[name].items():
                         if len(out[output]):
-                            acc.add(reference[output], out[output], labels if output == primary else None)
+                            acc.add(reference[output], out[output], self._labels(output, start, n, keep if name in self.calibrated else None))
                 except Exception as exc:
                     shown = self.golden.inputs[start:start + n]  # the inputs by their files too: a user finds those
                     files = f" (golden inputs {shown[0].name} to {shown[-1].name})" if shown else ""

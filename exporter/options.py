@@ -35,8 +35,8 @@ from .pinned import ORT_LEVEL_NAMES
 from .signature import SignatureSettings, parse_signature_settings
 
 CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE = "check", "golden record", "golden verify", "golden approve", "history", "merge"
-REPLAY = "replay"
-COMMANDS: tuple[str, ...] = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE, REPLAY)
+REPLAY, JUDGE = "replay", "judge"
+COMMANDS: tuple[str, ...] = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE, REPLAY, JUDGE)
 CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR = "cache info", "cache prune", "cache clear"  # `export-check cache` (exporter/cache/prune.py)
 COMMANDS += (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR)
 MODEL = (CHECK, RECORD, APPROVE)  # the commands that load a checkpoint and its settings
@@ -133,7 +133,7 @@ def _from_text(option: Option, text: str, where: str) -> Any:
 
 
 def _gate_row(o: GateOption) -> Option:
-    return Option(o.name, o.name.replace("-", "_"), "float", o.help, (CHECK,), metavar=o.metavar, settings=True, gate=o)
+    return Option(o.name, o.name.replace("-", "_"), "float", o.help, (CHECK, JUDGE), metavar=o.metavar, settings=True, gate=o)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -167,13 +167,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("onnx-fp16-optimization", "fp16_optimization", "str", "onnxruntime graph optimisation level the onnx-fp16 row is "
            "loaded and run at (default: {default}; basic where an fp16 graph crashes onnxruntime at all)", (CHECK,),
            default=_run_default("fp16_optimization"), choices=ORT_LEVEL_NAMES, settings=True, field="fp16_optimization"),
-    Option("json", "json", "path", "write the full report as JSON", (CHECK, REPLAY), metavar="PATH"),
-    Option("junit", "junit", "path", "write JUnit XML, one test case per row (Jenkins, GitLab, Azure)", (CHECK, REPLAY), metavar="PATH"),
-    Option("markdown", "markdown", "path", "write a Markdown summary, e.g. --markdown \"$GITHUB_STEP_SUMMARY\"", (CHECK, REPLAY), metavar="PATH"),
+    Option("json", "json", "path", "write the full report as JSON", (CHECK, REPLAY, JUDGE), metavar="PATH"),
+    Option("junit", "junit", "path", "write JUnit XML, one test case per row (Jenkins, GitLab, Azure)", (CHECK, REPLAY, JUDGE), metavar="PATH"),
+    Option("markdown", "markdown", "path", "write a Markdown summary, e.g. --markdown \"$GITHUB_STEP_SUMMARY\"", (CHECK, REPLAY, JUDGE),
+           metavar="PATH"),
     Option("markdown-append", "markdown_append", "switch", "add the Markdown summary to the end of --markdown's file instead of "
            "replacing it, so that several checks in one job each add theirs (always so for the file $GITHUB_STEP_SUMMARY names)",
            (CHECK, MERGE), settings=True),
-    Option("html", "html", "path", "write one self-contained HTML report with plots", (CHECK, REPLAY), metavar="PATH"),
+    Option("html", "html", "path", "write one self-contained HTML report with plots", (CHECK, REPLAY, JUDGE), metavar="PATH"),
     Option("bundle", "bundle", "path", "after the check, write one file holding every judged artifact, the golden inputs and the "
            "outputs each is compared with, sealed with the cache key: judge it on the deployment machine with `export-check replay`",
            (CHECK,), metavar="PATH"),
@@ -204,16 +205,16 @@ OPTIONS: tuple[Option, ...] = (
            "every check at full size, as before issue 15)", (CHECK,), default=_run_default("diagnostics_budget"), metavar="SHARE", settings=True,
            field="diagnostics_budget"),
     Option("strict", "strict", "switch", "a kind that does not apply to the model (e.g. dynamic int8 without Linear or recurrent "
-           "layers) fails the run instead of being shown as not applicable", (CHECK,), settings=True, field="strict"),
+           "layers) fails the run instead of being shown as not applicable", (CHECK, JUDGE), settings=True, field="strict"),
     Option("judge-only", "judge_only", "switch", "judge this check's cached observations with the gates given now: nothing is built "
            "or replayed and torch is not imported; a check never run (or changed since) is refused, and a per-layer table or a "
            "measurement the cache lacks is said, not measured", (CHECK,), field="judge_only"),
     # the terminal table (exporter/report/text.py): colour and detail; not settings, they are the terminal's
     Option("color", "color", "str", "colour the verdicts: auto (on a terminal, unless NO_COLOR is set; FORCE_COLOR forces it), "
-           "always or never; the flag overrides NO_COLOR and FORCE_COLOR (default: {default})", (CHECK, REPLAY), default="auto",
+           "always or never; the flag overrides NO_COLOR and FORCE_COLOR (default: {default})", (CHECK, REPLAY, JUDGE), default="auto",
            choices=COLOR_CHOICES, metavar="{auto,always,never}"),
     Option("verbose", "verbose", "switch", "every column of the table (wrapped under each row when the terminal is narrow), "
-           "the notes, the checks and the stage timings", (CHECK, REPLAY), short="-v"),
+           "the notes, the checks and the stage timings", (CHECK, REPLAY, JUDGE), short="-v"),
     # check, several models (exporter/fleet/): a fleet file, CI shards, a process pool or a Ray cluster
     Option("fleet", "fleet", "path", "check every model of a fleet file (TOML: [models.NAME] with checkpoint, arch, golden, "
            "settings); one report over all of them", (CHECK,), metavar="FILE"),
@@ -270,6 +271,9 @@ OPTIONS: tuple[Option, ...] = (
            default=Path("export-check-replay"), metavar="DIR"),
     Option("threads", "threads", "int", "intra-op threads of the runtimes (default: the check's)", (REPLAY,)),
     Option("quiet", "quiet", "switch", "no progress lines on stderr", (REPLAY,), short="-q"),
+    # judge (exporter/rejudge.py): a stored report judged again with other gates
+    Option("report_file", "report_file", "path", "a JSON report written by `export-check check --json` (one model's or a fleet's; "
+           "a replay's too)", (JUDGE,), metavar="REPORT.json", positional=True),
     # merge
     Option("reports", "reports", "path", "JSON reports written by `export-check ... --json` (one model's or a fleet's)", (MERGE,),
            metavar="REPORT.json", positional=True, nargs="+"),

@@ -46,7 +46,7 @@ from .model import EagerRunner, load_model, pinned_threads
 from .paths import check_outputs
 from .progress import count_message
 from .results import GoldenSummary, Report
-from .signature import SINGLE
+from .signature import SINGLE, Signature
 from .versions import library_versions
 
 Progress = Callable[[str], None]
@@ -134,6 +134,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             signature=signature,
             calibration=observe.calibration_feeds(config, golden),  # static int8: the golden set's calibration split
             fp16_optimization=config.fp16_optimization,
+            axis_extents=_axis_extents(signature, batches),
         )
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next
@@ -237,7 +238,10 @@ def _report(
     timings: dict[str, float],
     run_notes: list[str] | None = None,
 ) -> Report:
+    from .report import node_data
+
     recorded_ckpt = golden.model.get("checkpoint_sha256")
+    rows = tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict))
     return Report(
         tool_version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -254,13 +258,28 @@ def _report(
         thresholds=config.thresholds,
         settings=tuple(sorted(config.settings_json().items())),
         versions=tuple(sorted(library_versions(config.selected_kinds).items())),
-        rows=tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict)),
+        rows=rows,
         seconds=time.perf_counter() - started,
         out_dir=str(out_dir),
         timings=tuple((stage, round(seconds, 4)) for stage, seconds in timings.items()),
         settings_files=config.settings_files,
         run_notes=tuple(run_notes or ()),
+        observations=tuple(observations),
+        node_data=node_data.write_all(rows, out_dir),
     )
 
 
 __all__ = ["run_check", "ExportCheckError"]
+
+
+def _axis_extents(signature: Signature, batches: GoldenBatches) -> tuple[tuple[str, int, int], ...]:
+    """Per declared dynamic input axis besides the batch, the longest size in the golden set (read only when one is declared)."""
+    declared = [(spec.name, axis) for spec in signature.inputs for axis, _ in spec.dynamic_axes if axis != spec.batch_axis]
+    if not declared:
+        return ()
+    longest = dict.fromkeys(declared, 0)
+    for _, feeds in batches:
+        for name, axis in declared:
+            longest[(name, axis)] = max(longest[(name, axis)], int(feeds[name].shape[axis]))
+    return tuple((name, axis, size) for (name, axis), size in longest.items())
+

@@ -36,6 +36,7 @@ from .config import RunConfig, Thresholds
 from .errors import UsageError
 from .files import FileInfo, prepare_out_dir
 from .golden.goldenset import GoldenSet
+from .golden.labels import Label, check_label, labels_of, primary_labels
 from .judge import judge_rows
 from .measurements import Observation
 from .observe import Replay
@@ -85,9 +86,9 @@ class BundleGolden:
     sample count, the calibration split; the samples are named by position (the files stayed at the build)."""
 
     def __init__(self, signature: Signature, samples: int, calibration: tuple[int, ...], split: str,
-                 labels: list[int | None] | None = None) -> None:
+                 labels: list[Label | None] | None = None) -> None:
         self.signature, self._samples, self._calibration = signature, samples, calibration
-        self._labels: list[int | None] = list(labels) if labels is not None and len(labels) == samples else [None] * samples
+        self._labels: list[Label | None] = list(labels) if labels is not None and len(labels) == samples else [None] * samples
         self.calibration = _Calibration(split)
         self.inputs = [_Sample(i) for i in range(samples)]
 
@@ -98,7 +99,10 @@ class BundleGolden:
         return self._calibration
 
     def labels(self) -> list[int | None]:
-        return self._labels
+        return primary_labels(self._labels, self.signature)
+
+    def labels_of(self, output: str) -> list[int | tuple[int, ...] | None]:
+        return labels_of(self._labels, self.signature, output)
 
 
 class BundleBatches:
@@ -158,7 +162,10 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
     out = prepare_out_dir(out_dir)
     calibration = _field(m, where, "calibration")
     labels = m.get("labels")
-    labels = [x if isinstance(x, int) and not isinstance(x, bool) else None for x in labels] if isinstance(labels, list) else None
+    try:
+        labels = [check_label(x, f"labels[{i}]") for i, x in enumerate(labels)] if isinstance(labels, list) else None
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}; pass a bundle written by `export-check check --bundle`, unedited") from None
     golden = BundleGolden(signature, int(m["samples"]), tuple(int(i) for i in calibration["indices"]), str(calibration["split"]), labels)
     inputs = signature.input_names
     outputs = tuple(o.name for o in signature.compared_outputs())
@@ -216,4 +223,5 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
         timings=tuple((k, round(v, 4)) for k, v in timings.items()),
         run_notes=(NOT_REPLAYED,),
         target=target,
+        observations=tuple(ordered),
     )

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .compare import Metrics
 from .config import Gate, Thresholds
 from .files import FileInfo
-from .measurements import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison
-from .messages import layer_method, layers_summary
+from .measurements import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison, Observation, Reduced
+from .messages import layer_method, layers_summary, reproduce_command
 
 SCHEMA_VERSION = 1
 PASS, FAIL, ERROR, NOT_APPLICABLE = "pass", "fail", "error", "not-applicable"
@@ -75,6 +76,7 @@ class Diagnostics:
     notes: tuple[str, ...] = ()  # informational findings (never gating)
     seconds: float = 0.0  # wall time the diagnostics of this row took
     eager_check: EagerSelfCheck | None = None  # the eager row's: does it reproduce itself
+    reduced: Reduced | None = None  # a failing ONNX row's smallest failing subgraph
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -94,6 +96,7 @@ class Diagnostics:
             "notes": list(self.notes),
             "seconds": self.seconds,
             "eager_self_check": None if self.eager_check is None else self.eager_check.to_json(),
+            "reduced": None if self.reduced is None else {**self.reduced.to_json(), "command": reproduce_command(self.reduced)},
         }
 
 
@@ -198,6 +201,22 @@ class Row:
         }
 
 
+def lossless(value: Any) -> Any:
+    """``value`` with every non-finite float as the text ``inf``, ``-inf`` or ``nan`` (JSON has no such
+    numbers; ``cache.plain.from_plain`` reads the text back): a stored observation keeps an infinite error.
+
+    >>> lossless({"mae": float("inf"), "runs": [1.5, float("nan")]})
+    {'mae': 'inf', 'runs': [1.5, 'nan']}
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: lossless(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [lossless(v) for v in value]
+    return value
+
+
 def plural(count: int, noun: str) -> str:
     """A count and its noun, singular for one.
 
@@ -245,6 +264,10 @@ class Report:
     settings_files: tuple[str, ...] = ()  # the settings files the run read (RunConfig.settings_files)
     run_notes: tuple[str, ...] = ()  # what the run could not do and went on without (no cache key could be made)
     target: str | None = None  # a replay's: the machine the bundle was judged on (exporter/replay.py); None: where it was built
+    # what the rows were judged from, in row order: the JSON keeps them so `export-check judge` can judge again (exporter/rejudge.py)
+    observations: tuple[Observation, ...] = ()
+    # (row, path) of the per-layer errors written as Model Explorer node data (report/node_data.py)
+    node_data: tuple[tuple[str, str], ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -290,4 +313,6 @@ class Report:
             "seconds": self.seconds,
             "timings": dict(self.timings),
             "rows": [row.to_json(self.thresholds.reference_mae) for row in self.rows],
+            "node_data": dict(self.node_data),
+            "observations": [lossless(asdict(o)) for o in self.observations],
         }

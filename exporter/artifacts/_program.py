@@ -116,13 +116,14 @@ def _recurrent_layers(model: Any) -> str:
     return "/".join(sorted({type(m).__name__ for m in model.modules() if isinstance(m, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN))}))
 
 
-def require_dynamic_program(program: Any, ctx: BuildContext) -> None:
-    """Raise when an input's batch axis or declared dynamic axis is a fixed number in the exported program."""
+def require_dynamic_program(program: Any, ctx: BuildContext, axes: dict[str, list[int]] | None = None) -> None:
+    """Raise when an input's batch axis or declared dynamic axis (or each of ``axes``, by input name) is a fixed
+    number in the exported program."""
     import torch
 
     user_inputs = [spec for spec in program.graph_signature.input_specs if spec.kind.name == "USER_INPUT"]
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    axes = dynamic_axes_of(ctx)
+    axes = dynamic_axes_of(ctx) if axes is None else axes
     names = [i.name for i in ctx.signature.inputs if not i.keyword] + [i.name for i in ctx.signature.inputs if i.keyword]
     for name, spec in zip(names, user_inputs, strict=False):
         node = placeholders.get(getattr(spec.arg, "name", ""))

@@ -85,6 +85,9 @@ class BuildContext:
     # the statically quantized kinds; empty when the run has none (the kind then refuses to build).
     calibration: tuple[dict[str, Any], ...] = ()
     fp16_optimization: str = "all"  # RunConfig.fp16_optimization: the level the onnx-fp16 row loads and runs at
+    # Per declared dynamic input axis (not the batch), the longest size the golden set holds: (input, axis, size).
+    # The on-device kinds bound such an axis from it (executorch_pte.axis_bound); empty: the example's size is used.
+    axis_extents: tuple[tuple[str, int, int], ...] = ()
 
     def example_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example as the model takes it: positional tensors in the signature's order, and keywords."""

@@ -18,8 +18,10 @@ Two traps this module guards against:
   largest batch the tool's batch-size check runs) or the example batch if larger. The bound planned in
   the file is read back and recorded; a larger batch is refused by the runtime ("Attempted to resize a
   bounded tensor with a maximum capacity of ... elements"), which is that batch's error, with the
-  runtime's own message. Declared dynamic axes other than the batch are not bounded yet: such a model
-  is not applicable (future work, as is a per-layer table for ``.pte`` files).
+  runtime's own message, which the runner completes with the bound passed. A declared dynamic axis besides
+  the batch is exported as ``Dim.AUTO(max=AXIS_FACTOR x its longest size in the golden set)``; a model with an
+  ``nn.LSTM`` and such an axis is exported with the LSTM as a ``scan`` loop and its batch static at one sample
+  (:func:`bounded_inputs`), fed sample by sample.
 
 An optional extra: ``pip install "export-check[executorch]"``.
 """
@@ -33,6 +35,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, redirect_stderr
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +45,12 @@ from ..diagnostics.shapes import PROBE_IMAGES
 from ..errors import ArtifactError
 from ._common import NativeWarning, atomic_path, captured_fd
 from ._program import dynamic_axes_of, export_inputs, require_dynamic_program
+from ._recurrent import RECURRENCE, recurrent_types, with_scan_lstm
 from .base import BuildContext, NotApplicable, listed_outputs, positional_inputs
 
 INSTALL = 'pip install "export-check[executorch]" (or pip install executorch)'
 BATCH_MAX = PROBE_IMAGES  # the batch bound the program is planned for (or the example batch, if larger)
+AXIS_FACTOR = 4  # a declared dynamic axis is bounded at this many times its longest size in the golden set
 METHOD = "forward"
 PARTITIONER = "XnnpackPartitioner (fp32)"
 LAYOUT_NAMES = {4: "channels_last", 5: "channels_last_3d"}  # the names torch gives the non-contiguous dim orders it has formats for
@@ -55,6 +60,8 @@ LAYOUT_NAMES = {4: "channels_last", 5: "channels_last_3d"}  # the names torch gi
 _FEED_DIM_ORDER: tuple[int, ...] | None = None
 # Test-only: the batch bound to export with instead of BATCH_MAX (a file that refuses a batch the tool runs).
 _BATCH_MAX: int | None = None
+# Test-only: the bound of every declared dynamic axis instead of AXIS_FACTOR x its longest golden size.
+_AXIS_MAX: int | None = None
 
 # What the runtime prints to stderr on loading (the CPU probe of its threadpool): noise, dropped.
 _NOISE = re.compile(r"^\[cpuinfo_utils\.cpp:\d+\]")
@@ -151,50 +158,109 @@ def runtime_stderr(lines: list[str]) -> Iterator[None]:
             sys.stderr.flush()
 
 
-def bounded_inputs(ctx: BuildContext, model: Any) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, Any], int]:
-    """``export_inputs`` with the batch axis bounded: (args, kwargs, dynamic_shapes, bound)."""
+@dataclass(frozen=True)
+class Bounds:
+    """The upper bounds a program was exported with. ``batch`` is None when the batch is static at one sample
+    (a recurrence's loop: :func:`bounded_inputs`); ``axes``: (input, axis, bound, why) per declared dynamic axis."""
+
+    batch: int | None
+    axes: tuple[tuple[str, int, int, str], ...] = ()
+    recurrence: str = ""
+    inputs: tuple[str, ...] = ()  # the input names in the program's order (positional, then keyword)
+
+
+def axis_bound(ctx: BuildContext, name: str, axis: int, example_size: int) -> tuple[int, str]:
+    """(bound, why) of a declared dynamic axis: ``AXIS_FACTOR`` times the longest size of that axis in the golden set."""
+    if _AXIS_MAX is not None:
+        return _AXIS_MAX, "the test-only bound"
+    longest = dict(((n, a), size) for n, a, size in ctx.axis_extents).get((name, axis))
+    where = "the longest in the golden set"
+    if longest is None:
+        longest, where = example_size, "the example's size"
+    return AXIS_FACTOR * longest, f"{AXIS_FACTOR} x {longest}, {where}"
+
+
+def bounded_inputs(ctx: BuildContext, model: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any], dict[str, Any], Bounds]:
+    """``export_inputs`` with every dynamic axis bounded: (model, args, kwargs, dynamic_shapes, bounds). The batch axis is
+    ``Dim("batch", min=1, max=BATCH_MAX)``; each declared dynamic axis ``Dim.AUTO(max=bound)`` (:func:`axis_bound`; torch
+    may raise its minimum, which the details record). A model with an ``nn.LSTM`` and declared axes is exported with each
+    LSTM as a ``scan`` loop (:mod:`._recurrent`) and its batch static at one sample: ExecuTorch 1.5's loop copies its
+    carried state with ``aten::copy_``, which does not resize, so a loop runs only at its planned batch (the runner feeds
+    such a program sample by sample)."""
     from torch.export import Dim
 
+    declared = {i.name: [a for a, _ in i.dynamic_axes if a != i.batch_axis] for i in ctx.signature.inputs}
+    recurrence = ""
+    if any(declared.values()) and recurrent_types(model):
+        model, count = with_scan_lstm(model)
+        recurrence = f"{RECURRENCE}; {count} layer{'s' if count > 1 else ''}, run by the portable kernels, batch static at 1"
     args, kwargs, shapes = export_inputs(ctx, model)
-    declared = {i.name: [a for a, _ in i.dynamic_axes] for i in ctx.signature.inputs if i.dynamic_axes}
-    if declared:
-        named = "; ".join(f"{name}: axis {', '.join(map(str, axes))}" for name, axes in declared.items())
-        raise NotApplicable(f"not applicable: the model declares dynamic axes besides the batch ({named}); an ExecuTorch program "
-                            "plans memory for an upper bound of every dynamic axis, and export-check bounds only the batch axis")
     positional = [i.name for i in ctx.signature.inputs if not i.keyword]
-    by_name = {**dict(zip(positional, args, strict=True)), **kwargs}
     batch_axis = {i.name: i.batch_axis for i in ctx.signature.inputs}
+    by_name = {**dict(zip(positional, args, strict=True)), **kwargs}
     example_batch = max(int(t.shape[batch_axis[name]]) for name, t in by_name.items())
-    bound = _BATCH_MAX if _BATCH_MAX is not None else max(BATCH_MAX, example_batch)
-    if example_batch > bound:  # only the test-only bound can be below the example
+    bound = 1 if recurrence else _BATCH_MAX if _BATCH_MAX is not None else max(BATCH_MAX, example_batch)
+    if example_batch > bound:  # one sample for a loop; otherwise only the test-only bound can be below the example
         args = tuple(a.narrow(batch_axis[n], 0, bound) for a, n in zip(args, positional, strict=True))
         kwargs = {k: v.narrow(batch_axis[k], 0, bound) for k, v in kwargs.items()}
-    batch = Dim("batch", min=1, max=bound)
+        by_name = {**dict(zip(positional, args, strict=True)), **kwargs}
+    batch = None if recurrence else Dim("batch", min=1, max=bound)
+    axes: list[tuple[str, int, int, str]] = []
     params = list(shapes)  # forward's parameter names, positional inputs first (export_inputs' order)
-    names = positional + list(kwargs)
-    for param, name in zip(params, names, strict=True):
-        shapes[param] = {axis: batch for axis in dynamic_axes_of(ctx)[name]}
-    return args, kwargs, shapes, bound
+    for param, name in zip(params, positional + list(kwargs), strict=True):
+        spec: dict[int, Any] = {} if batch is None else {batch_axis[name]: batch}
+        for axis in declared[name]:
+            limit, why = axis_bound(ctx, name, axis, int(by_name[name].shape[axis]))
+            if by_name[name].shape[axis] > limit:  # only the test-only bound can be below the example
+                by_name[name] = by_name[name].narrow(axis, 0, limit)
+            spec[axis] = Dim.AUTO(max=limit)
+            axes.append((name, axis, limit, why))
+        shapes[param] = spec
+    args = tuple(by_name[n] for n in positional)
+    kwargs = {k: by_name[k] for k in kwargs}
+    return model, args, kwargs, shapes, Bounds(batch=None if recurrence else bound, axes=tuple(axes), recurrence=recurrence,
+                                                inputs=(*positional, *kwargs))
 
 
-def export_bounded(ctx: BuildContext, model: Any) -> tuple[Any, int]:
-    """``torch.export.export`` (strict=False) with the bounded batch axis: (program, bound)."""
+def export_bounded(ctx: BuildContext, model: Any) -> tuple[Any, Bounds]:
+    """``torch.export.export`` (strict=False) with every dynamic axis bounded: (program, bounds)."""
     import torch
 
-    args, kwargs, shapes, bound = bounded_inputs(ctx, model)
+    model, args, kwargs, shapes, bounds = bounded_inputs(ctx, model)
     try:
         program = torch.export.export(model, args, kwargs or None, dynamic_shapes=shapes, strict=False)
     except Exception as exc:
         raise ArtifactError(f"torch.export failed: {type(exc).__name__}: {' '.join(str(exc).split())[:600]}") from None
-    require_dynamic_program(program, ctx)
-    return program, bound
+    axes = dynamic_axes_of(ctx)
+    if bounds.batch is None:  # the batch is static at one sample: only the declared axes must stay symbolic
+        batch_axis = {i.name: i.batch_axis for i in ctx.signature.inputs}
+        axes = {name: [a for a in found if a != batch_axis[name]] for name, found in axes.items()}
+    require_dynamic_program(program, ctx, axes)
+    return program, bounds
 
 
-def lower_and_save(program: Any, path: Path, bound: int, extra: dict[str, str]) -> dict[str, str]:
+def _axis_ranges(program: Any) -> dict[tuple[int, int], tuple[int, int]]:
+    """(user input index, axis) -> (min, max) torch.export kept for that axis's symbol."""
+    import torch
+
+    ranges = {str(sym): (int(r.lower), int(r.upper)) for sym, r in program.range_constraints.items()}
+    users = [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind.name == "USER_INPUT"]
+    values = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
+    found: dict[tuple[int, int], tuple[int, int]] = {}
+    for index, name in enumerate(users):
+        value = values.get(name)
+        for axis, size in enumerate(() if value is None else value.shape):
+            if isinstance(size, torch.SymInt) and str(size) in ranges:
+                found[(index, axis)] = ranges[str(size)]
+    return found
+
+
+def lower_and_save(program: Any, path: Path, bounds: Bounds, extra: dict[str, str]) -> dict[str, str]:
     """XNNPACK lowering, ``to_executorch``, the ``.pte`` written atomically; the details read back from the file."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
+    ranges = _axis_ranges(program)
     try:
         lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
         buffer = lowered.to_executorch().buffer
@@ -205,19 +271,34 @@ def lower_and_save(program: Any, path: Path, bound: int, extra: dict[str, str]) 
     inputs = program_inputs(path)
     orders = {dim_order_name(order) for order, _ in inputs}
     planned = ", ".join(str(sizes[0]) if sizes else "-" for _, sizes in inputs)
-    return {"dim_order": ", ".join(sorted(orders)), "input_dim_orders": "; ".join(",".join(map(str, o)) for o, _ in inputs),
-            "batch_bound": f"exported with Dim('batch', min=1, max={bound}); planned in the .pte for {planned}",
-            "delegates": _delegates(path), **extra, "executorch": version()}
+    details = {"dim_order": ", ".join(sorted(orders)), "input_dim_orders": "; ".join(",".join(map(str, o)) for o, _ in inputs)}
+    if bounds.batch is None:
+        details["batch_bound"] = f"static at 1 (fed sample by sample); planned in the .pte for {planned}"
+    else:
+        details["batch_bound"] = f"exported with Dim('batch', min=1, max={bounds.batch}); planned in the .pte for {planned}"
+    if bounds.axes:
+        index = {name: i for i, name in enumerate(bounds.inputs)}
+        parts = []
+        for name, axis, limit, why in bounds.axes:
+            low, high = ranges.get((index[name], axis), (None, None))
+            kept = f", kept as [{low}, {high}]" if low is not None else ""
+            sizes = inputs[index[name]][1] if index[name] < len(inputs) else ()
+            at = sizes[axis] if axis < len(sizes) else "?"
+            parts.append(f"{name} axis {axis}: exported with Dim.AUTO(max={limit}) ({why}){kept}; planned in the .pte for {at}")
+        details["axis_bounds"] = "; ".join(parts)
+    if bounds.recurrence:
+        details["recurrence"] = bounds.recurrence
+    return {**details, "delegates": _delegates(path), **extra, "executorch": version()}
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     require_executorch()
-    program, bound = export_bounded(ctx, copy.deepcopy(ctx.model).eval())
-    return lower_and_save(program, path, bound, {"partitioner": PARTITIONER})
+    program, bounds = export_bounded(ctx, copy.deepcopy(ctx.model).eval())
+    return lower_and_save(program, path, bounds, {"partitioner": PARTITIONER})
 
 
-def exported_program(ctx: BuildContext) -> tuple[Any, int]:
-    """The program ``build`` lowers, with its batch bound: what ``diagnostics.etdump`` rebuilds (with an
+def exported_program(ctx: BuildContext) -> tuple[Any, Bounds]:
+    """The program ``build`` lowers, with its bounds: what ``diagnostics.etdump`` rebuilds (with an
     ETRecord) to explain a ``.pte`` of this kind."""
     require_executorch()
     return export_bounded(ctx, copy.deepcopy(ctx.model).eval())
@@ -240,6 +321,7 @@ class PteRunner:
         self.path, self.ctx = path, ctx
         self.method: Any = None
         self.orders: list[tuple[int, ...]] = []
+        self.planned: list[tuple[int, ...]] = []  # each input's planned sizes: the bound of every dynamic axis
 
     def __enter__(self) -> PteRunner:
         require_executorch()
@@ -247,7 +329,8 @@ class PteRunner:
         with runtime_stderr(noise):
             from executorch.runtime import Runtime
 
-            self.orders = [order for order, _ in program_inputs(self.path)]
+            found = program_inputs(self.path)
+            self.orders, self.planned = [order for order, _ in found], [sizes for _, sizes in found]
             runtime = Runtime.get()
             _pin_threads(self.ctx.threads)
             program = runtime.load_program(self.path)
@@ -265,25 +348,59 @@ class PteRunner:
         self.method = None
 
     def infer(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import torch
-
         assert self.method is not None, "runner used outside its with-block"
         signature = self.ctx.signature
         arrays = positional_inputs(feeds, signature)
         if len(arrays) != len(self.orders):
             raise ArtifactError(f"{self.path.name} takes {len(self.orders)} inputs; got {len(arrays)}")
+        axes = self._batch_axes()
+        count = int(arrays[0].shape[axes[0]]) if arrays[0].ndim > axes[0] else 1
+        if count > 1 and self._one_sample(axes):  # a program planned for one sample (a recurrence's loop): fed sample by sample
+            parts = [self._execute([np.take(a, [i], axis=axis) for a, axis in zip(arrays, axes, strict=True)]) for i in range(count)]
+            outs = self._output_axes(len(parts[0]))
+            return listed_outputs([np.concatenate([p[k] for p in parts], axis=outs[k]) for k in range(len(parts[0]))], signature)
+        return listed_outputs(self._execute(arrays), signature)
+
+    def _batch_axes(self) -> list[int]:
+        specs = self.ctx.signature.inputs
+        names = [i.batch_axis for i in specs if not i.keyword] + [i.batch_axis for i in specs if i.keyword]
+        return names if len(names) == len(self.orders) else [0] * len(self.orders)
+
+    def _output_axes(self, count: int) -> list[int]:
+        axes = [o.batch_axis for o in self.ctx.signature.outputs]
+        return axes if len(axes) == count else [0] * count
+
+    def _one_sample(self, axes: list[int]) -> bool:
+        return all(len(sizes) > axis and sizes[axis] == 1 for sizes, axis in zip(self.planned, axes, strict=True))
+
+    def _beyond_bounds(self, arrays: list[np.ndarray]) -> list[str]:
+        """What the feed holds beyond the sizes the program was planned for, each axis in words."""
+        names = [i.name for i in self.ctx.signature.inputs if not i.keyword] + [i.name for i in self.ctx.signature.inputs if i.keyword]
+        names = names if len(names) == len(arrays) else [f"input {k}" for k in range(len(arrays))]
+        found = []
+        for name, array, sizes, batch_axis in zip(names, arrays, self.planned, self._batch_axes(), strict=True):
+            for axis, (size, bound) in enumerate(zip(array.shape, sizes, strict=False)):
+                if size > bound:
+                    what = f"batch {size}" if axis == batch_axis else f"{name} axis {axis} is {size},"
+                    found.append(f"{what} above the bound of {bound} planned in the .pte")
+        return found
+
+    def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        import torch
+
+        assert self.method is not None
         inputs = [with_dim_order(torch.from_numpy(np.ascontiguousarray(a)), order) for a, order in zip(arrays, self.orders, strict=True)]
         said: list[str] = []
         try:
             with runtime_stderr(said):
                 outputs = self.method.execute(inputs)
-        except Exception as exc:  # the runtime's own words (stderr) say why, its exception only the error code
+        except Exception as exc:  # the runtime's own words (stderr) say why, its exception only the error code; then the bound passed
             text = " ".join(str(exc).split())[:300]
-            raise ArtifactError(f"executorch: {'; '.join(said) + ' (' if said else ''}{text}{')' if said else ''}") from None
+            beyond = "".join(f"; {line}" for line in self._beyond_bounds(arrays))
+            raise ArtifactError(f"executorch: {'; '.join(said) + ' (' if said else ''}{text}{')' if said else ''}{beyond}") from None
         for line in said:
             warnings.warn(f"executorch: {line}", NativeWarning, stacklevel=2)
-        values = [np.ascontiguousarray(o.detach().numpy()) if hasattr(o, "detach") else np.asarray(o) for o in outputs]
-        return listed_outputs(values, signature)
+        return [np.ascontiguousarray(o.detach().numpy()) if hasattr(o, "detach") else np.asarray(o) for o in outputs]
 
 
 def open_runner(path: Path, ctx: BuildContext) -> PteRunner:

@@ -19,9 +19,10 @@ from .. import __version__
 from ..files import sha256_file
 from ..versions import kernel_choices, library_versions
 
-# 4: observations hold facts, not sentences, and every stream of compare.STREAMS; 3: meta.json sealed
+# 5: ONNX per-layer tables name the graph's nodes of each module; 4: observations hold facts, not sentences, and every
+# stream of compare.STREAMS; 3: meta.json sealed
 # with an HMAC; 2: unsealed observations; 1: judged rows
-FORMAT = 4
+FORMAT = 5
 
 
 def arch_source_sha256(spec: str, root: Path | None = None) -> str:

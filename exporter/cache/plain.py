@@ -7,6 +7,8 @@ import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+NON_FINITE = ("inf", "-inf", "nan")
+
 
 def from_plain(tp: Any, value: Any) -> Any:
     """Rebuild a value of type ``tp`` (frozen dataclasses, tuples, optionals, scalars) from JSON data
@@ -39,6 +41,8 @@ def from_plain(tp: Any, value: Any) -> Any:
     if tp is Any:
         return value
     if tp is float:
+        if value in NON_FINITE:  # written by results.lossless: JSON has no such numbers
+            return float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"expected a number, got {value!r}")
         return float(value)

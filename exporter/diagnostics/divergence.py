@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -166,6 +167,7 @@ def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: flo
     submodules = dict(loaded.named_modules())
     trace = capture_eager(model, batch)
     layers: list[LayerDelta] = []
+    repro = None
     for cap in trace.order:
         if purpose == INT8_LAYERS and not cap.leaf:
             continue  # the int8 table is per layer; containers only repeat their children's error
@@ -182,12 +184,27 @@ def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: flo
             continue
         ops = str(getattr(sub, "original_name", type(sub).__name__))
         delta = layer_delta(cap.name, ops, reference, got, threshold)
-        if delta.departs and not cap.leaf and not any(d.departs for d in layers):
-            # its children ran first and agree: what departs is the code of its own forward
-            delta = replace(delta, where="forward-code", ops="forward")
+        if delta.departs and not any(d.departs for d in layers):
+            if not cap.leaf:  # its children ran first and agree: what departs is the code of its own forward
+                delta = replace(delta, where="forward-code", ops="forward")
+            if purpose == DIVERGENCE:
+                repro = _save_module_case(path, cap, reference)
         layers.append(delta)
     method = "torchscript"  # messages.LAYER_METHODS words it
-    return _finish(purpose, method, "local", start, len(batch), threshold, layers)
+    return replace(_finish(purpose, method, "local", start, len(batch), threshold, layers), repro=repro)
+
+
+def _save_module_case(path: Path, cap: Captured, reference: np.ndarray) -> str | None:
+    """The first departing module's eager inputs and output beside the TorchScript file: ``<file>.<module>.npz``."""
+    assert cap.inputs is not None
+    target = path.with_name(f"{path.stem}.{cap.name or 'forward'}.npz")
+    arrays = {f"input_{i}": t.detach().cpu().numpy() for i, t in enumerate(cap.inputs)}
+    try:
+        with open(target, "wb") as handle:
+            np.savez(handle, reference=reference, **arrays)
+    except OSError:
+        return None
+    return str(target)
 
 
 def module_of(scoped_name: str, modules: set[str]) -> str | None:
@@ -249,15 +266,11 @@ def _session(proto: Any, threads: int) -> Iterator[Any]:
     yield ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def onnx_layers(
-    path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int = 1, start: int = 0
-) -> LayerComparison:
-    """Cumulative comparison: every module's value read out of one run of the whole graph."""
-    import onnx
-
-    proto = onnx.load(str(path))
-    modules = {name for name, _ in model.named_modules()}
-    values: list[tuple[str, str, str]] = []  # (value name, module scope, op type) in graph order
+def scoped_values(proto: Any, modules: set[str]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+    """(value name, module scope, op type) of every node output that maps to a module, in graph order;
+    and (node name, module scope) of every named node that does."""
+    values: list[tuple[str, str, str]] = []
+    scopes: list[tuple[str, str]] = []
     for node in proto.graph.node:
         for out in node.output:
             scope = module_of(node.name, modules) if node.name else None
@@ -267,6 +280,27 @@ def onnx_layers(
                 scope = dynamo_scope(node, modules)
             if out and scope is not None:
                 values.append((out, scope, node.op_type))
+            if node.name and scope is not None and (not scopes or scopes[-1][0] != node.name):
+                scopes.append((node.name, scope))
+    return values, scopes
+
+
+def merges_forward(proto: Any, modules: set[str]) -> bool:
+    """Whether a module without nodes takes its value from the node before it (the TorchScript-based
+    exporter). The dynamo exporter fuses the other way round: a BatchNorm's node holds the Conv before
+    it, so no later node-less module stands in for a value there (the Conv's own output is simply not kept)."""
+    return not any(dynamo_scope(n, modules) is not None for n in proto.graph.node)
+
+
+def onnx_layers(
+    path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, threads: int = 1, start: int = 0
+) -> LayerComparison:
+    """Cumulative comparison: every module's value read out of one run of the whole graph."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    modules = {name for name, _ in model.named_modules()}
+    values, scopes = scoped_values(proto, modules)
     existing = {o.name for o in proto.graph.output}
     for name, _, _ in values:
         if name not in existing:
@@ -275,14 +309,28 @@ def onnx_layers(
         names = [o.name for o in session.get_outputs()]
         results = dict(zip(names, session.run(None, {session.get_inputs()[0].name: batch}), strict=True))  # one value per output
     method = "onnxruntime"  # messages.LAYER_METHODS words it
-    # The dynamo exporter fuses the other way round: a BatchNorm's node holds the Conv before it, so
-    # no later node-less module stands in for a value there (the Conv's own output is simply not kept).
-    forward = not any(dynamo_scope(n, modules) is not None for n in proto.graph.node)
+    forward = merges_forward(proto, modules)
     def first_cause(cap: Captured, chain: list[Captured], value: np.ndarray, ops: str, limit: float) -> list[LayerDelta]:
         return _first_cause(cap, chain, value, ops, limit, proto, results, modules)
 
     layers = _cumulative(values, results, model, batch, threshold, purpose, first_cause, forward)
-    return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
+    return replace(_finish(purpose, method, "cumulative", start, len(batch), threshold, layers),
+                   graph=proto.graph.name, nodes=owners(scopes, {d.module for d in layers}))
+
+
+def owners(scopes: list[tuple[str, str]], table: set[str]) -> tuple[tuple[str, str], ...]:
+    """Each node (name, module scope) with the innermost module of ``table`` that holds it; a node no module holds is left out.
+
+    >>> owners([("/stem/stem.0/Conv", "stem.0"), ("/layers/layers.2/conv1/Conv", "layers.2.conv1"), ("/Flatten", "")],
+    ...        {"stem.0", "layers.2"})
+    (('/stem/stem.0/Conv', 'stem.0'), ('/layers/layers.2/conv1/Conv', 'layers.2'))
+    """
+    found = []
+    for name, scope in scopes:
+        holding = [m for m in table if _inside(scope, m)]
+        if holding:
+            found.append((name, max(holding, key=len)))
+    return tuple(found)
 
 
 def _cumulative(values: list[tuple[str, str, str]], results: dict[str, Any], model: Any, batch: np.ndarray, threshold: float,
@@ -290,46 +338,79 @@ def _cumulative(values: list[tuple[str, str, str]], results: dict[str, Any], mod
     """Each eager module's output against the last value produced inside its scope (``values``: value
     name, module scope, op, in graph order; ``results``: value name -> array). ``first_cause`` looks
     closer at the first departing module (ONNX only)."""
-    scoped = {scope for _, scope, _ in values}
-    modules = {name for name, _ in model.named_modules()}
-    has_nodes = {m for m in modules if any(_inside(s, m) for s in scoped)}
-    trace = capture_eager(model, batch)
-    order = trace.order
+    order, has_nodes = _modules_with_nodes(values, model, batch)
     layers: list[LayerDelta] = []
     for i, cap in enumerate(order):
         if cap.name not in has_nodes or cap.output is None:
             continue
         if purpose == INT8_LAYERS and not cap.leaf:
             continue
-        # Modules without nodes that consumed this module's output directly (a BatchNorm folded
-        # into its Conv, an Identity): the ONNX value stands for their output.
-        reference, current, merged, chain = cap.output, cap.output_id, [], []
-        for nxt in order[i + 1 :] if merge_forward else ():
-            if nxt.name in has_nodes or nxt.output is None or current not in nxt.input_ids:
-                break
-            reference, current = nxt.output, nxt.output_id
-            merged.append(nxt.name)
-            chain.append(nxt)
-        ref = reference.numpy()
-        chosen = None
-        for name, scope, op in reversed(values):
-            if not _inside(scope, cap.name):
-                continue
-            value = results.get(name)
-            if isinstance(value, np.ndarray) and value.dtype == np.float32 and value.shape == ref.shape:
-                chosen = (value, op)
-                break
+        ref, merged, chain = _merged_reference(order, i, has_nodes, merge_forward)
+        chosen = _chosen_value(values, results, cap.name, ref.shape)
         if chosen is None:
             continue
-        ops = ",".join(dict.fromkeys(op for _, scope, op in values if scope == cap.name)) or chosen[1]
-        delta = layer_delta(cap.name, ops[:60], ref, chosen[0], threshold, tuple(merged))
+        ops = ",".join(dict.fromkeys(op for _, scope, op in values if scope == cap.name)) or chosen[2]
+        delta = layer_delta(cap.name, ops[:60], ref, chosen[1], threshold, tuple(merged))
         if delta.departs and not any(d.departs for d in layers):
-            found = first_cause(cap, chain, chosen[0], ops[:60], threshold) if first_cause else []
+            found = first_cause(cap, chain, chosen[1], ops[:60], threshold) if first_cause else []
             if found:
                 layers.extend(found)
                 continue
         layers.append(delta)
     return layers
+
+
+def _modules_with_nodes(values: list[tuple[str, str, str]], model: Any, batch: np.ndarray) -> tuple[list[Captured], set[str]]:
+    """Eager's modules in completion order (run on ``batch``), and those with a value in the graph."""
+    scoped = {scope for _, scope, _ in values}
+    modules = {name for name, _ in model.named_modules()}
+    return capture_eager(model, batch).order, {m for m in modules if any(_inside(s, m) for s in scoped)}
+
+
+def _merged_reference(order: list[Captured], i: int, has_nodes: set[str], merge_forward: bool) -> tuple[np.ndarray, list[str], list[Captured]]:
+    """Eager's value that the graph's value of module ``order[i]`` stands for: its output, or that of the
+    modules without nodes that consumed it directly (a BatchNorm folded into its Conv, an Identity)."""
+    cap = order[i]
+    reference, current, merged, chain = cap.output, cap.output_id, [], []
+    for nxt in order[i + 1 :] if merge_forward else ():
+        if nxt.name in has_nodes or nxt.output is None or current not in nxt.input_ids:
+            break
+        reference, current = nxt.output, nxt.output_id
+        merged.append(nxt.name)
+        chain.append(nxt)
+    return reference.numpy(), merged, chain
+
+
+def _chosen_value(values: list[tuple[str, str, str]], results: dict[str, Any], module: str, shape: tuple[int, ...],
+                  dtypes: tuple[Any, ...] = (np.float32,)) -> tuple[str, np.ndarray, str] | None:
+    """The last value produced inside ``module``'s scope with eager's shape: (name, value, op)."""
+    for name, scope, op in reversed(values):
+        if not _inside(scope, module):
+            continue
+        value = results.get(name)
+        if isinstance(value, np.ndarray) and value.dtype in dtypes and value.shape == shape:
+            return name, value, op
+    return None
+
+
+def eager_references(proto: Any, model: Any, batch: np.ndarray, results: dict[str, Any],
+                     dtypes: tuple[Any, ...] = (np.float32, np.float16)) -> dict[str, np.ndarray]:
+    """Eager's module outputs on ``batch`` by the name of the graph value that stands for each, paired as
+    the divergence table pairs them (``results``: the graph's values on the same batch); the first
+    module to claim a value keeps it (the innermost: modules complete inside out)."""
+    modules = {name for name, _ in model.named_modules()}
+    values, _ = scoped_values(proto, modules)
+    order, has_nodes = _modules_with_nodes(values, model, batch)
+    forward = merges_forward(proto, modules)
+    out: dict[str, np.ndarray] = {}
+    for i, cap in enumerate(order):
+        if cap.name not in has_nodes or cap.output is None:
+            continue
+        ref, _, _ = _merged_reference(order, i, has_nodes, forward)
+        chosen = _chosen_value(values, results, cap.name, ref.shape, dtypes)
+        if chosen is not None:
+            out.setdefault(chosen[0], ref)
+    return out
 
 
 def program_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, purpose: str, start: int = 0) -> LayerComparison:
@@ -368,7 +449,31 @@ def program_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, 
         Recorder(module).run(torch.from_numpy(batch))
     layers = _cumulative(values, results, model, batch, threshold, purpose)
     method = "program"  # messages.LAYER_METHODS words it
-    return _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
+    found = _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
+    if purpose == DIVERGENCE and found.first is not None and found.first.module:
+        found = replace(found, repro=_program_module_case(path, loaded, model, batch, found.first.module))
+    return found
+
+
+def _program_module_case(path: Path, program: Any, model: Any, batch: np.ndarray, module: str) -> str | None:
+    """The first departing module of a ``.pt2``, alone: eager's inputs to it and its output saved beside the file, when
+    ``torch.export.unflatten`` gives that module as one callable that runs on them (else None: the where: line stands)."""
+    import torch
+
+    cap = next((c for c in capture_eager(model, batch).order if c.name == module), None)
+    if cap is None or cap.inputs is None or cap.output is None:
+        return None
+    try:
+        with warnings.catch_warnings():  # torch's own deprecations inside unflatten (LeafSpec), not the user's export
+            warnings.simplefilter("ignore")
+            alone = dict(torch.export.unflatten(program).named_modules())[module]
+        with torch.inference_mode():
+            got = _numpy(alone(*(t.clone() for t in cap.inputs)))
+    except Exception:  # a module the program inlined or split: no callable of its own
+        return None
+    if got is None or got.shape != tuple(cap.output.shape):
+        return None
+    return _save_module_case(path, cap, cap.output.numpy())
 
 
 def _first_cause(cap: Captured, chain: list[Captured], value: np.ndarray, ops: str, threshold: float, proto: Any,
@@ -429,6 +534,7 @@ def executorch_layers(kind: ArtifactKind, path: Path, model: Any, batch: np.ndar
     if ctx is None:  # called without the run's context (one input, the batch as the export example)
         ctx = BuildContext(model=model, example=torch.from_numpy(np.ascontiguousarray(batch)), opset=17,
                            onnx_exporter="torchscript", threads=threads)
+    batch = etdump.fitting(path, batch, ctx.signature.inputs[0].batch_axis)
     found = etdump.explain_pte(kind, path, batch, ctx, threads)
     own = found.own
     if not found.same_bytes:

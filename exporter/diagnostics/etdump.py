@@ -155,8 +155,20 @@ def require_same_plan(path: Path, rebuilt: bytes) -> bool:
     return False
 
 
-def _buffer_bytes(graph: Any, batch: int) -> int:
-    """A debug buffer that holds every op's output for ``batch`` (the batch axis is the only symbolic one)."""
+def fitting(path: Path, batch: np.ndarray, batch_axis: int) -> np.ndarray:
+    """``batch`` cut to the batch the file was planned for: a program planned for one sample (a recurrence's
+    loop, which its runner feeds sample by sample) runs the first."""
+    from ..artifacts.executorch_pte import program_inputs
+
+    sizes = program_inputs(path)[0][1]
+    if len(sizes) > batch_axis and sizes[batch_axis] < batch.shape[batch_axis]:
+        return np.take(batch, range(sizes[batch_axis]), axis=batch_axis)
+    return batch
+
+
+def _buffer_bytes(graph: Any, size: int) -> int:
+    """A debug buffer that holds every op's output, every symbolic axis at most ``size`` long (the input's
+    longest axis: the batch, or a declared dynamic axis)."""
     import torch
 
     total = 0
@@ -164,7 +176,7 @@ def _buffer_bytes(graph: Any, batch: int) -> int:
         value = node.meta.get("val")
         for v in value if isinstance(value, (tuple, list)) else (value,):
             if isinstance(v, torch.Tensor):
-                total += math.prod(int(d) if isinstance(d, int) else batch for d in v.shape) * v.element_size()
+                total += math.prod(int(d) if isinstance(d, int) else size for d in v.shape) * v.element_size()
     return 2 * total + (4 << 20)
 
 
@@ -192,7 +204,7 @@ def run_logged(path: Path, etrecord: Any, batch: np.ndarray, threads: int, order
         edge = etrecord.edge_dialect_program
         graph = (edge if hasattr(edge, "graph") else edge[FORWARD]).graph
         _pin_threads(threads)
-        program = Runtime.get().load_program(path, enable_etdump=True, debug_buffer_size=_buffer_bytes(graph, len(batch)))
+        program = Runtime.get().load_program(path, enable_etdump=True, debug_buffer_size=_buffer_bytes(graph, max(batch.shape)))
         method = program.load_method(FORWARD)
         if method is None:
             raise ArtifactError(f"{path.name} has no method {FORWARD!r}")

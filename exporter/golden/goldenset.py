@@ -24,6 +24,7 @@ from ..errors import GoldenError
 from ..signature import SINGLE, InputSpec, Signature
 from .calibration import CalibrationSplit, default_calibration
 from .inputs import Preprocess, conform_sample, decode_input, is_sample_archive, read_npz, read_sample
+from .labels import Label, labels_of, primary_labels
 from .reading import ARRAY_MAX_BYTES, FILE_MAX_BYTES, load_npy, npy_header, read_beneath
 
 MANIFEST = "manifest.json"
@@ -38,7 +39,7 @@ class GoldenInput:
     name: str  # the original file name, for people
     file: str  # relative path inside the golden folder
     sha256: str
-    label: int | None = None
+    label: Label | None = None  # golden/labels.py: a class, or per output (per position)
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,12 @@ class GoldenSet:
         yield from stack_batches((self.load_sample(item) for item in self.inputs), self.signature.inputs, batch_size)
 
     def labels(self) -> list[int | None]:
-        return [item.label for item in self.inputs]
+        """Each sample's class label of the primary output (the first compared one, when it is logits), or None."""
+        return primary_labels([item.label for item in self.inputs], self.signature)
+
+    def labels_of(self, output: str) -> list[int | tuple[int, ...] | None]:
+        """Each sample's label of ``output``: a class, or one class per position (negative: none), or None."""
+        return labels_of([item.label for item in self.inputs], self.signature, output)
 
 
 def sample_shapes(sample: Mapping[str, np.ndarray], inputs: Sequence[InputSpec]) -> tuple[tuple[int, ...], ...]:

@@ -43,6 +43,7 @@ from .inputs import (
     read_sample,
     sample_files,
 )
+from .labels import Label, check_label
 from .lock import LOCK_NAME, golden_lock, lock_path
 from .manifest import read_manifest, unreferenced_files, verify_golden
 from .reading import FILE_MAX_BYTES, LABELS_MAX_BYTES, load_json, read_user_file
@@ -77,7 +78,7 @@ def _model_info(checkpoint: Path, arch: str, arch_kwargs: dict[str, Any]) -> dic
     return {"checkpoint": checkpoint.name, "checkpoint_sha256": sha256_file(checkpoint), "arch": arch, "arch_kwargs": arch_kwargs}
 
 
-def _labels(inputs_dir: Path) -> dict[str, int]:
+def _labels(inputs_dir: Path) -> dict[str, Label]:
     path = inputs_dir / "labels.json"
     if not path.is_file():
         return {}
@@ -87,9 +88,18 @@ def _labels(inputs_dir: Path) -> dict[str, int]:
     except UnicodeDecodeError:
         raise GoldenError(f"{path}: not UTF-8 text; fix or remove it") from None
     data = load_json(text, path, "fix or remove it")
-    if not isinstance(data, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in data.values()):
-        raise GoldenError(f"{path}: must map file names to integer labels; fix or remove it")
-    return data
+    if not isinstance(data, dict):
+        raise GoldenError(f"{path}: must map file names to labels (an integer class, or an object of output name -> class or list "
+                          "of classes); fix or remove it")
+    checked: dict[str, Label] = {}
+    for name, value in data.items():
+        try:
+            label = check_label(value, f"{name!r}")
+        except ValueError as exc:
+            raise GoldenError(f"{path}: {exc}; fix or remove it") from None
+        if label is not None:
+            checked[name] = label
+    return checked
 
 
 def check_record_target(golden_dir: Path, inputs_dir: Path, force: bool) -> None:
@@ -184,7 +194,7 @@ def record_golden(
                          arch_kwargs, batch_size, calibration_split(len(paths), calibration, golden_dir))
 
 
-def _decoded_inputs(paths: Sequence[Path], labels: Mapping[str, int], preprocess: Preprocess | None,
+def _decoded_inputs(paths: Sequence[Path], labels: Mapping[str, Label], preprocess: Preprocess | None,
                     inputs_dir: Path) -> Iterator[tuple[NewInput, np.ndarray]]:
     """Each input read once (a regular file, bounded) and decoded from those very bytes; every one
     must decode to the first one's shape."""

@@ -55,6 +55,7 @@ from .goldenset import (
     stack_batches,
 )
 from .inputs import IMAGE_SUFFIXES, SAMPLE_DTYPES, TENSOR_SUFFIX, Preprocess, is_sample_archive
+from .labels import check_label
 from .reading import FILE_MAX_BYTES, GOLDEN_MAX_BYTES, MANIFEST_MAX_BYTES, check_sample_size, declared_bytes, lfs_pointer, load_json, read_beneath
 
 FORMAT = "export-check-golden"
@@ -126,8 +127,10 @@ def parse_manifest(root: Path, text: str) -> GoldenSet:
         seen.add(rel)
         sha = entry.get("sha256")
         _require(isinstance(sha, str) and bool(_HEX64.match(sha)), manifest, f"inputs[{i}].sha256 must be 64 hex digits")
-        label = entry.get("label")
-        _require(label is None or (isinstance(label, int) and not isinstance(label, bool)), manifest, f"inputs[{i}].label must be an integer")
+        try:
+            label = check_label(entry.get("label"), f"inputs[{i}].label")
+        except ValueError as exc:
+            _require(False, manifest, str(exc))
         name = entry.get("name", rel)
         _require(isinstance(name, str), manifest, f"inputs[{i}].name must be a string")
         if v2 and is_sample_archive(rel):

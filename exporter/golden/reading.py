@@ -57,10 +57,10 @@ _LFS_POINTER_MAX = 1024
 
 
 def lfs_pointer(data: bytes) -> str | None:
-    """What to say about a Git LFS pointer file standing in for a golden file, or None if ``data`` is not one.
+    r"""What to say about a Git LFS pointer file standing in for a golden file, or None if ``data`` is not one.
 
-    >>> lfs_pointer(b"version https://git-lfs.github.com/spec/v1\noid sha256:ab12\nsize 2048\n")[:52]
-    'is a Git LFS pointer, not the file (2,048 bytes, oid '
+    >>> lfs_pointer(b"version https://git-lfs.github.com/spec/v1\noid sha256:ab12cd34ef56ab12\nsize 2048\n")[:65]
+    'is a Git LFS pointer, not the file (2,048 bytes, oid ab12cd34ef56'
     """
     if len(data) >= _LFS_POINTER_MAX or not data.startswith(_LFS_VERSIONS):
         return None

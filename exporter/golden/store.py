@@ -39,6 +39,7 @@ from ..errors import GoldenError, one_line
 from ..signature import Signature
 from .goldenset import MANIFEST, VERSION_1, VERSION_2, GoldenInput, GoldenSet, OutputRecord, sha256_bytes
 from .inputs import Preprocess
+from .labels import Label, label_json
 from .manifest import FORMAT, INPUTS_DIR, parse_manifest, read_manifest
 from .reading import FILE_MAX_BYTES
 
@@ -78,7 +79,7 @@ def check_distinct_names(names: Iterable[str], folder: Path) -> None:
 class NewInput:
     name: str
     data: bytes
-    label: int | None = None
+    label: Label | None = None
 
 
 def previous_set(root: Path) -> GoldenSet | None:
@@ -138,14 +139,14 @@ class GoldenWriter:
         self._write(rel, item.data)
         entry: dict[str, Any] = {"name": item.name, "file": rel, "sha256": sha256_bytes(item.data)}
         if item.label is not None:
-            entry["label"] = int(item.label)
+            entry["label"] = label_json(item.label)
         self.entries.append(entry)
 
     def keep(self, item: GoldenInput) -> None:
         """Keep an input of the previous set as it is (``approve``): its file and the hash it was verified with."""
         entry: dict[str, Any] = {"name": item.name, "file": item.file, "sha256": item.sha256}
         if item.label is not None:
-            entry["label"] = int(item.label)
+            entry["label"] = label_json(item.label)
         self.entries.append(entry)
 
     def _reference(self, data: bytes, suffix: str) -> dict[str, Any]:

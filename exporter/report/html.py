@@ -1,6 +1,7 @@
 """``--html PATH``: one self-contained HTML file (inline CSS and SVG, no scripts, no external URLs).
 
-Plots are drawn here as SVG: latency and size bars per row, every image's MAE per row on a log
+Plots are drawn here as SVG: latency and size bars per row, accuracy against latency with the file
+size as the circle's area (the trade-off of every row at a glance), every image's MAE per row on a log
 scale, and a histogram of per-image MAE per row. Then the per-layer tables and the run's settings.
 Every row has one colour (``PALETTE``) across all plots.
 """
@@ -15,11 +16,13 @@ from ..measurements import LayerComparison
 from ..messages import layer_method, layers_summary
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
-from .views import checks_description, latency_ms, latency_text, rerun_text, shapes_text, size_text, top1_text
+from .node_data import command
+from .views import accuracy_text, checks_description, labelled, latency_ms, latency_text, rerun_text, shapes_text, size_text, top1_text
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 GATE_COLOUR = "#444444"
 STATUS_COLOUR = {PASS: "#1a7f37", FAIL: "#cf222e", ERROR: "#cf222e", NOT_APPLICABLE: "#6e7781"}
+DEPRECATIONS = ("DeprecationWarning:", "FutureWarning:", "PendingDeprecationWarning:")
 LOG_FLOOR = -9.0  # 1e-9: per-image MAE of exactly 0 is drawn here and labelled "0"
 MAX_POINTS = 1000  # per series in the per-image plot; larger sets are reduced to the max per bucket
 
@@ -163,6 +166,65 @@ def histogram(row: Row, colour: str, gate: float) -> str:
     return _svg(width, height, body, f"error distribution of {row.name}")
 
 
+def tradeoff_point(row: Row) -> tuple[float, float, str, float | None] | str:
+    """(ms per image, accuracy in %, what the accuracy is, size in KB) of a row for the trade-off chart, or why it has no point."""
+    m = row.metrics
+    if m is None:
+        return "no metrics (" + row.status + ")"
+    ms = latency_ms(row)
+    if ms is None:
+        return "latency not measured"
+    if m.label_accuracy is not None:
+        accuracy, what = 100.0 * m.label_accuracy, "accuracy on the golden labels"
+    elif m.top1_agreement is not None:
+        accuracy, what = 100.0 * m.top1_agreement, "top-1 agreement with its reference"
+    else:
+        return "no accuracy: its output has no classes (values)"
+    return ms, accuracy, what, None if row.artifact is None else row.artifact.size_bytes / 1024
+
+
+def tradeoff_chart(report: Report) -> str:
+    """Accuracy against latency, one circle per row, its area the file's size: what each artifact costs and keeps.
+    A row with no point is named under the chart with the reason (never left out silently)."""
+    width, height, x0, y0, right, top = 620, 300, 60, 260, 600, 40
+    palette = colours(report)
+    points = [(row, p) for row in report.rows if not isinstance(p := tradeoff_point(row), str)]
+    missing = [(row.name, p) for row in report.rows if isinstance(p := tradeoff_point(row), str)]
+    whats = sorted({p[2] for _, p in points})
+    title = f"{' / '.join(whats) or 'accuracy'} (%) against latency (ms per image); circle area: file size"
+    body = [f'<text x="0" y="14" font-weight="bold" font-size="12">{_e(title)}</text>']
+    if points:
+        top_ms = max(p[0] for _, p in points) * 1.15 or 1.0
+        low = min(p[1] for _, p in points)
+        floor = max(0.0, min(99.0, math.floor(low - 1)))
+        sizes = [p[3] for _, p in points if p[3] is not None]
+        biggest = max(sizes) if sizes else 1.0
+
+        def x_of(ms: float) -> float:
+            return x0 + (right - x0) * ms / top_ms
+
+        def y_of(acc: float) -> float:  # 100 % a little below the top, so that a circle there is whole
+            return y0 - (y0 - top - 18) * (acc - floor) / (100.0 - floor)
+
+        body.append(f'<line x1="{x0}" y1="{y0}" x2="{right}" y2="{y0}" stroke="#8c959f"/>')
+        body.append(f'<line x1="{x0}" y1="{top}" x2="{x0}" y2="{y0}" stroke="#8c959f"/>')
+        for acc in (floor, (floor + 100.0) / 2, 100.0):
+            body.append(f'<text x="{x0 - 4}" y="{y_of(acc) + 4:.1f}" text-anchor="end" fill="#59636e">{acc:.4g}%</text>')
+        for ms in (0.0, top_ms / 2, top_ms):
+            body.append(f'<text x="{x_of(ms):.1f}" y="{y0 + 14}" text-anchor="middle" fill="#59636e">{ms:.3g} ms</text>')
+        for row, (ms, acc, _, kb) in points:
+            radius = 4.0 if kb is None else 4.0 + 14.0 * math.sqrt(kb / biggest)
+            body.append(f'<circle cx="{x_of(ms):.1f}" cy="{y_of(acc):.1f}" r="{radius:.1f}" fill="{palette[row.name]}" fill-opacity="0.6" '
+                        f'stroke="{STATUS_COLOUR[row.status]}"><title>{_e(row.name)}: {acc:.2f}%, {ms:.3g} ms/img'
+                        + ("" if kb is None else f", {kb:.1f} KB") + "</title></circle>")
+    chart = _svg(width, height, body, "accuracy against latency and size")
+    chart += "<p>" + " ".join(f"<span class='swatch' style='background:{palette[row.name]}'></span>{_e(row.name)} {acc:.1f}%, {ms:.3g} ms"
+                              + ("" if kb is None else f", {kb:.0f} KB") + "&nbsp;&nbsp;" for row, (ms, acc, _, kb) in points) + "</p>"
+    if missing:
+        chart += "<p class='muted'>Not in the chart: " + "; ".join(f"{_e(n)} ({_e(why)})" for n, why in missing) + "</p>"
+    return chart
+
+
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
@@ -171,8 +233,9 @@ def _fmt(value: float | None) -> str:
 
 def _summary_table(report: Report) -> str:
     allclose = bounds.shown(report)  # an atol/rtol gate: the count of values outside it, per row
-    head = ("", "artifact", "vs", "gate", "MAE", "max abs", *(("allclose",) if allclose else ()), "top-1", "batch sizes", "rerun",
-            "ms/img", "size", "verdict")
+    accuracy = labelled(report)
+    head = ("", "artifact", "vs", "gate", "MAE", "max abs", *(("allclose",) if allclose else ()), "top-1",
+            *(("accuracy",) if accuracy else ()), "batch sizes", "rerun", "ms/img", "size", "verdict")
     out = ["<table class='summary'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for row in report.rows:
         m = row.metrics
@@ -185,6 +248,7 @@ def _summary_table(report: Report) -> str:
             f"<td class='n'>{_fmt(m.max_abs if m else None)}</td>",
             *([f"<td class='n'>{_e(bounds.cell(row))}</td>"] if allclose else []),
             f"<td class='n'>{_e(top1_text(m))}</td>",
+            *([f"<td class='n'>{_e(accuracy_text(m))}</td>"] if accuracy else []),
             f"<td>{_e(shapes_text(row))}</td>",
             f"<td class='n'>{_e(rerun_text(row))}</td>",
             f"<td class='n'>{_e(latency_text(row))}</td>",
@@ -244,6 +308,8 @@ def render(report: Report) -> str:
         bar_chart("file size (KB)", [(r.name, r.artifact.size_bytes / 1024 if r.artifact else None, palette[r.name])
                                     for r in report.rows if r.family != "eager"], "KB"),
         "</div>",
+        "<h2>Accuracy, latency and size</h2>",
+        tradeoff_chart(report),
         "<h2>Per-image error</h2>",
         per_image_chart(report),
         "<h2>Error distribution</h2><div class='plots'>",
@@ -253,13 +319,20 @@ def render(report: Report) -> str:
     tables = [(row, row.diagnostics.layers) for row in report.rows if row.diagnostics and row.diagnostics.layers]
     if tables:
         body.append("<h2>Per-layer comparison</h2>")
-        body += [_layer_table(row, layers) for row, layers in tables]
+        graphs = dict(report.node_data)
+        for row, layers in tables:
+            body.append(_layer_table(row, layers))
+            if row.name in graphs and row.artifact is not None:
+                body.append(f"<p>The graph coloured by these errors: <a href='{_e(Path(graphs[row.name]).resolve().as_uri())}'>node data "
+                            f"for Model Explorer</a>; open it with <code>{_e(command(row.artifact.path, graphs[row.name]))}</code></p>")
     concerns = [(row.name, n) for row in report.rows for n in row.concerns]
     if concerns:
         body.append("<h2>Warnings that say an export may be wrong</h2><ul>"
                     + "".join(f"<li class='warn'><b>{_e(name)}</b>: {_e(n)}</li>" for name, n in concerns) + "</ul>")
+    # the exporters' deprecations stay in the JSON notes (README, "Reports"): a reader of the page wants findings
     notes = [(row.name, n) for row in report.rows
-             for n in ((row.diagnostics.notes if row.diagnostics else ()) + tuple(x for x in row.notes if x not in row.concerns))]
+             for n in ((row.diagnostics.notes if row.diagnostics else ())
+                       + tuple(x for x in row.notes if x not in row.concerns and not x.startswith(DEPRECATIONS)))]
     if notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li><b>{_e(name)}</b>: {_e(n)}</li>" for name, n in notes) + "</ul>")
     body.append("<h2>Run</h2><table>" + "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in report.settings)

@@ -15,10 +15,10 @@ import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..messages import layers_summary
+from ..messages import layers_summary, reproduce_command
 from ..results import ERROR, FAIL, NOT_APPLICABLE, Report, Row
 from . import bounds, write_text_atomic
-from .views import output_lines, size_text
+from .views import accuracy_text, output_lines, size_text
 
 SUITE = "export-check"
 # XML 1.0 forbids most control characters even escaped; exception texts can carry them.
@@ -47,6 +47,7 @@ def metric_lines(row: Row) -> list[str]:
             f"median_image_mae: {_num(m.median_abs)}",
             f"top1_agreement: {'-' if m.top1_agreement is None else f'{m.top1_agreement:.6g}'}",
             f"top1_changed: {list(m.top1_changed)}",
+            *([] if m.label_accuracy is None else [f"label_accuracy: {accuracy_text(m)} (points against its reference)"]),
             f"nonfinite: {m.nonfinite}",
         ]
         if m.max_abs_at is not None:
@@ -75,6 +76,9 @@ def metric_lines(row: Row) -> list[str]:
             lines.append(f"determinism: {verdict} (run-to-run max abs {_num(d.rerun.max_abs, '.3g')}, bound {d.rerun.bound:g})")
         if d.layers is not None:
             lines.append(f"{d.layers.purpose}: {layers_summary(d.layers)}")
+        command = reproduce_command(d.reduced) if d.reduced is not None else None
+        if command is not None:
+            lines.append(f"reproduce: {command}")
         lines += [f"note: {n}" for n in d.notes]
     lines += [f"warning: {n}" for n in row.concerns]
     return lines

@@ -11,10 +11,10 @@ import math
 from pathlib import Path
 
 from ..measurements import LayerComparison
-from ..messages import layer_method, layers_summary
+from ..messages import layer_method, layers_summary, reproduce_command
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
-from .views import checks_description, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
+from .views import accuracy_text, checks_description, labelled, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
 
 ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌", NOT_APPLICABLE: "➖"}
 
@@ -42,7 +42,7 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2e}" if math.isfinite(value) else str(value)
 
 
-def _row(row: Row, allclose: bool) -> str:
+def _row(row: Row, allclose: bool, accuracy: bool = False) -> str:
     m = row.metrics
     check = {"ok": "✅", "FAIL": "❌", "-": "–"}
     rerun = rerun_text(row)
@@ -55,6 +55,7 @@ def _row(row: Row, allclose: bool) -> str:
         _fmt(m.max_abs if m else None),
         *([bounds.cell(row)] if allclose else []),
         top1_text(m),
+        *([accuracy_text(m)] if accuracy else []),
         check[shapes_text(row)],
         rerun_cell,
         latency_text(row),
@@ -85,6 +86,7 @@ def render(report: Report) -> str:
     golden = report.golden
     t = report.thresholds
     allclose = bounds.shown(report)  # an atol/rtol gate: the count of values outside it, per row
+    accuracy = labelled(report)  # golden labels: each row's accuracy on them
     lines = [
         f"## {icon} export-check {verdict}: {report.counts_text()}",
         "",
@@ -93,9 +95,10 @@ def render(report: Report) -> str:
         + ("" if golden.label_accuracy is None else f"; eager top-1 accuracy on the labels {golden.label_accuracy:.1%}")
         + f"; {report.seconds:.1f}s",
         "",
-        "| | artifact | gate | MAE | max abs |" + (" allclose |" if allclose else "") + " top-1 | batch sizes | rerun | ms/img | size |",
-        "|---|---|---|---:|---:|" + ("---:|" if allclose else "") + "---:|:---:|---:|---:|---:|",
-        *(_row(row, allclose) for row in report.rows),
+        "| | artifact | gate | MAE | max abs |" + (" allclose |" if allclose else "") + " top-1 |" + (" accuracy |" if accuracy else "")
+        + " batch sizes | rerun | ms/img | size |",
+        "|---|---|---|---:|---:|" + ("---:|" if allclose else "") + "---:|" + ("---:|" if accuracy else "") + ":---:|---:|---:|---:|",
+        *(_row(row, allclose, accuracy) for row in report.rows),
         "",
         "**Thresholds:** " + " · ".join(f"{family.label} {cell(_gate(gate))}" for family, gate in t.described()) + ". "
         f"**Checks:** {cell(_gate(checks_description(report)))}.",
@@ -110,6 +113,9 @@ def render(report: Report) -> str:
         for row in problems:
             lines.append(f"- {ICON[row.status]} **{cell(row.name)}** ({row.status})")
             lines += [f"  - {cell(reason)}" for reason in row.reasons]
+            command = reproduce_command(row.diagnostics.reduced) if row.diagnostics and row.diagnostics.reduced else None
+            if command is not None:
+                lines.append(f"  - reproduce its reduced subgraph: `{command.replace('`', '')}`")
         lines.append("")
     warnings = [(row.name, n) for row in report.rows for n in row.concerns]
     if warnings:

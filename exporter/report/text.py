@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
-from ..gates import GATE_METRICS, GateMetric
+from ..gates import GATE_METRICS, GateMetric, small_set_notes
 from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..settings import settings_line
@@ -221,6 +221,7 @@ def render(report: Report, style: Style | None = None) -> str:
     if style.verbose:
         extra += [f"note {row.name}: {note}" for row in report.rows for note in row.notes if note not in row.concerns]
         extra.append(f"checks: {checks_description(report)}")
+        extra += [f"note: {note}" for note in small_set_notes(report.thresholds, report.golden.inputs)]
         if report.timings:
             extra.append("timings: " + ", ".join(f"{stage} {seconds:.1f}s" for stage, seconds in report.timings))
     for block in (per_output, extra, _cache_lines(report)):

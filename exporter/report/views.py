@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from ..compare import Metrics
-from ..messages import layers_summary
+from ..messages import layers_summary, module_command, reproduce_command
 from ..results import Report, Row
+from .node_data import command
 
 
 def size_text(size_bytes: int | None) -> str:
@@ -60,12 +61,33 @@ def rerun_text(row: Row) -> str:
     return text if d.rerun.passed else f"{text} FAIL"
 
 
+def labelled(report: Report) -> bool:
+    """Whether any row counted accuracy on golden labels: the tables then get an accuracy column."""
+    return any(r.metrics is not None and r.metrics.label_accuracy is not None for r in report.rows)
+
+
+def accuracy_text(m: Metrics | None) -> str:
+    """A row's accuracy on the golden labels and its change against its reference: ``98.4% (-1.6)``; ``-`` without labels.
+
+    >>> from export_check.compare import Metrics
+    >>> accuracy_text(Metrics(images=64, mae=0.0, max_abs=0.0, median_abs=0.0, top1_agreement=1.0, top1_changed=(),
+    ...                       nonfinite=0, per_image_mae=(), labelled=64, label_correct=63, reference_label_correct=64))
+    '98.4% (-1.6)'
+    """
+    if m is None or m.label_accuracy is None:
+        return "-"
+    drop = m.accuracy_drop
+    return f"{m.label_accuracy:.1%}" + ("" if drop is None else f" ({0.0 - drop:+.1f})".replace("-0.0", "+0.0"))
+
+
 def output_lines(row: Row) -> list[str]:
     """One line per output of a model with several outputs (and the ones a setting left out)."""
     lines = []
     for o in row.outputs:
         m = o.metrics
         agreement = "" if m.top1_agreement is None else f", {m.agreement} agreement {m.top1_agreement:.1%}"
+        if m.label_accuracy is not None:
+            agreement += f", label accuracy {m.label_accuracy:.1%}" + ("" if m.accuracy_drop is None else f" ({-m.accuracy_drop:+.1f} points)")
         pair = row.gate.tolerance
         count = None if pair is None else m.tolerance(*pair)
         allclose = "" if count is None else f", allclose {count.violations}/{count.values} outside"
@@ -86,7 +108,17 @@ def diagnostic_lines(report: Report) -> list[str]:
             continue
         if d.layers is not None and d.layers.purpose == "int8-layers":
             lines.append(f"int8 {row.name}: {layers_summary(d.layers)} ({d.layers.scope} SQNR per layer)")
+        reproduce = reproduce_command(d.reduced) if d.reduced is not None else None
+        if reproduce is not None:
+            lines.append(f"reproduce {row.name} (its reduced subgraph, onnxruntime and numpy only): {reproduce}")
+        table = d.layers
+        if table is not None and table.repro and table.first is not None and row.artifact is not None:
+            lines.append(f"reproduce {row.name} (module {table.first.label} alone on eager's inputs to it, torch and numpy only): "
+                         f"{module_command(row.artifact.path, table.first.module, table.repro)}")
         lines += [f"note {row.name}: {note}" for note in d.notes]
+    artifacts = {row.name: row.artifact.path for row in report.rows if row.artifact is not None}
+    lines += [f"graph {name}: its per-layer errors as Model Explorer node data: {command(artifacts[name], path)}"
+              for name, path in report.node_data if name in artifacts]
     return lines
 
 

@@ -100,6 +100,29 @@ def test_divergence_finder_names_the_module_only_the_export_has(quirky_report, n
     assert any(r.startswith("where: first departs at layers.2.quirk") for r in row.reasons)
 
 
+def test_the_departing_torchscript_module_is_reproduced_alone_by_one_command(quirky_report) -> None:
+    """Issue 30.4 for TorchScript: eager's inputs to the first departing module and its output are saved beside the
+    file, and one printed command runs that module of the loaded file alone on them (torch and numpy only)."""
+    import shlex
+    import subprocess
+    import sys
+
+    from export_check.report.text import render
+
+    row = quirky_report.row("torchscript-trace")
+    layers = row.diagnostics.layers
+    assert layers.repro is not None and Path(layers.repro).name == "torchscript-trace.layers.2.quirk.npz"
+    with np.load(layers.repro) as saved:
+        assert sorted(saved.files) == ["input_0", "reference"] and saved["input_0"].shape == saved["reference"].shape
+    line = next(x for x in render(quirky_report).splitlines() if x.startswith("reproduce torchscript-trace (module layers.2.quirk"))
+    command = shlex.split(line[line.index("python -c "):])
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    mae = float(done.stdout.split()[1])
+    assert mae == pytest.approx(layers.first.mae, rel=1e-3) and mae > layers.threshold  # the module alone departs, as in the table
+    assert quirky_report.row("onnx").diagnostics.layers.repro is None  # ONNX rows get the reduced subgraph instead
+
+
 def test_divergence_after_onnxsim_folded_the_wrong_operator(quirky_report) -> None:
     # onnxsim folds the quirk's Mul into the next Conv's weights: the first value that departs is that
     # Conv's, and the quirk, now without nodes of its own, is named as the suspect.
@@ -283,3 +306,37 @@ def test_batch_size_run_of_real_arrays_counts_rows() -> None:
     outputs = shapes.run_sizes(lambda b: b["input"][:1], images, (1, 3, 10), 10)  # an artifact that always returns one row
     assert outputs[1].shape == (8, 3)
     assert outputs[3] == "RowCountError: returned 1 output rows for 3 inputs"
+
+
+def test_the_departing_module_of_a_pt2_is_reproduced_alone(tmp_path: Path) -> None:
+    """Issue 30.4 for .pt2: the program of a ResNet against an eager copy whose layers.1.conv2 was changed after the
+    export. The table's first departing module is that conv; its saved eager inputs and output, fed by the printed command
+    to that module of the unflattened program, give the conv's own error, which numpy measures here too."""
+    import shlex
+    import subprocess
+    import sys
+
+    from export_check.diagnostics.divergence import DIVERGENCE, program_layers
+    from export_check.messages import module_command
+    from models.resnet import ResNet
+
+    torch.manual_seed(0)
+    exported = ResNet().eval()
+    batch = torch.randn(4, 3, 32, 32)
+    path = tmp_path / "torch-export.pt2"
+    torch.export.save(torch.export.export(exported, (batch,)), str(path))
+    eager = ResNet().eval()
+    eager.load_state_dict(exported.state_dict())
+    with torch.no_grad():
+        eager.layers[1].conv2.weight.mul_(1.05)
+    layers = program_layers(path, eager, batch.numpy(), 1e-5, DIVERGENCE)
+    assert layers.first is not None and layers.first.module == "layers.1.conv2", [d.module for d in layers.layers if d.departs]
+    assert layers.repro == str(tmp_path / "torch-export.layers.1.conv2.npz")
+    with np.load(layers.repro) as saved:
+        inputs, reference = torch.from_numpy(saved["input_0"]), saved["reference"]
+    with torch.no_grad():
+        truth = np.abs(exported.layers[1].conv2(inputs).numpy().astype(np.float64) - reference).mean()
+    command = shlex.split(module_command(str(path), "layers.1.conv2", layers.repro))
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.split()[1]) == pytest.approx(truth, rel=1e-3) and truth > 1e-3

@@ -201,3 +201,21 @@ def test_the_top_k_gate_names_k_and_is_measured_again_when_a_cached_entry_lacks_
     assert Thresholds.from_options({"min-topk": 0.9}).top_ks() == (5,)  # k defaults to 5
     with pytest.raises(UsageError, match="top-k is a whole number >= 1, got 2.5"):
         Gate(max_mae=1.0, top_k=2.5)
+
+
+@given(st.integers(min_value=1, max_value=5000), st.sampled_from([0.9, 0.95, 0.98, 0.99, 0.995, 0.999]), st.data())
+def test_a_top1_failure_says_how_many_changed_and_how_many_the_set_size_tolerates(samples: int, bound: float, data) -> None:
+    from export_check.gates import samples_for_one_flip, small_set_notes, tolerated_flips
+
+    tolerated = tolerated_flips(bound, samples)
+    assert (samples - tolerated) / samples >= bound - 1e-12 and (tolerated + 1 > samples or (samples - tolerated - 1) / samples < bound)
+    need = samples_for_one_flip(bound)
+    assert tolerated_flips(bound, need) == 1 and tolerated_flips(bound, need - 1) == 0
+    changed = data.draw(st.integers(min_value=tolerated + 1, max_value=samples)) if tolerated < samples else samples
+    m = compare(np.eye(samples, 3, dtype=np.float32), np.eye(samples, 3, dtype=np.float32))
+    m = replace(m, images=samples, top1_agreement=1 - changed / samples, top1_changed=tuple(range(changed)))
+    (reason,) = gate_reasons(m, Gate(max_relative_mae=1.0, min_top1=bound))
+    assert f"{changed} of {samples} samples changed; at {samples} samples the gate tolerates " in reason
+    assert (f"({need} would let one pass)" in reason) == (tolerated == 0)
+    notes = small_set_notes(Thresholds().with_gates(int8=Gate(max_relative_mae=0.05, min_top1=bound)), samples)
+    assert any(n.startswith("int8 gate top-1") for n in notes) == (tolerated == 0)

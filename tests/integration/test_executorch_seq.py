@@ -1,0 +1,97 @@
+"""The executorch kind on the bundled sequence recogniser (convolutions + a BiLSTM, the width of its
+image a declared dynamic axis): every declared axis is exported bounded, each nn.LSTM as a torch.scan
+loop the program keeps (torch.export's own LSTM fixes the time steps), the batch static at one sample.
+The row passes over the golden set's three widths, and its MAE is the one the .pte gives when loaded
+and run by hand with the ExecuTorch runtime beside eager; a width beyond the bound planned in the file
+is an error in the runtime's words that names the bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO
+from export_check.artifacts import BuildContext, executorch_pte
+from export_check.config import RunConfig
+from export_check.errors import ArtifactError
+from export_check.golden.manifest import load_golden
+from export_check.pipeline import run_check
+from export_check.results import Row
+from models.multi_io import SequenceRecognizer
+
+pytest.importorskip("executorch.runtime", reason="the executorch kind needs the [executorch] extra")
+
+CHECKPOINT = REPO / "models" / "checkpoints" / "sequence_recognizer.pth"
+GOLDEN = REPO / "models" / "examples" / "sequence_recognizer_golden"
+KIND = "executorch"
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Row, Path, object]:
+    out = tmp_path_factory.mktemp("executorch-seq") / "out"
+    config = RunConfig(checkpoint=CHECKPOINT, arch=f"{REPO / 'models' / 'multi_io.py'}:SequenceRecognizer", golden=GOLDEN, out_dir=out,
+                       kinds=(KIND,))
+    report = run_check(config)
+    rows = {row.name: row for row in report.rows}
+    assert list(rows) == ["eager", KIND]
+    return rows[KIND], out, load_golden(GOLDEN)
+
+
+def test_the_recogniser_passes_and_agrees_with_the_pte_run_by_hand(checked) -> None:
+    from executorch.runtime import Runtime
+
+    row, out, golden = checked
+    assert row.status == "pass" and row.family == "float", row.reasons
+    details = dict(row.details)
+    # the width (axis 3) bounded at 4 x 80, the longest width in the golden set; torch.export raised its minimum to 8
+    assert details["axis_bounds"] == ("image axis 3: exported with Dim.AUTO(max=320) (4 x 80, the longest in the golden set), "
+                                      "kept as [8, 320]; planned in the .pte for 320"), details
+    assert details["batch_bound"] == "static at 1 (fed sample by sample); planned in the .pte for 1"
+    assert details["recurrence"].startswith("nn.LSTM exported as a torch.scan loop")
+    assert details["delegates"].startswith("XnnpackBackend x") and details["dim_order"] == "contiguous"
+    pte = out / "executorch.pte"
+    assert row.artifact is not None and pte.stat().st_size == row.artifact.size_bytes
+    # the truth, by hand: the file in the ExecuTorch runtime, one golden sample at a time, against eager on the same sample
+    model = SequenceRecognizer()
+    model.load_state_dict(torch.load(CHECKPOINT, weights_only=True))
+    model.eval()
+    method = Runtime.get().load_program(pte).load_method("forward")
+    errors, flips, widths = [], 0, set()
+    for _, feeds in golden.feed_batches(16):  # eager on the golden batches (consecutive samples of one width), as it is compared
+        x = torch.from_numpy(feeds["image"])
+        widths.add(x.shape[3])
+        with torch.inference_mode():
+            eager = model(x).numpy()
+        # the .pte holds one sample: each is fed alone, and the outputs joined on the batch axis (1: time-major)
+        got = np.concatenate([method.execute([x[i:i + 1].clone()])[0].numpy() for i in range(len(x))], axis=1)
+        assert got.shape == eager.shape == (x.shape[3] // 4, len(x), 11)
+        errors.append(np.abs(got.astype(np.float64) - eager.astype(np.float64)).ravel())
+        flips += int((got.argmax(-1) != eager.argmax(-1)).sum())
+    by_hand = float(np.concatenate(errors).mean())
+    assert widths == {48, 64, 80} and by_hand < 1e-5 and flips == 0
+    assert row.metrics is not None and row.metrics.images == len(golden) == 24
+    assert row.metrics.mae == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_a_width_beyond_the_planned_bound_is_an_error_naming_the_bound(checked) -> None:
+    """The runner, on the row's file: a batch of 3 at width 320 (the bound) runs sample by sample and agrees with eager;
+    width 324 is refused by the runtime, and the error says which axis passed which bound."""
+    row, out, golden = checked
+    ctx = BuildContext(model=None, example=None, opset=17, onnx_exporter="torchscript", threads=1, signature=golden.signature)
+    model = SequenceRecognizer()
+    model.load_state_dict(torch.load(CHECKPOINT, weights_only=True))
+    model.eval()
+    x = np.random.default_rng(0).random((3, 1, 16, 320), dtype=np.float32)
+    with executorch_pte.open_runner(out / "executorch.pte", ctx) as runner:
+        got = runner.infer({"image": x})["output"]
+        with torch.inference_mode():
+            eager = model(torch.from_numpy(x)).numpy()
+        assert got.shape == eager.shape == (80, 3, 11) and float(np.abs(got - eager).mean()) < 1e-5
+        with pytest.raises(ArtifactError) as refused:
+            runner.infer({"image": np.zeros((1, 1, 16, 324), dtype=np.float32)})
+    message = str(refused.value)
+    assert message.startswith("executorch: Attempted to resize a bounded tensor with a maximum capacity of 5120 elements to 5184 elements"), message
+    assert message.endswith("; image axis 3 is 324, above the bound of 320 planned in the .pte"), message

@@ -1,0 +1,142 @@
+"""The reducer's search on tiny hand-built ONNX graphs where the wrong node is known."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from export_check.compare import ErrorAccumulator
+from export_check.diagnostics.reduce import Reducer, reduce_row, topological
+from export_check.measurements import Reduced
+from export_check.messages import reproduce_command
+
+BOUND = 1e-3
+X = np.array([[-1.0, 0.5, 2.0, 3.0]], dtype=np.float32)
+
+
+def judge(name: str, reference: np.ndarray, got: np.ndarray):
+    """An MAE gate of BOUND, as the explain step builds one from the row's gate."""
+    accumulator = ErrorAccumulator("values")
+    accumulator.add(reference, got)
+    metrics = accumulator.result()
+    return metrics if metrics.mae > BOUND else None
+
+
+def _graph(nodes, constants: dict[str, float], name: str = "g") -> onnx.ModelProto:
+    inits = [numpy_helper.from_array(np.array(v, dtype=np.float32), k) for k, v in constants.items()]
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def skip_net(bias: float) -> onnx.ModelProto:
+    """X -> A=Relu -> B=A*2 -> C=B+bias -> D=-C -> E=D+B (a skip) -> Y=|E|; the right bias is 0."""
+    return _graph([
+        helper.make_node("Relu", ["X"], ["A"], name="relu"),
+        helper.make_node("Mul", ["A", "two"], ["B"], name="double"),
+        helper.make_node("Add", ["B", "bias"], ["C"], name="add_bias"),
+        helper.make_node("Neg", ["C"], ["D"], name="neg"),
+        helper.make_node("Add", ["D", "B"], ["E"], name="skip"),
+        helper.make_node("Abs", ["E"], ["Y"], name="abs"),
+    ], {"two": 2.0, "bias": bias})
+
+
+def skip_truth(x: np.ndarray) -> dict[str, np.ndarray]:
+    a = np.maximum(x, 0)
+    b = a * 2
+    c = b
+    d = -c
+    e = d + b
+    return {"X": x, "A": a, "B": b, "C": c, "D": d, "E": e, "Y": np.abs(e)}
+
+
+def test_the_wrong_node_alone_is_the_smallest_failing_subgraph() -> None:
+    reducer = Reducer(skip_net(0.5))
+    values = reducer.values({"X": X})
+    truth = skip_truth(X)
+    end = reducer.end(values, truth, judge)
+    assert end is not None and end[0] == "C"  # the first value off, in topological order
+    cut = reducer.reduce("C", values, truth, judge)
+    assert cut is not None and cut.cut is None
+    assert cut.inputs == ("B",) and [n.name for n in cut.model.graph.node] == ["add_bias"]
+    assert cut.metrics.mae == pytest.approx(0.5)
+
+
+def test_a_cut_goes_only_through_tensors_with_a_reference() -> None:
+    reducer = Reducer(skip_net(0.5))
+    values = reducer.values({"X": X})
+    truth = {k: v for k, v in skip_truth(X).items() if k != "B"}  # no reference for B: the cut moves up to A
+    cut = reducer.reduce("C", values, truth, judge)
+    assert cut is not None and cut.inputs == ("A",)
+    assert [n.name for n in cut.model.graph.node] == ["double", "add_bias"]
+
+
+def test_error_that_only_accumulates_keeps_the_nodes_it_needs() -> None:
+    """Four Adds of 3e-4 each where none belongs: three stay within the gate, four break it."""
+    step = 3e-4
+    nodes = [helper.make_node("Add", ["X" if i == 0 else f"T{i}", "eps"], [f"T{i + 1}" if i < 3 else "Y"], name=f"add{i}")
+             for i in range(4)]
+    reducer = Reducer(_graph(nodes, {"eps": step}))
+    values = reducer.values({"X": X})
+    truth = {"X": X, **{f"T{i}": X for i in range(1, 4)}, "Y": X}
+    end = reducer.end(values, truth, judge)
+    assert end is not None and end[0] == "Y"
+    cut = reducer.reduce("Y", values, truth, judge)
+    assert cut is not None and cut.inputs == ("X",) and len(cut.model.graph.node) == 4
+    assert cut.metrics.mae == pytest.approx(4 * step, rel=1e-3)
+
+
+def test_nodes_out_of_order_are_sorted_and_the_search_is_bounded() -> None:
+    proto = skip_net(0.5)
+    nodes = list(proto.graph.node)
+    del proto.graph.node[:]
+    proto.graph.node.extend(reversed(nodes))  # as a converter that appends its casts leaves a graph
+    assert [n.name for n in topological(proto.graph)] == ["relu", "double", "add_bias", "neg", "skip", "abs"]
+    reducer = Reducer(proto)
+    values = reducer.values({"X": X})
+    truth = skip_truth(X)
+    cut = reducer.reduce("C", values, truth, judge, seconds=0.0)
+    # out of time at once: the first failing subgraph (the whole cone) is kept, and the record says it was cut
+    assert cut is not None and cut.cut is not None and "budget" in cut.cut
+    assert cut.inputs == ("X",) and len(cut.model.graph.node) == 3
+
+
+def test_reduce_row_writes_a_subgraph_that_fails_by_hand(tmp_path) -> None:
+    candidate, source = tmp_path / "candidate.onnx", tmp_path / "source.onnx"
+    onnx.save(skip_net(0.5), candidate)
+    onnx.save(skip_net(0.0), source)  # what the candidate was converted from: right
+    reduced = reduce_row("k", candidate, source, None, [(7, {"input": X})], judge, "MAE<=0.001", tmp_path / "reduced")
+    assert reduced.error is None and reduced.reference == "source" and reduced.sample == 7
+    assert (reduced.nodes, reduced.model_nodes, reduced.inputs, reduced.outputs) == (1, 6, ("B",), ("C",))
+    data = np.load(reduced.data)
+    np.testing.assert_array_equal(data["input_0"], skip_truth(X)["B"])
+    np.testing.assert_array_equal(data["reference_0"], skip_truth(X)["C"])
+    command = reproduce_command(reduced)
+    assert command is not None
+    printed = subprocess.run(f"{sys.executable} {command.removeprefix('python ')}", shell=True, check=True, capture_output=True,
+                             text=True).stdout
+    assert printed.startswith("C MAE 0.5 max 0.5")
+
+
+def test_no_reduction_says_why(tmp_path) -> None:
+    path = tmp_path / "right.onnx"
+    onnx.save(skip_net(0.0), path)
+    reduced = reduce_row("k", path, path, None, [(0, {"X": X})], judge, "MAE<=0.001", tmp_path / "reduced")
+    assert reduced.path is None and reduced.error == "against right.onnx (its source), no value of sample 0 breaks the gate"
+    reduced = reduce_row("k", path, None, None, [(0, {"X": X})], judge, "MAE<=0.001", tmp_path / "reduced")
+    assert reduced.error == "no reference for its values: it has no source file and no eager model"
+    assert reproduce_command(reduced) is None and not (tmp_path / "reduced").exists()
+    assert isinstance(reduced, Reduced)
+
+
+def test_the_readme_shows_the_command_the_report_prints() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    command = reproduce_command(Reduced(gate="", path="export-check-out/reduced/onnx-fp16.onnx", data="export-check-out/reduced/onnx-fp16.npz"))
+    assert command is not None and f"\n{command}\n" in readme
