@@ -192,10 +192,21 @@ def output_matches(shown: list[str], printed: str) -> str | None:
     return None
 
 
+def _open(command: str) -> bool:
+    """Whether ``command`` ends inside a quoted argument (the shell would read on)."""
+    try:
+        shlex.split(command, comments=True)
+    except ValueError:
+        return True
+    return False
+
+
 def _console(block: Block, project: Path, env: dict[str, str]) -> None:
     commands: list[tuple[str, list[str]]] = []
     for line in block.body.splitlines():
-        if line.startswith("$ "):
+        if commands and _open(commands[-1][0]):  # a quoted argument goes on over lines
+            commands[-1] = (commands[-1][0] + "\n" + line, [])
+        elif line.startswith("$ "):
             commands.append((line[2:], []))
         elif commands:
             commands[-1][1].append(line)
