@@ -52,8 +52,16 @@ def screen(stdout: str, project: Path) -> str:
 
 def normalise(text: str) -> list[str]:
     """Lines with every number masked and runs of spaces made one: what stays is the words, the columns,
-    the rows, the gates' shape (``relMAE<=#%`` is not ``MAE<=#``) and the verdicts."""
-    return [" ".join(NUMBER.sub("#", HASH.sub("<sha>", line)).split()) for line in text.strip("\n").splitlines()]
+    the rows, the gates' shape (``relMAE<=#%`` is not ``MAE<=#``) and the verdicts. A line the width
+    wrapped (its continuation indented by four spaces) is joined again: where it breaks depends on the
+    length of the folder it ran in."""
+    lines: list[str] = []
+    for line in text.strip("\n").splitlines():
+        if line.startswith("    ") and lines and line.strip():
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return [" ".join(NUMBER.sub("#", HASH.sub("<sha>", line)).split()) for line in lines]
 
 
 def readme_screen(readme: str) -> str:
