@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,9 +47,18 @@ def run(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedP
     return subprocess.run([sys.executable, "-m", "export_check", *args], cwd=project, env=env, capture_output=True, text=True, timeout=900)
 
 
-def screen(stdout: str, project: Path) -> str:
-    """The screen as the README shows it: the command, then its output with the project's folder made relative."""
-    return "$ " + " ".join(COMMAND) + "\n" + stdout.replace(f"{project}{os.sep}", "")
+def screen(stdout: str, project: Path, columns: int = 100) -> str:
+    """The screen as the README shows it: the command, then its output with the project's folder made
+    relative, and the lines the tool wrapped around that (longer) folder wrapped again as a clone's would be."""
+    lines: list[str] = []
+    for line in stdout.replace(f"{project}{os.sep}", "").splitlines():
+        if line.startswith("    ") and lines and line.strip():
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    wrapped = [w for line in lines for w in (textwrap.wrap(line, columns, subsequent_indent="    ", break_on_hyphens=False)
+                                             if len(line) > columns else [line])]
+    return "$ " + " ".join(COMMAND) + "\n" + "\n".join(wrapped) + "\n"
 
 
 def normalise(text: str) -> list[str]:
