@@ -151,6 +151,10 @@ def test_every_command_and_python_block_runs_or_says_why_not() -> None:
         for block in blocks(page):
             if block.language in RUNNABLE:
                 (marked if block.not_run else ran).append(block)
+            # a test defined in a script would be defined and never run: it must be a test file pytest runs
+            assert not (block.language == "python" and not block.not_run and re.search(r"^def test_", block.body, re.M)
+                        and not (block.file or "").startswith("test_")), f'{block.where}: give it title="test_NAME.py"'
+
     for block in marked:
         assert len(block.not_run or "") >= 10, f"{block.where}: say why it is not run"
     print(f"\n{len(ran)} command and Python blocks run, {len(marked)} marked not run")
