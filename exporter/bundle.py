@@ -226,7 +226,7 @@ def bundle_key() -> Any:
     where = key_file_path()
     if not where.exists():
         raise UsageError(f"no cache key at {where}; replay where the key the bundle was sealed with is: set {KEY_ENV} to the "
-                         "device lab's key file (README, \"Replay where it is deployed\")")
+                         "device lab's key file (docs/how-to/replay-on-device.md)")
     return load_key(default_cache_dir())
 
 

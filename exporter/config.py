@@ -123,7 +123,7 @@ def _relative_family(name: str, label: str, max_relative_mae: float, min_top1: f
 GATE_FAMILIES: tuple[GateFamily, ...] = (
     GateFamily("float", "float artifacts", "float", Gate(max_mae=FLOAT_MAX_MAE),
                _options("", "float artifacts and of eager vs golden", Gate(max_mae=FLOAT_MAX_MAE), relative=False)),
-    _relative_family("int8", "int8 artifacts", INT8_MAX_RELATIVE_MAE, INT8_MIN_TOP1, layers="quantization", fix_hint="int8-max-mae / int8-min-top1"),
+    _relative_family("int8", "int8 artifacts", INT8_MAX_RELATIVE_MAE, INT8_MIN_TOP1, layers="quantization"),
     _relative_family("fp16", "fp16 artifacts", FP16_MAX_RELATIVE_MAE, FP16_MIN_TOP1),
     # A row whose runtime computed in bf16 on this CPU (precision_family): OpenVINO's default on avx512_bf16/AMX.
     _relative_family("bf16", "bf16 rows", BF16_MAX_RELATIVE_MAE, BF16_MIN_TOP1,

@@ -158,7 +158,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("out", "out", "path", "where artifacts are written (default: {default})", (CHECK,), default=DEFAULT_OUT, metavar="DIR",
            settings=True, field="out_dir"),
     Option("artifacts", "artifacts", "strlist", "comma-separated kinds or groups to build: default, modern, edge, all, "
-           "or kind names (default: default; README, \"Artifact groups\")", (CHECK,), default=_run_default("kinds"),
+           "or kind names (default: default; docs/reference/artifact-kinds.md)", (CHECK,), default=_run_default("kinds"),
            metavar="KINDS", settings=True, field="kinds", check=lambda value, source: known_kinds(value, f"{source}: artifacts")),
     *(_gate_row(o) for o in GATE_OPTIONS),
     Option("opset", "opset", "int", "ONNX opset (default: {default})", (CHECK,), default=_run_default("opset"), settings=True, field="opset"),
@@ -199,7 +199,7 @@ OPTIONS: tuple[Option, ...] = (
            "(default: {default}; 0: no limit)", (CHECK,), default=BUILD_TIMEOUT, metavar="SECONDS", settings=True, field="build_timeout"),
     Option("diagnose", "diagnose", "switch", "also build the per-layer error tables of passing int8 rows (failing rows always get them)",
            (CHECK,), field="diagnose"),
-    # diagnostics' cost (issue 15, docs/reports-and-diagnostics.md "Bounded cost"): raise for a thorough run
+    # diagnostics' cost (issue 15, docs/explanation/reports-and-diagnostics.md "Bounded cost"): raise for a thorough run
     Option("diagnostics-budget", "diagnostics_budget", "float", "share of a row's replay its batch-size, determinism and latency "
            "runs may cost, priced by eager's own time per image (default: {default}; a model at most 10 ms per image runs them all; 100: "
            "every check at full size, as before issue 15)", (CHECK,), default=_run_default("diagnostics_budget"), metavar="SHARE", settings=True,

@@ -2,7 +2,7 @@
 merged reports (JSON), history lines (JSON). The golden set's own files are read by
 :mod:`export_check.golden.reading`, which parses its JSON with :func:`load_json` here.
 
-Every limit is here, so that docs/trust-model.md can list them:
+Every limit is here, so that docs/explanation/trust-model.md can list them:
 
 - only a regular file is opened, non-blocking (a FIFO or a device is refused, never waited on), and
   read only up to its limit (``TOML_MAX_BYTES``, ``REPORT_MAX_BYTES``, ``HISTORY_MAX_BYTES``);

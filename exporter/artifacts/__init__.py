@@ -2,7 +2,7 @@
 the named groups ``--artifacts`` takes.
 
 Adding a kind is one module (``build`` and ``open_runner``), one row here (every fact about it:
-``base.KIND_FACTS``), its test and its line in the README's table; the build order, the groups, the
+``base.KIND_FACTS``), its test and its line in the table of docs/explanation/artifacts-and-gates.md; the build order, the groups, the
 build server's preloads, the cache key's package versions and the per-layer method are all read off
 the rows, and tests/unit/artifacts/test_kinds.py checks every row. Modules are named by string so that
 importing this table costs nothing (``export-check --help`` stays instant).

@@ -30,7 +30,7 @@ def arch_source_sha256(spec: str, root: Path | None = None) -> str:
 
     ``path/to/file.py:Factory`` hashes that file; ``package.module:Factory`` hashes the module's
     source as the import system would find it (from the current directory and ``root`` first).
-    Files the architecture imports in turn are not hashed: see docs/performance.md.
+    Files the architecture imports in turn are not hashed: see docs/explanation/performance.md.
     """
     module_part = spec.rpartition(":")[0]
     if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:

@@ -8,7 +8,7 @@ entry another run (a pytest-xdist worker, a fleet, a second CI job on the runner
 removed under it. A store or lookup that finds its folder unlinked meanwhile sees a miss.
 
 Why ``flock`` on the folders and not ``filelock``: the kernel drops the locks with a killed process,
-there is no lock file to follow through a planted link inside the cache (docs/trust-model.md,
+there is no lock file to follow through a planted link inside the cache (docs/explanation/trust-model.md,
 "nothing below the cache root reached through a link"), and it is how the golden folder is locked
 (exporter/golden/lock.py). One evictor at a time: an exclusive ``flock`` on the cache root; a run
 that finds another evicting leaves it to that one.

@@ -17,7 +17,7 @@ per-layer table an entry lacks, or holds at another threshold: then the files ar
 rows replayed), and ``restore_run`` puts the files in ``--out``. An entry records the hashes of
 the local source files imported when it was built and is a miss when one changed.
 
-Trust (docs/trust-model.md, "The artifact cache"): an entry is used only if its ``meta.json`` is
+Trust (docs/explanation/trust-model.md, "The artifact cache"): an entry is used only if its ``meta.json`` is
 sealed with this user's cache key (``secret``, ``sealed``), which binds the artifact's sha256 and
 size, the observation and the key inputs; anything else is "not written by this user's
 export-check" and rebuilt. A hit's artifact is copied into ``--out`` and the copy's bytes re-hashed
@@ -25,7 +25,7 @@ against the sealed sha256 before its observation is used. Nothing below the cach
 through a link (``nofollow``); storing removes only the file the entry's previous sealed
 ``meta.json`` named. A damaged or untrusted entry is left where it is (never deleted), rebuilt, and
 the rebuild is noted in the report. The cache is best effort: failing to write it only adds a
-note, it never fails a check. See docs/performance.md.
+note, it never fails a check. See docs/explanation/performance.md.
 
 Bounded (``prune``): a run holds a shared ``flock`` on every entry folder it looks up or stores until
 it is done, each hit touches its folder's mtime, and after a run stores, the least recently used

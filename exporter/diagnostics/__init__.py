@@ -6,7 +6,7 @@ from the replay's own outputs and timings); its records are ``measurements``' (b
 latency, per-layer tables, the eager self-check). Nothing here judges or words a finding: ``judge``
 turns the records into verdicts (its records live in ``results``), ``messages`` words them.
 
-Bounds, decided once here (and documented in docs/reports-and-diagnostics.md):
+Bounds, decided once here (and documented in docs/explanation/reports-and-diagnostics.md):
 
 * batch-size agreement: at every batch size ``b`` (1, an odd size, the main size, the whole probe
   in one batch), the artifact's outputs for the probe images must pass the row's own gate against

@@ -252,7 +252,7 @@ class Diagnoser:
             self.plan = plan_for(per_image, count, config.batch_size, len(golden), config.diagnostics_budget)
             self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.plan)
         self.sizes = self.plan.sizes
-        # said on every row: what the budget left out (docs/reports-and-diagnostics.md)
+        # said on every row: what the budget left out (docs/explanation/reports-and-diagnostics.md)
         self.scope: dict[str, Any] = {"budget": config.diagnostics_budget, "cut": self.plan.cut} if self.plan.cut else {}
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)"
                  + (" (bounded by --diagnostics-budget)" if self.plan.cut else ""))

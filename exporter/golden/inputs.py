@@ -26,7 +26,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 TENSOR_SUFFIX = ".npy"
 _MODES = {"RGB": 3, "L": 1}
 _INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
-# Memory bounds (docs/trust-model.md): a preprocessed input is at most MAX_SIDE on a side and
+# Memory bounds (docs/explanation/trust-model.md): a preprocessed input is at most MAX_SIDE on a side and
 # MAX_PIXELS in all (2048² RGB float32 is 48 MiB); a decoded image, and the resized image before its
 # crop, at most MAX_IMAGE_PIXELS (checked from the header, before decoding; a 16-bit image of that
 # size peaks near 0.5 GB while converted).

@@ -1,6 +1,6 @@
 """Bounded reading of a golden set's untrusted files: nothing hangs, nothing unbounded is read.
 
-Every limit a golden set is read under is here, so the docs (docs/trust-model.md) can list them:
+Every limit a golden set is read under is here, so the docs (docs/explanation/trust-model.md) can list them:
 
 - only regular files are opened, never through a symbolic link below the golden folder
   (:func:`export_check.files.open_beneath`), and opened non-blocking, so a FIFO cannot hang a run;

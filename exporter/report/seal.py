@@ -83,7 +83,8 @@ def reader_key() -> CacheKey:
 
     path = key_file_path()
     if not path.exists():
-        raise UsageError(f"no cache key at {path}; merge where the runs' key file is, or set {KEY_ENV} to it (README, \"CI matrices\")")
+        raise UsageError(f"no cache key at {path}; merge where the runs' key file is, or set {KEY_ENV} to it "
+                         "(docs/how-to/fleets.md, \"CI matrices\")")
     return load_key(default_cache_dir())
 
 

@@ -6,8 +6,11 @@ second line under each row instead, and the notes, checks and stage timings are 
 
 Where it is printed decides the :class:`Style` (:func:`style_for`): on a terminal, its width
 (``shutil.get_terminal_size``, so ``COLUMNS`` overrides) and every line fits it, reasons wrapped;
-elsewhere (a pipe, a CI log) the table fits ``DEFAULT_WIDTH`` columns and each reason stays on one
-line, so a log can be searched for it. Colour (the verdicts: pass green, fail red, the rest yellow)
+elsewhere (a pipe, a CI log) the table fits ``COLUMNS`` when it is set, and every line fits it too;
+without it, ``DEFAULT_WIDTH`` columns and each reason stays on one line, so a log can be searched for
+it. Each output of a passing row is listed under ``-v`` only; a failing run ends with its next steps
+(``next_steps``: the approve command, the settings that would change a verdict, the inputs whose
+top-1 changed, the documentation). Colour (the verdicts: pass green, fail red, the rest yellow)
 follows :func:`use_colour`: ``--color always/never`` > ``NO_COLOR`` > ``FORCE_COLOR`` > a terminal.
 """
 
@@ -24,6 +27,7 @@ from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..settings import settings_line
 from . import bounds
+from .next_steps import next_steps
 from .views import checks_description, diagnostic_lines, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
 
 DEFAULT_WIDTH = 100  # when the output is not a terminal
@@ -75,8 +79,10 @@ def style_for(stream: TextIO, colour: str = "auto", verbose: bool = False, envir
     isatty = getattr(stream, "isatty", None)
     tty = bool(isatty and isatty())
     width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if tty else _columns(os.environ if environ is None else environ)
-    return Style(width=max(MIN_WIDTH, width), colour=use_colour(colour, tty, os.environ if environ is None else environ),
-                 verbose=verbose, wrap=tty)
+    environ = os.environ if environ is None else environ
+    # free text is wrapped on a terminal, and wherever COLUMNS asks for a width: every line then fits it
+    return Style(width=max(MIN_WIDTH, width), colour=use_colour(colour, tty, environ), verbose=verbose,
+                 wrap=tty or environ.get("COLUMNS", "").isdigit())
 
 
 def _columns(environ: Mapping[str, str]) -> int:
@@ -216,7 +222,8 @@ def render(report: Report, style: Style | None = None) -> str:
         for row in problems:
             for reason in row.reasons:
                 out += _wrapped(f"{_STATUS[row.status]} {row.name}: {reason}", style, status=row.status)
-    per_output = [line for row in report.rows for line in output_lines(row)]
+    # each output of a passing row under -v only, so that a failing run's reasons stay on the first screen
+    per_output = [line for row in report.rows if style.verbose or row.status != PASS for line in output_lines(row)]
     extra = diagnostic_lines(report)
     if style.verbose:
         extra += [f"note {row.name}: {note}" for row in report.rows for note in row.notes if note not in row.concerns]
@@ -233,6 +240,11 @@ def render(report: Report, style: Style | None = None) -> str:
     verdict = "PASSED:" if report.passed else "FAILED:"
     out += _wrapped(f"{verdict} {report.counts_text()} in {report.seconds:.1f}s; artifacts in {report.out_dir}", style,
                     status=PASS if report.passed else FAIL)
+    steps = next_steps(report)  # a failing run ends with what to do about it
+    if steps:
+        out.append("")
+        for text in steps:
+            out += _wrapped(text, style)
     return "\n".join(out)
 
 

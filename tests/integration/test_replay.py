@@ -193,8 +193,8 @@ def test_a_multi_output_model_replays_without_torch(slim_python: Path, tmp_path:
             assert abs(bo["metrics"]["mae"] - to["metrics"]["mae"]) <= 1e-9
 
 
-def test_the_readmes_device_lab_workflow_runs_on_the_bundled_model(tmp_path: Path) -> None:
-    """The README's device-lab example: its YAML parsed, and every export-check command of its jobs run in
+def test_the_docs_device_lab_workflow_runs_on_the_bundled_model(tmp_path: Path) -> None:
+    """The device-lab example of docs/how-to/replay-on-device.md: its YAML parsed, and every export-check command of its jobs run in
     order (build, each target's replay with torch made unimportable, merge) in a copy of the repository."""
     import glob
     import re
@@ -202,7 +202,7 @@ def test_the_readmes_device_lab_workflow_runs_on_the_bundled_model(tmp_path: Pat
 
     import yaml
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "how-to" / "replay-on-device.md").read_text()
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if b.startswith("# device lab"))
     workflow = yaml.safe_load(block)
     project = tmp_path / "checkout"

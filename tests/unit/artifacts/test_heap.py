@@ -1,6 +1,6 @@
 """While a TorchScript runner is open, a large activation freed by one call is reused by the next one
 (no fresh, kernel-zeroed pages), and glibc's defaults come back when the last runner closes
-(exporter/artifacts/_heap.py; measured on ResNet-50 in docs/performance.md)."""
+(exporter/artifacts/_heap.py; measured on ResNet-50 in docs/explanation/performance.md)."""
 
 from __future__ import annotations
 

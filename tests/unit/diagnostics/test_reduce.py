@@ -138,5 +138,5 @@ def test_the_readme_shows_the_command_the_report_prints() -> None:
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    command = reproduce_command(Reduced(gate="", path="export-check-out/reduced/onnx-fp16.onnx", data="export-check-out/reduced/onnx-fp16.npz"))
-    assert command is not None and f"\n{command}\n" in readme
+    command = reproduce_command(Reduced(gate="", path="build/export-check/reduced/onnx-fp16.onnx", data="build/export-check/reduced/onnx-fp16.npz"))
+    assert command is not None and f"\n$ {command}\n" in readme  # a console block tests/integration/test_docs.py runs

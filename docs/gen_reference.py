@@ -1,0 +1,137 @@
+"""The reference tables of the documentation, generated from the code's own tables so they cannot go stale.
+
+An MkDocs hook (``hooks:`` in mkdocs.yml): a page holding ``<!-- generated: NAME -->`` gets the table
+NAME in its place when the site is built (``on_page_markdown``). The tables are read off
+
+* ``export_check.artifacts.KINDS`` and ``GROUPS``          -> ``kinds``, ``groups``
+* ``export_check.gates.GATE_METRICS``                      -> ``gate-metrics``
+* ``export_check.config.GATE_FAMILIES``                    -> ``gate-families``
+* ``export_check.options.OPTIONS``                         -> ``settings``, ``options`` (every command's)
+
+``python docs/gen_reference.py NAME`` prints one table (what tests/integration/test_docs.py checks
+against the code's tables too).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+MARKER = re.compile(r"<!-- generated: ([a-z-]+) -->")
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(items: Any) -> str:
+    return ", ".join(f"`{i}`" for i in items) or "–"
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def kinds() -> str:
+    from export_check.artifacts import KINDS
+    from export_check.config import FAMILIES
+
+    rows = [(f"`{k.name}`", f"`{k.suffix}`", f"`{k.family}` ({FAMILIES[k.family].default.describe()})", f"`{k.source}`" if k.source else "–",
+             k.runtime, _code(k.groups) if k.groups else "`all` only", _code(k.packages), k.layers or "none",
+             _code(k.options), "yes" if k.calibrated else "no", k.description) for k in KINDS]
+    return _table(("kind", "file", "gate family (default gate)", "built from", "runtime", "groups", "packages (cache key)",
+                   "per-layer method", "settings it reads", "calibrated", "what it is"), rows)
+
+
+def groups() -> str:
+    from export_check.artifacts import GROUPS
+
+    return _table(("group", "kinds"), [(f"`{g}`", _code(names)) for g, names in GROUPS.items()])
+
+
+def gate_metrics() -> str:
+    from export_check.gates import GATE_METRICS
+
+    rows = []
+    for m in GATE_METRICS:
+        options = ", ".join(f"`--{b.option}` {b.metavar}" for b in m.bounds)
+        families = "every family" if m.families == "all" else "int8, fp16, bf16 (`--int8-…`, `--fp16-…`, `--bf16-…`)"
+        rows.append((m.name, options, families, "yes" if m.at_batch_sizes else "no (the replay's values)", m.column or "–"))
+    return _table(("metric", "options (float family; other families prefix them)", "offered by", "judged at every batch size",
+                   "`-v` column"), rows)
+
+
+def gate_families() -> str:
+    from export_check.config import GATE_FAMILIES
+
+    rows = [(f"`{f.name}`", f.label, f"`{f.default.describe()}`", f"follows `{f.follows}`" if f.follows else
+             (", ".join(f"`--{o.name}`" for o in f.options) or "–"), f.layers, f"`{f.fix_hint}`") for f in GATE_FAMILIES]
+    return _table(("family", "rows", "default gate", "options", "per-layer tables", "a failing row suggests"), rows)
+
+
+def _default(option: Any) -> str:
+    value = option.default
+    if option.kind == "switch":
+        return "off"
+    if callable(value):
+        return "computed (see help)" if value.__name__ != "dict" else "`{}`"
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, tuple):
+        return _code(value)
+    return f"`{value:g}`" if isinstance(value, float) else f"`{value}`"
+
+
+def _flag(option: Any) -> str:
+    if option.positional:
+        return f"`{option.name.upper()}`"
+    flag = f"`--{option.name}`"
+    return f"`{option.short}`, {flag}" if option.short else flag
+
+
+def settings() -> str:
+    from export_check.options import OPTIONS
+
+    seen: set[str] = set()
+    rows = []
+    for o in OPTIONS:
+        if o.settings and o.name not in seen:
+            seen.add(o.name)
+            rows.append((f"`{o.name}`", o.kind, _default(o), ", ".join(f"`{c}`" for c in o.commands) or "settings only", o.help_text()))
+    return _table(("key", "type", "default", "commands that read it", "meaning"), rows)
+
+
+def options() -> str:
+    from export_check.options import COMMANDS, OPTIONS
+
+    parts = []
+    for command in COMMANDS:
+        rows = [(_flag(o), f"`{o.python}`", _default(o), "yes" if o.settings else "no", o.help_text()) for o in OPTIONS if command in o.commands]
+        parts.append(f"### `export-check {command}`\n\n" + _table(("option", "Python keyword", "default", "settings key", "meaning"), rows))
+    return "\n".join(parts)
+
+
+TABLES: dict[str, Callable[[], str]] = {"kinds": kinds, "groups": groups, "gate-metrics": gate_metrics, "gate-families": gate_families,
+                                        "settings": settings, "options": options}
+
+
+def expand(markdown: str) -> str:
+    """``markdown`` with every ``<!-- generated: NAME -->`` replaced by the table NAME (an unknown NAME is an error)."""
+    def table(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in TABLES:
+            raise ValueError(f"unknown generated table {name!r}; choose from {', '.join(TABLES)}")
+        return TABLES[name]()
+    return MARKER.sub(table, markdown)
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:  # the MkDocs hook
+    return expand(markdown)
+
+
+if __name__ == "__main__":
+    print(TABLES[sys.argv[1]]())
