@@ -139,4 +139,6 @@ def test_the_readme_shows_the_command_the_report_prints() -> None:
 
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     command = reproduce_command(Reduced(gate="", path="build/export-check/reduced/onnx-fp16.onnx", data="build/export-check/reduced/onnx-fp16.npz"))
-    assert command is not None and f"\n$ {command}\n" in readme  # a console block tests/integration/test_docs.py runs
+    page = (Path(__file__).resolve().parents[3] / "docs" / "explanation" / "groups-and-checks.md").read_text()
+    assert command is not None and f"\n$ {command}\n" in readme
+    assert f"\n$ {command}\n" in page  # where tests/integration/test_docs.py runs it, on the bundled model
