@@ -80,7 +80,8 @@ def test_cli_exit_code_for_a_baked_branch(branchy_setup, tmp_path: Path) -> None
     )
     assert result.returncode == 1, result.stdout + result.stderr
     # the verdict is the table's first column (exporter/report/text.py)
-    lines = {line.split()[1]: line for line in result.stdout.splitlines() if len(line.split()) > 1 and line.split()[1].startswith("torchscript")}
+    lines = {line.split()[1]: line for line in result.stdout.splitlines()
+             if len(line.split()) > 1 and line.split()[0] in ("PASS", "FAIL", "ERROR", "N/A") and line.split()[1].startswith("torchscript")}
     assert lines["torchscript-trace"].startswith("FAIL ")
     assert lines["torchscript-script"].startswith("PASS ")
     assert "FAILED: 2 passed, 1 failed, 0 errors" in result.stdout
