@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,13 +84,12 @@ def test_every_export_check_command_of_the_workflow_is_a_valid_invocation() -> N
 
 
 def _project_copy(tmp_path: Path) -> Path:
-    """The repository's bundled model, golden set and settings in a fresh folder, as a checkout would have them."""
-    project = tmp_path / "checkout"
-    project.mkdir()
-    for name in ("models", "golden"):
-        shutil.copytree(REPO / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "pyproject.toml", project / "pyproject.toml")
-    return project
+    """The repository's bundled model, golden set and settings in a fresh folder, as a checkout would have them
+    (docs/first_screen.py's copy, which the README's first screen runs in too)."""
+    sys.path.insert(0, str(REPO / "docs"))
+    import first_screen
+
+    return first_screen.project_copy(tmp_path)
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
