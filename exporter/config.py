@@ -164,12 +164,17 @@ class Thresholds:
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> Thresholds:
         """Gates from option values keyed by ``GateOption.name`` (absent or None: the default)."""
+        return cls().overlaid(values)
+
+    def overlaid(self, values: dict[str, Any]) -> Thresholds:
+        """These gates with the option values keyed by ``GateOption.name`` laid over them (absent or None: kept);
+        ``export-check judge`` lays the options given now over a report's gates."""
         gates = []
         for family in GATE_FAMILIES:
             source = FAMILIES[family.follows] if family.follows else family
             changes = {o.field: values[o.name] for o in source.options if values.get(o.name) is not None}
-            gates.append((family.name, family.default.replace(**changes)))
-        return cls(gates=tuple(gates))
+            gates.append((family.name, self.gate_for(family.name).replace(**changes)))
+        return Thresholds(gates=tuple(gates))
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> Thresholds:

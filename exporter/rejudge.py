@@ -25,7 +25,7 @@ from typing import Any
 
 from . import __version__
 from .cache.plain import from_plain
-from .config import GATE_FAMILIES, Thresholds
+from .config import Thresholds
 from .errors import UsageError
 from .files import FileInfo
 from .gates import missing_names
@@ -34,16 +34,6 @@ from .measurements import Observation
 from .results import GoldenSummary, Report
 
 FIX = "write it again with `export-check check --json PATH` (reports written before `export-check judge` existed hold no observations)"
-
-
-def changed_gates(recorded: Thresholds, values: dict[str, Any]) -> Thresholds:
-    """``recorded`` with the gate options given now (keyed by ``GateOption.name``; None: keep) laid over it."""
-    gates = []
-    for family in GATE_FAMILIES:
-        source = {f.name: f for f in GATE_FAMILIES}[family.follows] if family.follows else family
-        changes = {o.field: values[o.name] for o in source.options if values.get(o.name) is not None}
-        gates.append((family.name, recorded.gate_for(family.name).replace(**changes)))
-    return Thresholds(gates=tuple(gates))
 
 
 def _observations(data: dict[str, Any], where: str) -> list[Observation]:
@@ -81,7 +71,7 @@ def judge_data(data: dict[str, Any], where: str, values: dict[str, Any], strict:
         settings = dict(data.get("settings") or {})
         diagnose = bool(settings.get("diagnose", False))
         strict = bool(settings.get("strict", False)) if strict is None else strict
-        thresholds = changed_gates(recorded, values)
+        thresholds = recorded.overlaid(values)
         checkpoint = FileInfo(**{f.name: data["checkpoint"][f.name] for f in fields(FileInfo)})
         golden = _golden(data["golden"])
         notes = [str(n) for n in data.get("run_notes") or ()]
@@ -117,10 +107,10 @@ def as_json(report: Report) -> dict[str, Any]:
 
 def read_report(path: Path) -> dict[str, Any]:
     """A JSON report as ``merge`` reads one: bounded, sealed, parsed; a model's or a fleet's."""
-    from .fleet.merge import _read
+    from .fleet.merge import read_report as read
     from .report.seal import reader_key
 
-    return _read(path, functools.cache(reader_key))
+    return read(path, functools.cache(reader_key))
 
 
 def judge_report(path: Path, values: dict[str, Any], strict: bool | None = None) -> Any:

@@ -24,7 +24,8 @@ from .result import MISSING, FleetReport, ModelResult
 FLEET_SCHEMA, MODEL_SCHEMA = "export-check-fleet-report", "export-check-report"
 
 
-def _read(path: Path, key: Callable[[], CacheKey]) -> dict[str, Any]:
+def read_report(path: Path, key: Callable[[], CacheKey]) -> dict[str, Any]:
+    """A JSON report of export-check (a model's or a fleet's), its seal checked on the bytes, then parsed within bounds."""
     from ..parsing import REPORT_MAX_BYTES, load_json, read_text
 
     fix = "pass the JSON files written by export-check --json"
@@ -60,7 +61,7 @@ def merge(paths: Sequence[Path]) -> FleetReport:
     files: list[str] = []
     key = functools.cache(reader_key)  # read once, and only when a sealed report needs it
     for path in paths:
-        data = _read(path, key)
+        data = read_report(path, key)
         if data["schema"] == FLEET_SCHEMA and data.get("fleet_sha256"):
             fleets[data["fleet_sha256"]] = tuple(data.get("fleet_models") or ())
             files.append(str(data.get("fleet_file") or "checkpoints on the command line"))
