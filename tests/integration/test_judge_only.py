@@ -69,7 +69,7 @@ def test_judge_only_gives_a_fresh_runs_verdicts_under_a_tighter_gate_without_tor
     judged = _without_torch(*common, *TIGHT, "--judge-only", "--json", str(runs / "judged.json"))
     assert judged.returncode == 1, judged.stdout + judged.stderr
     _same_verdicts(_rows(runs / "fresh.json"), _rows(runs / "judged.json"))
-    assert "--judge-only: judged from the cache without a replay" in judged.stdout
+    assert "--judge-only: judged from the cache without a replay" in " ".join(judged.stdout.split())
 
 
 def test_judge_report_gives_a_fresh_runs_verdicts_without_torch(runs: Path) -> None:
@@ -77,7 +77,8 @@ def test_judge_report_gives_a_fresh_runs_verdicts_without_torch(runs: Path) -> N
     judged = _without_torch("judge", str(runs / "first.json"), *TIGHT, "--json", str(runs / "report-judged.json"))
     assert judged.returncode == 1, judged.stdout + judged.stderr
     _same_verdicts(_rows(runs / "fresh.json"), _rows(runs / "report-judged.json"))
-    assert "judged again from" in judged.stdout and "gates changed: float MAE<=1e-09" in judged.stdout
+    shown = " ".join(judged.stdout.split())  # lines wrap to COLUMNS where it is set
+    assert "judged again from" in shown and "gates changed: float MAE<=1e-09" in shown
     # with the report's own gates: its own verdicts, exit 0; and the judged report can be judged again
     again = _without_torch("judge", str(runs / "report-judged.json"), "--json", str(runs / "twice.json"))
     assert again.returncode == 1  # its gates are now the tight ones
@@ -91,7 +92,7 @@ def test_judge_report_gives_a_fresh_runs_verdicts_without_torch(runs: Path) -> N
 def test_judge_report_says_what_a_gate_needs_that_the_report_never_measured(runs: Path, capsys) -> None:
     # top-3 agreement was not measured by the first check (no gate asked for it): never passed, and said how to get it
     code = main(["judge", str(runs / "first.json"), "--min-topk", "0.5", "--top-k", "3", "--json", str(runs / "topk.json")])
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # lines wrap to COLUMNS where it is set
     assert code == 1
     rows = _rows(runs / "topk.json")
     assert rows["onnx"]["status"] == "fail" and "top-3 agreement was not measured for this output" in rows["onnx"]["reasons"]
