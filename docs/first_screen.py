@@ -36,9 +36,12 @@ def project_copy(into: Path) -> Path:
     return project
 
 
-def environment(cache: Path, columns: int = 100) -> dict[str, str]:
+def environment(cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EXPORT_CHECK_", "GITHUB_", "FORCE_COLOR", "NO_COLOR"))}
-    env.update(COLUMNS=str(columns), XDG_CACHE_HOME=str(cache), PYTHONHASHSEED="0")
+    # no COLUMNS: the tool then wraps nothing (a pipe, as a CI log) and screen() wraps the lines at 100 columns after the
+    # project's folder is made relative; a width set here would break a line inside that (longer) folder's path
+    env.pop("COLUMNS", None)
+    env.update(XDG_CACHE_HOME=str(cache), PYTHONHASHSEED="0")
     return env
 
 

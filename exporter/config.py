@@ -185,6 +185,15 @@ class Thresholds:
             raise UsageError(f"{where}: its gates cannot be read ({exc}); write it again with this export-check") from None
         return cls(gates=gates)
 
+    def loosen_keys(self, family: str) -> list[str]:
+        """The settings keys of the bounds ``family``'s gate sets: what a failing row's message says to loosen after review."""
+        found = FAMILIES.get(family)
+        if found is None:
+            return ["max-mae"]
+        source = FAMILIES[found.follows] if found.follows else found
+        bounds = set(self.gate_for(family).set_bounds())
+        return [o.name for o in source.options if o.field in bounds] or [k.strip() for k in found.fix_hint.split("/")]
+
     def with_gates(self, **gates: Gate) -> Thresholds:
         """These thresholds with some families' gates replaced: ``with_gates(float=Gate(max_mae=1e-4))``."""
         unknown = set(gates) - set(FAMILIES)

@@ -343,6 +343,10 @@ class Gate:
         """The bounds that gate (a bound at its unset value, min_top1=0, is no bound)."""
         return {k: v for k, v in self._bounds.items() if v != BOUNDS[k].unset}
 
+    def set_bounds(self) -> tuple[str, ...]:
+        """The keywords of the bounds that gate, in table order."""
+        return tuple(self._set())
+
     def replace(self, **changes: float | None) -> Gate:
         """This gate with some bounds changed (None: unset)."""
         return Gate(**{**self._bounds, **changes})

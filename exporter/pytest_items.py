@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .config import Thresholds
 from .pytest_session import REGEN_FLAG, Outcome, run_config, session_state
 
 if TYPE_CHECKING:
@@ -41,9 +42,7 @@ def _fix_hint(row: Row, checkpoint: str) -> str:
             f"to fix: if the new weights are intended, adopt their logits after review: `export-check golden approve "
             f"{checkpoint}` or `pytest {REGEN_FLAG}`; otherwise check the checkpoint and --arch"
         )
-    from .config import FAMILIES
-
-    key = FAMILIES[row.family].fix_hint
+    key = " / ".join(Thresholds().with_gates(**{row.family: row.gate}).loosen_keys(row.family))
     return (
         "to fix: the exported artifact drifts from the eager model, so regenerating the golden set does not change this; "
         f"fix the export, or after review loosen {key} in [tool.export-check]"

@@ -62,6 +62,15 @@ def pytest_configure(config: pytest.Config) -> None:
         assert REPO / "exporter" not in location.parents, f"tests imported exporter from the source tree: {location}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_terminal_width() -> None:
+    """pytest-xdist's workers set COLUMNS=80 and LINES=24; a CLI printing into a pipe wraps its lines to COLUMNS when it
+    is set (exporter/report/text.py). Every test, and every module-scoped fixture, runs as a CI log without it; the
+    tests of the terminal's width set it themselves."""
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
+
 @pytest.fixture(autouse=True)
 def private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test gets its own empty artifact cache (the CLI's default honours XDG_CACHE_HOME) and
@@ -71,6 +80,11 @@ def private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
     monkeypatch.delenv("EXPORT_CHECK_CACHE_KEY_FILE", raising=False)
+    # pytest-xdist's workers set COLUMNS=80 and LINES=24; a CLI printing into a pipe wraps its lines to COLUMNS when it is set
+    # (exporter/report/text.py), so every test runs as a CI log without it, whether xdist runs it or not. The tests of the
+    # terminal's width set it themselves.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     return folder / "export-check"
 
 

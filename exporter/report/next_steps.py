@@ -55,10 +55,9 @@ def approve_command(checkpoint: str, arch: str, golden: str, read_settings: bool
 
 
 def _setting_hint(row: Row) -> str:
-    from ..config import FAMILIES
+    from ..config import FAMILIES, Thresholds
 
-    family = FAMILIES.get(row.family)
-    keys = [k.strip() for k in (family.fix_hint if family else "max-mae").split("/")]
+    keys = Thresholds().with_gates(**{row.family: row.gate}).loosen_keys(row.family) if row.family in FAMILIES else ["max-mae"]
     settings = " / ".join(keys)
     flags = " / ".join(f"--{k}" for k in keys)
     return (f"next: {row.name} drifts from eager beyond its {row.family} gate ({row.gate.describe()}); approving a new golden set does "

@@ -223,7 +223,7 @@ def render(report: Report, style: Style | None = None) -> str:
             for reason in row.reasons:
                 out += _wrapped(f"{_STATUS[row.status]} {row.name}: {reason}", style, status=row.status)
     # each output of a passing row under -v only, so that a failing run's reasons stay on the first screen
-    per_output = [line for row in report.rows if style.verbose or row.status != PASS for line in output_lines(row)]
+    per_output = [line for row in report.rows for line in output_lines(row, each=style.verbose or row.status != PASS)]
     extra = diagnostic_lines(report)
     if style.verbose:
         extra += [f"note {row.name}: {note}" for row in report.rows for note in row.notes if note not in row.concerns]

@@ -80,10 +80,11 @@ def accuracy_text(m: Metrics | None) -> str:
     return f"{m.label_accuracy:.1%}" + ("" if drop is None else f" ({0.0 - drop:+.1f})".replace("-0.0", "+0.0"))
 
 
-def output_lines(row: Row) -> list[str]:
-    """One line per output of a model with several outputs (and the ones a setting left out)."""
+def output_lines(row: Row, each: bool = True) -> list[str]:
+    """One line per output of a model with several outputs (``each``), and the outputs a setting left out (always:
+    an output no row compares is never left unsaid)."""
     lines = []
-    for o in row.outputs:
+    for o in row.outputs if each else ():
         m = o.metrics
         agreement = "" if m.top1_agreement is None else f", {m.agreement} agreement {m.top1_agreement:.1%}"
         if m.label_accuracy is not None:
