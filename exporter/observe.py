@@ -97,7 +97,8 @@ class Replay:
     def _labels(self, output: str, start: int, n: int, keep: np.ndarray | None = None) -> np.ndarray | None:
         """The golden labels of ``output`` for samples ``start..start+n-1`` (those ``keep`` marks), when every sample
         of the set has one (golden/labels.py); else None (no accuracy counted). A ``logits`` output's labels are
-        one class per sample; a ``sequence-logits`` output's one per position, padded with -1 (no label)."""
+        one class per sample; a ``sequence-logits`` output's one per position, a shorter sample's padded with
+        ``compare.LABEL_PAD`` past its own labels."""
         if output not in self._all_labels:
             self._all_labels[output] = self._read_labels(output)
         found = self._all_labels[output]

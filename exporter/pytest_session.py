@@ -163,7 +163,7 @@ class _Session:
         from .fleet.result import USAGE, ModelResult
         from .report import json_report, write_text_atomic
 
-        report = None if outcome.report is None else json.loads(json_report.render(outcome.report))
+        report = None if outcome.report is None else json_report.as_data(outcome.report)
         name = _display_name(self.config, checkpoint)
         result = ModelResult(name=name, checkpoint=str(checkpoint), report=report, error=outcome.error,
                              error_kind=None if outcome.error is None else USAGE,

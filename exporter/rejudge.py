@@ -16,7 +16,6 @@ reads one: bounded, its seal checked before its JSON is parsed.
 from __future__ import annotations
 
 import functools
-import json
 import time
 from dataclasses import fields, replace
 from datetime import UTC, datetime
@@ -97,14 +96,6 @@ def judge_data(data: dict[str, Any], where: str, values: dict[str, Any], strict:
                   settings_files=settings_files, target=None if target is None else str(target), node_data=node_data)
 
 
-def as_json(report: Report) -> dict[str, Any]:
-    """A model's report as a fleet holds it: its JSON as written (non-finite numbers as null)."""
-    from .report.json_report import render
-
-    data: dict[str, Any] = json.loads(render(report))
-    return data
-
-
 def read_report(path: Path) -> dict[str, Any]:
     """A JSON report as ``merge`` reads one: bounded, sealed, parsed; a model's or a fleet's."""
     from .fleet.merge import read_report as read
@@ -122,6 +113,7 @@ def judge_report(path: Path, values: dict[str, Any], strict: bool | None = None)
     if data["schema"] != FLEET_SCHEMA:
         return judge_data(data, str(path), values, strict)
     from .fleet.result import FleetReport, ModelResult
+    from .report.json_report import as_data
 
     try:
         models = [ModelResult.from_json(m) for m in data["models"]]
@@ -131,6 +123,6 @@ def judge_report(path: Path, values: dict[str, Any], strict: bool | None = None)
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{path}: a damaged export-check fleet report (field {exc} missing or wrong); {FIX}") from None
     started = time.perf_counter()
-    judged = [model if model.report is None else replace(model, report=as_json(judge_data(model.report, f"{path} [{model.name}]", values, strict)))
+    judged = [model if model.report is None else replace(model, report=as_data(judge_data(model.report, f"{path} [{model.name}]", values, strict)))
               for model in models]
     return replace(fleet, models=tuple(judged), seconds=time.perf_counter() - started)

@@ -7,7 +7,6 @@ a bug in export-check its traceback too.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -39,7 +38,7 @@ def as_result(name: str, checkpoint: str, run: Callable[[], Any], named: Callabl
         return ModelResult(name=name, report=None, error=f"internal error: {type(exc).__name__}: {exc}", error_kind=INTERNAL,
                            seconds=time.perf_counter() - started, traceback=traceback.format_exc(), **common)
     # the data `--json` writes: what merge reads back, so a merged report equals the serial one
-    data = json.loads(json_report.render(report))
+    data = json_report.as_data(report)
     return ModelResult(name=name if named is None else named(report), report=data, seconds=time.perf_counter() - started, **common)
 
 

@@ -188,8 +188,9 @@ def tradeoff_chart(report: Report) -> str:
     A row with no point is named under the chart with the reason (never left out silently)."""
     width, height, x0, y0, right, top = 620, 300, 60, 260, 600, 40
     palette = colours(report)
-    points = [(row, p) for row in report.rows if not isinstance(p := tradeoff_point(row), str)]
-    missing = [(row.name, p) for row in report.rows if isinstance(p := tradeoff_point(row), str)]
+    found = [(row, tradeoff_point(row)) for row in report.rows]
+    points = [(row, p) for row, p in found if not isinstance(p, str)]
+    missing = [(row.name, p) for row, p in found if isinstance(p, str)]
     whats = sorted({p[2] for _, p in points})
     title = f"{' / '.join(whats) or 'accuracy'} (%) against latency (ms per image); circle area: file size"
     body = [f'<text x="0" y="14" font-weight="bold" font-size="12">{_e(title)}</text>']

@@ -39,5 +39,12 @@ def render(report: Report) -> str:
     return json.dumps(_finite(report.to_json()), indent=2, allow_nan=False) + "\n"
 
 
+def as_data(report: Report) -> dict[str, Any]:
+    """The report as the data ``--json`` writes (non-finite numbers as null): a fleet's model and the pytest session
+    report hold it, so what ``merge`` reads back equals what a run held."""
+    data: dict[str, Any] = json.loads(render(report))  # parsed back: lists, string keys, exactly what a reader of the file gets
+    return data
+
+
 def write(report: Report, path: Path) -> None:
     write_text_atomic(path, render(report))
