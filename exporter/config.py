@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -160,30 +160,51 @@ class Thresholds:
     """
 
     gates: tuple[tuple[str, Gate], ...] = tuple((f.name, f.default) for f in GATE_FAMILIES)
+    # Per output (settings: gate keys in [tool.export-check.outputs.NAME]): option values keyed by
+    # ``GateOption.name``, laid over each family's gate for that output only (``gate_for(family, output)``).
+    outputs: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
 
     @classmethod
-    def from_options(cls, values: dict[str, Any]) -> Thresholds:
-        """Gates from option values keyed by ``GateOption.name`` (absent or None: the default)."""
-        return cls().overlaid(values)
+    def from_options(cls, values: dict[str, Any], outputs: dict[str, dict[str, float]] | None = None) -> Thresholds:
+        """Gates from option values keyed by ``GateOption.name`` (absent or None: the default), and the
+        gate values set per output (``{"boxes": {"max-mae": 1e-4}}``).
+
+        >>> t = Thresholds.from_options({}, {"boxes": {"int8-max-relative-mae": 0.1}})
+        >>> t.gate_for("int8", "boxes").describe(), t.gate_for("int8", "scores").describe()
+        ('relMAE<=10% & top1>=98%', 'relMAE<=5% & top1>=98%')
+        """
+        made = cls().overlaid(values)
+        return replace(made, outputs=tuple((name, tuple(sorted(v.items()))) for name, v in sorted((outputs or {}).items()) if v))
+
+    @staticmethod
+    def _changes(family: GateFamily, values: dict[str, Any]) -> dict[str, Any]:
+        source = FAMILIES[family.follows] if family.follows else family
+        return {o.field: values[o.name] for o in source.options if values.get(o.name) is not None}
 
     def overlaid(self, values: dict[str, Any]) -> Thresholds:
         """These gates with the option values keyed by ``GateOption.name`` laid over them (absent or None: kept);
-        ``export-check judge`` lays the options given now over a report's gates."""
-        gates = []
-        for family in GATE_FAMILIES:
-            source = FAMILIES[family.follows] if family.follows else family
-            changes = {o.field: values[o.name] for o in source.options if values.get(o.name) is not None}
-            gates.append((family.name, self.gate_for(family.name).replace(**changes)))
-        return Thresholds(gates=tuple(gates))
+        ``export-check judge`` lays the options given now over a report's gates. A value set for one output
+        (settings) stays that output's: it is the more specific."""
+        gates = [(family.name, self.gate_for(family.name).replace(**self._changes(family, values))) for family in GATE_FAMILIES]
+        return Thresholds(gates=tuple(gates), outputs=self.outputs)
+
+    def output_values(self, output: str) -> dict[str, float]:
+        """The gate values set for this one output (settings), keyed by option name; empty when none are."""
+        return dict(dict(self.outputs).get(output, ()))
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> Thresholds:
         """The thresholds a report or bundle recorded (``to_json``); one UsageError line naming ``where`` otherwise."""
         try:
             gates = tuple((f.name, Gate(**{k: v for k, v in data[f.name].items() if k in BOUNDS})) for f in GATE_FAMILIES)
-        except (KeyError, TypeError, AttributeError, UsageError) as exc:
+            per_output = data.get("outputs") or {}
+            known = {o.name for o in GATE_OPTIONS}
+            if not isinstance(per_output, dict) or not all(isinstance(v, dict) and set(v) <= known for v in per_output.values()):
+                raise TypeError("its per-output gates are not a table of gate options per output")
+            outputs = tuple((str(name), tuple(sorted((k, float(x)) for k, x in v.items()))) for name, v in sorted(per_output.items()) if v)
+        except (KeyError, TypeError, ValueError, AttributeError, UsageError) as exc:
             raise UsageError(f"{where}: its gates cannot be read ({exc}); write it again with this export-check") from None
-        return cls(gates=gates)
+        return cls(gates=gates, outputs=outputs)
 
     def loosen_keys(self, family: str) -> list[str]:
         """The settings keys of the bounds ``family``'s gate sets: what a failing row's message says to loosen after review."""
@@ -199,15 +220,22 @@ class Thresholds:
         unknown = set(gates) - set(FAMILIES)
         if unknown:
             raise UsageError(f"unknown gate family {', '.join(sorted(unknown))}; choose from {', '.join(FAMILIES)}")
-        return Thresholds(gates=tuple((name, gates.get(name, gate)) for name, gate in self.gates))
+        return Thresholds(gates=tuple((name, gates.get(name, gate)) for name, gate in self.gates), outputs=self.outputs)
 
     @property
     def reference_mae(self) -> float:
         gate = self.gate_for("float")
         return gate.max_mae if gate.max_mae is not None else gate.mae_bound(1.0)
 
-    def gate_for(self, family: str) -> Gate:
-        return dict(self.gates)[family]
+    def gate_for(self, family: str, output: str | None = None) -> Gate:
+        """``family``'s gate; for ``output``, with the values set for that output laid over it."""
+        gate = dict(self.gates)[family]
+        values = self.output_values(output) if output is not None and self.outputs else {}
+        return gate.replace(**self._changes(FAMILIES[family], values)) if values else gate
+
+    def all_gates(self) -> tuple[Gate, ...]:
+        """Every gate some row or output may be judged by: each family's, and each family's for each output with values of its own."""
+        return tuple(dict.fromkeys([g for _, g in self.gates] + [self.gate_for(f, o) for f, _ in self.gates for o, _ in self.outputs]))
 
     def tolerances(self) -> tuple[tuple[float, float], ...]:
         """Every ``(atol, rtol)`` pair some family's gate tests: what the replay counts per output
@@ -216,12 +244,12 @@ class Thresholds:
         >>> Thresholds.from_options({"atol": 1e-4, "int8-rtol": 0.1}).tolerances()
         ((0.0001, 0.0), (0.0, 0.1))
         """
-        pairs = (gate.tolerance for _, gate in self.gates)
+        pairs = (gate.tolerance for gate in self.all_gates())
         return tuple(dict.fromkeys(p for p in pairs if p is not None))
 
     def top_ks(self) -> tuple[int, ...]:
         """Every k some family's top-k agreement gate asks for: what the replay counts per logits output."""
-        return tuple(dict.fromkeys(k for _, gate in self.gates if (k := top_k_of(gate)) is not None))
+        return tuple(dict.fromkeys(k for gate in self.all_gates() if (k := top_k_of(gate)) is not None))
 
     def described(self) -> tuple[tuple[GateFamily, str], ...]:
         """(family, its gate described) for every family, in table order: what the reports show."""
@@ -230,6 +258,8 @@ class Thresholds:
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {name: gate.to_json() for name, gate in sorted(self.gates)}
         data["reference_mae"] = self.reference_mae
+        if self.outputs:
+            data["outputs"] = {name: dict(values) for name, values in self.outputs}
         return data
 
 

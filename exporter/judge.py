@@ -13,6 +13,7 @@ observer asks :func:`wants_layers` whether a per-layer table is worth measuring 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -48,8 +49,24 @@ def metric_missing(obs: Observation, thresholds: Thresholds) -> bool:
     pair not counted, a metric measured by no earlier version): it is measured again, never passed."""
     if obs.metrics is None:
         return False
-    gate = thresholds.gate_for(obs.family)
-    return any(gates.missing(m, gate) for m in (obs.metrics, *(m for _, m in obs.outputs)))
+    return gates.missing(obs.metrics, thresholds.gate_for(obs.family, _sole(obs))) or any(
+        gates.missing(m, thresholds.gate_for(obs.family, name)) for name, m in obs.outputs)
+
+
+GateOf = Callable[[str | None], Gate]  # a row's gate for one output (None: the row's own), settings' per-output values laid over it
+
+
+def _sole(obs: Observation) -> str | None:
+    """The name of a row's only compared output (its gate is the row's), None when it has several or none named."""
+    return obs.outputs[0][0] if len(obs.outputs) == 1 else None
+
+
+def gate_of(thresholds: Thresholds, family: str, noise: EagerSelfCheck | None = None) -> GateOf:
+    """``family``'s gate for each output (``Thresholds.gate_for``), widened by a noisy eager's own noise."""
+    def of(output: str | None) -> Gate:
+        gate = thresholds.gate_for(family, output)
+        return gates.with_noise(gate, noise) if noise is not None else gate
+    return of
 
 
 def _size_gate(gate: Gate, images: int) -> Gate:
@@ -147,7 +164,7 @@ def reference_mae(thresholds: Thresholds) -> float:
     return thresholds.reference_mae
 
 
-def _checks(obs: Observation, measured: Measured, gate: Gate, thresholds: Thresholds,
+def _checks(obs: Observation, measured: Measured, gate_for: GateOf, thresholds: Thresholds,
             eager_noisy: bool = False) -> tuple[ShapeCheck | None, Rerun | None]:
     shapes = rerun = None
     if measured.sizes is not None:
@@ -161,6 +178,7 @@ def _checks(obs: Observation, measured: Measured, gate: Gate, thresholds: Thresh
         for name, output_runs in ((first, runs), *more):
             metrics = replayed.get(name, obs.metrics if name == first else None)
             scale = metrics.reference_mean_abs if metrics is not None else max((r.reference_mean_abs or 0.0 for r in output_runs), default=0.0)
+            gate = gate_for(name if obs.outputs else None)
             bounds[name] = gate.mae_bound(scale)
             found = shape_reasons(output_runs, main, gate, bounds[name], obs.family, replayed=obs.metrics is not None)
             reasons += tuple(f"{name}: {r}" for r in found) if more else found
@@ -174,12 +192,13 @@ def _checks(obs: Observation, measured: Measured, gate: Gate, thresholds: Thresh
 
 
 def _status_before_layers(obs: Observation, thresholds: Thresholds) -> str:
-    gate = thresholds.gate_for(obs.family)
+    gate_for = gate_of(thresholds, obs.family)
     if obs.error is not None or obs.metrics is None or (obs.diagnostics is not None and obs.diagnostics.error):
         return ERROR
-    reasons = gate_reasons(obs.metrics, gate)
+    outputs = judge_outputs(obs, gate_for)
+    reasons = gate_reasons(obs.metrics, gate_for(_sole(obs))) if not outputs else tuple(r for o in outputs for r in o.reasons)
     if obs.diagnostics is not None:
-        shapes, rerun = _checks(obs, obs.diagnostics, gate, thresholds)
+        shapes, rerun = _checks(obs, obs.diagnostics, gate_for, thresholds)
         reasons += (shapes.reasons if shapes else ()) + (rerun.reasons if rerun else ())
     return FAIL if reasons else PASS
 
@@ -279,14 +298,16 @@ def noisy(check: EagerSelfCheck | None, bound: float) -> bool:
 
 
 def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
-    gate = thresholds.gate_for(EAGER)
+    gate_for = gate_of(thresholds, EAGER)
+    gate = gate_for(None)
     common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
                               "notes": obs.notes, "cache": obs.cache, "details": obs.details}
     if obs.error or obs.metrics is None:
         return Row(status=FAIL, metrics=None, reasons=(obs.error or "no metrics",), **common)
-    outputs = judge_outputs(obs, gate)
+    outputs = judge_outputs(obs, gate_for)
     common["outputs"], common["not_compared"] = outputs, obs.not_compared
-    reasons = gate_reasons(obs.metrics, gate) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
+    common["notes"] = obs.notes + own_gate_notes(obs, thresholds, gate_for)
+    reasons = gate_reasons(obs.metrics, gate_for(_sole(obs))) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
     details = dict(obs.details)
     recorded, checked = details.get("recorded_batch_size"), details.get("checked_batch_size")
     batch_dependent = obs.diagnostics is not None and bool(_moving_runs(obs.diagnostics, reference_mae(thresholds)))
@@ -310,10 +331,16 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
                                   notes=moves + eager_check_notes(m.eager_check, rerun_bound(thresholds)) + measured_notes(m)
                                         + recording_notes(details),
                                   seconds=m.seconds, eager_check=m.eager_check)
-    return Row(status=FAIL if reasons else PASS, metrics=headline(obs, outputs, gate), reasons=reasons, diagnostics=diagnostics, **common)
+    return Row(status=FAIL if reasons else PASS, metrics=headline(obs, outputs, gate_for), reasons=reasons, diagnostics=diagnostics, **common)
 
 
-def headline(obs: Observation, outputs: tuple[OutputRow, ...], gate: Gate) -> Metrics | None:
+def own_gate_notes(obs: Observation, thresholds: Thresholds, gate_for: GateOf) -> tuple[str, ...]:
+    """One note per compared output judged by a gate of its own (settings ``[outputs.NAME]``), saying that gate."""
+    return tuple(f"{name} is judged by its own gate {gate_for(name).describe()} (settings: outputs.{name})"
+                 for name, _ in obs.outputs if thresholds.output_values(name) and gate_for(name) != gate_for(None))
+
+
+def headline(obs: Observation, outputs: tuple[OutputRow, ...], gate_for: GateOf) -> Metrics | None:
     """A row's figures: with several compared outputs, the worst one's, named (``Metrics.output``): a
     failing output before a passing one, then the furthest past (or nearest to) its MAE bound. So the
     table, the JSON's ``metrics`` and ``--history`` never show a failing row as 0."""
@@ -322,7 +349,7 @@ def headline(obs: Observation, outputs: tuple[OutputRow, ...], gate: Gate) -> Me
 
     def worst(row: OutputRow) -> tuple[bool, float]:
         m = row.metrics
-        bound = gate.mae_bound(m.reference_mean_abs)
+        bound = gate_for(row.name).mae_bound(m.reference_mean_abs)
         ratio = m.mae / bound if bound > 0 else (0.0 if m.mae == 0 else math.inf)
         return row.status == FAIL, ratio if not math.isnan(ratio) else math.inf
 
@@ -330,13 +357,13 @@ def headline(obs: Observation, outputs: tuple[OutputRow, ...], gate: Gate) -> Me
     return replace(chosen.metrics, output=chosen.name)
 
 
-def judge_outputs(obs: Observation, gate: Gate) -> tuple[OutputRow, ...]:
-    """Each compared output of a model with several, against the row's gate (empty for one output)."""
+def judge_outputs(obs: Observation, gate_for: GateOf) -> tuple[OutputRow, ...]:
+    """Each compared output of a model with several, against its gate (the row's, or its own: settings); empty for one output."""
     if len(obs.outputs) < 2:
         return ()
     judged = []
     for name, metrics in obs.outputs:
-        reasons = gate_reasons(metrics, gate)
+        reasons = gate_reasons(metrics, gate_for(name))
         judged.append(OutputRow(name=name, status=FAIL if reasons else PASS, metrics=metrics, reasons=reasons))
     return tuple(judged)
 
@@ -348,9 +375,10 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     stateful one leaves nothing to compare with)."""
     if obs.family == EAGER:
         return _eager_row(obs, thresholds)
-    gate = thresholds.gate_for(obs.family)
     bound = rerun_bound(thresholds)
     noise = eager_check if noisy(eager_check, bound) else None
+    gate_for = gate_of(thresholds, obs.family)
+    gate = gate_for(None)
     common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
                               "build_seconds": obs.build_seconds, "details": obs.details, "notes": obs.notes, "artifact": obs.artifact,
                               "cache": obs.cache}
@@ -367,30 +395,32 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
         m = obs.diagnostics
         if m is not None and m.error is None and m.sizes is not None:
             # the replay failed on some batch; if the batch-size check says why, it is the artifact's verdict
-            shapes, _ = _checks(obs, m, gate, thresholds)
+            shapes, _ = _checks(obs, m, gate_for, thresholds)
             if shapes is not None and shapes.reasons:
                 return Row(status=FAIL, metrics=None, reasons=reasons + shapes.reasons, replay_seconds=obs.replay_seconds,
                            diagnostics=Diagnostics(shapes=shapes, latency=m.latency, notes=measured_notes(m), seconds=m.seconds), **common)
         return Row(status=ERROR, metrics=None, reasons=reasons, **common)
     if noise is not None:
-        gate = gates.with_noise(gate, noise)
+        gate_for = gate_of(thresholds, obs.family, noise)
+        gate = gate_for(None)
         common["gate"] = gate
         common["notes"] = obs.notes + (f"judged against a non-deterministic eager model: the gate allows twice its own "
                                        f"run-to-run noise (MAE {noise.mae:.3g}): {gate.describe()}",)
-    outputs = judge_outputs(obs, gate)
+    common["notes"] = common["notes"] + own_gate_notes(obs, thresholds, gate_for)
+    outputs = judge_outputs(obs, gate_for)
     common["outputs"], common["not_compared"] = outputs, obs.not_compared
-    reasons = gate_reasons(obs.metrics, gate) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
+    reasons = gate_reasons(obs.metrics, gate_for(_sole(obs))) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
     status = FAIL if reasons else PASS
     m = obs.diagnostics
     calibrated = calibration_notes(dict(obs.details))  # said in every view
     if m is None or m.error is not None:
         common["notes"] = calibrated + common["notes"]
     if m is None:
-        return Row(status=status, metrics=headline(obs, outputs, gate), reasons=reasons, replay_seconds=obs.replay_seconds, **common)
+        return Row(status=status, metrics=headline(obs, outputs, gate_for), reasons=reasons, replay_seconds=obs.replay_seconds, **common)
     if m.error is not None:
-        return Row(status=ERROR, metrics=headline(obs, outputs, gate), reasons=reasons + (m.error,), replay_seconds=obs.replay_seconds,
+        return Row(status=ERROR, metrics=headline(obs, outputs, gate_for), reasons=reasons + (m.error,), replay_seconds=obs.replay_seconds,
                    **common)
-    shapes, rerun = _checks(obs, m, gate, thresholds, eager_noisy=noise is not None)
+    shapes, rerun = _checks(obs, m, gate_for, thresholds, eager_noisy=noise is not None)
     found = (shapes.reasons if shapes else ()) + (rerun.reasons if rerun else ())
     status = FAIL if found else status
     layers = m.layers if wants_layers(obs, thresholds, diagnose) else None
@@ -403,7 +433,7 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     notes = calibrated + measured_notes(m) + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
     diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds,
                               reduced=reduced)
-    return Row(status=status, metrics=headline(obs, outputs, gate), reasons=reasons + found, replay_seconds=obs.replay_seconds,
+    return Row(status=status, metrics=headline(obs, outputs, gate_for), reasons=reasons + found, replay_seconds=obs.replay_seconds,
                diagnostics=diagnostics, **common)
 
 

@@ -241,8 +241,9 @@ OPTIONS: tuple[Option, ...] = (
            "dynamic-axes, keyword (a format-2 golden set records them)", (), settings=True,
            check=lambda value, source: parse_signature_settings(value, None, source)),
     Option("outputs", "outputs", "table", "per model output, [tool.export-check.outputs.NAME]: batch-axis, kind, class-axis, "
-           "dynamic-axes, compare (a format-2 golden set records them)", (), settings=True,
-           check=lambda value, source: parse_signature_settings(None, value, source)),
+           "dynamic-axes, compare (a format-2 golden set records them), and any gate setting for that output alone "
+           "(max-mae, int8-max-relative-mae, ...)", (), settings=True,
+           check=lambda value, source: parse_signature_settings(None, split_output_gates(value, source)[0], source)),
     # golden verify
     Option("golden_dir", "golden_dir", "path", "golden set (default: golden in [tool.export-check] of ./pyproject.toml, else {default})",
            (VERIFY,), default=DEFAULT_GOLDEN, metavar="DIR", positional=True, nargs="?"),
@@ -380,6 +381,35 @@ def overlay(command: str, explicit: Mapping[str, Any], settings: Mapping[str, An
     return values
 
 
+def split_output_gates(outputs: Any, source: str) -> tuple[Any, dict[str, dict[str, float]]]:
+    """A settings file's ``outputs`` tables split in two: what the signature reads (``signature.parse_signature_settings``)
+    and the gate settings given for one output (``[tool.export-check.outputs.boxes] max-mae = 1e-4``), checked as the
+    same keys are in ``[tool.export-check]``; each problem is one line naming the file and the key.
+
+    >>> split_output_gates({"boxes": {"kind": "values", "max-mae": 1e-4}}, "p.toml")
+    ({'boxes': {'kind': 'values'}}, {'boxes': {'max-mae': 0.0001}})
+    """
+    if not isinstance(outputs, Mapping):
+        return outputs, {}  # not a table of tables: the signature's parser says so
+    rows = {o.name: o for o in OPTIONS if o.gate is not None}
+    rest: dict[str, Any] = {}
+    gates: dict[str, dict[str, float]] = {}
+    for name, table in outputs.items():
+        if not isinstance(table, Mapping):
+            rest[name] = table
+            continue
+        rest[name] = {k: v for k, v in table.items() if k not in rows}
+        own = {k: coerce(v, rows[k].kind, None, f"{source}: outputs.{name}.{k}") for k, v in table.items() if k in rows}
+        for key, value in own.items():
+            try:
+                Thresholds.from_options({key: value})
+            except UsageError as exc:
+                raise UsageError(f"{source}: outputs.{name}.{key}: {exc}") from None
+        if own:
+            gates[str(name)] = own
+    return rest, gates
+
+
 def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     """The RunConfig of overlaid ``check`` values: each row with a ``field`` sets it; the gate rows
     set the thresholds; ``no-cache`` drops the cache."""
@@ -392,7 +422,7 @@ def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     config["kinds"] = resolve_kinds(config["kinds"])  # group names (default, modern, edge, all) as their kinds
     if values.get("no_cache"):
         config["cache_dir"] = None
-    thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate})
+    thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate}, values.get("output_gates"))
     return RunConfig(**config, arch_root=values["arch_root"], thresholds=thresholds,
                      signature_settings=values.get("signature_settings") or SignatureSettings(),
                      settings_files=tuple(values.get("settings_files", ())))

@@ -47,8 +47,8 @@ def _observations(data: dict[str, Any], where: str) -> list[Observation]:
 
 def lacking(obs: Observation, thresholds: Thresholds) -> tuple[str, ...]:
     """What ``obs`` lacks for ``thresholds``: the gated values it never measured, else the per-layer table a failing row gets."""
-    gate = thresholds.gate_for(obs.family)
-    names = {n for m in (obs.metrics, *(m for _, m in obs.outputs)) if m is not None for n in missing_names(m, gate)}
+    pairs = ((None, obs.metrics), *obs.outputs)
+    names = {n for name, m in pairs if m is not None for n in missing_names(m, thresholds.gate_for(obs.family, name))}
     if names:
         return tuple(sorted(names))
     return ("the reduced subgraph of a failing ONNX row",) if reduction_missing(obs, thresholds) else ("the per-layer table of a failing row",)

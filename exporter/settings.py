@@ -29,7 +29,7 @@ from typing import Any
 from .config import RunConfig
 from .errors import UsageError
 from .option_values import coerce
-from .options import CHECK, SETTINGS, overlay, to_run_config
+from .options import CHECK, SETTINGS, overlay, split_output_gates, to_run_config
 from .signature import SignatureSettings, parse_signature_settings
 
 TABLE = "export-check"
@@ -188,7 +188,13 @@ def load_settings(checkpoint: Path, config: Path | None, start: Path | None = No
 
 def signature_settings(settings: Mapping[str, Any]) -> SignatureSettings:
     """The ``model-inputs`` and ``outputs`` tables of the settings read (validated when they were read)."""
-    return parse_signature_settings(settings.get("model_inputs"), settings.get("outputs"), str(settings.get("_source", "settings")))
+    source = str(settings.get("_source", "settings"))
+    return parse_signature_settings(settings.get("model_inputs"), split_output_gates(settings.get("outputs"), source)[0], source)
+
+
+def output_gates(settings: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """The gate settings given for single outputs (``[tool.export-check.outputs.NAME]``), keyed by output, then option name."""
+    return split_output_gates(settings.get("outputs"), str(settings.get("_source", "settings")))[1]
 
 
 def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | None = None,
@@ -202,6 +208,7 @@ def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | 
     values = overlay(CHECK, explicit, settings, None if default_out is None else {"out": default_out})
     _need_arch(values, settings)
     values["signature_settings"] = signature_settings(settings)
+    values["output_gates"] = output_gates(settings)
     values["settings_files"] = (*also_read, *settings_files(settings))
     return to_run_config(values), settings
 

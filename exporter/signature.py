@@ -213,7 +213,8 @@ def parse_signature_settings(inputs: Any, outputs: Any, source: str) -> Signatur
                     raise UsageError(f"{where}.compare must be true or false, got {value!r}")
                 entry["compared"] = value
             else:
-                raise UsageError(f"{where}: unknown key {key!r}; known keys: batch-axis, kind, class-axis, dynamic-axes, compare")
+                raise UsageError(f"{where}: unknown key {key!r}; known keys: batch-axis, kind, class-axis, dynamic-axes, compare, "
+                                 "and the gate settings of [tool.export-check] (max-mae, int8-max-relative-mae, ...)")
         parsed_out[name] = entry
     return SignatureSettings(inputs=parsed_in, outputs=parsed_out)
 
