@@ -137,6 +137,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
             print(f"recorded {len(recorded)} inputs and their reference logits {recorded.reference_shape} into {golden_dir}")
         else:
             print(f"recorded {len(recorded)} inputs and their reference {lifecycle.describe_outputs(recorded)} into {golden_dir}")
+            print(lifecycle.describe_kinds(recorded, params.signature))
         from .config import Thresholds
         from .gates import small_set_notes
         from .options import OPTIONS

@@ -112,12 +112,41 @@ def flatten_outputs(out: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def default_kind(ndim: int, dtype: str) -> str:
+def default_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False) -> str:
     """What agreement means for an output nobody described: a 2-D float output is logits (top-1 per
-    sample), a 3-D float output sequence logits (argmax per position), anything else values."""
-    if not dtype.startswith("float"):
+    sample), a 3-D float output sequence logits (argmax per position), anything else values. An argmax
+    over one class (``classes``: the last axis' size), or over an embedding (``unit_norm``: every sample's
+    last axis has L2 norm 1 and is not a probability distribution), means nothing: those are values.
+
+    >>> default_kind(2, "float32", classes=1), default_kind(2, "float32", unit_norm=True), default_kind(3, "float32")
+    ('values', 'values', 'sequence-logits')
+    """
+    if not dtype.startswith("float") or classes < 2 or unit_norm:
         return "values"
     return {2: "logits", 3: "sequence-logits"}.get(ndim, "values")
+
+
+def kind_said(spec: OutputSpec, shape: tuple[int, ...], dtype: str, from_settings: bool) -> str:
+    """How ``golden record`` names one output's kind and where it came from (``shape``: per sample, without the batch axis).
+
+    >>> kind_said(OutputSpec("embedding", kind="values"), (16,), "float32", False)
+    'embedding values (default: each sample has L2 norm 1, an embedding: judged by its error)'
+    """
+    if from_settings:
+        why = "settings"
+    elif spec.kind == "logits":
+        why = "default for a 2-D float output: top-1 per sample is gated"
+    elif spec.kind == "sequence-logits":
+        why = "default for a 3-D float output: the argmax per position is gated"
+    elif not dtype.startswith("float"):
+        why = f"default for a {dtype} output: judged by its error"
+    elif len(shape) in (1, 2) and shape and shape[-1] == 1:
+        why = "default: one value per sample (per position): judged by its error"
+    elif len(shape) in (1, 2):
+        why = "default: each sample has L2 norm 1, an embedding: judged by its error"
+    else:
+        why = f"default for a {len(shape) + 1}-D output: judged by its error"
+    return f"{spec.name} {spec.kind} ({why})"
 
 
 def _axes(value: Any, where: str) -> tuple[tuple[int, str], ...]:

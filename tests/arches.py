@@ -185,3 +185,20 @@ class StringOutputNet(TupleOutputNet):
 
     def forward(self, x: torch.Tensor):  # type: ignore[override]
         return {"logits": super().forward(x)[0], "label": "cat"}
+
+
+class HeadsNet(nn.Module):
+    """Four heads that default to different kinds: class scores, their (confident) softmax, an L2-normalised embedding, one value per sample."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(12, 16)
+        self.cls = nn.Linear(16, 3)
+        self.embed = nn.Linear(16, 8)
+        self.score = nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = torch.relu(self.body(x))
+        logits = self.cls(h)
+        return {"logits": logits, "probs": torch.softmax(40 * logits, dim=-1),
+                "embedding": nn.functional.normalize(self.embed(h), dim=-1), "score": self.score(h)}

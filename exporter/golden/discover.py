@@ -232,7 +232,8 @@ def run_outputs(
         if existing is not None and name in existing.output_names:
             base = existing.output(name)
         else:
-            base = OutputSpec(name=name, kind=default_kind(first.ndim, dtype))
+            arrays = [out[name] for _, _, _, out in runs]
+            base = OutputSpec(name=name, kind=default_kind(first.ndim, dtype, int(first.shape[-1]) if first.ndim else 0, unit_norm(arrays)))
         spec = settings.apply_output(base)
         checked = [(n, out[name]) for _, n, _, out in runs] + [(n, out[name]) for n, out in probes]
         failing = [(n, a) for n, a in checked if a.ndim <= spec.batch_axis or a.shape[spec.batch_axis] != n]
@@ -268,6 +269,28 @@ def run_outputs(
         specs.append(spec)
         reference[name] = values
     return tuple(specs), reference
+
+
+UNIT_NORM_TOLERANCE = 1e-3
+
+
+def unit_norm(arrays: Sequence[np.ndarray]) -> bool:
+    """Whether every sample (and position) of a float output has L2 norm 1 along its last axis and is not a probability
+    distribution (a confident softmax has L2 norm near 1 too): an embedding, which no class axis describes.
+
+    >>> v = np.array([[0.6, -0.8], [1.0, 0.0]], dtype=np.float32)
+    >>> unit_norm([v]), unit_norm([np.array([[0.9995, 0.0005]], dtype=np.float32)]), unit_norm([2 * v])
+    (True, False, False)
+    """
+    if not arrays or any(a.dtype.kind != "f" or a.ndim < 2 or a.shape[-1] < 2 or not np.all(np.isfinite(a)) for a in arrays):
+        return False
+    for a in arrays:
+        values = a.astype(np.float64)
+        if not np.allclose(np.linalg.norm(values, axis=-1), 1.0, rtol=0, atol=UNIT_NORM_TOLERANCE):
+            return False
+    probabilities = all(np.all(a >= 0) and np.allclose(a.astype(np.float64).sum(axis=-1), 1.0, rtol=0, atol=UNIT_NORM_TOLERANCE)
+                        for a in arrays)
+    return not probabilities
 
 
 def _dynamic_axes(name: str, batch_axis: int, runs: Sequence[tuple[int, int, Mapping[str, tuple[int, ...]], Mapping[str, np.ndarray]]],

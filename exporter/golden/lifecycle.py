@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import ArtifactError, GoldenError, UsageError, describe_exception, one_line
 from ..files import sha256_file
 from ..model import EagerRunner, eager_logits, load_model, pinned_threads
-from ..signature import InputSpec, Signature, SignatureSettings
+from ..signature import InputSpec, Signature, SignatureSettings, kind_said
 from ..versions import library_versions
 from .calibration import CalibrationSplit, default_calibration
 from .diff import ApproveDiff, OutputsDiff, diff_references
@@ -317,6 +317,15 @@ def describe_outputs(golden: GoldenSet) -> str:
         shown = " or ".join(str(shape) for shape in record.shapes)
         parts.append(f"{spec.name} {record.dtype} {shown}" + ("" if spec.compared else " (not compared)"))
     return "outputs " + ", ".join(parts)
+
+
+def describe_kinds(golden: GoldenSet, settings: SignatureSettings) -> str:
+    """Each compared output's kind, where it came from, and the setting that changes it: ``golden record``'s second line."""
+    said = [kind_said(spec, golden.reference_records[spec.name].shapes[0], golden.reference_records[spec.name].dtype,
+                      "kind" in settings.outputs.get(spec.name, {}))
+            for spec in golden.signature.outputs if spec.compared]
+    return (f"output kinds: {'; '.join(said)}. To change one: kind = \"logits\", \"sequence-logits\" or \"values\" in "
+            "[tool.export-check.outputs.NAME]")
 
 
 _KIND_TEXT = {"missing": "MISSING", "changed": "CHANGED", "undecodable": "UNDECODABLE", "broken": "BROKEN", "lfs-pointer": "LFS POINTER"}

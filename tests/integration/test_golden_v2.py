@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arches import DictOutputNet, KeywordMaskNet, MaskedSequenceNet, NoneInTupleNet, StringOutputNet, TimeMajorNet, TupleOutputNet
+from arches import DictOutputNet, HeadsNet, KeywordMaskNet, MaskedSequenceNet, NoneInTupleNet, StringOutputNet, TimeMajorNet, TupleOutputNet
 from conftest import TESTS, parsed_or_refused, save_state, seeded
 from export_check.cli import main
 from export_check.errors import GoldenError
@@ -227,6 +227,36 @@ def test_tuple_outputs_from_npy_inputs(tmp_path: Path, monkeypatch, rng, capsys)
     np.testing.assert_allclose(reference["output_1"], embedding.numpy(), atol=1e-6)
     assert [(s, f["input"].shape) for s, f in golden.feed_batches(2)] == [(0, (2, 12)), (2, (2, 12)), (4, (1, 12))]
     np.testing.assert_array_equal(golden.load_input(golden.inputs[3]), vectors[3])
+
+
+def test_record_names_each_outputs_kind_and_why_and_no_argmax_over_an_embedding_or_one_value(tmp_path: Path, monkeypatch, rng,
+                                                                                            capsys) -> None:
+    """issue 25, item 3: an L2-normalised embedding and a one-value head default to values (no class axis), class scores and
+    their softmax to logits; record says each kind, where it came from, and the setting; a setting wins."""
+    monkeypatch.chdir(tmp_path)
+    project = Project(tmp_path, HeadsNet)
+    (tmp_path / "vectors").mkdir()
+    vectors = [rng.standard_normal(12).astype(np.float32) for _ in range(6)]
+    for i, v in enumerate(vectors):
+        np.save(tmp_path / "vectors" / f"v{i}.npy", v)
+    with torch.no_grad():
+        out = project.model()(torch.from_numpy(np.stack(vectors)))
+    norms = np.linalg.norm(out["embedding"].numpy(), axis=1)
+    assert np.allclose(norms, 1, atol=1e-6) and out["probs"].numpy().max(axis=1).min() > 0.9  # truth, by numpy
+    code, printed, err = project.record(capsys, inputs="vectors")
+    assert code == 0, err
+    golden = load_golden(tmp_path / "golden")
+    assert {o.name: o.kind for o in golden.signature.outputs} == {"logits": "logits", "probs": "logits", "embedding": "values",
+                                                                  "score": "values"}
+    line = next(x for x in printed.splitlines() if x.startswith("output kinds: "))
+    assert "logits logits (default for a 2-D float output: top-1 per sample is gated)" in line
+    assert "embedding values (default: each sample has L2 norm 1, an embedding: judged by its error)" in line
+    assert "score values (default: one value per sample (per position): judged by its error)" in line
+    assert line.endswith('kind = "logits", "sequence-logits" or "values" in [tool.export-check.outputs.NAME]')
+    project.settings('[outputs.logits]\nkind = "values"\n')
+    code, printed, err = project.record(capsys, "--force", inputs="vectors")
+    assert code == 0, err
+    assert "logits values (settings)" in printed and load_golden(tmp_path / "golden").signature.outputs[0].kind == "values"
 
 
 def test_dict_outputs_with_settings_and_the_diff_per_output(tmp_path: Path, monkeypatch, rng, capsys) -> None:
