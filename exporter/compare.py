@@ -272,7 +272,7 @@ class DecodedExactMatch:
     def texts(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         assert self.blank is not None
         cand = np.where(finite, candidate, -np.inf)
-        return list(zip(decode_batch(reference, self.blank, self.class_axis), decode_batch(cand, self.blank, self.class_axis)))
+        return list(zip(decode_batch(reference, self.blank, self.class_axis), decode_batch(cand, self.blank, self.class_axis), strict=True))
 
     def add(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> None:
         pairs = self.texts(reference, candidate, finite)
