@@ -153,6 +153,11 @@ def test_a_stored_report_judged_again_with_cer_gates_fails_below_the_measured_ra
         f"character error rate {measured['eager']:.2%} > {measured['eager'] / 2:.2%} (greedy CTC decoding; 13 of 24 samples' "
         "decoded text changed)"]
     capsys.readouterr()
+    main(["judge", str(stored), "-v"])  # the terminal: decoded agreement in top-1, per-position and CER beside it under -v
+    out = capsys.readouterr().out
+    eager = next(r for r in report["rows"] if r["name"] == "eager")["metrics"]
+    assert "per-pos" in out and "CER" in out
+    assert f"{eager['top1_agreement']:.1%}" in out and f"{eager['position_agreement']:.1%}" in out and f"{eager['cer']:.2%}" in out
 
 
 def test_the_real_recogniser_passes_with_its_blank_declared_and_cer_gated_at_zero(tmp_path: Path) -> None:
@@ -181,3 +186,24 @@ def test_a_blank_on_a_values_output_is_refused(tmp_path: Path, capsys) -> None:
                  str(_settings(tmp_path, 0, 'kind = "values"\n')), "--out", str(tmp_path / "out"), "--no-cache", "-q", "--artifacts", "onnx"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "ctc-blank is for a sequence-logits output" in err[0]
+
+
+def test_a_blank_recorded_in_the_golden_set_judges_later_checks_and_a_bad_one_is_refused_at_record(tmp_path: Path, capsys) -> None:
+    import subprocess
+
+    samples = tmp_path / "samples"
+    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", "sequence_recognizer", "--count", "8"],
+                   check=True, cwd=REPO, capture_output=True)
+    record = ["golden", "record", str(CHECKPOINT), "--arch", ARCH, "--inputs", str(samples), "--golden", str(tmp_path / "g")]
+    assert main([*record, "--config", str(_settings(tmp_path, 11))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ctc-blank 11 of output output is not one of its classes" in err[0] and "[tool.export-check.outputs.output]" in err[0]
+    assert main([*record, "--config", str(_settings(tmp_path, 0))]) == 0
+    manifest = json.loads((tmp_path / "g" / "manifest.json").read_text())
+    assert manifest["signature"]["outputs"][0]["ctc_blank"] == 0
+    plain = tmp_path / "plain.toml"
+    plain.write_text("[outputs.output]\nbatch-axis = 1\n")  # no blank in the settings: the recorded one holds
+    code = main(["check", str(CHECKPOINT), "--arch", ARCH, "--golden", str(tmp_path / "g"), "--config", str(plain), "--out",
+                 str(tmp_path / "out"), "--no-cache", "-q", "--artifacts", "onnx", "--json", str(tmp_path / "r.json")])
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert code == 0 and [r["metrics"]["agreement"] for r in rows] == ["decoded", "decoded"] and all(r["metrics"]["cer"] == 0.0 for r in rows)
