@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .ctc import decode_batch, edit_distance
+
 
 class ShapeMismatch(ValueError):
     pass
@@ -72,7 +74,9 @@ class Metrics:
     """How far a candidate output is from a reference output over a whole set.
 
     ``agreement`` says what ``top1_agreement`` counts: ``top-1`` (samples whose argmax over the class
-    axis matches: logits), ``per-position`` (positions whose argmax matches: sequence logits) or
+    axis matches: logits), ``per-position`` (positions whose argmax matches: sequence logits),
+    ``decoded`` (samples whose greedy CTC text matches: a sequence output with a declared blank; its
+    per-position figure is ``position_agreement``, its character error rate the stream ``cer``) or
     ``none`` (values: boxes, embeddings, masks; then no argmax is taken, ``top1_agreement`` is
     ``None``, shown as a dash and ``null``, and never gates).
     ``relative_mae`` is the MAE over the mean absolute reference value: the scale-free error the
@@ -99,6 +103,9 @@ class Metrics:
     labelled: int | None = None
     label_correct: int = 0
     reference_label_correct: int = 0
+    # A sequence-logits output's share of positions whose argmax matches (None: not a sequence output): its
+    # agreement figure, or beside it when the output is judged on its decoded text (agreement "decoded").
+    position_agreement: float | None = None
 
     def tolerance(self, atol: float, rtol: float) -> Tolerance | None:
         """The allclose count for ``(atol, rtol)``, if it was measured."""
@@ -155,15 +162,32 @@ class Metrics:
             "reference_label_accuracy": self.reference_label_accuracy,
             "accuracy_drop": self.accuracy_drop,
             **dict(self.streamed),
+            **({} if self.position_agreement is None else {"position_agreement": self.position_agreement}),
         }
 
 
 AGREEMENT = {"logits": "top-1", "sequence-logits": "per-position", "values": "none"}
+DECODED = "decoded"  # the agreement of a sequence-logits output with a CTC blank: its decoded texts'
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a stream may need to know of an output: its kind, its class axis (on the sample-first array)
+    and its CTC blank (None: none declared)."""
+
+    kind: str = "logits"
+    class_axis: int = -1
+    ctc_blank: int | None = None
+
+    @property
+    def ctc(self) -> bool:
+        return self.ctc_blank is not None and self.kind == "sequence-logits"
 
 
 class Stream(Protocol):
     """A metric streamed over the set, batch by batch: ``add`` takes one batch of reference and
-    candidate values, float64, one sample per row, and the mask of the candidate's finite values."""
+    candidate values, float64, samples on axis 0 in the output's own shape, and the mask of the
+    candidate's finite values."""
 
     def add(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> None: ...
 
@@ -186,6 +210,7 @@ class LeastCosine:
     def add(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> None:
         if not reference.size:
             return
+        reference, candidate, finite = (a.reshape(len(a), -1) for a in (reference, candidate, finite))
         cand = np.where(finite, candidate, 0.0)
         dot = np.einsum("ij,ij->i", reference, cand)
         norms = np.sqrt(np.einsum("ij,ij->i", reference, reference) * np.einsum("ij,ij->i", cand, cand))
@@ -224,9 +249,75 @@ class SignalToNoise:
         return 10 * math.log10(self._signal / self._noise) if self._signal > 0 else -math.inf
 
 
+class DecodedExactMatch:
+    """The share of samples whose greedy CTC decoding (``ctc.decode_batch``) equals the reference's; ``changed``
+    holds the indices of those whose text changed. A non-finite candidate score never wins a frame.
+
+    >>> s = DecodedExactMatch(Layout("sequence-logits", -1, 0))
+    >>> ref = np.array([[[0.0, 1.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]])  # texts (1,) and (1,)
+    >>> s.add(ref, np.array([[[0.0, 1.0], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]]]), np.ones((2, 2, 2), bool))
+    >>> s.value(), s.changed
+    (0.5, [1])
+    """
+
+    def __init__(self, layout: Layout) -> None:
+        self.blank, self.class_axis = layout.ctc_blank, layout.class_axis
+        self.changed: list[int] = []
+        self._samples = 0
+
+    @classmethod
+    def of(cls, layout: Layout) -> DecodedExactMatch | None:
+        return cls(layout) if layout.ctc else None
+
+    def texts(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        assert self.blank is not None
+        cand = np.where(finite, candidate, -np.inf)
+        return list(zip(decode_batch(reference, self.blank, self.class_axis), decode_batch(cand, self.blank, self.class_axis), strict=True))
+
+    def add(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> None:
+        pairs = self.texts(reference, candidate, finite)
+        self.changed.extend(self._samples + i for i, (ref, cand) in enumerate(pairs) if ref != cand)
+        self._samples += len(pairs)
+
+    def value(self) -> float:
+        return 1.0 - len(self.changed) / self._samples if self._samples else 1.0
+
+
+class CharacterErrorRate(DecodedExactMatch):
+    """The character error rate of the greedy CTC texts: the sum over samples of the edit distance
+    (``ctc.edit_distance``) from the reference's text, over the sum of the reference texts' lengths; 0
+    with no edit, inf when every reference text is empty and some candidate's is not.
+
+    >>> s = CharacterErrorRate(Layout("sequence-logits", -1, 0))
+    >>> s.add(np.array([[[0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]]), np.array([[[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]]]), np.ones((1, 3, 2), bool))
+    >>> s.value()  # (1, 1) read as (1,): one deletion in two labels
+    0.5
+    """
+
+    def __init__(self, layout: Layout) -> None:
+        super().__init__(layout)
+        self._edits = self._length = 0
+
+    def add(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> None:
+        for ref, cand in self.texts(reference, candidate, finite):
+            self._edits += edit_distance(ref, cand)
+            self._length += len(ref)
+
+    def value(self) -> float:
+        if not self._edits:
+            return 0.0
+        return self._edits / self._length if self._length else math.inf
+
+
 # The metrics streamed over every compared output besides MAE, max error, agreement and the allclose
-# counts: each is read by its entry in gates.GATE_METRICS, and shown in Metrics' JSON under its name.
-STREAMS: dict[str, Callable[[], Stream]] = {"cosine": LeastCosine, "snr_db": SignalToNoise}
+# counts: each is read by its entry in gates.GATE_METRICS, and shown in Metrics' JSON under its name. A
+# factory returns None for an output the metric does not apply to (the CTC ones: an output without a blank).
+STREAMS: dict[str, Callable[[Layout], Stream | None]] = {
+    "cosine": lambda layout: LeastCosine(),
+    "snr_db": lambda layout: SignalToNoise(),
+    "decoded_exact_match": DecodedExactMatch.of,  # for a CTC output, also its agreement (Metrics.top1_agreement)
+    "cer": CharacterErrorRate.of,
+}
 
 
 class ErrorAccumulator:
@@ -234,11 +325,13 @@ class ErrorAccumulator:
     samples on axis 0 (``to_samples_first`` moves a declared batch axis there); ``kind`` and
     ``class_axis`` (of the sample-first array) say what agreement means; ``tolerances``, the
     ``(atol, rtol)`` pairs whose elementwise allclose violations to count (a count and the worst
-    value each: no arrays are kept)."""
+    value each: no arrays are kept); ``ctc_blank``, the blank class of a sequence output judged on its decoded text."""
 
     def __init__(self, kind: str = "logits", class_axis: int = -1, tolerances: tuple[tuple[float, float], ...] = (),
-                 top_ks: tuple[int, ...] = ()) -> None:
+                 top_ks: tuple[int, ...] = (), ctc_blank: int | None = None) -> None:
         self.kind, self.class_axis = kind, class_axis
+        layout = Layout(kind, class_axis, ctc_blank)
+        self._decoded = layout.ctc
         self._topk = dict.fromkeys(top_ks, 0)  # k -> samples whose k highest classes are the reference's
         self._tolerances = {pair: Tolerance(*pair) for pair in dict.fromkeys(tolerances)}
         self._max_abs_at: Element | None = None
@@ -252,7 +345,7 @@ class ErrorAccumulator:
         self._positions_changed = 0
         self._per_image: list[np.ndarray] = []
         self._images = 0
-        self._streams = {name: make() for name, make in STREAMS.items()}
+        self._streams = {name: stream for name, make in STREAMS.items() if (stream := make(layout)) is not None}
         self._labelled = self._label_correct = self._reference_label_correct = 0
 
     def add(self, reference: np.ndarray, candidate: np.ndarray, labels: np.ndarray | None = None) -> None:
@@ -278,8 +371,8 @@ class ErrorAccumulator:
                 self._max_abs_at = self._element(flat, diff.shape[1], ref, cand)
         for pair, count in self._tolerances.items():
             self._tolerances[pair] = self._count(count, diff, ref, cand)
-        for stream in self._streams.values():
-            stream.add(ref, cand, finite)
+        for stream in self._streams.values():  # views in the output's own shape (ref and cand are C-contiguous)
+            stream.add(ref.reshape(reference.shape), cand.reshape(candidate.shape), finite.reshape(candidate.shape))
         self._per_image.append(diff.mean(axis=1) if diff.shape[1] else np.zeros(diff.shape[0]))
         if self.kind == "logits" and cand.shape[1]:
             scores = np.where(finite, cand, -np.inf)  # a non-finite value never ranks first
@@ -340,8 +433,13 @@ class ErrorAccumulator:
     def result(self) -> Metrics:
         per_image = np.concatenate(self._per_image) if self._per_image else np.zeros(0)
         mae = self._abs_sum / self._values if self._values else 0.0
+        positions = None
+        changed = tuple(self._top1_changed)
         if self.kind == "sequence-logits":
-            agreement = 1.0 - self._positions_changed / self._positions if self._positions else 1.0
+            agreement = positions = 1.0 - self._positions_changed / self._positions if self._positions else 1.0
+            exact = self._streams.get("decoded_exact_match")
+            if self._decoded and isinstance(exact, DecodedExactMatch):  # judged on the decoded text: samples whose text changed
+                agreement, changed = exact.value(), tuple(exact.changed)
         elif self.kind == "logits":
             agreement = 1.0 - len(self._top1_changed) / self._images if self._images else 1.0
         else:
@@ -352,16 +450,17 @@ class ErrorAccumulator:
             max_abs=float(self._max_abs),
             median_abs=float(np.median(per_image)) if per_image.size else 0.0,
             top1_agreement=agreement,
-            top1_changed=tuple(self._top1_changed),
+            top1_changed=changed,
             nonfinite=self._nonfinite,
             per_image_mae=tuple(float(v) for v in per_image),
             reference_mean_abs=self._ref_abs_sum / self._values if self._values else 0.0,
-            agreement=AGREEMENT.get(self.kind, "top-1"),
+            agreement=DECODED if self._decoded else AGREEMENT.get(self.kind, "top-1"),
             max_abs_at=self._max_abs_at,
             tolerances=tuple(self._tolerances.values()),
             streamed=tuple((name, stream.value()) for name, stream in self._streams.items()),
             topk=tuple((k, count / self._images if self._images else 1.0) for k, count in self._topk.items()) if self.kind == "logits" else (),
             labelled=self._labelled, label_correct=self._label_correct, reference_label_correct=self._reference_label_correct,
+            position_agreement=positions,
         )
 
 

@@ -146,7 +146,7 @@ class Explainer:
         def judge(name: str, reference: np.ndarray, got: np.ndarray) -> Metrics | None:
             spec = specs.get(name)
             accumulator = ErrorAccumulator(spec.kind if spec else "values", spec.class_axis if spec else -1, tolerances=tolerances,
-                                           top_ks=(k,) if k else ())
+                                           top_ks=(k,) if k else (), ctc_blank=spec.ctc_blank if spec else None)
             if spec is not None:
                 accumulator.add(to_samples_first(reference, spec.batch_axis), to_samples_first(got, spec.batch_axis))
             else:  # a value inside the graph, of the one sample: one row of values, whatever its layout (a scalar too)

@@ -103,7 +103,7 @@ def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], f
 
 
 def _agreement_title(metrics: Metrics) -> str:
-    return "top-1 agreement" if metrics.agreement == "top-1" else "per-position agreement"
+    return {"top-1": "top-1 agreement", "decoded": "decoded exact-match rate"}.get(metrics.agreement, "per-position agreement")
 
 
 def tolerated_flips(bound: float, samples: int) -> int:
@@ -136,9 +136,11 @@ def flips_text(changed: int, samples: int, bound: float) -> str:
 
 def _top1_reason(metrics: Metrics, value: float, bound: float) -> str:
     text = f"{_agreement_title(metrics)} {value:.1%} < {bound:.1%}"
-    if metrics.agreement != "top-1" or not metrics.images:  # per position: a count of positions, not of samples
+    if metrics.agreement not in ("top-1", "decoded") or not metrics.images:  # per position: a count of positions, not of samples
         return text
-    return f"{text} ({flips_text(len(metrics.top1_changed), metrics.images, bound)})"
+    beside = ("" if metrics.position_agreement is None or metrics.agreement != "decoded"
+              else f"; per-position agreement {metrics.position_agreement:.1%}")  # what blank frames hide
+    return f"{text} ({flips_text(len(metrics.top1_changed), metrics.images, bound)}{beside})"
 
 
 def small_set_notes(thresholds: Any, samples: int) -> list[str]:
@@ -275,6 +277,16 @@ GATE_METRICS: tuple[GateMetric, ...] = (
                          "signal-to-noise gate of {what} in dB: 10 log10(sum reference^2 / sum error^2) (default: {default})", "DB"),
             "min", lambda m: m.stat("snr_db"), "SNR>={:g}dB", lambda m, v, b: f"SNR {v:.3g} dB < {b:g} dB",
             at_batch_sizes=False, column="SNR dB", cell="{:.1f}"),
+    # A CTC output's character error rate (a sequence output with ctc-blank): the edit distance of each sample's
+    # greedy decoding from the reference's, summed, over the reference texts' length (compare.STREAMS "cer").
+    _scalar("character error rate", Bound("max_cer", "max character error rate", "max-cer",
+                                          "character error rate gate of {what}'s CTC outputs (those with ctc-blank): edit distance "
+                                          "of the greedy decodings over the reference's characters, a fraction (default: {default})",
+                                          "F"),
+            "max", lambda m: m.stat("cer"), "CER<={:.3g}",
+            lambda m, v, b: f"character error rate {v:.2%} > {b:.2%} (greedy CTC decoding; {len(m.top1_changed)} of {m.images} "
+                            f"samples' decoded text changed)",
+            applies=lambda m: m.agreement == "decoded", at_batch_sizes=False, column="CER", cell="{:.2%}"),
 )
 BOUNDS: dict[str, Bound] = {b.field: b for m in GATE_METRICS for b in m.bounds}
 assert len(BOUNDS) == sum(len(m.bounds) for m in GATE_METRICS), "gate fields must be unique"

@@ -127,7 +127,7 @@ class Replay:
 
     def _accumulators(self) -> dict[str, ErrorAccumulator]:
         thresholds = self.config.thresholds
-        return {o.name: ErrorAccumulator(o.kind, o.class_axis, thresholds.tolerances(), thresholds.top_ks()) for o in self.compared}
+        return {o.name: ErrorAccumulator(o.kind, o.class_axis, thresholds.tolerances(), thresholds.top_ks(), o.ctc_blank) for o in self.compared}
 
     def open(self, kind: ArtifactKind, outcome: BuildOutcome, ctx: BuildContext, stack: contextlib.ExitStack) -> Any | None:
         """The artifact reloaded from its file, as it ships; ``None`` (and the row's error) when it can't be."""

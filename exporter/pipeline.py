@@ -46,7 +46,7 @@ from .model import EagerRunner, load_model, pinned_threads
 from .paths import check_outputs
 from .progress import count_message
 from .results import GoldenSummary, Report
-from .signature import SINGLE, Signature
+from .signature import SINGLE, Signature, ctc_problem
 from .versions import library_versions
 
 Progress = Callable[[str], None]
@@ -70,6 +70,11 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     checked = config.signature_settings.at_check(golden.signature)
     if checked != golden.signature:  # a setting changes an output's kind or leaves it out of the comparison
         golden = dataclasses.replace(golden, signature=checked)
+    for spec in golden.signature.compared_outputs():  # a declared CTC blank must be one of the recorded classes
+        record = golden.reference_records.get(spec.name)
+        for shape in record.shapes if record is not None else (golden.reference_shape[1:],):
+            if (problem := ctc_problem(spec, tuple(shape))) is not None:
+                raise UsageError(f"{config.golden / MANIFEST}: {problem}; fix ctc-blank in [tool.export-check.outputs.{spec.name}]")
     empty = golden.empty_outputs()
     if empty:  # "top-1 100 %" over zero values is no verdict
         name, shape = empty[0]

@@ -51,10 +51,15 @@ class OutputSpec:
     class_axis: int = -1  # the axis an argmax runs over, for the logits kinds
     dynamic_axes: tuple[tuple[int, str], ...] = ()
     compared: bool = True  # False: recorded and shown as not compared (a setting excludes it)
+    # The CTC blank class of a sequence-logits output (``ctc-blank``): its samples are also judged as the
+    # text greedy decoding reads (exporter/ctc.py); None: per position only.
+    ctc_blank: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "batch_axis": self.batch_axis, "kind": self.kind, "class_axis": self.class_axis,
+        data = {"name": self.name, "batch_axis": self.batch_axis, "kind": self.kind, "class_axis": self.class_axis,
                 "dynamic_axes": {str(a): s for a, s in self.dynamic_axes}, "compared": self.compared}
+        # only when declared: the manifests (and cache keys) of outputs without a blank stay as they were
+        return data if self.ctc_blank is None else {**data, "ctc_blank": self.ctc_blank}
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,30 @@ def kind_said(spec: OutputSpec, shape: tuple[int, ...], dtype: str, from_setting
     return f"{spec.name} {spec.kind} ({why})"
 
 
+def ctc_problem(spec: OutputSpec, sample_shape: tuple[int, ...]) -> str | None:
+    """Why ``spec``'s ``ctc_blank`` cannot be read on an output whose samples have ``sample_shape`` (batch axis
+    left out); None when it can (or none is declared). The fix is the caller's to name (the settings' table).
+
+    >>> ctc_problem(OutputSpec("output", batch_axis=1, kind="sequence-logits", ctc_blank=11), (12, 11))
+    'ctc-blank 11 of output output is not one of its classes (its class axis -1 has 11: 0..10)'
+    """
+    if spec.ctc_blank is None:
+        return None
+    if spec.kind != "sequence-logits":
+        return f"ctc-blank is for a sequence-logits output (frames x classes); output {spec.name} is {spec.kind}"
+    batched = (*sample_shape[:spec.batch_axis], 1, *sample_shape[spec.batch_axis:])
+    if len(batched) != 3:
+        return (f"ctc-blank needs one frame axis and one class axis per sample; output {spec.name} has per-sample shape "
+                f"{tuple(sample_shape)}")
+    if not -3 <= spec.class_axis < 3 or spec.class_axis % 3 == spec.batch_axis:
+        return f"output {spec.name} has no class axis {spec.class_axis} to decode (its batch axis is {spec.batch_axis})"
+    classes = batched[spec.class_axis]
+    if not spec.ctc_blank < classes:
+        return (f"ctc-blank {spec.ctc_blank} of output {spec.name} is not one of its classes (its class axis {spec.class_axis} has "
+                f"{classes}: 0..{classes - 1})")
+    return None
+
+
 def _axes(value: Any, where: str) -> tuple[tuple[int, str], ...]:
     if not isinstance(value, Mapping):
         raise UsageError(f"{where} must be a table of axis = \"symbol\", e.g. {{ 1 = \"sequence\" }}, got {value!r}")
@@ -183,13 +212,13 @@ class SignatureSettings:
         return replace(spec, **given) if given else spec
 
     def at_check(self, signature: Signature) -> Signature:
-        """The recorded signature with what a check may change: each output's kind, class axis and
+        """The recorded signature with what a check may change: each output's kind, class axis, CTC blank and
         whether it is compared (its batch and dynamic axes are the recording's, which the reference holds)."""
         if signature is SINGLE and not self.outputs.get("logits"):
             return signature
         outputs = []
         for spec in signature.outputs:
-            given = {k: v for k, v in self.outputs.get(spec.name, {}).items() if k in ("kind", "class_axis", "compared")}
+            given = {k: v for k, v in self.outputs.get(spec.name, {}).items() if k in ("kind", "class_axis", "compared", "ctc_blank")}
             outputs.append(replace(spec, **given) if given else spec)
         return replace(signature, outputs=tuple(outputs))
 
@@ -241,9 +270,17 @@ def parse_signature_settings(inputs: Any, outputs: Any, source: str) -> Signatur
                 if not isinstance(value, bool):
                     raise UsageError(f"{where}.compare must be true or false, got {value!r}")
                 entry["compared"] = value
+            elif key == "ctc-blank":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise UsageError(f"{where}.ctc-blank must be the class index of the CTC blank, an integer >= 0 (e.g. ctc-blank = 0), "
+                                     f"got {value!r}")
+                entry["ctc_blank"] = value
             else:
-                raise UsageError(f"{where}: unknown key {key!r}; known keys: batch-axis, kind, class-axis, dynamic-axes, compare, "
+                raise UsageError(f"{where}: unknown key {key!r}; known keys: batch-axis, kind, class-axis, dynamic-axes, compare, ctc-blank, "
                                  "and the gate settings of [tool.export-check] (max-mae, int8-max-relative-mae, ...)")
+        if entry.get("ctc_blank") is not None and entry.get("kind", "sequence-logits") != "sequence-logits":
+            raise UsageError(f"{where}.ctc-blank is for a sequence-logits output (frames x classes), but kind is {entry['kind']!r}; "
+                             "drop ctc-blank or set kind = \"sequence-logits\"")
         parsed_out[name] = entry
     return SignatureSettings(inputs=parsed_in, outputs=parsed_out)
 
@@ -273,9 +310,12 @@ def signature_from_json(data: Any, where: str) -> Signature:
         class_axis = item.get("class_axis", -1)
         if isinstance(class_axis, bool) or not isinstance(class_axis, int):
             raise ValueError(f"{where}: class_axis of {item['name']} must be an integer")
+        blank = item.get("ctc_blank")
+        if blank is not None and (isinstance(blank, bool) or not isinstance(blank, int) or blank < 0 or item["kind"] != "sequence-logits"):
+            raise ValueError(f"{where}: ctc_blank of {item['name']} must be a class index >= 0 of a sequence-logits output, got {blank!r}")
         outputs.append(OutputSpec(name=item["name"], batch_axis=_json_int(item.get("batch_axis", 0), where), kind=item["kind"],
                                   class_axis=class_axis, dynamic_axes=_json_axes(item.get("dynamic_axes", {}), where),
-                                  compared=bool(item.get("compared", True))))
+                                  compared=bool(item.get("compared", True)), ctc_blank=blank))
     names = [i.name for i in inputs] + [o.name for o in outputs]
     if not inputs or not outputs or len(set(i.name for i in inputs)) != len(inputs) or len(set(o.name for o in outputs)) != len(outputs):
         raise ValueError(f"{where}: signature needs at least one input and one output, each name once ({names})")

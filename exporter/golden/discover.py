@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ArtifactError, GoldenError, describe_exception
 from ..model import EagerRunner
-from ..signature import InputSpec, OutputSpec, Signature, SignatureSettings, default_kind
+from ..signature import InputSpec, OutputSpec, Signature, SignatureSettings, ctc_problem, default_kind
 from .goldenset import feeds_length, stack_batches, stack_samples
 from .inputs import SAMPLE_DTYPES
 
@@ -251,6 +251,9 @@ def run_outputs(
                 raise GoldenError(f"{checkpoint}: output {name} of shape {tuple(first.shape)} is {spec.kind} over class axis {ca}, "
                                   f"which is {'its batch axis' if -first.ndim <= ca < first.ndim else 'not one of its axes'}; set "
                                   f"class-axis, or kind = \"values\", in [tool.export-check.outputs.{name}]")
+        blank_problem = ctc_problem(spec, tuple(first.shape[:spec.batch_axis] + first.shape[spec.batch_axis + 1:]))
+        if blank_problem is not None:
+            raise GoldenError(f"{checkpoint}: {blank_problem}; fix ctc-blank in [tool.export-check.outputs.{name}]")
         if "dynamic_axes" not in settings.outputs.get(name, {}):
             spec = replace(spec, dynamic_axes=_dynamic_axes(name, spec.batch_axis, runs, inputs))
         values: list[np.ndarray] = []

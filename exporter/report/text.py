@@ -28,7 +28,7 @@ from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..settings import settings_line
 from . import bounds
 from .next_steps import next_steps
-from .views import checks_description, diagnostic_lines, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
+from .views import checks_description, diagnostic_lines, latency_text, output_lines, position_text, rerun_text, shapes_text, size_text, top1_text
 
 DEFAULT_WIDTH = 100  # when the output is not a terminal
 MIN_WIDTH = 40  # the verdict, the artifact and its MAE
@@ -139,12 +139,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("within float MAE", _vs_reference, 10, verbose=True),
     Column("cache", lambda r, _: r.cache or "-", 11, verbose=True),
     *(Column(m.column, _metric_cell(m), 12, verbose=True) for m in GATE_METRICS if m.column),
+    # beside a CTC output's decoded exact-match rate (the top-1 column): its per-frame agreement
+    Column("per-pos", lambda r, _: position_text(r.metrics), 12, verbose=True),
 )
 
 
 def _columns_of(report: Report, verbose: bool) -> list[Column]:
     allclose = bounds.shown(report)
-    return [c for c in COLUMNS if (verbose or not c.verbose) and (allclose or c.title != "allclose")]
+    decoded = any(r.metrics is not None and r.metrics.agreement == "decoded" for r in report.rows)
+    return [c for c in COLUMNS if (verbose or not c.verbose) and (allclose or c.title != "allclose") and (decoded or c.title != "per-pos")]
 
 
 def _fit(columns: list[Column], cells: list[list[str]], width: int) -> tuple[list[int], list[int]]:

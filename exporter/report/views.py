@@ -35,6 +35,13 @@ def top1_text(metrics: Metrics | None) -> str:
     return f"{metrics.top1_agreement:.1%}"
 
 
+def position_text(metrics: Metrics | None) -> str:
+    """The per-position agreement of a CTC output (judged on its decoded text); a dash for any other output."""
+    if metrics is None or metrics.agreement != "decoded" or metrics.position_agreement is None:
+        return "-"
+    return f"{metrics.position_agreement:.1%}"
+
+
 def latency_ms(row: Row) -> float | None:
     d = row.diagnostics
     return None if d is None or d.latency is None else d.latency.ms_per_image
@@ -87,6 +94,9 @@ def output_lines(row: Row, each: bool = True) -> list[str]:
     for o in row.outputs if each else ():
         m = o.metrics
         agreement = "" if m.top1_agreement is None else f", {m.agreement} agreement {m.top1_agreement:.1%}"
+        if m.agreement == "decoded":  # a CTC output: its texts' exact-match rate, beside its frames' agreement and its CER
+            cer = m.stat("cer")
+            agreement += f" (per-position {position_text(m)}, CER {'-' if cer is None else f'{cer:.2%}'})"
         if m.label_accuracy is not None:
             agreement += f", label accuracy {m.label_accuracy:.1%}" + ("" if m.accuracy_drop is None else f" ({-m.accuracy_drop:+.1f} points)")
         pair = row.gate.tolerance

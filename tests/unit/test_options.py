@@ -65,6 +65,8 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
         *(f"{prefix}{stem}" for prefix in ("", "int8-", "fp16-", "bf16-") for stem in ("min-cosine", "min-snr")),
         # issue 30.1: the label-accuracy gate, per family
         *(f"{prefix}{stem}" for prefix in ("", "int8-", "fp16-", "bf16-") for stem in ("max-accuracy-drop", "min-topk", "top-k")),
+        # issue 25.6: the character error rate of CTC outputs, per family
+        *(f"{prefix}max-cer" for prefix in ("", "int8-", "fp16-", "bf16-")),
     }
 
 
