@@ -143,8 +143,6 @@ def kind_said(spec: OutputSpec, shape: tuple[int, ...], dtype: str, from_setting
         why = "default for a 2-D float output: top-1 per sample is gated"
     elif spec.kind == "sequence-logits":
         why = "default for a 3-D float output: the argmax per position is gated"
-    if spec.ctc_blank is not None:
-        why += f"; CTC blank {spec.ctc_blank}: judged on the decoded text"
     elif not dtype.startswith("float"):
         why = f"default for a {dtype} output: judged by its error"
     elif len(shape) in (1, 2) and shape and shape[-1] == 1:
@@ -153,6 +151,8 @@ def kind_said(spec: OutputSpec, shape: tuple[int, ...], dtype: str, from_setting
         why = "default: each sample has L2 norm 1, an embedding: judged by its error"
     else:
         why = f"default for a {len(shape) + 1}-D output: judged by its error"
+    if spec.ctc_blank is not None:
+        why += f"; CTC blank {spec.ctc_blank}: judged on the decoded text"
     return f"{spec.name} {spec.kind} ({why})"
 
 
