@@ -205,8 +205,8 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     recurrent = recurrent_types(model)
     if declared and recurrent:  # torch.export unrolls the recurrence over the example's time steps: buckets, from one sample
         kept = ", ".join(f"{specs[k].name} axis {axis} at {int(example[k].shape[axis])}" for k, axis in declared)
-        why = (f"the .tflite keeps the example's {kept}: litert-torch lowers through torch.export, which unrolls the "
-               f"{'/'.join(sorted(recurrent))} over the example's time steps (pytorch/pytorch#115092)")
+        why = (f"a .tflite converted from the example would keep its {kept}: litert-torch lowers through torch.export, which "
+               f"unrolls the {'/'.join(sorted(recurrent))} over the example's time steps (pytorch/pytorch#115092)")
         details = _bucketed(ctx, converter, model, path, one, len(args), why)
         details["batch_in_file"] += " (fed sample by sample: each signature is converted from one sample, its recurrence unrolled)"
         return {**details, **versions}
