@@ -285,10 +285,6 @@ class LiteRTRunner:
     def __exit__(self, *exc: object) -> None:
         self.signatures = []
 
-    @property
-    def runner(self) -> Any:  # the first signature's runner (None outside the with-block)
-        return self.signatures[0].runner if self.signatures else None
-
     def _batch_axes(self, count: int) -> list[int]:
         specs = _specs(self.ctx)
         return [s.batch_axis for s in specs] if len(specs) == count else [0] * count

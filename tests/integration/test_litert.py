@@ -1,6 +1,8 @@
 """The litert kind (issue 27): the bundled ResNet converted by litert-torch to one .tflite, reloaded by the
 LiteRT interpreter, replayed over the golden set and compared, by hand, with the interpreter driven
-outside the tool; the runner contract (any batch size, float32, the same output twice). Its stack cannot
+outside the tool; the runner contract (any batch size, float32, the same output twice); the two-output
+detector fed sample by sample; the sequence models (the token classifier, the LSTM recogniser), whose files
+keep their length at the example's, converted with one signature per golden size. Its stack cannot
 share the main test environment (xdsl pins typing-extensions below 4.13, coremltools needs 4.14+): these
 tests run in `tox -e litert`, which `./dev test` runs; in the main environment they are skipped for that
 reason, and the kind's rows say it is not applicable there."""
