@@ -130,6 +130,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             raise observe.eager_failure(config, golden, 0, batches.first, exc, EagerRunner(model, signature).infer) from None
         parts = {"load_model/eager_self_check": time.perf_counter() - began}  # parts of load_model, for the benchmarks
         first = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batches.first.items()}
+        axis_sizes = _axis_sizes(signature, batches)
         ctx = BuildContext(
             model=model,
             example=first[INPUT] if signature is SINGLE else first,
@@ -139,7 +140,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             signature=signature,
             calibration=observe.calibration_feeds(config, golden),  # static int8: the golden set's calibration split
             fp16_optimization=config.fp16_optimization,
-            axis_extents=_axis_extents(signature, batches),
+            axis_extents=_axis_extents(axis_sizes),
+            axis_sizes=axis_sizes,
         )
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next
@@ -277,14 +279,19 @@ def _report(
 __all__ = ["run_check", "ExportCheckError"]
 
 
-def _axis_extents(signature: Signature, batches: GoldenBatches) -> tuple[tuple[str, int, int], ...]:
-    """Per declared dynamic input axis besides the batch, the longest size in the golden set (read only when one is declared)."""
+def _axis_sizes(signature: Signature, batches: GoldenBatches) -> tuple[tuple[tuple[str, int, int], ...], ...]:
+    """Each distinct combination of the declared dynamic input axes' sizes besides the batch in the golden set, sorted
+    (read only when one is declared): ``(((input, axis, size), ...), ...)``."""
     declared = [(spec.name, axis) for spec in signature.inputs for axis, _ in spec.dynamic_axes if axis != spec.batch_axis]
     if not declared:
         return ()
-    longest = dict.fromkeys(declared, 0)
-    for _, feeds in batches:
-        for name, axis in declared:
-            longest[(name, axis)] = max(longest[(name, axis)], int(feeds[name].shape[axis]))
-    return tuple((name, axis, size) for (name, axis), size in longest.items())
+    seen = {tuple(int(feeds[name].shape[axis]) for name, axis in declared) for _, feeds in batches}
+    return tuple(tuple((name, axis, size) for (name, axis), size in zip(declared, sizes, strict=True)) for sizes in sorted(seen))
+
+
+def _axis_extents(sizes: tuple[tuple[tuple[str, int, int], ...], ...]) -> tuple[tuple[str, int, int], ...]:
+    """Per declared dynamic input axis besides the batch, the longest size in the golden set (from ``_axis_sizes``)."""
+    if not sizes:
+        return ()
+    return tuple((name, axis, max(combo[k][2] for combo in sizes)) for k, (name, axis, _) in enumerate(sizes[0]))
 

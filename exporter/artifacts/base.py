@@ -88,6 +88,10 @@ class BuildContext:
     # Per declared dynamic input axis (not the batch), the longest size the golden set holds: (input, axis, size).
     # The on-device kinds bound such an axis from it (executorch_pte.axis_bound); empty: the example's size is used.
     axis_extents: tuple[tuple[str, int, int], ...] = ()
+    # Each distinct combination of the declared dynamic input axes' sizes (not the batch) in the golden set, as
+    # ((input, axis, size), ...), sorted. litert converts one signature per combination when its file keeps those
+    # axes at the example's sizes; empty: only the example's sizes are known.
+    axis_sizes: tuple[tuple[tuple[str, int, int], ...], ...] = ()
 
     def example_args(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example as the model takes it: positional tensors in the signature's order, and keywords."""
