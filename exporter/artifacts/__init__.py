@@ -104,8 +104,9 @@ KINDS: tuple[ArtifactKind, ...] = (
                  "replay its bundle on a Mac)",
                  build_rank=137, groups=("edge",), packages=("torch", "coremltools"), layers=None, preload=(), options=()),
     ArtifactKind("litert", ".tflite", "float", "export_check.artifacts.litert", None, "litert",
-                 "a LiteRT (TensorFlow Lite) flatbuffer converted by litert-torch (the example's batch, resized to each batch fed), "
-                 "run by the LiteRT interpreter through its signature (needs litert-torch and ai-edge-litert: tox -e litert)",
+                 "a LiteRT (TensorFlow Lite) flatbuffer converted by litert-torch (the example's batch, resized to each batch fed; "
+                 "a declared dynamic axis the file keeps fixed gets one signature per golden size, at most 16), "
+                 "run by the LiteRT interpreter through its signatures (needs litert-torch and ai-edge-litert: tox -e litert)",
                  build_rank=138, groups=("edge",), packages=("torch", "litert-torch", "ai-edge-litert"), layers=None, preload=(), options=()),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
