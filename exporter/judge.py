@@ -20,8 +20,17 @@ from typing import Any
 from . import gates
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
-from .measurements import BatchSizeRun, EagerSelfCheck, Measured, Observation
-from .messages import batch_size_cause, calibration_notes, layers_summary, measured_notes, recording_notes, reduced_summary
+from .measurements import BatchSizeRun, EagerSelfCheck, Int8Coverage, Measured, Observation
+from .messages import (
+    batch_size_cause,
+    calibration_notes,
+    coverage_shortfall,
+    layers_summary,
+    measured_notes,
+    percent,
+    recording_notes,
+    reduced_summary,
+)
 from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
 
 EAGER = "eager"
@@ -368,6 +377,29 @@ def judge_outputs(obs: Observation, gate_for: GateOf) -> tuple[OutputRow, ...]:
     return tuple(judged)
 
 
+def coverage_findings(coverage: Int8Coverage | None, family: str, strict: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(reasons, notes) of an int8 row's coverage (``Int8Coverage``, recorded by its build): under
+    ``gates.MIN_INT8_COVERAGE`` of its weight parameters in int8 it says so in a note, and under ``--strict`` it
+    fails with that reason; a coverage that could not be counted, or that its build did not record, is a note.
+
+    >>> reasons, notes = coverage_findings(Int8Coverage(1, 10, 640, 77360, (("conv", "Conv2d", 76720),)), "int8", strict=True)
+    >>> reasons[0].startswith("quantized only 0.8% of the weight parameters (1 of 10 weight tensors): 99% stay float in Conv2d (conv)")
+    True
+    >>> reasons[0].endswith("(--strict: an int8 row with under 50% of its weight parameters in int8 fails)"), notes
+    (True, ())
+    """
+    if coverage is None:
+        return (), (("int8 coverage not measured: its build recorded none (built by an earlier export-check)",) if family == "int8" else ())
+    if coverage.error is not None:
+        return (), (f"int8 coverage not measured: {coverage.error}",)
+    if coverage.share is None or coverage.share >= gates.MIN_INT8_COVERAGE:
+        return (), ()
+    floor = percent(gates.MIN_INT8_COVERAGE)
+    if strict:
+        return (f"{coverage_shortfall(coverage)} (--strict: an int8 row with under {floor} of its weight parameters in int8 fails)",), ()
+    return (), (f"{coverage_shortfall(coverage)} (under the int8 coverage floor of {floor}; --strict fails it)",)
+
+
 def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, strict: bool = False,
               eager_check: EagerSelfCheck | None = None) -> Row:
     """One row: its observation judged against its family's gate, its diagnostics, its error.
@@ -381,7 +413,7 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     gate = gate_for(None)
     common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
                               "build_seconds": obs.build_seconds, "details": obs.details, "notes": obs.notes, "artifact": obs.artifact,
-                              "cache": obs.cache}
+                              "cache": obs.cache, "int8_coverage": Int8Coverage.from_details(dict(obs.details))}
     if obs.not_applicable:
         if strict:
             return Row(status=FAIL, metrics=None, reasons=(f"{obs.error} (--strict: a kind that does not apply fails)",), **common)
@@ -410,9 +442,11 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     outputs = judge_outputs(obs, gate_for)
     common["outputs"], common["not_compared"] = outputs, obs.not_compared
     reasons = gate_reasons(obs.metrics, gate_for(_sole(obs))) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
+    uncovered, coverage_notes = coverage_findings(common["int8_coverage"], obs.family, strict)
+    reasons += uncovered
     status = FAIL if reasons else PASS
     m = obs.diagnostics
-    calibrated = calibration_notes(dict(obs.details))  # said in every view
+    calibrated = calibration_notes(dict(obs.details)) + coverage_notes  # said in every view
     if m is None or m.error is not None:
         common["notes"] = calibrated + common["notes"]
     if m is None:

@@ -7,6 +7,7 @@ judged by the same code. Nothing here imports numpy or torch.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -275,6 +276,71 @@ class Measured:
     budget: float | None = None  # --diagnostics-budget, when it cut the plan (``cut``: what it left out)
     cut: tuple[str, ...] = ()
     reduced: Reduced | None = None  # a failing ONNX row's smallest failing subgraph (explain.Explainer)
+
+
+# The build details key an int8 kind records its coverage under (``Int8Coverage.to_details``): details are what
+# travels from the build process through the cache and bundles to the judge.
+COVERAGE_KEY = "int8_coverage"
+
+
+@dataclass(frozen=True)
+class Int8Coverage:
+    """How much of an int8 artifact's weights are int8, counted in its file (``measured`` "file") or, for a
+    ``.pte`` whose delegate hides its weights, in the program before lowering (``artifacts._coverage``).
+
+    A weight tensor is a parameter of two or more dimensions: a matrix, a convolution kernel, an embedding
+    table, a recurrent layer's input and hidden weights. Biases, normalisation scales and the quantization
+    scales and zero points are not counted. ``float_tensors``: each weight left float, as (name, the op that
+    consumes it, its parameter count), largest first. ``error``: it could not be counted, and why."""
+
+    quantized_tensors: int = 0
+    weight_tensors: int = 0
+    quantized_params: int = 0
+    weight_params: int = 0
+    float_tensors: tuple[tuple[str, str, int], ...] = ()
+    measured: str = "file"
+    error: str | None = None
+
+    @property
+    def share(self) -> float | None:
+        """The share of the weight parameters (by count) that are int8; None when there is no weight to count."""
+        if self.error is not None or not self.weight_params:
+            return None
+        return self.quantized_params / self.weight_params
+
+    def float_by_op(self) -> tuple[tuple[str, int, tuple[str, ...]], ...]:
+        """The float weights grouped by the op consuming them: (op, parameters, tensor names), most parameters first."""
+        groups: dict[str, tuple[int, tuple[str, ...]]] = {}
+        for name, op, params in self.float_tensors:
+            count, names = groups.get(op, (0, ()))
+            groups[op] = (count + params, (*names, name))
+        return tuple(sorted(((op, n, names) for op, (n, names) in groups.items()), key=lambda g: -g[1]))
+
+    def to_details(self) -> dict[str, str]:
+        return {COVERAGE_KEY: json.dumps({"tensors": [self.quantized_tensors, self.weight_tensors],
+                                          "parameters": [self.quantized_params, self.weight_params],
+                                          "float": [list(t) for t in self.float_tensors], "measured": self.measured,
+                                          "error": self.error}, separators=(",", ":"))}
+
+    @classmethod
+    def from_details(cls, details: dict[str, str]) -> Int8Coverage | None:
+        """The coverage a build recorded in its details; None when it recorded none (a kind that is not int8)."""
+        text = details.get(COVERAGE_KEY)
+        if text is None:
+            return None
+        try:
+            data = json.loads(text)
+            (qt, wt), (qp, wp) = data["tensors"], data["parameters"]
+            floats = tuple((str(n), str(op), int(c)) for n, op, c in data.get("float") or ())
+            return cls(int(qt), int(wt), int(qp), int(wp), floats, str(data.get("measured") or "file"),
+                       None if data.get("error") is None else str(data["error"]))
+        except (ValueError, TypeError, KeyError) as exc:
+            return cls(error=f"the recorded {COVERAGE_KEY} detail is unreadable ({type(exc).__name__}: {exc})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tensors": [self.quantized_tensors, self.weight_tensors], "parameters": [self.quantized_params, self.weight_params],
+                "share": self.share, "float_tensors": [{"name": n, "op": op, "parameters": c} for n, op, c in self.float_tensors],
+                "measured": self.measured, "error": self.error}
 
 
 @dataclass(frozen=True)

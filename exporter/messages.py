@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from .measurements import BatchSizeRun, LayerComparison, LayerDelta, Measured, Reduced
+from .measurements import BatchSizeRun, Int8Coverage, LayerComparison, LayerDelta, Measured, Reduced
 
 # How each per-layer method (``ArtifactKind.layers``, ``LayerComparison.method``) compares, in words.
 LAYER_METHODS = {
@@ -58,6 +58,40 @@ def calibration_notes(details: dict[str, str]) -> tuple[str, ...]:
     judged, excluded = int(details["judged_samples"]), int(details.get("calibration_samples_excluded", "0"))
     return (f"judged on {judged} of {judged + excluded} golden samples: {excluded} excluded as its calibration split "
             f"({details.get('calibration_split', '?')})",)
+
+
+def percent(share: float) -> str:
+    """
+    >>> percent(0.2456), percent(0.0083), percent(1.0)
+    ('25%', '0.8%', '100%')
+    """
+    return f"{share:.0%}" if share >= 0.1 or share == 0 else f"{share:.1%}"
+
+
+def coverage_summary(coverage: Int8Coverage) -> str:
+    """An int8 row's coverage in one line: how many weight tensors, what share of the weight parameters."""
+    if coverage.error is not None or coverage.share is None:
+        return f"not measured: {coverage.error or 'the file holds no weight tensor'}"
+    where = "in the file" if coverage.measured == "file" else f"in the {coverage.measured}"
+    return (f"{coverage.quantized_tensors} of {coverage.weight_tensors} weight tensors in int8, {percent(coverage.share)} of the "
+            f"{coverage.weight_params:,} weight parameters (counted {where}; biases and norms not counted)")
+
+
+def coverage_shortfall(coverage: Int8Coverage, names: int = 4) -> str:
+    """What an int8 row left float: the share quantized, and the float weights by the op that uses them.
+
+    >>> c = Int8Coverage(4, 8, 14000, 57008, (("rnn.weight_ih_l0", "LSTM", 12288), ("rnn.weight_hh_l0", "LSTM", 9216)))
+    >>> coverage_shortfall(c)
+    'quantized only 25% of the weight parameters (4 of 8 weight tensors): 38% stay float in LSTM (rnn.weight_ih_l0, rnn.weight_hh_l0)'
+    """
+    total = coverage.weight_params or 1
+    head = (f"quantized only {percent(coverage.share or 0.0)} of the weight parameters ({coverage.quantized_tensors} of "
+            f"{coverage.weight_tensors} weight tensors)")
+    parts = []
+    for op, params, tensors in coverage.float_by_op():
+        shown = ", ".join(tensors[:names]) + (f", +{len(tensors) - names} more" if len(tensors) > names else "")
+        parts.append(f"{percent(params / total)} {'stay float ' if not parts else ''}in {op} ({shown})")
+    return head + (": " + "; ".join(parts) if parts else "")
 
 
 def layer_described(delta: LayerDelta) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from .compare import Metrics
 from .config import Gate, Thresholds
 from .files import FileInfo
-from .measurements import BatchSizeRun, EagerSelfCheck, Latency, LayerComparison, Observation, Reduced
+from .measurements import BatchSizeRun, EagerSelfCheck, Int8Coverage, Latency, LayerComparison, Observation, Reduced
 from .messages import layer_method, layers_summary, reproduce_command
 
 SCHEMA_VERSION = 1
@@ -165,6 +165,8 @@ class Row:
     # numbers are ``metrics``), and the outputs a setting left out of the comparison.
     outputs: tuple[OutputRow, ...] = ()
     not_compared: tuple[str, ...] = ()
+    # An int8 row's weights in int8, counted in its file (measurements.Int8Coverage); None for other rows.
+    int8_coverage: Int8Coverage | None = None
 
     @property
     def concerns(self) -> tuple[str, ...]:
@@ -198,6 +200,7 @@ class Row:
             "diagnostics": None if self.diagnostics is None else self.diagnostics.to_json(),
             "outputs": [o.to_json() for o in self.outputs],
             "not_compared": list(self.not_compared),
+            "int8_coverage": None if self.int8_coverage is None else self.int8_coverage.to_json(),
         }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ._calibration import calibration_batches, calibration_count, pt2e_converted
 from ._common import native_warnings
+from ._coverage import program as program_coverage
 from ._recurrent import recurrent_types
 from .base import BuildContext, NotApplicable
 from .executorch_pte import Bounds, PteRunner, export_bounded, lower_and_save, require_executorch
@@ -22,7 +23,7 @@ QUANTIZER = "XNNPACKQuantizer (get_symmetric_quantization_config(is_per_channel=
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     program, bounds, details = exported_program_with_details(ctx)
-    return lower_and_save(program, path, bounds, details)
+    return lower_and_save(program, path, bounds, {**details, **program_coverage(program).to_details()})  # XNNPACK hides the weights
 
 
 def exported_program(ctx: BuildContext) -> tuple[Any, Bounds]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
+from ._coverage import recorded
 from .base import BuildContext
 
 
@@ -15,7 +16,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     with atomic_path(path) as tmp:
         quantize_dynamic(str(source), str(tmp), weight_type=QuantType.QInt8)
         require_dynamic_batch(tmp, "onnx int8 quantization", ctx.signature)
-    return {"weight_type": "QInt8"}
+    return {"weight_type": "QInt8", **recorded(path)}
 
 
 def open_runner(path: Path, ctx: BuildContext) -> OnnxRunner:

@@ -33,6 +33,7 @@ from ..errors import ArtifactError
 from ..versions import cpu_flags
 from ._calibration import calibration_batches, calibration_count
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
+from ._coverage import recorded
 from .base import BuildContext
 
 # Pinned, recorded in details: what numbers the file gives depends on every one of them. Measured on the
@@ -120,7 +121,8 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
             "op_types_to_quantize": ",".join(recipe.get("op_types_to_quantize", ["all"])),
             "recipe": f"{chosen} (chosen on the calibration split; the worst output's relative MAE against the float file: {compared})",
             **({"recipes_failed": "; ".join(f"{name}: {why}" for name, why in failed.items())} if failed else {}),
-            "cpu_flags": cpu_flags() or "unknown", "pre_process": how, "calibration_samples": str(calibration_count(batches, ctx))}
+            "cpu_flags": cpu_flags() or "unknown", "pre_process": how, "calibration_samples": str(calibration_count(batches, ctx)),
+            **recorded(path)}
 
 
 def _quantize(pre: Path, out: Path, batches: tuple[dict[str, Any], ...], extra: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ._calibration import calibration_batches, calibration_count, pt2e_converted
 from ._common import atomic_path, native_warnings
+from ._coverage import recorded
 from ._program import export_program
 from .base import BuildContext, NotApplicable
 from .torchao_int8 import TorchaoProgramRunner, _torchao
@@ -46,7 +47,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     with atomic_path(path) as tmp:
         torch.export.save(program, str(tmp), extra_files={SCOPES_FILE: json.dumps(_scopes(converted, program))})
     return {"quantizer": QUANTIZER, "torchao": str(getattr(torchao, "__version__", "?")), "saved_as": "torch.export (.pt2)",
-            "quantize_nodes": str(quantized), "calibration_samples": str(calibration_count(batches, ctx))}
+            "quantize_nodes": str(quantized), "calibration_samples": str(calibration_count(batches, ctx)), **recorded(path)}
 
 
 def _scopes(converted: Any, program: Any) -> dict[str, str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import TorchScriptRunner, atomic_path
+from ._coverage import recorded
 from .base import BuildContext, NotApplicable
 
 
@@ -50,7 +51,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
         torch.jit.save(traced, str(tmp))
     details = {"quantized_linear_layers": str(counts["Linear"]), "saved_as": "torchscript (trace)"}
     details.update({f"quantized_{name.lower()}_layers": str(n) for name, n in counts.items() if name != "Linear" and n})
-    return details
+    return {**details, **recorded(path)}
 
 
 def open_runner(path: Path, ctx: BuildContext) -> TorchScriptRunner:

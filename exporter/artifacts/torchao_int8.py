@@ -10,6 +10,7 @@ from typing import Any
 
 from ..versions import BELOW_VNNI, cpu_flags, onednn_cap_below
 from ._common import TorchModuleRunner, atomic_path, native_warnings
+from ._coverage import recorded
 from ._program import export_program
 from .base import BuildContext, NotApplicable
 
@@ -47,7 +48,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     with atomic_path(path) as tmp:
         torch.export.save(program, str(tmp))
     return {"quantized_linear_layers": str(linear), "config": "Int8DynamicActivationInt8WeightConfig",
-            "torchao": str(getattr(torchao, "__version__", "?")), "saved_as": "torch.export (.pt2)"}
+            "torchao": str(getattr(torchao, "__version__", "?")), "saved_as": "torch.export (.pt2)", **recorded(path)}
 
 
 class TorchaoProgramRunner(TorchModuleRunner):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from ..gates import GATE_METRICS, GateMetric, small_set_notes
+from ..messages import coverage_summary
 from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..settings import settings_line
@@ -230,6 +231,7 @@ def render(report: Report, style: Style | None = None) -> str:
     extra = diagnostic_lines(report)
     if style.verbose:
         extra += [f"note {row.name}: {note}" for row in report.rows for note in row.notes if note not in row.concerns]
+        extra += [f"int8 coverage {row.name}: {coverage_summary(row.int8_coverage)}" for row in report.rows if row.int8_coverage]
         extra.append(f"checks: {checks_description(report)}")
         extra += [f"note: {note}" for note in small_set_notes(report.thresholds, report.golden.inputs)]
         if report.timings:
