@@ -68,13 +68,18 @@ def percent(share: float) -> str:
     return f"{share:.0%}" if share >= 0.1 or share == 0 else f"{share:.1%}"
 
 
+SHORTFALL = "quantized only "  # how coverage_shortfall begins: report/next_steps.py tells a coverage reason from a drift
+
+
 def coverage_summary(coverage: Int8Coverage) -> str:
     """An int8 row's coverage in one line: how many weight tensors, what share of the weight parameters."""
     if coverage.error is not None or coverage.share is None:
         return f"not measured: {coverage.error or 'the file holds no weight tensor'}"
     where = "in the file" if coverage.measured == "file" else f"in the {coverage.measured}"
+    total = coverage.weight_params
+    floats = "; ".join(f"{percent(params / total)} float in {op}" for op, params, _ in coverage.float_by_op())
     return (f"{coverage.quantized_tensors} of {coverage.weight_tensors} weight tensors in int8, {percent(coverage.share)} of the "
-            f"{coverage.weight_params:,} weight parameters (counted {where}; biases and norms not counted)")
+            f"{total:,} weight parameters{'; ' + floats if floats else ''} (counted {where}; biases and norms not counted)")
 
 
 def coverage_shortfall(coverage: Int8Coverage, names: int = 4) -> str:
@@ -85,7 +90,7 @@ def coverage_shortfall(coverage: Int8Coverage, names: int = 4) -> str:
     'quantized only 25% of the weight parameters (4 of 8 weight tensors): 38% stay float in LSTM (rnn.weight_ih_l0, rnn.weight_hh_l0)'
     """
     total = coverage.weight_params or 1
-    head = (f"quantized only {percent(coverage.share or 0.0)} of the weight parameters ({coverage.quantized_tensors} of "
+    head = (f"{SHORTFALL}{percent(coverage.share or 0.0)} of the weight parameters ({coverage.quantized_tensors} of "
             f"{coverage.weight_tensors} weight tensors)")
     parts = []
     for op, params, tensors in coverage.float_by_op():

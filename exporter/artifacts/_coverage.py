@@ -213,9 +213,10 @@ def _is_int8(tensor: Any) -> bool:
 
     if tensor.dtype in (torch.int8, torch.uint8) or tensor.is_quantized:
         return True
-    if is_traceable_wrapper_subclass(tensor):  # torchao's Int8Tensor reports float32 and holds int8 data
+    if is_traceable_wrapper_subclass(tensor):  # torchao's Int8Tensor reports float32: its data (its largest inner tensor) is int8
         names, _ = tensor.__tensor_flatten__()
-        return any(_is_int8(getattr(tensor, n)) for n in names)
+        inner = [getattr(tensor, n) for n in names]
+        return bool(inner) and _is_int8(max(inner, key=lambda t: t.numel()))
     return False
 
 

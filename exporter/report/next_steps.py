@@ -17,6 +17,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from ..messages import SHORTFALL
 from ..results import FAIL, Report, Row
 
 EAGER = "eager"
@@ -80,7 +81,11 @@ def next_steps(report: Report, names: list[str] | None = None) -> list[str]:
                          f"the diff with `{command}`, then run it without --dry-run to adopt them")
             docs.append(DOCS_APPROVE)
         else:
-            lines.append(_setting_hint(row))
+            if any(reason.startswith(SHORTFALL) for reason in row.reasons):  # --strict and too few weights in int8
+                lines.append(f"next: {row.name} keeps most of its weights float (its reason names them): quantize those layers "
+                             "(another int8 kind or recipe), or check without --strict, where the row says so in a note")
+            if not row.reasons or not all(reason.startswith(SHORTFALL) for reason in row.reasons):
+                lines.append(_setting_hint(row))
             docs.append(DOCS_GATES)
         changed = changed_inputs(row, names)
         if changed:
