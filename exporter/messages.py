@@ -92,7 +92,7 @@ def coverage_shortfall(coverage: Int8Coverage, names: int = 4) -> str:
     total = coverage.weight_params or 1
     head = (f"{SHORTFALL}{percent(coverage.share or 0.0)} of the weight parameters ({coverage.quantized_tensors} of "
             f"{coverage.weight_tensors} weight tensors)")
-    parts = []
+    parts: list[str] = []
     for op, params, tensors in coverage.float_by_op():
         shown = ", ".join(tensors[:names]) + (f", +{len(tensors) - names} more" if len(tensors) > names else "")
         parts.append(f"{percent(params / total)} {'stay float ' if not parts else ''}in {op} ({shown})")

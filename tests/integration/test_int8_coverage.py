@@ -12,6 +12,7 @@ coverage verdicts are judged again (``export-check judge``) with the drift gates
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,15 @@ def notes_of(row: dict[str, Any]) -> list[str]:
 
 def judge(report: Path, *args: str) -> tuple[int, dict[str, dict[str, Any]]]:
     out = report.with_name(f"judged-{abs(hash(args))}.json")
-    code = main(["judge", str(report), *WIDE_OPEN, "-q", "--json", str(out), *args])
+    code = main(["judge", str(report), *WIDE_OPEN, "--json", str(out), *args])
     return code, {r["name"]: r for r in json.loads(out.read_text())["rows"]}
 
 
 def check(folder: Path, *args: str) -> tuple[int, Path]:
     report = folder / "r.json"
     code = main(["check", *args, "--out", str(folder / "out"), "--no-cache", "-q", "--diagnostics-budget", "0", "--json", str(report)])
+    # the report is sealed with the key of the module's run; each test gets a config folder of its own (conftest)
+    (folder / "key").write_text(str(Path(os.environ["XDG_CONFIG_HOME"]) / "export-check" / "cache.key"))
     return code, report
 
 
@@ -131,8 +134,9 @@ def test_the_recognisers_torch_dynamic_row_counts_the_packed_int8_weights_of_its
     assert coverage["share"] == pytest.approx(44064 / 57008) and {t["op"] for t in coverage["float_tensors"]} == {"Conv2d"}
 
 
-def test_a_row_under_the_floor_passes_with_a_note_naming_the_lstm_and_strict_fails_it(recogniser, capsys) -> None:
+def test_a_row_under_the_floor_passes_with_a_note_naming_the_lstm_and_strict_fails_it(recogniser, capsys, monkeypatch) -> None:
     report, _ = recogniser
+    monkeypatch.setenv("EXPORT_CHECK_CACHE_KEY_FILE", (report.parent / "key").read_text())
     code, rows = judge(report)
     static = rows["onnx-int8-static"]
     assert code == 0 and static["status"] == "pass" and static["reasons"] == []
