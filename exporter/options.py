@@ -205,7 +205,7 @@ OPTIONS: tuple[Option, ...] = (
            "every check at full size, as before issue 15)", (CHECK,), default=_run_default("diagnostics_budget"), metavar="SHARE", settings=True,
            field="diagnostics_budget"),
     Option("strict", "strict", "switch", "a kind that does not apply to the model (e.g. dynamic int8 without Linear or recurrent "
-           "layers) fails the run instead of being shown as not applicable, and so does an int8 row with under 50% of its weight "
+           "layers) fails the run instead of being shown as not applicable, and so does an int8 row with under half of its weight "
            "parameters in int8 (instead of a note)", (CHECK, JUDGE), settings=True, field="strict"),
     Option("judge-only", "judge_only", "switch", "judge this check's cached observations with the gates given now: nothing is built "
            "or replayed and torch is not imported; a check never run (or changed since) is refused, and a per-layer table or a "
