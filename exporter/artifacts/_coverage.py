@@ -178,9 +178,10 @@ def torchscript_weights(module: Any) -> list[Weight]:
             weights.append((name, layer(name.rpartition(".")[0]), tensor.numel(), tensor.is_quantized or tensor.dtype in (torch.int8, torch.uint8)))
     for name, sub in module.named_modules():
         for attr in ("_packed_params", "param"):
-            if not sub._c.hasattr(attr):
+            value = sub._c.getattr(attr) if sub._c.hasattr(attr) else None
+            if not isinstance(value, torch.ScriptObject):  # a plain tensor of that name is in the state_dict already
                 continue
-            packed = [t for t in _script_tensors(sub._c.getattr(attr)) if t.dim() >= 2]
+            packed = [t for t in _script_tensors(value) if t.dim() >= 2]
             for i, tensor in enumerate(packed):
                 where = f"{name}.{attr}" + (f"[{i}]" if len(packed) > 1 else "")
                 weights.append((where, layer(name), tensor.numel(), tensor.is_quantized or tensor.dtype in (torch.int8, torch.uint8)))
