@@ -288,10 +288,11 @@ class Int8Coverage:
     """How much of an int8 artifact's weights are int8, counted in its file (``measured`` "file") or, for a
     ``.pte`` whose delegate hides its weights, in the program before lowering (``artifacts._coverage``).
 
-    A weight tensor is a parameter of two or more dimensions: a matrix, a convolution kernel, an embedding
-    table, a recurrent layer's input and hidden weights. Biases, normalisation scales and the quantization
-    scales and zero points are not counted. ``float_tensors``: each weight left float, as (name, the op that
-    consumes it, its parameter count), largest first. ``error``: it could not be counted, and why."""
+    A weight tensor is a tensor of two or more dimensions the graph multiplies with: a matrix, a convolution
+    kernel, an embedding table, a recurrent layer's input and hidden weights. Biases, normalisation scales,
+    quantization scales and zero points are not counted, nor is a tensor the graph only adds or concatenates.
+    ``float_tensors``: each weight left float, as (name, the op that consumes it, its parameter count), largest
+    first. ``error``: it could not be counted, and why."""
 
     quantized_tensors: int = 0
     weight_tensors: int = 0

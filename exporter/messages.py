@@ -4,6 +4,7 @@ the JSON report's summaries call these; the measurement records themselves hold 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 
 from .measurements import BatchSizeRun, Int8Coverage, LayerComparison, LayerDelta, Measured, Reduced
@@ -61,11 +62,13 @@ def calibration_notes(details: dict[str, str]) -> tuple[str, ...]:
 
 
 def percent(share: float) -> str:
+    """A share as a percentage, rounded down (a share just under a floor never reads as the floor itself).
+
+    >>> percent(0.2456), percent(0.4999), percent(0.0083), percent(1.0)
+    ('24%', '49%', '0.8%', '100%')
     """
-    >>> percent(0.2456), percent(0.0083), percent(1.0)
-    ('25%', '0.8%', '100%')
-    """
-    return f"{share:.0%}" if share >= 0.1 or share == 0 else f"{share:.1%}"
+    digits = 0 if share >= 0.1 or share == 0 else 1
+    return f"{math.floor(share * 100 * 10**digits + 1e-9) / 10**digits:.{digits}f}%"
 
 
 SHORTFALL = "quantized only "  # how coverage_shortfall begins: report/next_steps.py tells a coverage reason from a drift
@@ -87,7 +90,7 @@ def coverage_shortfall(coverage: Int8Coverage, names: int = 4) -> str:
 
     >>> c = Int8Coverage(4, 8, 14000, 57008, (("rnn.weight_ih_l0", "LSTM", 12288), ("rnn.weight_hh_l0", "LSTM", 9216)))
     >>> coverage_shortfall(c)
-    'quantized only 25% of the weight parameters (4 of 8 weight tensors): 38% stay float in LSTM (rnn.weight_ih_l0, rnn.weight_hh_l0)'
+    'quantized only 24% of the weight parameters (4 of 8 weight tensors): 37% stay float in LSTM (rnn.weight_ih_l0, rnn.weight_hh_l0)'
     """
     total = coverage.weight_params or 1
     head = (f"{SHORTFALL}{percent(coverage.share or 0.0)} of the weight parameters ({coverage.quantized_tensors} of "

@@ -1,10 +1,11 @@
 """Int8 coverage: how many of an int8 artifact's weight tensors, and what share of its weight parameters,
 the file stores in int8 (``measurements.Int8Coverage``), counted in the file as it ships, after it is written.
 
-A weight tensor is a tensor of two or more dimensions that the graph uses as a weight: a matrix, a
+A weight tensor is a tensor of two or more dimensions that the graph multiplies with: a matrix, a
 convolution kernel, an embedding table, a recurrent layer's input and hidden weights. Biases, normalisation
 scales, quantization scales and zero points are not counted (one dimension; a recurrent layer's 2-D bias is
-recognised by its slot). A weight is int8 when it is stored as 8-bit (or 4-bit) integers, whatever op
+recognised by its slot), nor is a tensor the graph only adds or concatenates (a ViT's class token and position
+embedding), which no int8 kind quantizes. A weight is int8 when it is stored as 8-bit (or 4-bit) integers, whatever op
 dequantizes it, or when the graph quantizes it on the way in (``QuantizeLinear``, ``quantize_per_*``).
 
 * ONNX: initializers and ``Constant`` tensors (subgraphs included), by the op slot that consumes them; the
@@ -38,6 +39,8 @@ Weight = tuple[str, str, int, bool]
 _QUANTIZING = {"QuantizeLinear", "DynamicQuantizeLinear"}  # a float weight consumed at slot 0 is quantized at run time
 _PASS_THROUGH = {"Slice", "Transpose", "Reshape", "Concat", "Squeeze", "Unsqueeze", "Cast", "Identity", "Split", "Flatten",
                  "Expand", "DequantizeLinear"}
+# what a tensor that is not multiplied with meets first: added, concatenated (ONNX, and torch ops by name)
+_ADDITIVE = {"Add", "Sub", "Mul", "Div", "Where", "add", "add_", "sub", "mul", "div", "cat", "concat", "where"}
 # slots that hold no weight: biases, scales, zero points (a recurrent layer's bias is 2-D)
 _NOT_WEIGHT_SLOTS = {"LSTM": {3, 4, 5, 6, 7}, "GRU": {3, 4, 5}, "RNN": {3, 4, 5}, "DynamicQuantizeLSTM": {3, 4, 5, 6, 7, 8, 9, 10, 11},
                      "Gemm": {2}, "Conv": {2}, "ConvTranspose": {2}, "QuantizeLinear": {1, 2}, "DequantizeLinear": {1, 2},
@@ -128,7 +131,9 @@ def onnx_weights(model: Any) -> list[Weight]:
         for dim in tensor.dims:
             params *= int(dim)
         int8 = tensor.data_type in quantized_types or any(node.op_type in _QUANTIZING and slot == 0 for node, slot in uses)
-        weights.append((name, compute_op(name), params, int8))
+        op = compute_op(name)
+        if op not in _ADDITIVE:
+            weights.append((name, op, params, int8))
     return weights
 
 
@@ -172,8 +177,11 @@ def torchscript_weights(module: Any) -> list[Weight]:
             parts.pop()
         return kinds.get(".".join(parts), "") or "module"
 
+    added = _additive_attributes(module)
     weights: list[Weight] = []
     for name, tensor in module.state_dict().items():
+        if name in added:
+            continue
         if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2 and (tensor.is_floating_point() or tensor.is_quantized):
             weights.append((name, layer(name.rpartition(".")[0]), tensor.numel(), tensor.is_quantized or tensor.dtype in (torch.int8, torch.uint8)))
     for name, sub in module.named_modules():
@@ -186,6 +194,44 @@ def torchscript_weights(module: Any) -> list[Weight]:
                 where = f"{name}.{attr}" + (f"[{i}]" if len(packed) > 1 else "")
                 weights.append((where, layer(name), tensor.numel(), tensor.is_quantized or tensor.dtype in (torch.int8, torch.uint8)))
     return weights
+
+
+_SCRIPT_PASS = {"aten::t", "aten::to", "aten::contiguous", "aten::view", "aten::reshape", "aten::transpose", "aten::permute",
+                "aten::slice", "aten::select", "aten::chunk", "aten::unbind", "aten::expand", "aten::unsqueeze", "aten::squeeze",
+                "aten::detach", "prim::ListConstruct", "prim::TupleConstruct", "prim::ListUnpack"}
+
+
+def _additive_attributes(module: Any) -> set[str]:
+    """The attributes (by state_dict name) the module's forward graph only adds or concatenates (``_ADDITIVE``); none
+    when the graph cannot be read (every tensor is then counted)."""
+    try:
+        graph = module.inlined_graph
+    except Exception:
+        return set()
+    paths: dict[int, str] = {next(iter(graph.inputs())).unique(): ""}
+    found: dict[str, Any] = {}
+    for node in graph.nodes():
+        if node.kind() == "prim::GetAttr" and node.input().unique() in paths:
+            base = paths[node.input().unique()]
+            path = f"{base}.{node.s('name')}" if base else node.s("name")
+            paths[node.output().unique()] = path
+            found[path] = node.output()
+    added = set()
+    for path, value in found.items():
+        queue, seen, first = deque([value]), {value.unique()}, None
+        while queue and first is None:
+            for use in queue.popleft().uses():
+                kind = use.user.kind()
+                if kind not in _SCRIPT_PASS:
+                    first = kind
+                    break
+                for out in use.user.outputs():
+                    if out.unique() not in seen:
+                        seen.add(out.unique())
+                        queue.append(out)
+        if first is not None and first.split("::")[-1] in _ADDITIVE:
+            added.add(path)
+    return added
 
 
 def torchscript_file(path: Path) -> Int8Coverage:
@@ -249,7 +295,9 @@ def program_weights(program: Any) -> list[Weight]:
         if not (tensor.is_floating_point() or _is_int8(tensor)):
             continue
         int8 = _is_int8(tensor) or any(_op_name(u.target).startswith(("quantize_per", "quantize_affine")) for u in node.users)
-        weights.append((str(target), compute_op(node), tensor.numel(), int8))
+        op = compute_op(node)
+        if op not in _ADDITIVE:
+            weights.append((str(target), op, tensor.numel(), int8))
     return weights
 
 
