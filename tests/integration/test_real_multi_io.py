@@ -38,10 +38,11 @@ def checked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture(scope="module")
 def detector(tmp_path_factory: pytest.TempPathFactory):
-    return _checked("detector-dict", tmp_path_factory)
+    """The dict detector's golden set and settings, checked on the onnx row only (the parametrised fixture checks every kind)."""
+    return _checked("detector-dict", tmp_path_factory, "onnx")
 
 
-def _checked(case: str, tmp_path_factory: pytest.TempPathFactory):
+def _checked(case: str, tmp_path_factory: pytest.TempPathFactory, kinds: str | None = None):
     cls, checkpoint, settings, outputs = CASES[case]
     folder = tmp_path_factory.mktemp(case)
     samples = folder / "samples"
@@ -51,7 +52,8 @@ def _checked(case: str, tmp_path_factory: pytest.TempPathFactory):
     config.write_text(f"arch = \"{MODELS / 'multi_io.py'}:{cls}\"\ngolden = \"golden\"\nout = \"out\"\n" + settings)
     weights = MODELS / "checkpoints" / f"{checkpoint}.pth"
     assert main(["golden", "record", str(weights), "--config", str(config), "--inputs", str(samples)]) == 0
-    code = main(["check", str(weights), "--config", str(config), "--no-cache", "-q", "--json", str(folder / "r.json")])
+    code = main(["check", str(weights), "--config", str(config), "--no-cache", "-q", "--json", str(folder / "r.json"),
+                 *(["--artifacts", kinds] if kinds else [])])
     return case, folder, config, weights, outputs, code, json.loads((folder / "r.json").read_text())
 
 
