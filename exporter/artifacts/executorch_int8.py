@@ -23,13 +23,13 @@ from typing import Any
 from ._calibration import calibration_batches, calibration_count, pt2e_converted
 from ._common import native_warnings
 from ._coverage import program as program_coverage
-from ._recurrent import recurrent_types
+from ._recurrent import RECURRENCE, recurrent_types, with_scan_lstm
 from .base import BuildContext, NotApplicable
 from .executorch_pte import Bounds, PteRunner, export_bounded, lower_and_save, require_executorch
 
 QUANTIZER = "XNNPACKQuantizer (get_symmetric_quantization_config(is_per_channel=True): static, per-channel weights)"
 RECIPE = ("convolutions and linear layers int8 (weights, activations in and out), except the heads (the layers whose result "
-          "reaches an output through no other such layer); elementwise arithmetic (attention masks, residual adds), softmax, "
+          "reaches an output through no other such layer) and layers whose weight or bias is computed; elementwise arithmetic (attention masks, residual adds), softmax, "
           "norms, embeddings and pooling float")
 LAYER_OPS = ("conv1d", "conv2d", "conv3d", "linear")  # aten ops (.default) the recipe quantizes
 
@@ -61,25 +61,41 @@ def quantizer(XNNPACKQuantizer: Any, get_symmetric_quantization_config: Any) -> 
     found = XNNPACKQuantizer()
     for target in layers:
         found.set_operator_type(target, config)
-    return found.set_filter_function(lambda node: node.target not in layers or not is_head(node, layers))
+    return found.set_filter_function(lambda node: node.target not in layers or (not is_head(node, layers) and _constant_operands(node)))
 
 
-def layer_precision(converted: Any) -> tuple[list[str], list[str]]:
-    """(int8, float) convolution/linear layers of a converted graph, by module (or node) name: int8 when its
-    weight arrives through a dequantize node."""
+def _constant_operands(node: Any) -> bool:
+    """Whether a layer's weight and bias are the model's own tensors, not computed in the graph: XNNPACK delegates a
+    quantized layer only then (the LSTM loop's input projection sums its two biases), and a quantized weight left
+    outside the delegate has no kernel in the runtime."""
+    return all(getattr(arg, "op", "get_attr") in ("get_attr", "placeholder") for arg in node.args[1:3])
+
+
+def layer_precision(converted: Any) -> tuple[list[str], list[str], int]:
+    """(int8 layers, float layers with why, int8 weight elements) of a converted graph's convolutions and linear layers, by
+    module (or node) name: int8 when its weight arrives through a dequantize node."""
     layers = _layer_targets()
     int8: list[str] = []
     fp32: list[str] = []
+    elements = 0
     for node in converted.graph.nodes:
         if node.target not in layers:
             continue
         stack = node.meta.get("nn_module_stack") or {}
         name = str(list(stack.values())[-1][0]) if stack else ""
-        name = name if name and name not in (*int8, *fp32) else node.name
+        name = name if name and name not in (*int8, *(f.split(" (")[0] for f in fp32)) else node.name
         weight = node.args[1] if len(node.args) > 1 else None
-        quantized = getattr(weight, "op", "") == "call_function" and "dequantize" in str(weight.target)
-        (int8 if quantized else fp32).append(name)
-    return int8, fp32
+        if getattr(weight, "op", "") == "call_function" and "dequantize" in str(weight.target):
+            int8.append(name)
+            stored = weight.args[0]
+            if getattr(stored, "op", "") == "get_attr":
+                tensor = converted
+                for part in str(stored.target).split("."):
+                    tensor = getattr(tensor, part)
+                elements += int(tensor.numel())
+        else:
+            fp32.append(f"{name} ({'head' if is_head(node, layers) else 'computed weight or bias'})")
+    return int8, fp32, elements
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
@@ -98,11 +114,11 @@ def exported_program_with_details(ctx: BuildContext) -> tuple[Any, Bounds, dict[
     """Calibrated, converted and exported again with its axes bounded: (program, bounds, the row's details)."""
     require_executorch()
     declared = [a for i in ctx.signature.inputs for a, _ in i.dynamic_axes if a != i.batch_axis]
-    recurrent = recurrent_types(ctx.model) if declared else set()
-    if recurrent:  # measured on the bundled recogniser: the capture held 12 steps, and the .pte answered 12 for a width of 64
-        raise NotApplicable(f"not applicable: the PT2E capture unrolls the {'/'.join(sorted(recurrent))} over the example's time "
-                            "steps (pytorch/pytorch#115092), so the quantized program would keep one length; the executorch kind "
-                            "exports it as a scan loop, which this kind does not quantize yet")
+    model, recurrence = ctx.model, ""
+    if declared and recurrent_types(ctx.model):  # PT2E's capture would unroll the LSTM over the example's steps (#115092)
+        model, count = with_scan_lstm(ctx.model)  # NotApplicable for a GRU/RNN or a projected LSTM
+        recurrence = (f"{RECURRENCE}; {count} layer{'s' if count > 1 else ''}, its loop float (the step's matrix product, "
+                      "gates and state), run by the portable kernels, batch static at 1")
     batches = calibration_batches(ctx, "executorch-int8")
     try:
         with native_warnings():
@@ -113,17 +129,20 @@ def exported_program_with_details(ctx: BuildContext) -> tuple[Any, Bounds, dict[
                             'pip install "export-check[executorch]" installs the tested pair') from None
     # the first capture, for calibration, keeps the batch free: the split's batches may be of any size
     converted, quantized = pt2e_converted(ctx, batches, quantizer(XNNPACKQuantizer, get_symmetric_quantization_config),
-                                          prepare_pt2e, convert_pt2e)
-    int8, fp32 = layer_precision(converted)
+                                          prepare_pt2e, convert_pt2e, model)
+    int8, fp32, int8_elements = layer_precision(converted)
     if not quantized or not int8:
         raise NotApplicable("not applicable: the model has no convolution or linear layer besides its heads, the only layers "
                             f"this kind quantizes ({RECIPE}), so it would change nothing")
-    program, bounds = export_bounded(ctx, converted)  # the converted GraphModule's forward keeps the model's parameter names
+    program, bounds = export_bounded(ctx, converted, recurrence)  # the converted GraphModule's forward keeps the model's parameter names
     _restore_scopes(converted, program)
     total = len(int8) + len(fp32)
+    parameters = sum(int(p.numel()) for p in ctx.model.parameters())
     return program, bounds, {"partitioner": "XnnpackPartitioner (int8 QDQ)", "quantizer": QUANTIZER, "recipe": RECIPE,
                              "int8_layers": f"{len(int8)} of {total} convolution/linear layers",
-                             "float_layers": ", ".join(fp32) + " (heads)" if fp32 else "none",
+                             "float_layers": ", ".join(fp32) or "none",
+                             "int8_parameters": f"{int8_elements} of the model's {parameters} parameters "
+                                                f"({100 * int8_elements / max(parameters, 1):.0f}%); the rest float",
                              "quantize_nodes": str(quantized), "calibration_samples": str(calibration_count(batches, ctx))}
 
 

@@ -132,7 +132,7 @@ def test_int8_on_the_token_classifier_passes_and_agrees_with_the_pte_run_by_hand
     row, out, golden = tokens
     assert row.status == "pass" and row.family == "int8", row.reasons
     details = dict(row.details)
-    assert details["int8_layers"] == "8 of 9 convolution/linear layers" and details["float_layers"] == "head (heads)", details
+    assert details["int8_layers"] == "8 of 9 convolution/linear layers" and details["float_layers"] == "head (head)", details
     assert details["calibration_samples"] == "8" and details["judged_samples"] == "8"
     # the default split, from the manifest itself: the 8 samples of smallest sha256 (half the set)
     calibration = set(sorted(range(len(golden)), key=lambda i: golden.inputs[i].sha256)[:8])
