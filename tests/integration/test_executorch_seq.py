@@ -35,18 +35,25 @@ pytest.importorskip("executorch.runtime", reason="the executorch kind needs the 
 
 CHECKPOINT = REPO / "models" / "checkpoints" / "sequence_recognizer.pth"
 GOLDEN = REPO / "models" / "examples" / "sequence_recognizer_golden"
-KIND = "executorch"
+KIND, INT8 = "executorch", "executorch-int8"
 
 
 @pytest.fixture(scope="module")
-def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Row, Path, object]:
+def recogniser(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Row], Path, object]:
+    """One run of both kinds on the recogniser."""
     out = tmp_path_factory.mktemp("executorch-seq") / "out"
     config = RunConfig(checkpoint=CHECKPOINT, arch=f"{REPO / 'models' / 'multi_io.py'}:SequenceRecognizer", golden=GOLDEN, out_dir=out,
-                       kinds=(KIND,))
+                       kinds=(KIND, INT8))
     report = run_check(config)
     rows = {row.name: row for row in report.rows}
-    assert list(rows) == ["eager", KIND]
-    return rows[KIND], out, load_golden(GOLDEN)
+    assert list(rows) == ["eager", KIND, INT8]
+    return rows, out, load_golden(GOLDEN)
+
+
+@pytest.fixture(scope="module")
+def checked(recogniser) -> tuple[Row, Path, object]:
+    rows, out, golden = recogniser
+    return rows[KIND], out, golden
 
 
 def test_the_recogniser_passes_and_agrees_with_the_pte_run_by_hand(checked) -> None:
@@ -106,8 +113,46 @@ def test_a_width_beyond_the_planned_bound_is_an_error_naming_the_bound(checked) 
     assert message.endswith("; image axis 3 is 324, above the bound of 320 planned in the .pte"), message
 
 
+def test_int8_on_the_recogniser_quantizes_around_the_loop_and_agrees_with_the_pte_run_by_hand(recogniser) -> None:
+    """The LSTM stays a float scan loop (its input projections too: their bias is the sum of the LSTM's two), the head
+    float, the three convolutions int8: the row says so and what share of the parameters that is, and passes."""
+    from executorch.runtime import Runtime
+
+    rows, out, golden = recogniser
+    row = rows[INT8]
+    assert row.status == "pass" and row.family == "int8", row.reasons
+    details = dict(row.details)
+    assert details["int8_layers"] == "3 of 6 convolution/linear layers", details
+    assert details["float_layers"] == "rnn (computed weight or bias), linear_1 (computed weight or bias), classifier (head)", details
+    model = SequenceRecognizer()
+    model.load_state_dict(torch.load(CHECKPOINT, weights_only=True))
+    model.eval()
+    convs = sum(m.weight.numel() for m in model.features if isinstance(m, torch.nn.Conv2d))
+    total = sum(p.numel() for p in model.parameters())
+    assert details["int8_parameters"] == f"{convs} of the model's {total} parameters ({100 * convs / total:.0f}%); the rest float"
+    assert details["recurrence"].startswith("nn.LSTM exported as a torch.scan loop") and "its loop float" in details["recurrence"]
+    assert (out / f"{INT8}.pte").stat().st_size < (out / f"{KIND}.pte").stat().st_size  # the LSTM's float weights dominate both
+    calibration = set(sorted(range(len(golden)), key=lambda i: golden.inputs[i].sha256)[:12])  # the default split: half of 24
+    method = Runtime.get().load_program(out / f"{INT8}.pte").load_method("forward")
+    errors, eager_abs, flips = [], [], 0
+    for start, feeds in golden.feed_batches(16):
+        x = torch.from_numpy(feeds["image"])
+        with torch.inference_mode():
+            eager = model(x).numpy().astype(np.float64)
+        for i in range(len(x)):
+            if start + i in calibration:
+                continue
+            got = method.execute([x[i:i + 1].clone()])[0].numpy().astype(np.float64)[:, 0]
+            errors.append(np.abs(got - eager[:, i]).ravel())
+            eager_abs.append(np.abs(eager[:, i]).ravel())
+            flips += int((got.argmax(-1) != eager[:, i].argmax(-1)).sum())
+    mae, scale = float(np.concatenate(errors).mean()), float(np.concatenate(eager_abs).mean())
+    assert row.metrics is not None and row.metrics.images == 12 and flips == 0
+    assert row.metrics.mae == pytest.approx(mae, rel=1e-9) and row.metrics.reference_mean_abs == pytest.approx(scale, rel=1e-9)
+    assert 1e-4 < mae / scale < 0.05  # quantized (eager's log-probabilities moved), within the default int8 gate
+
+
 TOKENS = REPO / "models" / "checkpoints" / "token_classifier.pth"
-INT8 = "executorch-int8"
 
 
 @pytest.fixture(scope="module")
