@@ -13,6 +13,11 @@ bundled token classifier that puts the attention-mask add (``scores + mask * -1e
 ~1e9 / 127, every real score rounds to 0 and the model answers one class (relative MAE 1.29, top-1 0 %);
 the other adds cost accuracy for no size (measured in issue 27: relative MAE 4.8 % with every conv/linear
 int8, 3.5 % with the head float; the ResNet 2.4 % either way, 99 KB).
+
+A model with an ``nn.LSTM`` and a declared dynamic axis is captured with each LSTM as the ``torch.scan`` loop the
+executorch kind exports (:mod:`._recurrent`): the convolutions around it are int8, the loop (its step's matrix
+product, gates and state) and its input projections (their bias is the sum of the LSTM's two, computed) stay float,
+the batch static at one sample; the row's details say which layers are int8 and what share of the parameters.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from .executorch_pte import Bounds, PteRunner, export_bounded, lower_and_save, r
 
 QUANTIZER = "XNNPACKQuantizer (get_symmetric_quantization_config(is_per_channel=True): static, per-channel weights)"
 RECIPE = ("convolutions and linear layers int8 (weights, activations in and out), except the heads (the layers whose result "
-          "reaches an output through no other such layer) and layers whose weight or bias is computed; elementwise arithmetic (attention masks, residual adds), softmax, "
-          "norms, embeddings and pooling float")
+          "reaches an output through no other such layer) and layers whose weight or bias is computed; elementwise "
+          "arithmetic (attention masks, residual adds), softmax, norms, embeddings and pooling float")
 LAYER_OPS = ("conv1d", "conv2d", "conv3d", "linear")  # aten ops (.default) the recipe quantizes
 
 
@@ -84,7 +89,7 @@ def layer_precision(converted: Any) -> tuple[list[str], list[str], int]:
         stack = node.meta.get("nn_module_stack") or {}
         name = str(list(stack.values())[-1][0]) if stack else ""
         name = name if name and name not in (*int8, *(f.split(" (")[0] for f in fp32)) else node.name
-        weight = node.args[1] if len(node.args) > 1 else None
+        weight: Any = node.args[1] if len(node.args) > 1 else None
         if getattr(weight, "op", "") == "call_function" and "dequantize" in str(weight.target):
             int8.append(name)
             stored = weight.args[0]
