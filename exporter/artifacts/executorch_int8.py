@@ -17,7 +17,8 @@ int8, 3.5 % with the head float; the ResNet 2.4 % either way, 99 KB).
 A model with an ``nn.LSTM`` and a declared dynamic axis is captured with each LSTM as the ``torch.scan`` loop the
 executorch kind exports (:mod:`._recurrent`): the convolutions around it are int8, the loop (its step's matrix
 product, gates and state) and its input projections (their bias is the sum of the LSTM's two, computed) stay float,
-the batch static at one sample; the row's details say which layers are int8 and what share of the parameters.
+the batch static at one sample; the row's details say which layers are int8 and why the others are not (its int8 coverage, what share of the weight
+parameters).
 """
 
 from __future__ import annotations
@@ -76,13 +77,12 @@ def _constant_operands(node: Any) -> bool:
     return all(getattr(arg, "op", "get_attr") in ("get_attr", "placeholder") for arg in node.args[1:3])
 
 
-def layer_precision(converted: Any) -> tuple[list[str], list[str], int]:
-    """(int8 layers, float layers with why, int8 weight elements) of a converted graph's convolutions and linear layers, by
-    module (or node) name: int8 when its weight arrives through a dequantize node."""
+def layer_precision(converted: Any) -> tuple[list[str], list[str]]:
+    """(int8 layers, float layers with why) of a converted graph's convolutions and linear layers, by module (or node)
+    name: int8 when its weight arrives through a dequantize node."""
     layers = _layer_targets()
     int8: list[str] = []
     fp32: list[str] = []
-    elements = 0
     for node in converted.graph.nodes:
         if node.target not in layers:
             continue
@@ -92,15 +92,9 @@ def layer_precision(converted: Any) -> tuple[list[str], list[str], int]:
         weight: Any = node.args[1] if len(node.args) > 1 else None
         if getattr(weight, "op", "") == "call_function" and "dequantize" in str(weight.target):
             int8.append(name)
-            stored = weight.args[0]
-            if getattr(stored, "op", "") == "get_attr":
-                tensor = converted
-                for part in str(stored.target).split("."):
-                    tensor = getattr(tensor, part)
-                elements += int(tensor.numel())
         else:
             fp32.append(f"{name} ({'head' if is_head(node, layers) else 'computed weight or bias'})")
-    return int8, fp32, elements
+    return int8, fp32
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
@@ -135,19 +129,16 @@ def exported_program_with_details(ctx: BuildContext) -> tuple[Any, Bounds, dict[
     # the first capture, for calibration, keeps the batch free: the split's batches may be of any size
     converted, quantized = pt2e_converted(ctx, batches, quantizer(XNNPACKQuantizer, get_symmetric_quantization_config),
                                           prepare_pt2e, convert_pt2e, model)
-    int8, fp32, int8_elements = layer_precision(converted)
+    int8, fp32 = layer_precision(converted)
     if not quantized or not int8:
         raise NotApplicable("not applicable: the model has no convolution or linear layer besides its heads, the only layers "
                             f"this kind quantizes ({RECIPE}), so it would change nothing")
     program, bounds = export_bounded(ctx, converted, recurrence)  # the converted GraphModule's forward keeps the model's parameter names
     _restore_scopes(converted, program)
     total = len(int8) + len(fp32)
-    parameters = sum(int(p.numel()) for p in ctx.model.parameters())
     return program, bounds, {"partitioner": "XnnpackPartitioner (int8 QDQ)", "quantizer": QUANTIZER, "recipe": RECIPE,
                              "int8_layers": f"{len(int8)} of {total} convolution/linear layers",
                              "float_layers": ", ".join(fp32) or "none",
-                             "int8_parameters": f"{int8_elements} of the model's {parameters} parameters "
-                                                f"({100 * int8_elements / max(parameters, 1):.0f}%); the rest float",
                              "quantize_nodes": str(quantized), "calibration_samples": str(calibration_count(batches, ctx))}
 
 
