@@ -32,10 +32,12 @@ def torch_feeds(batches: tuple[dict[str, Any], ...]) -> Iterator[dict[str, Any]]
         yield {name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in batch.items()}
 
 
-def pt2e_converted(ctx: BuildContext, batches: tuple[dict[str, Any], ...], quantizer: Any, prepare: Any, convert: Any) -> tuple[Any, int]:
+def pt2e_converted(ctx: BuildContext, batches: tuple[dict[str, Any], ...], quantizer: Any, prepare: Any, convert: Any,
+                   model: Any = None) -> tuple[Any, int]:
     """The model captured by ``torch.export`` (batch and declared axes free, its guards checked), prepared
     with ``quantizer``, calibrated on ``batches`` and converted; with the number of quantize nodes it got
-    (0: the quantizer found nothing to quantize). ``prepare``/``convert``: torchao's ``prepare_pt2e``/``convert_pt2e``."""
+    (0: the quantizer found nothing to quantize). ``prepare``/``convert``: torchao's ``prepare_pt2e``/``convert_pt2e``;
+    ``model``: the module to capture instead of ``ctx.model`` (a rewritten copy of it, same inputs)."""
     import copy
 
     import torch
@@ -43,7 +45,7 @@ def pt2e_converted(ctx: BuildContext, batches: tuple[dict[str, Any], ...], quant
     from ._program import dynamic_axes_of, export_inputs, require_guards_hold
     from .base import feeds_to_args
 
-    model = copy.deepcopy(ctx.model).eval()
+    model = copy.deepcopy(ctx.model if model is None else model).eval()
     args, kwargs, shapes = export_inputs(ctx, model)
     try:
         exported = torch.export.export(model, args, kwargs or None, dynamic_shapes=shapes, strict=False)

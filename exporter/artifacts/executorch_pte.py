@@ -180,18 +180,18 @@ def axis_bound(ctx: BuildContext, name: str, axis: int, example_size: int) -> tu
     return AXIS_FACTOR * longest, f"{AXIS_FACTOR} x {longest}, {where}"
 
 
-def bounded_inputs(ctx: BuildContext, model: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any], dict[str, Any], Bounds]:
+def bounded_inputs(ctx: BuildContext, model: Any, recurrence: str = "") -> tuple[Any, tuple[Any, ...], dict[str, Any], dict[str, Any], Bounds]:
     """``export_inputs`` with every dynamic axis bounded: (model, args, kwargs, dynamic_shapes, bounds). The batch axis is
     ``Dim("batch", min=1, max=BATCH_MAX)``; each declared dynamic axis ``Dim.AUTO(max=bound)`` (:func:`axis_bound`; torch
     may raise its minimum, which the details record). A model with an ``nn.LSTM`` and declared axes is exported with each
     LSTM as a ``scan`` loop (:mod:`._recurrent`) and its batch static at one sample: ExecuTorch 1.5's loop copies its
     carried state with ``aten::copy_``, which does not resize, so a loop runs only at its planned batch (the runner feeds
-    such a program sample by sample)."""
+    such a program sample by sample). ``recurrence``: the model already holds its loops (executorch-int8 rewrites and
+    quantizes before this), said as such in the details; exported with its batch static at one sample."""
     from torch.export import Dim
 
     declared = {i.name: [a for a, _ in i.dynamic_axes if a != i.batch_axis] for i in ctx.signature.inputs}
-    recurrence = ""
-    if any(declared.values()) and recurrent_types(model):
+    if not recurrence and any(declared.values()) and recurrent_types(model):
         model, count = with_scan_lstm(model)
         recurrence = f"{RECURRENCE}; {count} layer{'s' if count > 1 else ''}, run by the portable kernels, batch static at 1"
     args, kwargs, shapes = export_inputs(ctx, model)
@@ -222,11 +222,12 @@ def bounded_inputs(ctx: BuildContext, model: Any) -> tuple[Any, tuple[Any, ...],
                                                 inputs=(*positional, *kwargs))
 
 
-def export_bounded(ctx: BuildContext, model: Any) -> tuple[Any, Bounds]:
-    """``torch.export.export`` (strict=False) with every dynamic axis bounded: (program, bounds)."""
+def export_bounded(ctx: BuildContext, model: Any, recurrence: str = "") -> tuple[Any, Bounds]:
+    """``torch.export.export`` (strict=False) with every dynamic axis bounded: (program, bounds); ``recurrence``: as
+    :func:`bounded_inputs`."""
     import torch
 
-    model, args, kwargs, shapes, bounds = bounded_inputs(ctx, model)
+    model, args, kwargs, shapes, bounds = bounded_inputs(ctx, model, recurrence)
     try:
         program = torch.export.export(model, args, kwargs or None, dynamic_shapes=shapes, strict=False)
     except Exception as exc:

@@ -186,7 +186,10 @@ def test_the_int8_table_has_the_delegate_calls_outputs_and_says_why_there_is_no_
     assert row.status == "pass", row.reasons
     layers = row.diagnostics.layers
     assert layers is not None and layers.error is None and layers.purpose == "int8-layers" and layers.method == "executorch"
-    assert layers.delegate == "XnnpackBackend" and layers.delegate_calls == 2 and layers.delegated_ops == layers.graph_ops >= 20
+    # the head kept float (executorch_int8.RECIPE): 21 of the 22 ops of the ETRecord's graph carry a delegated debug handle
+    # (22 of 22 when fc was int8); the .pte is the same two delegate calls with one view between them either way
+    assert layers.delegate == "XnnpackBackend" and layers.delegate_calls == 2 and layers.graph_ops - 1 <= layers.delegated_ops
+    assert layers.graph_ops >= 20
     by_module = {d.module: d for d in layers.layers}
     assert list(by_module) == ["pool", "fc"] and all(d.ops.startswith("delegate call (") for d in layers.layers)
     hidden = f"per-layer table: the XnnpackBackend delegate hides {layers.delegated_ops} of {layers.graph_ops} ops"

@@ -269,7 +269,9 @@ def test_executorch_int8_counts_the_program_it_lowers(tmp_path: Path) -> None:
     int8 = [t for t in read if t.dim() >= 2 and t.dtype == torch.int8]
     assert (recorded.quantized_tensors, recorded.quantized_params) == (len(int8), sum(t.numel() for t in int8))
     assert (recorded.weight_tensors, recorded.weight_params) == eager_weights(DEFAULT_CHECKPOINT, DEFAULT_ARCH) == (10, 77360)
-    assert recorded.share == 1.0
+    # every weight but the head's (fc, 10 x 64), which the recipe keeps float (executorch_int8.RECIPE)
+    assert [count for _, _, count in recorded.float_tensors] == [640], recorded.float_tensors
+    assert recorded.quantized_params == 77360 - 640
 
 
 def test_weights_reaching_a_recurrent_layer_through_slices_are_counted_by_the_layer(tmp_path: Path) -> None:
