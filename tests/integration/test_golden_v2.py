@@ -206,14 +206,20 @@ def test_verify_and_approve_round_trip(masked, capsys) -> None:
         load_golden(root)
 
 
+def write_vectors(folder: Path, rng: np.random.Generator, count: int, features: int = 12) -> list[np.ndarray]:
+    """``count`` float32 vectors of ``features`` as one ``.npy`` each (``v0.npy``...), returned in order."""
+    folder.mkdir()
+    vectors = [rng.standard_normal(features).astype(np.float32) for _ in range(count)]
+    for i, v in enumerate(vectors):
+        np.save(folder / f"v{i}.npy", v)
+    return vectors
+
+
 def test_tuple_outputs_from_npy_inputs(tmp_path: Path, monkeypatch, rng, capsys) -> None:
     """One .npy input per sample, a model returning a tuple: format 2 with the one input ``input``."""
     monkeypatch.chdir(tmp_path)
     project = Project(tmp_path, TupleOutputNet)
-    (tmp_path / "vectors").mkdir()
-    vectors = [rng.standard_normal(12).astype(np.float32) for _ in range(5)]
-    for i, v in enumerate(vectors):
-        np.save(tmp_path / "vectors" / f"v{i}.npy", v)
+    vectors = write_vectors(tmp_path / "vectors", rng, 5)
     code, out, err = project.record(capsys, "--batch-size", 2, inputs="vectors")
     assert code == 0, err
     assert "reference outputs output_0 float32 (4,), output_1 float32 (8,)" in out
@@ -235,10 +241,7 @@ def test_record_names_each_outputs_kind_and_why_and_no_argmax_over_an_embedding_
     their softmax to logits; record says each kind, where it came from, and the setting; a setting wins."""
     monkeypatch.chdir(tmp_path)
     project = Project(tmp_path, HeadsNet)
-    (tmp_path / "vectors").mkdir()
-    vectors = [rng.standard_normal(12).astype(np.float32) for _ in range(6)]
-    for i, v in enumerate(vectors):
-        np.save(tmp_path / "vectors" / f"v{i}.npy", v)
+    vectors = write_vectors(tmp_path / "vectors", rng, 6)
     with torch.no_grad():
         out = project.model()(torch.from_numpy(np.stack(vectors)))
     norms = np.linalg.norm(out["embedding"].numpy(), axis=1)

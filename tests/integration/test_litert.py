@@ -86,23 +86,27 @@ def test_the_runner_contract_at_any_batch_size(checked) -> None:
             assert np.array_equal(out, runner.infer({INPUT: batch})[OUTPUT])
 
 
-@pytest.fixture(scope="module")
-def detector(tmp_path_factory: pytest.TempPathFactory):
-    """The bundled two-output digit detector ``(boxes, scores)`` on 24 held-out samples (models.make_multi_io_samples)."""
+def _multi_io(tmp_path_factory: pytest.TempPathFactory, model: str, cls: str, count: int):
+    """A bundled models/multi_io.py model recorded on ``count`` held-out samples (models.make_multi_io_samples) and checked
+    on the litert row: (exit code, report, golden folder, checkpoint)."""
     import subprocess
     import sys
 
-    from conftest import REPO
-
-    folder = tmp_path_factory.mktemp("litert-detector")
-    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(folder / "samples"), "--model", "digit_detector",
-                    "--count", "24"], check=True, cwd=REPO, capture_output=True)
-    weights, arch = REPO / "models" / "checkpoints" / "digit_detector.pth", f"{REPO / 'models' / 'multi_io.py'}:DigitDetector"
+    folder = tmp_path_factory.mktemp(f"litert-{model}")
+    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(folder / "samples"), "--model", model,
+                    "--count", str(count)], check=True, cwd=REPO, capture_output=True)
+    weights, arch = REPO / "models" / "checkpoints" / f"{model}.pth", f"{REPO / 'models' / 'multi_io.py'}:{cls}"
     assert main(["golden", "record", str(weights), "--arch", arch, "--golden", str(folder / "golden"), "--inputs",
                  str(folder / "samples"), "-q"]) == 0
     code = main(["check", str(weights), "--arch", arch, "--golden", str(folder / "golden"), "--artifacts", "litert", "-q", "--no-cache",
                  "--out", str(folder / "out"), "--json", str(folder / "r.json")])
     return code, _report(folder / "r.json"), folder / "golden", weights
+
+
+@pytest.fixture(scope="module")
+def detector(tmp_path_factory: pytest.TempPathFactory):
+    """The bundled two-output digit detector ``(boxes, scores)`` on 24 held-out samples."""
+    return _multi_io(tmp_path_factory, "digit_detector", "DigitDetector", 24)
 
 
 def test_the_two_output_detector_passes_and_each_outputs_mae_is_the_interpreters_run_by_hand(detector) -> None:
@@ -183,18 +187,7 @@ def _by_hand(path: str, golden_dir: Path, model: torch.nn.Module, names: list[st
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory: pytest.TempPathFactory):
     """The bundled token classifier (input_ids, attention_mask; length 64, 48, 56, 40 every 4 samples) on 16 held-out samples."""
-    import subprocess
-    import sys
-
-    folder = tmp_path_factory.mktemp("litert-tokens")
-    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(folder / "samples"), "--model", "token_classifier",
-                    "--count", "16"], check=True, cwd=REPO, capture_output=True)
-    weights, arch = REPO / "models" / "checkpoints" / "token_classifier.pth", f"{REPO / 'models' / 'multi_io.py'}:TokenClassifier"
-    assert main(["golden", "record", str(weights), "--arch", arch, "--golden", str(folder / "golden"), "--inputs",
-                 str(folder / "samples"), "-q"]) == 0
-    code = main(["check", str(weights), "--arch", arch, "--golden", str(folder / "golden"), "--artifacts", "litert", "-q", "--no-cache",
-                 "--out", str(folder / "out"), "--json", str(folder / "r.json")])
-    return code, _report(folder / "r.json"), folder / "golden", weights
+    return _multi_io(tmp_path_factory, "token_classifier", "TokenClassifier", 16)
 
 
 @pytest.fixture(scope="module")
