@@ -204,8 +204,7 @@ def _status_before_layers(obs: Observation, thresholds: Thresholds) -> str:
     gate_for = gate_of(thresholds, obs.family)
     if obs.error is not None or obs.metrics is None or (obs.diagnostics is not None and obs.diagnostics.error):
         return ERROR
-    outputs = judge_outputs(obs, gate_for)
-    reasons = gate_reasons(obs.metrics, gate_for(_sole(obs))) if not outputs else tuple(r for o in outputs for r in o.reasons)
+    reasons = drift_reasons(obs, judge_outputs(obs, gate_for), gate_for)
     if obs.diagnostics is not None:
         shapes, rerun = _checks(obs, obs.diagnostics, gate_for, thresholds)
         reasons += (shapes.reasons if shapes else ()) + (rerun.reasons if rerun else ())
@@ -316,7 +315,7 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     outputs = judge_outputs(obs, gate_for)
     common["outputs"], common["not_compared"] = outputs, obs.not_compared
     common["notes"] = obs.notes + own_gate_notes(obs, thresholds, gate_for)
-    reasons = gate_reasons(obs.metrics, gate_for(_sole(obs))) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
+    reasons = drift_reasons(obs, outputs, gate_for)
     details = dict(obs.details)
     recorded, checked = details.get("recorded_batch_size"), details.get("checked_batch_size")
     batch_dependent = obs.diagnostics is not None and bool(_moving_runs(obs.diagnostics, reference_mae(thresholds)))
@@ -375,6 +374,14 @@ def judge_outputs(obs: Observation, gate_for: GateOf) -> tuple[OutputRow, ...]:
         reasons = gate_reasons(metrics, gate_for(name))
         judged.append(OutputRow(name=name, status=FAIL if reasons else PASS, metrics=metrics, reasons=reasons))
     return tuple(judged)
+
+
+def drift_reasons(obs: Observation, outputs: tuple[OutputRow, ...], gate_for: GateOf) -> tuple[str, ...]:
+    """What the replay's figures violate: the row's own (one output, against its gate), else each judged output's, named."""
+    assert obs.metrics is not None
+    if not outputs:
+        return gate_reasons(obs.metrics, gate_for(_sole(obs)))
+    return tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
 
 
 def coverage_findings(coverage: Int8Coverage | None, family: str, strict: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -441,7 +448,7 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     common["notes"] = common["notes"] + own_gate_notes(obs, thresholds, gate_for)
     outputs = judge_outputs(obs, gate_for)
     common["outputs"], common["not_compared"] = outputs, obs.not_compared
-    reasons = gate_reasons(obs.metrics, gate_for(_sole(obs))) if not outputs else tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
+    reasons = drift_reasons(obs, outputs, gate_for)
     uncovered, coverage_notes = coverage_findings(common["int8_coverage"], obs.family, strict)
     reasons += uncovered
     status = FAIL if reasons else PASS
