@@ -1,6 +1,7 @@
 """The executorch and executorch-int8 kinds (group edge) on the bundled ResNet: the rows pass, and their
 MAE is the one each ``.pte`` gives when loaded and run by hand with the ExecuTorch runtime beside eager
-(int8: on the samples outside the calibration split); the runner feeds
+(int8: on the samples outside the calibration split; its per-layer table under --diagnose is the two XNNPACK calls'
+outputs, said so); the runner feeds
 the dim order the program was exported with (a mismatch, forced through the module's test-only knob,
 is a failing row: the runtime computes garbage without an error); a batch above the bound the file was
 planned for is that batch size's error, in the runtime's words; without executorch the kind does not
@@ -8,6 +9,7 @@ apply and names the extra."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from export_check.artifacts.base import NotApplicable
 from export_check.builder.protocol import ENV_SWITCH
 from export_check.config import RunConfig
 from export_check.golden.manifest import load_golden
+from export_check.messages import layers_summary
 from export_check.model import load_model
 from export_check.pipeline import run_check
 from export_check.results import Row
@@ -30,8 +33,9 @@ KIND, INT8 = "executorch", "executorch-int8"
 BATCH = 16  # RunConfig's default batch size: the replay's, and the by-hand run's
 
 
-def _rows(out: Path, kinds: tuple[str, ...]) -> dict[str, Row]:
-    report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=out, kinds=kinds))
+def _rows(out: Path, kinds: tuple[str, ...], diagnose: bool = False) -> dict[str, Row]:
+    report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=out, kinds=kinds,
+                                 diagnose=diagnose))
     rows = {row.name: row for row in report.rows}
     assert list(rows) == ["eager", *kinds]
     return rows
@@ -43,9 +47,10 @@ def _row(out: Path) -> Row:
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Row], Path]:
-    """One run of both kinds (the builds in the build server, as every run does them)."""
+    """One run of both kinds (the builds in the build server, as every run does them), with --diagnose: the passing int8
+    row gets its per-layer table too (the float row is untouched by it), so one int8 build serves both tests."""
     out = tmp_path_factory.mktemp("executorch") / "out"
-    return _rows(out, (KIND, INT8)), out
+    return _rows(out, (KIND, INT8), diagnose=True), out
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +125,38 @@ def test_int8_passes_judged_only_on_the_samples_it_was_not_calibrated_on_and_agr
     scale = row.metrics.reference_mean_abs
     assert 0.01 * scale < row.metrics.mae <= 0.05 * scale and row.metrics.top1_agreement == 1.0
     assert (ran[judged].argmax(1) == logits[judged].argmax(1)).all()
+
+
+def test_the_int8_table_has_the_delegate_calls_outputs_and_says_why_there_is_no_portable_one(both) -> None:
+    """XNNPACK runs the whole quantized program in two calls; the Python runtime has no portable
+    quantize/dequantize kernels, so the table is the file's own two values, and the row says both."""
+    rows, out = both
+    row = rows[INT8]
+    assert row.status == "pass", row.reasons
+    layers = row.diagnostics.layers
+    assert layers is not None and layers.error is None and layers.purpose == "int8-layers" and layers.method == "executorch"
+    # the head kept float (executorch_int8.RECIPE): 21 of the 22 ops of the ETRecord's graph carry a delegated debug handle
+    # (22 of 22 when fc was int8); the .pte is the same two delegate calls with one view between them either way
+    assert layers.delegate == "XnnpackBackend" and layers.delegate_calls == 2 and layers.graph_ops - 1 <= layers.delegated_ops
+    assert layers.graph_ops >= 20
+    by_module = {d.module: d for d in layers.layers}
+    assert list(by_module) == ["pool", "fc"] and all(d.ops.startswith("delegate call (") for d in layers.layers)
+    hidden = f"per-layer table: the XnnpackBackend delegate hides {layers.delegated_ops} of {layers.graph_ops} ops"
+    assert any(hidden in n and "no portable kernels for quantized_decomposed::" in n for n in row.diagnostics.notes), row.diagnostics.notes
+    assert layers_summary(layers).endswith("its ETDump holds only each call's output: the table has no values inside them")
+    # fc's value is the file's logits: the same numbers as the file run by hand, against eager's
+    golden = load_golden(DEFAULT_GOLDEN)
+    items = golden.inputs[layers.batch_start : layers.batch_start + layers.batch_size]
+    batch = np.stack([golden.load_input(item) for item in items]).astype(np.float32)
+    with torch.inference_mode():
+        logits = load_model(DEFAULT_CHECKPOINT, DEFAULT_ARCH, {}, None)(torch.from_numpy(batch)).numpy()
+    from executorch.runtime import Runtime
+
+    ran = Runtime.get().load_program(out / "executorch-int8.pte").load_method("forward").execute([torch.from_numpy(batch)])[0].numpy()
+    diff = ran.astype(np.float64) - logits.astype(np.float64)
+    sqnr = 10 * math.log10(np.sum(logits.astype(np.float64) ** 2) / np.sum(diff**2))
+    assert by_module["fc"].sqnr_db == pytest.approx(sqnr, abs=0.01) and 15 < sqnr < 60  # really quantized, still the model
+    assert by_module["fc"].mae == pytest.approx(np.abs(diff).mean(), rel=1e-4)
 
 
 def test_the_layout_fed_is_the_one_exported_and_a_mismatch_is_a_failing_row(bundled, eager, tmp_path: Path, monkeypatch) -> None:

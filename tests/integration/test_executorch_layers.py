@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from arches import TinyNet
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO, seeded
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO, seeded
 from export_check.artifacts import KINDS_BY_NAME, BuildContext
 from export_check.artifacts._common import captured_warnings
 from export_check.config import RunConfig
@@ -32,7 +32,7 @@ from export_check.pipeline import run_check
 
 pytest.importorskip("executorch.devtools")
 
-KIND, INT8 = "executorch", "executorch-int8"
+KIND = "executorch"
 QUIRK = "layers.1.relu1"
 SCALE = 1.01
 
@@ -167,44 +167,6 @@ def test_the_rebuilds_etrecord_must_describe_the_file(quirk, tmp_path) -> None:
         KINDS_BY_NAME[KIND].build(ctx, other, None)
     with pytest.raises(ArtifactError, match=r"^tiny.pte is not the program a rebuild of the same model makes \(its instructions differ\)"):
         require_same_plan(other, original)
-
-
-@pytest.fixture(scope="module")
-def int8(tmp_path_factory: pytest.TempPathFactory):
-    """The executorch-int8 kind on the bundled ResNet with --diagnose: its int8 per-layer table."""
-    out = tmp_path_factory.mktemp("executorch-int8-layers") / "out"
-    report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=out, kinds=(INT8,),
-                                 diagnose=True))
-    return report, out
-
-
-def test_the_int8_table_has_the_delegate_calls_outputs_and_says_why_there_is_no_portable_one(int8) -> None:
-    """XNNPACK runs the whole quantized program in two calls; the Python runtime has no portable
-    quantize/dequantize kernels, so the table is the file's own two values, and the row says both."""
-    report, out = int8
-    row = report.row(INT8)
-    assert row.status == "pass", row.reasons
-    layers = row.diagnostics.layers
-    assert layers is not None and layers.error is None and layers.purpose == "int8-layers" and layers.method == "executorch"
-    # the head kept float (executorch_int8.RECIPE): 21 of the 22 ops of the ETRecord's graph carry a delegated debug handle
-    # (22 of 22 when fc was int8); the .pte is the same two delegate calls with one view between them either way
-    assert layers.delegate == "XnnpackBackend" and layers.delegate_calls == 2 and layers.graph_ops - 1 <= layers.delegated_ops
-    assert layers.graph_ops >= 20
-    by_module = {d.module: d for d in layers.layers}
-    assert list(by_module) == ["pool", "fc"] and all(d.ops.startswith("delegate call (") for d in layers.layers)
-    hidden = f"per-layer table: the XnnpackBackend delegate hides {layers.delegated_ops} of {layers.graph_ops} ops"
-    assert any(hidden in n and "no portable kernels for quantized_decomposed::" in n for n in row.diagnostics.notes), row.diagnostics.notes
-    assert layers_summary(layers).endswith("its ETDump holds only each call's output: the table has no values inside them")
-    # fc's value is the file's logits: the same numbers as the file run by hand, against eager's
-    batch = _batch(layers)
-    _, logits = _eager_outputs(DEFAULT_ARCH, batch, ())
-    from executorch.runtime import Runtime
-
-    ran = Runtime.get().load_program(out / "executorch-int8.pte").load_method("forward").execute([torch.from_numpy(batch)])[0].numpy()
-    diff = ran.astype(np.float64) - logits.astype(np.float64)
-    sqnr = 10 * math.log10(np.sum(logits.astype(np.float64) ** 2) / np.sum(diff**2))
-    assert by_module["fc"].sqnr_db == pytest.approx(sqnr, abs=0.01) and 15 < sqnr < 60  # really quantized, still the model
-    assert by_module["fc"].mae == pytest.approx(np.abs(diff).mean(), rel=1e-4)
 
 
 def _delta(module: str, mae: float, departs: bool) -> LayerDelta:
