@@ -202,3 +202,21 @@ class HeadsNet(nn.Module):
         logits = self.cls(h)
         return {"logits": logits, "probs": torch.softmax(40 * logits, dim=-1),
                 "embedding": nn.functional.normalize(self.embed(h), dim=-1), "score": self.score(h)}
+
+
+class EncoderHeadsNet(nn.Module):
+    """``x (N, L, 6)`` -> hidden states after LayerNorm under a name that says nothing (``encoded``), per-position
+    ``tags``, and from the mean over positions a sigmoid box head ``boxes (N, 4)`` and class ``logits (N, 3)``."""
+
+    def __init__(self, features: int = 6, dim: int = 16) -> None:
+        super().__init__()
+        self.proj = nn.Linear(features, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.tags = nn.Linear(dim, 5)
+        self.box = nn.Linear(dim, 4)
+        self.cls = nn.Linear(dim, 3)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = self.norm(torch.relu(self.proj(x)))
+        pooled = h.mean(1)
+        return {"encoded": h, "tags": self.tags(h), "boxes": torch.sigmoid(self.box(pooled)), "logits": self.cls(pooled)}
