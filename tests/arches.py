@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
@@ -125,9 +127,14 @@ class EnergyTupleNet(EnergyNet):
         return embedding, self.head(embedding).squeeze(-1)
 
 
+# what ColouredMessages logs while ONNX exports it: a multi-line table, as quantizers log theirs
+DUMP = "calibration table:\n" + "\n".join(f"  fc.{i}   int8   scale {0.01 * (i + 1):.4f}   zero point 0" for i in range(40))
+
+
 class ColouredMessages(nn.Module):
     """Says things in terminal colours, as exporters do: a coloured warning while ONNX exports it, a
-    coloured error when ``torch.jit.trace`` traces it."""
+    coloured error when ``torch.jit.trace`` traces it; and logs a multi-line table while ONNX exports it,
+    as quantizers dump theirs."""
 
     def __init__(self, features: int = 12, num_classes: int = 4) -> None:
         super().__init__()
@@ -138,6 +145,7 @@ class ColouredMessages(nn.Module):
 
         if torch.onnx.is_in_onnx_export():
             warnings.warn("\x1b[96mcoloured\x1b[0m exporter warning", stacklevel=2)
+            logging.getLogger("exporter.dump").warning(DUMP)
         elif torch.jit.is_tracing():
             raise RuntimeError("\x1b[91mcannot\x1b[0m be \x1b[1mtraced\x1b[0m")
         return self.fc(x)
