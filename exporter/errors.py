@@ -25,6 +25,25 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else _escaped(ch) for ch in text)
 
 
+NOTE_WIDTH = 300  # a folded note's characters on a terminal; the JSON report keeps the whole text
+
+
+def folded(text: str, width: int = NOTE_WIDTH) -> str:
+    """A note as one line for a terminal: its lines joined, runs of white space made one, cut at ``width``
+    characters with how much was left out (a quantizer's multi-line dump, say; the JSON report keeps it whole).
+
+    >>> folded("calibration:\\n  fc1  int8\\n  fc2  int8")
+    'calibration: fc1 int8 fc2 int8'
+    >>> folded("a\\n" + "b" * 400, 20)
+    "a bbbbbbbbbbbbbbbbbb … (2 lines, 402 characters: in full in the JSON report's notes)"
+    """
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    lines = len(text.strip().splitlines())
+    return f"{flat[:width].rstrip()} … ({lines} {'line' if lines == 1 else 'lines'}, {len(flat)} characters: in full in the JSON report's notes)"
+
+
 def _escaped(ch: str) -> str:
     if "\udc80" <= ch <= "\udcff":  # os.fsdecode's stand-in for the undecodable byte 0x80-0xff
         return f"\\x{ord(ch) - 0xDC00:02x}"

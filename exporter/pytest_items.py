@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .config import Thresholds
+from .errors import folded
 from .pytest_session import REGEN_FLAG, Outcome, run_config, session_state
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def describe_row(report: Report, row: Row) -> str:
             lines.append(f"  top-1 changed on: {changed}{more}")
     if row.artifact is not None:
         lines.append(f"  artifact: {row.artifact.path} ({row.artifact.size_bytes} bytes, sha256 {row.artifact.sha256[:12]})")
-    lines += [f"  note: {note}" for note in row.notes[:5]]
+    lines += [f"  note: {folded(note)}" for note in row.notes[:5]]
     lines.append(f"  {_fix_hint(row, report.checkpoint.path)}")
     return "\n".join(lines)
 

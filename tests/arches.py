@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
@@ -125,9 +127,14 @@ class EnergyTupleNet(EnergyNet):
         return embedding, self.head(embedding).squeeze(-1)
 
 
+# what ColouredMessages logs while ONNX exports it: a multi-line table, as quantizers log theirs
+DUMP = "calibration table:\n" + "\n".join(f"  fc.{i}   int8   scale {0.01 * (i + 1):.4f}   zero point 0" for i in range(40))
+
+
 class ColouredMessages(nn.Module):
     """Says things in terminal colours, as exporters do: a coloured warning while ONNX exports it, a
-    coloured error when ``torch.jit.trace`` traces it."""
+    coloured error when ``torch.jit.trace`` traces it; and logs a multi-line table while ONNX exports it,
+    as quantizers dump theirs."""
 
     def __init__(self, features: int = 12, num_classes: int = 4) -> None:
         super().__init__()
@@ -138,6 +145,7 @@ class ColouredMessages(nn.Module):
 
         if torch.onnx.is_in_onnx_export():
             warnings.warn("\x1b[96mcoloured\x1b[0m exporter warning", stacklevel=2)
+            logging.getLogger("exporter.dump").warning(DUMP)
         elif torch.jit.is_tracing():
             raise RuntimeError("\x1b[91mcannot\x1b[0m be \x1b[1mtraced\x1b[0m")
         return self.fc(x)
@@ -202,3 +210,21 @@ class HeadsNet(nn.Module):
         logits = self.cls(h)
         return {"logits": logits, "probs": torch.softmax(40 * logits, dim=-1),
                 "embedding": nn.functional.normalize(self.embed(h), dim=-1), "score": self.score(h)}
+
+
+class EncoderHeadsNet(nn.Module):
+    """``x (N, L, 6)`` -> hidden states after LayerNorm under a name that says nothing (``encoded``), per-position
+    ``tags``, and from the mean over positions a sigmoid box head ``boxes (N, 4)`` and class ``logits (N, 3)``."""
+
+    def __init__(self, features: int = 6, dim: int = 16) -> None:
+        super().__init__()
+        self.proj = nn.Linear(features, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.tags = nn.Linear(dim, 5)
+        self.box = nn.Linear(dim, 4)
+        self.cls = nn.Linear(dim, 3)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = self.norm(torch.relu(self.proj(x)))
+        pooled = h.mean(1)
+        return {"encoded": h, "tags": self.tags(h), "boxes": torch.sigmoid(self.box(pooled)), "logits": self.cls(pooled)}

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ArtifactError, plain_text
 from ..files import replacing
-from ..pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVELS
+from ..pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVELS, ORT_LOG_SEVERITY, quiet_onnxruntime
 from ..signature import SINGLE, Signature
 from ._heap import reused_heap
 from .base import feeds_to_args, named_outputs, output_arrays, single_input
@@ -281,7 +281,7 @@ class OnnxRunner:
         self.output_names: list[str] = []
 
     def __enter__(self) -> OnnxRunner:
-        import onnxruntime as ort
+        ort = quiet_onnxruntime()
 
         options = ort.SessionOptions()
         # Pinned, as recorded in the report's settings (config.RunConfig.inference_settings).
@@ -289,7 +289,7 @@ class OnnxRunner:
         options.inter_op_num_threads = ORT_INTER_OP_THREADS
         options.execution_mode = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL}[ORT_EXECUTION_MODE]
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVELS[self.graph_optimization])
-        options.log_severity_level = 3
+        options.log_severity_level = ORT_LOG_SEVERITY
         self.session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         inputs = self.session.get_inputs()
         if not inputs:

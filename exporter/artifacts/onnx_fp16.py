@@ -27,7 +27,8 @@ import sys, numpy as np, onnxruntime as ort
 options = ort.SessionOptions()
 options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, sys.argv[2])
 options.intra_op_num_threads = 1
-options.log_severity_level = 3
+options.log_severity_level = 4  # pinned.ORT_LOG_SEVERITY: fatal only, no coloured log on stderr
+ort.set_default_logger_severity(4)
 session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
 feeds = {}
 for value in session.get_inputs():

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..pinned import quiet_onnxruntime
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
 from ._coverage import recorded
 from .base import BuildContext
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
+    quiet_onnxruntime()  # the sessions the quantizer opens log at fatal only
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     assert source is not None

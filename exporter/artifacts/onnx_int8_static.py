@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError
+from ..pinned import quiet_onnxruntime
 from ..versions import cpu_flags
 from ._calibration import calibration_batches, calibration_count
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
@@ -126,6 +127,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
 
 
 def _quantize(pre: Path, out: Path, batches: tuple[dict[str, Any], ...], extra: dict[str, Any]) -> None:
+    quiet_onnxruntime()  # the sessions the quantizer opens log at fatal only
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     try:

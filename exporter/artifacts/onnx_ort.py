@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError
+from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
 from ..signature import SINGLE, Signature
 from ._common import OnnxRunner, atomic_path
 from .base import BuildContext
@@ -40,13 +41,13 @@ ORT_FILE_IDENTIFIER = b"ORTM"  # the flatbuffer file identifier of onnxruntime's
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
-    import onnxruntime as ort
+    ort = quiet_onnxruntime()
 
     assert source is not None
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = ctx.threads
-    options.log_severity_level = 3
+    options.log_severity_level = ORT_LOG_SEVERITY
     options.add_session_config_entry("session.save_model_format", "ORT")
     options.add_session_config_entry("session.qdqisint8allowed", "0")
     with atomic_path(path) as tmp:
@@ -65,12 +66,12 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
 def require_dynamic_batch_ort(path: Path, what: str, signature: Signature = SINGLE) -> None:
     """Raise when the ``.ort`` file, loaded in onnxruntime, has no input or an input or output whose
     batch axis is not symbolic (``_common.require_dynamic_batch`` reads an ONNX protobuf, which this is not)."""
-    import onnxruntime as ort
+    ort = quiet_onnxruntime()
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1
-    options.log_severity_level = 3
+    options.log_severity_level = ORT_LOG_SEVERITY
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     inputs, outputs = session.get_inputs(), session.get_outputs()
     if not inputs:

@@ -36,7 +36,8 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     quantize_dynamic = torch_ao_quantize_dynamic()
 
     QUANTIZED = (nn.Linear, nn.LSTM, nn.GRU)  # what torch's dynamic quantization converts
-    counts = {cls.__name__: sum(isinstance(m, cls) for m in ctx.model.modules()) for cls in QUANTIZED}
+    # by exact type, as quantize_dynamic swaps them: MultiheadAttention's out_proj (a Linear subclass) stays float
+    counts = {cls.__name__: sum(type(m) is cls for m in ctx.model.modules()) for cls in QUANTIZED}
     if not any(counts.values()):
         raise NotApplicable("not applicable: the model has no nn.Linear, nn.LSTM or nn.GRU layer, the layers dynamic int8 "
                             "quantization converts, so it would change nothing")
@@ -45,8 +46,17 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     args, kwargs = ctx.example_args()
     if kwargs:
         raise NotApplicable("not applicable: the traced int8 model takes positional inputs only, and this model takes keywords")
-    with torch.no_grad():
-        traced = torch.jit.trace(quantized, args[0] if len(args) == 1 else args, check_trace=False, strict=False)
+    # nn.TransformerEncoder(Layer) and nn.MultiheadAttention check for their fused fast path by reading
+    # ``.weight.device`` of each linear; a dynamically quantized Linear's ``weight`` is a method, so that check
+    # raised AttributeError: 'function' object has no attribute 'device' (issue 25). The fused kernel takes
+    # float weights only: trace the layer-by-layer path, which runs the quantized linears.
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad():
+            traced = torch.jit.trace(quantized, args[0] if len(args) == 1 else args, check_trace=False, strict=False)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     with atomic_path(path) as tmp:
         torch.jit.save(traced, str(tmp))
     details = {"quantized_linear_layers": str(counts["Linear"]), "saved_as": "torchscript (trace)"}

@@ -38,6 +38,7 @@ from ..artifacts import ArtifactKind, BuildContext
 from ..artifacts._common import load_torchscript
 from ..artifacts.pt2e_int8_static import SCOPES_FILE
 from ..measurements import LayerComparison, LayerDelta
+from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
 
 DIVERGENCE, INT8_LAYERS = "divergence", "int8-layers"
 
@@ -256,13 +257,13 @@ def _inside(scope: str, module: str) -> bool:
 
 @contextlib.contextmanager
 def _session(proto: Any, threads: int) -> Iterator[Any]:
-    import onnxruntime as ort
+    ort = quiet_onnxruntime()
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3
+    options.log_severity_level = ORT_LOG_SEVERITY
     yield ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

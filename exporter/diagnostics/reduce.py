@@ -49,6 +49,7 @@ import numpy as np
 from ..compare import Metrics
 from ..files import write_bytes
 from ..measurements import Reduced
+from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
 
 REDUCE_SECONDS = 60.0  # the search's budget per row
 SAMPLES = 3  # the candidate samples tried, worst first, until one fails the gate on its own
@@ -88,14 +89,14 @@ def topological(graph: Any) -> list[Any]:
 
 
 def session(data: bytes, threads: int, level: str) -> Any:
-    import onnxruntime as ort
+    ort = quiet_onnxruntime()
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-    options.log_severity_level = 3
+    options.log_severity_level = ORT_LOG_SEVERITY
     return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
 

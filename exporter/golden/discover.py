@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ArtifactError, GoldenError, describe_exception
 from ..model import EagerRunner
-from ..signature import InputSpec, OutputSpec, Signature, SignatureSettings, ctc_problem, default_kind
+from ..signature import NORMALISED_TOLERANCE, InputSpec, KindChoice, OutputSpec, Signature, SignatureSettings, choose_kind, ctc_problem
 from .goldenset import feeds_length, stack_batches, stack_samples
 from .inputs import SAMPLE_DTYPES
 
@@ -232,8 +232,7 @@ def run_outputs(
         if existing is not None and name in existing.output_names:
             base = existing.output(name)
         else:
-            arrays = [out[name] for _, _, _, out in runs]
-            base = OutputSpec(name=name, kind=default_kind(first.ndim, dtype, int(first.shape[-1]) if first.ndim else 0, unit_norm(arrays)))
+            base = OutputSpec(name=name, kind=kind_of(name, first.ndim, dtype, [out[name] for _, _, _, out in runs]).kind)
         spec = settings.apply_output(base)
         checked = [(n, out[name]) for _, n, _, out in runs] + [(n, out[name]) for n, out in probes]
         failing = [(n, a) for n, a in checked if a.ndim <= spec.batch_axis or a.shape[spec.batch_axis] != n]
@@ -277,6 +276,33 @@ def run_outputs(
 UNIT_NORM_TOLERANCE = 1e-3
 
 
+def kind_of(name: str, ndim: int, dtype: str, arrays: Sequence[np.ndarray]) -> KindChoice:
+    """The default kind of output ``name`` (``ndim`` axes, the batch's included) and why, from its values:
+    ``arrays`` are batches or single samples, whose last axis is the output's last axis (signature.choose_kind).
+    """
+    classes = int(arrays[0].shape[-1]) if arrays and arrays[0].ndim else 0
+    return choose_kind(ndim, dtype, classes, unit_norm(arrays), name, normalised(arrays))
+
+
+def normalised(arrays: Sequence[np.ndarray]) -> bool:
+    """Whether every position of a float output (every vector along its last axis, of 4 values or more) has
+    mean 0 and standard deviation 1, as a LayerNorm without a trained affine leaves hidden states.
+
+    >>> h = np.array([[1.0, -1.0, 1.0, -1.0], [2.0, 0.0, 0.0, -2.0]], dtype=np.float32)
+    >>> normalised([h[:1]]), normalised([h]), normalised([h[:1, :2]])
+    (True, False, False)
+    """
+    if not arrays or any(a.dtype.kind != "f" or a.ndim < 1 or a.shape[-1] < 4 or a.size == 0 or not np.all(np.isfinite(a))
+                         for a in arrays):
+        return False
+    for a in arrays:
+        values = a.astype(np.float64)
+        if (np.abs(values.mean(axis=-1)).max() > NORMALISED_TOLERANCE
+                or np.abs(values.std(axis=-1) - 1.0).max() > NORMALISED_TOLERANCE):
+            return False
+    return True
+
+
 def unit_norm(arrays: Sequence[np.ndarray]) -> bool:
     """Whether every sample (and position) of a float output has L2 norm 1 along its last axis and is not a probability
     distribution (a confident softmax has L2 norm near 1 too): an embedding, which no class axis describes.
@@ -285,7 +311,7 @@ def unit_norm(arrays: Sequence[np.ndarray]) -> bool:
     >>> unit_norm([v]), unit_norm([np.array([[0.9995, 0.0005]], dtype=np.float32)]), unit_norm([2 * v])
     (True, False, False)
     """
-    if not arrays or any(a.dtype.kind != "f" or a.ndim < 2 or a.shape[-1] < 2 or not np.all(np.isfinite(a)) for a in arrays):
+    if not arrays or any(a.dtype.kind != "f" or a.ndim < 1 or a.shape[-1] < 2 or not np.all(np.isfinite(a)) for a in arrays):
         return False
     for a in arrays:
         values = a.astype(np.float64)
@@ -316,4 +342,4 @@ def _dynamic_axes(name: str, batch_axis: int, runs: Sequence[tuple[int, int, Map
     return tuple(out)
 
 
-__all__ = ["input_specs", "run_outputs", "batched_axis", "sample_axis", "LOGITS_KINDS"]
+__all__ = ["input_specs", "run_outputs", "kind_of", "batched_axis", "sample_axis", "LOGITS_KINDS"]

@@ -30,7 +30,7 @@ from ..signature import InputSpec, Signature, SignatureSettings, kind_said
 from ..versions import library_versions
 from .calibration import CalibrationSplit, default_calibration
 from .diff import ApproveDiff, OutputsDiff, diff_references
-from .discover import input_specs, run_outputs
+from .discover import input_specs, kind_of, run_outputs
 from .goldenset import INPUT, MANIFEST, VERSION_1, GoldenSet
 from .inputs import (
     IMAGE_SUFFIXES,
@@ -320,10 +320,18 @@ def describe_outputs(golden: GoldenSet) -> str:
 
 
 def describe_kinds(golden: GoldenSet, settings: SignatureSettings) -> str:
-    """Each compared output's kind, where it came from, and the setting that changes it: ``golden record``'s second line."""
-    said = [kind_said(spec, golden.reference_records[spec.name].shapes[0], golden.reference_records[spec.name].dtype,
-                      "kind" in settings.outputs.get(spec.name, {}))
-            for spec in golden.signature.outputs if spec.compared]
+    """Each compared output's kind, why it got it (the settings, or the rule of ``signature.choose_kind`` on the
+    recorded values) and the setting that changes it: ``golden record``'s second line."""
+    said = []
+    for spec in golden.signature.outputs:
+        if not spec.compared:
+            continue
+        record = golden.reference_records[spec.name]
+        if "kind" in settings.outputs.get(spec.name, {}):
+            why = "settings"
+        else:
+            why = kind_of(spec.name, len(record.shapes[0]) + 1, record.dtype, golden.reference_samples()[spec.name]).why
+        said.append(kind_said(spec, why))
     return (f"output kinds: {'; '.join(said)}. To change one: kind = \"logits\", \"sequence-logits\" or \"values\" in "
             "[tool.export-check.outputs.NAME]")
 

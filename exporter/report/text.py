@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
+from ..errors import folded
 from ..gates import GATE_METRICS, GateMetric, small_set_notes
 from ..messages import coverage_summary
 from ..options import COLOR_CHOICES
@@ -230,7 +231,7 @@ def render(report: Report, style: Style | None = None) -> str:
     per_output = [line for row in report.rows for line in output_lines(row, each=style.verbose or row.status != PASS)]
     extra = diagnostic_lines(report)
     if style.verbose:
-        extra += [f"note {row.name}: {note}" for row in report.rows for note in row.notes if note not in row.concerns]
+        extra += [f"note {row.name}: {folded(note)}" for row in report.rows for note in row.notes if note not in row.concerns]
         extra += [f"int8 coverage {row.name}: {coverage_summary(row.int8_coverage)}" for row in report.rows if row.int8_coverage]
         extra.append(f"checks: {checks_description(report)}")
         extra += [f"note: {note}" for note in small_set_notes(report.thresholds, report.golden.inputs)]

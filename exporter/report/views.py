@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..compare import Metrics
+from ..errors import folded
 from ..messages import layers_summary, module_command, reproduce_command
 from ..results import Report, Row
 from .node_data import command
@@ -126,7 +127,7 @@ def diagnostic_lines(report: Report) -> list[str]:
         if table is not None and table.repro and table.first is not None and row.artifact is not None:
             lines.append(f"reproduce {row.name} (module {table.first.label} alone on eager's inputs to it, torch and numpy only): "
                          f"{module_command(row.artifact.path, table.first.module, table.repro)}")
-        lines += [f"note {row.name}: {note}" for note in d.notes]
+        lines += [f"note {row.name}: {folded(note)}" for note in d.notes]
     artifacts = {row.name: row.artifact.path for row in report.rows if row.artifact is not None}
     lines += [f"graph {name}: its per-layer errors as Model Explorer node data: {command(artifacts[name], path)}"
               for name, path in report.node_data if name in artifacts]

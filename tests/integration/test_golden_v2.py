@@ -16,7 +16,17 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arches import DictOutputNet, HeadsNet, KeywordMaskNet, MaskedSequenceNet, NoneInTupleNet, StringOutputNet, TimeMajorNet, TupleOutputNet
+from arches import (
+    DictOutputNet,
+    EncoderHeadsNet,
+    HeadsNet,
+    KeywordMaskNet,
+    MaskedSequenceNet,
+    NoneInTupleNet,
+    StringOutputNet,
+    TimeMajorNet,
+    TupleOutputNet,
+)
 from conftest import TESTS, parsed_or_refused, save_state, seeded
 from export_check.cli import main
 from export_check.errors import GoldenError
@@ -252,7 +262,7 @@ def test_record_names_each_outputs_kind_and_why_and_no_argmax_over_an_embedding_
     assert {o.name: o.kind for o in golden.signature.outputs} == {"logits": "logits", "probs": "logits", "embedding": "values",
                                                                   "score": "values"}
     line = next(x for x in printed.splitlines() if x.startswith("output kinds: "))
-    assert "logits logits (default for a 2-D float output: top-1 per sample is gated)" in line
+    assert "logits logits (default for a 2-D float output named 'logits': top-1 per sample is gated)" in line
     assert "embedding values (default: each sample has L2 norm 1, an embedding: judged by its error)" in line
     assert "score values (default: one value per sample (per position): judged by its error)" in line
     assert line.endswith('kind = "logits", "sequence-logits" or "values" in [tool.export-check.outputs.NAME]')
@@ -260,6 +270,68 @@ def test_record_names_each_outputs_kind_and_why_and_no_argmax_over_an_embedding_
     code, printed, err = project.record(capsys, "--force", inputs="vectors")
     assert code == 0, err
     assert "logits values (settings)" in printed and load_golden(tmp_path / "golden").signature.outputs[0].kind == "values"
+
+
+def position_spread(values: np.ndarray) -> tuple[float, float]:
+    """The LayerNorm statistic of the kind rule, by numpy: the largest |mean| and |std - 1| over every position's last axis."""
+    values = values.astype(np.float64)
+    return float(np.abs(values.mean(axis=-1)).max()), float(np.abs(values.std(axis=-1) - 1).max())
+
+
+def test_hidden_states_and_a_box_head_are_values_logits_stay_logits(tmp_path: Path, monkeypatch, rng, capsys) -> None:
+    """Issue 25: no argmax gate on hidden states (told by the LayerNorm statistic under a name that says nothing) or a box
+    head (told by its name); class logits and per-position tags keep theirs."""
+    monkeypatch.chdir(tmp_path)
+    project = Project(tmp_path, EncoderHeadsNet)
+    (tmp_path / "tokens").mkdir()
+    xs = [rng.standard_normal((7, 6)).astype(np.float32) for _ in range(6)]
+    for i, x in enumerate(xs):
+        np.save(tmp_path / "tokens" / f"t{i}.npy", x)
+    with torch.no_grad():
+        out = {k: v.numpy() for k, v in project.model()(torch.from_numpy(np.stack(xs))).items()}
+    mean, std = position_spread(out["encoded"])
+    assert mean < 1e-6 and std < 1e-3  # every token's hidden state has mean 0 and std 1: the rule's 0.01 holds with margin
+    for name in ("tags", "logits"):
+        assert position_spread(out[name])[1] > 0.1, name  # far outside it
+    assert out["boxes"].min() > 0 and out["boxes"].max() < 1  # a sigmoid box head: four numbers, no class among them
+    code, printed, err = project.record(capsys, inputs="tokens")
+    assert code == 0, err
+    kinds = {o.name: o.kind for o in load_golden(tmp_path / "golden").signature.outputs}
+    assert kinds == {"encoded": "values", "tags": "sequence-logits", "boxes": "values", "logits": "logits"}
+    line = next(x for x in printed.splitlines() if x.startswith("output kinds: "))
+    assert ("encoded values (default: every position has mean 0 and std 1 over its last axis, as after LayerNorm (hidden states): "
+            "judged by its error)") in line
+    assert "boxes values (default: named 'boxes', a regression, hidden state or embedding: judged by its error)" in line
+    assert "tags sequence-logits (default for a 3-D float output: the argmax per position is gated)" in line
+
+
+def test_a_transformers_classifier_gates_its_logits_not_its_hidden_states(tmp_path: Path, monkeypatch, rng, capsys) -> None:
+    """A BertForSequenceClassification built from a config (tests/hf_arches.py) returning its hidden states: its
+    ModelOutput's field names decide, the LayerNorm statistic agrees."""
+    pytest.importorskip("transformers", reason="transformers is optional: pip install transformers (the test extra has it)")
+    from hf_arches import VOCAB, tiny_bert_classifier
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "samples").mkdir()
+    ids = [rng.integers(0, VOCAB, 9).astype(np.int64) for _ in range(4)]
+    for i, x in enumerate(ids):
+        np.savez(tmp_path / "samples" / f"s{i}.npz", input_ids=x)
+    torch.manual_seed(0)
+    model = tiny_bert_classifier().eval()
+    checkpoint = save_state(model, tmp_path / "bert.pth")
+    with torch.no_grad():
+        out = model(input_ids=torch.from_numpy(np.stack(ids)))
+    assert len(out.hidden_states) == 3 and out.logits.shape == (4, 3)
+    assert all(position_spread(h.numpy())[1] < 1e-3 for h in out.hidden_states)  # after LayerNorm, by numpy
+    assert position_spread(out.logits.numpy())[1] > 0.1
+    code, printed, err = run(capsys, "golden", "record", checkpoint, "--arch", f"{TESTS / 'hf_arches.py'}:tiny_bert_classifier",
+                             "--inputs", tmp_path / "samples", "--golden", tmp_path / "golden", "-q")
+    assert code == 0, err
+    kinds = {o.name: o.kind for o in load_golden(tmp_path / "golden").signature.outputs}
+    assert kinds == {"logits": "logits", "hidden_states.0": "values", "hidden_states.1": "values", "hidden_states.2": "values"}
+    line = next(x for x in printed.splitlines() if x.startswith("output kinds: "))
+    assert "logits logits (default for a 2-D float output named 'logits': top-1 per sample is gated)" in line
+    assert "hidden_states.2 values (default: named 'hidden_states', a regression, hidden state or embedding" in line
 
 
 def test_dict_outputs_with_settings_and_the_diff_per_output(tmp_path: Path, monkeypatch, rng, capsys) -> None:

@@ -446,6 +446,31 @@ def test_an_artifact_that_raises_on_the_golden_inputs_is_that_rows_error(tmp_pat
     assert "failures=\"1\"" in (tmp_path / "report.xml").read_text()
 
 
+def test_a_failing_onnxruntime_session_logs_nothing_coloured_into_a_piped_stderr(tmp_path: Path, digit_images: Path) -> None:
+    """issue 25 item 10: onnxruntime's C++ logger wrote its own coloured error line
+    (``\\x1b[1;31m... [E:onnxruntime:, sequential_executor.cc ...] Non-zero status code ...\\x1b[m``) to a piped
+    stderr when the onnx file, with the batch size baked in, fails on the set's last batch. The exception carries
+    the error to the row's one-line reason; stderr stays free of escape codes and native log lines."""
+    import subprocess
+    import sys
+
+    import fault_arches
+
+    checkpoint = save_state(seeded(fault_arches.BakedBatchSize), tmp_path / "baked.pth")
+    arch = f"{FAULTS}:BakedBatchSize"
+    assert main([str(a) for a in ("golden", "record", checkpoint, "--arch", arch, "--inputs", digit_images, "--golden",
+                                  tmp_path / "golden", "--size", "32", "--mode", "RGB", "-q")]) == 0
+    argv = [str(a) for a in check_argv(tmp_path, checkpoint=checkpoint, arch=arch, golden=tmp_path / "golden")]
+    argv[argv.index("torchscript-trace")] = "onnx"
+    proc = subprocess.run([sys.executable, "-m", "export_check", *argv], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "\x1b" not in proc.stderr and "onnxruntime:" not in proc.stderr, proc.stderr
+    row = {r["name"]: r for r in json.loads((tmp_path / "report.json").read_text())["rows"]}["onnx"]
+    reason = row["reasons"][0]
+    assert row["status"] == "fail" and reason.startswith("running failed at inputs 16..23: ") and "\n" not in reason, reason
+    assert "\x1b" not in json.dumps(row), row
+
+
 # --- outputs never lost or judged on nothing (item 5) ------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,8 @@ CASES = {  # case: (class, checkpoint, settings, expected outputs)
     "tokens": ("TokenClassifier", "token_classifier", "", ("output",)),
     "two-inputs": ("TwoInputNet", "two_input_net", "", ("output",)),
 }
+# checked on one kind only, not parametrised over every kind
+STOCK = {"tokens-stock": ("TokenClassifierStock", "token_classifier", "", ("output",))}
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -43,7 +46,7 @@ def detector(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _checked(case: str, tmp_path_factory: pytest.TempPathFactory, kinds: str | None = None):
-    cls, checkpoint, settings, outputs = CASES[case]
+    cls, checkpoint, settings, outputs = {**CASES, **STOCK}[case]
     folder = tmp_path_factory.mktemp(case)
     samples = folder / "samples"
     subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", checkpoint, "--count", "16"],
@@ -86,6 +89,29 @@ def test_a_damaged_class_head_of_the_real_detector_fails_on_scores_only(detector
     by_name = {o["name"]: o["status"] for o in eager["outputs"]}
     assert eager["status"] == "fail" and by_name == {"boxes": "pass", "scores": "fail"}
     assert eager["reasons"][0].startswith("scores: MAE")
+
+
+def test_torch_int8_of_a_stock_transformer_encoder_builds_and_passes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """issue 25: nn.TransformerEncoder's fast-path check read ``.weight.device`` off a dynamically quantized Linear
+    (a method): ``build failed: AttributeError: 'function' object has no attribute 'device'``. The trained token model
+    through the stock encoder now builds; its file, run here by torch.jit, is within the int8 gate of eager."""
+    case, folder, config, weights, outputs, code, report = _checked("tokens-stock", tmp_path_factory, "torch-int8-dynamic")
+    row = report["rows"][1]
+    assert row["name"] == "torch-int8-dynamic" and row["status"] == "pass", row["reasons"]
+    assert row["details"]["quantized_linear_layers"] == "5"  # linear1, linear2 of two layers and the head; out_proj stays float
+    from models.multi_io import TokenClassifierStock
+    from models.multi_io_data import heldout, stack
+
+    model = TokenClassifierStock().eval()
+    model.load_state_dict(torch.load(weights, weights_only=True))
+    feeds = {k: torch.from_numpy(v) for k, v in stack(heldout("token_classifier", 4)).items()}  # the first group: one length
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.load warns of its deprecation; the row's notes record it
+        traced = torch.jit.load(str(next(folder.rglob("*torch-int8-dynamic*.pt"))))
+    with torch.no_grad():
+        reference, int8 = model(**feeds), traced(feeds["input_ids"], feeds["attention_mask"])
+    relative = float((int8 - reference).abs().mean() / reference.abs().mean())
+    assert 0 < relative < 0.05 and torch.equal(int8.argmax(1), reference.argmax(1))
 
 
 def _own_gate(config: Path, name: str, lines: str) -> Path:

@@ -255,13 +255,13 @@ def test_report_path_that_is_a_directory_is_a_usage_error(tmp_path: Path, capsys
     assert f"{tmp_path}: is a directory; --junit takes a file path" in capsys.readouterr().err
 
 
-def test_colour_codes_of_exporters_never_reach_a_reason_or_a_note(tmp_path: Path) -> None:
+def test_colour_codes_of_exporters_never_reach_a_reason_or_a_note(tmp_path: Path, capsys) -> None:
     """An exporter's coloured error (a row's reason) and coloured warning (a row's note) reach every
-    report as plain text (issue 25)."""
+    report as plain text; its multi-line log dump is one line under -v and whole in the JSON (issue 25)."""
     import numpy as np
     import torch
 
-    from arches import ColouredMessages
+    from arches import DUMP, ColouredMessages
 
     torch.manual_seed(0)
     checkpoint = tmp_path / "m.pth"
@@ -273,13 +273,19 @@ def test_colour_codes_of_exporters_never_reach_a_reason_or_a_note(tmp_path: Path
     arch, golden = f"{TESTS / 'arches.py'}:ColouredMessages", str(tmp_path / "golden")
     assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(samples), "--golden", golden]) == 0
     out = {suffix: tmp_path / f"r.{suffix}" for suffix in ("json", "xml", "md", "html")}
-    code = main(["check", str(checkpoint), "--arch", arch, "--golden", golden, "--out", str(tmp_path / "out"), "--no-cache", "-q",
+    capsys.readouterr()
+    code = main(["check", str(checkpoint), "--arch", arch, "--golden", golden, "--out", str(tmp_path / "out"), "--no-cache", "-v",
                  "--artifacts", "torchscript-trace,onnx", "--json", str(out["json"]), "--junit", str(out["xml"]),
                  "--markdown", str(out["md"]), "--html", str(out["html"])])
     rows = {r["name"]: r for r in json.loads(out["json"].read_text())["rows"]}
     assert code == 1 and rows["torchscript-trace"]["status"] == "error"
     assert rows["torchscript-trace"]["reasons"] == ["build failed: RuntimeError: cannot be traced"]
     assert "UserWarning: coloured exporter warning" in rows["onnx"]["notes"]
+    assert f"log exporter.dump: {DUMP}" in rows["onnx"]["notes"]  # the whole table, its 41 lines, in the JSON
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note onnx: log exporter.dump: ")]
+    assert len(shown) == 1 and shown[0].startswith("note onnx: log exporter.dump: calibration table: fc.0 int8 scale 0.0100 zero point 0 fc.1")
+    whole = len(" ".join(f"log exporter.dump: {DUMP}".split()))
+    assert shown[0].endswith(f"… (41 lines, {whole} characters: in full in the JSON report's notes)")
     for path in out.values():
         text = path.read_text()
         assert "\x1b" not in text and "u001b" not in text and "x1b" not in text, path.name

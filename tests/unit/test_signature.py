@@ -15,6 +15,7 @@ from export_check.signature import (
     OutputSpec,
     Signature,
     SignatureSettings,
+    choose_kind,
     default_kind,
     flatten_outputs,
     parse_signature_settings,
@@ -41,6 +42,22 @@ def test_two_outputs_that_flatten_to_one_name_are_refused() -> None:
 ])
 def test_default_kind(ndim: int, dtype: str, kind: str) -> None:
     assert default_kind(ndim, dtype) == kind
+
+
+@pytest.mark.parametrize(("name", "ndim", "kind"), [
+    ("last_hidden_state", 3, "values"), ("pooler_output", 2, "values"), ("extract_features", 3, "values"), ("pred_boxes", 3, "values"),
+    ("bbox", 2, "values"), ("landmarks", 2, "values"), ("keypoints.0", 2, "values"), ("image_embeds", 2, "values"),
+    ("logits", 2, "logits"), ("box_scores", 2, "logits"), ("logits_per_image", 2, "logits"), ("log_probs", 3, "sequence-logits"),
+    ("output_0", 2, "logits"), ("output", 3, "sequence-logits"), ("predBoxes", 2, "values"),
+])
+def test_an_outputs_name_decides_its_default_kind(name: str, ndim: int, kind: str) -> None:
+    assert choose_kind(ndim, "float32", name=name).kind == kind
+
+
+def test_the_layernorm_statistic_makes_values_unless_the_name_says_logits() -> None:
+    assert choose_kind(3, "float32", normalised=True).kind == "values"
+    assert choose_kind(2, "float32", name="logits", normalised=True).kind == "logits"
+    assert choose_kind(2, "float32", classes=1, name="logits").kind == "values"  # one class: no argmax, whatever the name
 
 
 def test_settings_tables_become_spec_changes() -> None:
