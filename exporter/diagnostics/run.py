@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -128,10 +129,10 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
 
 
 def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[int, Any], plan: shapes.SizePlan,
-             threads: int, columns: tuple[shapes.Column, ...]) -> Measured:
+             threads: int, columns: tuple[shapes.Column, ...], judged: np.ndarray | None = None) -> Measured:
     clock: dict[int, float] = {}
     outputs = _sizes_from(infer, trace, name, probe, plan, clock)
-    (_, runs), *others = shapes.measure_outputs(outputs, eager_at, plan.main, columns, clock=clock)
+    (_, runs), *others = shapes.measure_outputs(outputs, eager_at, plan.main, columns, clock=clock, judged=judged)
     unmeasured = rerun = cost = None
     try:
         rerun, cost = _rerun_and_cost(infer, trace, name, threads, True, plan, outputs.get(1))
@@ -252,10 +253,27 @@ class Diagnoser:
             self.plan = plan_for(per_image, count, config.batch_size, len(golden), config.diagnostics_budget)
             self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.plan)
         self.sizes = self.plan.sizes
+        self._calibrated: tuple[shapes.SizePlan, dict[int, Any], np.ndarray] | None = None  # made for the first calibrated row
+        self._calibrated_lock = threading.Lock()
         # said on every row: what the budget left out (docs/explanation/reports-and-diagnostics.md)
         self.scope: dict[str, Any] = {"budget": config.diagnostics_budget, "cut": self.plan.cut} if self.plan.cut else {}
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)"
                  + (" (bounded by --diagnostics-budget)" if self.plan.cut else ""))
+
+    def calibrated_plan(self) -> tuple[shapes.SizePlan, dict[int, Any], np.ndarray]:
+        """What a calibrated row's batch-size check runs on: the plan over the whole probe (``shapes.whole_probe_plan``),
+        eager at those sizes (its runs ahead reused where they cover as many images) and the mask of the probe
+        samples outside the calibration split. Made once, for the first calibrated row, and shared by the others."""
+        with self._calibrated_lock:
+            if self._calibrated is None:
+                count = length(self.probe, self.signature)
+                plan = shapes.whole_probe_plan(self.plan, count)
+                redo = tuple(size for size in plan.sizes if size != self.main and plan.images(size) != self.plan.images(size))
+                eager_at = {**self.eager_at, **shapes.run_sizes(self.eager_infer, self.probe, redo, plan.main, self.signature, plan=plan)}
+                judged = np.ones(count, dtype=bool)
+                judged[[i for i in self.golden.calibration_indices() if i < count]] = False
+                self._calibrated = (plan, eager_at, judged)
+            return self._calibrated
 
     def observe(self, obs: Observation, ctx: BuildContext, runner: Any | None = None, run_failed: bool = False) -> Observation:
         """``obs`` with its diagnostics measured. ``runner`` is the replay's open runner for it
@@ -275,14 +293,16 @@ class Diagnoser:
             return obs
         kind = KINDS_BY_NAME[obs.name]
         path = Path(obs.artifact.path)
+        # a calibrated kind is judged at every size on the probe samples outside its calibration split only, as its replay is
+        plan, eager_at, judged = self.calibrated_plan() if kind.calibrated else (self.plan, self.eager_at, None)
         self.progress(f"diagnosing {obs.name}: batch sizes {', '.join(map(str, self.sizes))}, determinism")
         warnings_seen: list[str] = []
         with captured_warnings(warnings_seen):
             try:
                 with contextlib.ExitStack() as stack:
                     opened = runner or stack.enter_context(kind.open_runner(path, ctx))
-                    measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, self.eager_at,
-                                        self.plan, config.threads, self.columns)
+                    measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, eager_at,
+                                        plan, config.threads, self.columns, judged)
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
