@@ -183,9 +183,9 @@ def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: 
         if run.size == main:
             reasons.append(f"batch size {main} (the replay's): against eager, {'; '.join(found)} ({run.images} images)")
             continue
-        # eager moves when beyond float rounding's reach; the artifact when beyond the run's float noise (either way, beyond the gate)
-        eager_moves = _moves(run.eager_moved, max(bound, noise.reach))
-        artifact_moves = _moves(run.moved, max(bound, NOISE_FACTOR * noise.level))
+        # a movement (eager's or the artifact's) names a cause only beyond the gate, float rounding's reach and 10x the run's float noise
+        beyond = max(bound, noise.reach, NOISE_FACTOR * noise.level)
+        eager_moves, artifact_moves = _moves(run.eager_moved, beyond), _moves(run.moved, beyond)
         if not eager_moves and not artifact_moves and noise.hides(run.worst_image_mae if run.worst_image_mae is not None else run.mae):
             within_noise.append((run, found))
             continue
