@@ -18,7 +18,7 @@ import statistics
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,10 +128,60 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
     return measured, cost
 
 
+@dataclass(frozen=True)
+class CalibratedProbe:
+    """What a calibrated row's batch-size check runs (static int8: judged on the probe samples outside its calibration
+    split only, at every size, on as many of them as the row's own figure). A size other than the main one and the
+    whole probe runs on those samples alone, in whole batches of it (a sample's batch-mates do not change a static
+    int8 output, and eager runs the same batches); the main size (the replay's) and the whole-probe batch run over
+    every probe sample and are compared on the judged ones. A plan the budget cut keeps its counts, over the probe.
+    Outputs come back at their probe positions (``scatter``), so that ``judged`` masks them all alike.
+
+    >>> probe = CalibratedProbe.plan(shapes.full_plan(16, 64), np.arange(64) % 2 == 1, {"input": np.zeros((64, 1))}, SINGLE)
+    >>> probe.alone, probe.whole.counts
+    (((1, 32), (7, 28)), ((16, 64), (64, 64)))
+    """
+
+    whole: shapes.SizePlan  # the sizes run over the probe (the main one from the replay)
+    alone: tuple[tuple[int, int], ...]  # (size, samples) run on the judged samples alone
+    judged: np.ndarray  # over the probe: outside the calibration split
+    feeds: Feeds  # the judged samples
+
+    @classmethod
+    def plan(cls, plan: shapes.SizePlan, judged: np.ndarray, probe: Feeds, signature: Signature) -> CalibratedProbe:
+        count, n = len(judged), int(judged.sum())
+        alone = tuple((size, n // size * size) for size in plan.sizes
+                      if not plan.cut and size not in (plan.main, count) and 0 < size <= n)
+        whole = replace(plan, counts=tuple((size, images) for size, images in plan.counts if size not in dict(alone)))
+        positions = np.flatnonzero(judged)
+        feeds = {spec.name: np.take(probe[spec.name], positions, axis=spec.batch_axis) for spec in signature.inputs}
+        return cls(whole=whole, alone=alone, judged=judged, feeds=feeds)
+
+    def run(self, infer, signature: Signature, clock: dict[int, float] | None = None) -> dict[int, Any]:
+        """``infer``'s outputs at the sizes run on the judged samples alone, at their probe positions."""
+        if not self.alone:
+            return {}
+        plan = replace(self.whole, counts=self.alone)
+        out = shapes.run_sizes(infer, self.feeds, plan.sizes, self.whole.main, signature, clock, plan)
+        return {size: self.scatter(got) for size, got in out.items()}
+
+    def scatter(self, got: Any) -> Any:
+        """Rows of the judged samples put back at their probe positions (the others NaN, never compared)."""
+        if not isinstance(got, np.ndarray):
+            return got
+        positions = np.flatnonzero(self.judged)[: len(got)]
+        full = np.full((int(positions[-1]) + 1 if len(positions) else 0, *got.shape[1:]), np.nan, dtype=np.float32)
+        full[positions] = got
+        return full
+
+
 def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[int, Any], plan: shapes.SizePlan,
-             threads: int, columns: tuple[shapes.Column, ...], judged: np.ndarray | None = None) -> Measured:
+             threads: int, columns: tuple[shapes.Column, ...], calibrated: CalibratedProbe | None = None) -> Measured:
     clock: dict[int, float] = {}
-    outputs = _sizes_from(infer, trace, name, probe, plan, clock)
+    outputs = _sizes_from(infer, trace, name, probe, plan if calibrated is None else calibrated.whole, clock)
+    if calibrated is not None:
+        outputs.update(calibrated.run(infer, trace.signature, clock))
+    judged = None if calibrated is None else calibrated.judged
     (_, runs), *others = shapes.measure_outputs(outputs, eager_at, plan.main, columns, clock=clock, judged=judged)
     unmeasured = rerun = cost = None
     try:
@@ -253,26 +303,26 @@ class Diagnoser:
             self.plan = plan_for(per_image, count, config.batch_size, len(golden), config.diagnostics_budget)
             self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.plan)
         self.sizes = self.plan.sizes
-        self._calibrated: tuple[shapes.SizePlan, dict[int, Any], np.ndarray] | None = None  # made for the first calibrated row
+        self._calibrated: CalibratedProbe | None = None  # made for the first calibrated row
+        self._calibrated_eager: dict[int, Any] = {}
         self._calibrated_lock = threading.Lock()
         # said on every row: what the budget left out (docs/explanation/reports-and-diagnostics.md)
         self.scope: dict[str, Any] = {"budget": config.diagnostics_budget, "cut": self.plan.cut} if self.plan.cut else {}
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)"
                  + (" (bounded by --diagnostics-budget)" if self.plan.cut else ""))
 
-    def calibrated_plan(self) -> tuple[shapes.SizePlan, dict[int, Any], np.ndarray]:
-        """What a calibrated row's batch-size check runs on: the plan over the whole probe (``shapes.whole_probe_plan``),
-        eager at those sizes (its runs ahead reused where they cover as many images) and the mask of the probe
-        samples outside the calibration split. Made once, for the first calibrated row, and shared by the others."""
+    def calibrated_probe(self) -> CalibratedProbe:
+        """What a calibrated row's batch-size check runs on (``CalibratedProbe``), with eager's outputs there: made once,
+        for the first calibrated row, and shared by the others."""
         with self._calibrated_lock:
             if self._calibrated is None:
                 count = length(self.probe, self.signature)
-                plan = shapes.whole_probe_plan(self.plan, count)
-                redo = tuple(size for size in plan.sizes if size != self.main and plan.images(size) != self.plan.images(size))
-                eager_at = {**self.eager_at, **shapes.run_sizes(self.eager_infer, self.probe, redo, plan.main, self.signature, plan=plan)}
                 judged = np.ones(count, dtype=bool)
                 judged[[i for i in self.golden.calibration_indices() if i < count]] = False
-                self._calibrated = (plan, eager_at, judged)
+                self._calibrated = CalibratedProbe.plan(self.plan, judged, self.probe, self.signature)
+                eager_at = dict(self.eager_at)
+                eager_at.update(self._calibrated.run(self.eager_infer, self.signature))
+                self._calibrated_eager = eager_at
             return self._calibrated
 
     def observe(self, obs: Observation, ctx: BuildContext, runner: Any | None = None, run_failed: bool = False) -> Observation:
@@ -294,7 +344,8 @@ class Diagnoser:
         kind = KINDS_BY_NAME[obs.name]
         path = Path(obs.artifact.path)
         # a calibrated kind is judged at every size on the probe samples outside its calibration split only, as its replay is
-        plan, eager_at, judged = self.calibrated_plan() if kind.calibrated else (self.plan, self.eager_at, None)
+        calibrated = self.calibrated_probe() if kind.calibrated else None
+        eager_at = self._calibrated_eager if calibrated is not None else self.eager_at
         self.progress(f"diagnosing {obs.name}: batch sizes {', '.join(map(str, self.sizes))}, determinism")
         warnings_seen: list[str] = []
         with captured_warnings(warnings_seen):
@@ -302,7 +353,7 @@ class Diagnoser:
                 with contextlib.ExitStack() as stack:
                     opened = runner or stack.enter_context(kind.open_runner(path, ctx))
                     measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, eager_at,
-                                        plan, config.threads, self.columns, judged)
+                                        self.plan, config.threads, self.columns, calibrated)
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)

@@ -128,20 +128,6 @@ def bounded_plan(main: int, probe: int, budget_images: float, topup_batches: int
     return replace(chosen, layer_images=layers if layers < main else 0, cut=cut)
 
 
-def whole_probe_plan(plan: SizePlan, probe: int) -> SizePlan:
-    """``plan`` with every size run over the whole probe (in whole batches of that size): what a calibrated row
-    (static int8) runs, since it is judged only on the probe samples outside its calibration split and a size
-    judged on a handful of them would not be comparable with the row's own figure (issue 25). A plan the budget
-    cut keeps its counts: the budget comes first, and the row says what it left out.
-
-    >>> whole_probe_plan(full_plan(16, 64), 64).counts
-    ((1, 64), (7, 63), (16, 64), (64, 64))
-    """
-    if plan.cut:
-        return plan
-    return replace(plan, counts=tuple((size, max(size, probe // size * size) if size <= probe else probe) for size, _ in plan.counts))
-
-
 class RowCountError(ValueError):
     pass
 
