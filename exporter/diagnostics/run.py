@@ -29,7 +29,7 @@ from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import logits_of
 from ..config import RunConfig
 from ..errors import ArtifactError, describe_exception
-from ..feeds import Feeds, length, samples_first
+from ..feeds import Feeds, length, samples_first, take
 from ..golden.goldenset import GoldenSet
 from ..measurements import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
@@ -86,18 +86,18 @@ def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, plan: shapes
 
 
 def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: bool, plan: shapes.SizePlan,
-                    at_one: Any = None) -> tuple[RerunMeasure | None, Latency]:
+                    at_one: Any = None, one: Feeds | None = None) -> tuple[RerunMeasure | None, Latency]:
     """Determinism and cost from the replay's own first output and timings.
 
     The rerun (when ``rerun``): the first replayed batch again, compared with the replay's run of it;
-    or, when the plan bounds it, image 0 again at batch size 1, compared with ``at_one`` (the
-    batch-size check's run of it). Latency: the replay's timed full batches after its warm-up one,
+    or, when the plan bounds it, image 0 (or the sample ``one``) again at batch size 1, compared with ``at_one``
+    (the batch-size check's run of it). Latency: the replay's timed full batches after its warm-up one,
     topped up with reruns of the first batch to ``LATENCY_REPEATS`` when the plan allows.
     """
     seconds = trace.timed_seconds(name)[:LATENCY_REPEATS]
     began_all, max_abs, runs = time.perf_counter(), 0.0, 0
     if plan.rerun_images < plan.main:  # bounded: one image at batch size 1
-        batch, first, n = trace.probe_head(1), at_one[:1] if isinstance(at_one, np.ndarray) else None, 1
+        batch, first, n = trace.probe_head(1) if one is None else one, at_one[:1] if isinstance(at_one, np.ndarray) else None, 1
         reruns = 1 if rerun and first is not None else 0
     else:
         batch, first = trace.first_batch(), trace.first_output(name)
@@ -134,12 +134,16 @@ class CalibratedProbe:
     split only, at every size, on as many of them as the row's own figure). A size other than the main one and the
     whole probe runs on those samples alone, in whole batches of it (a sample's batch-mates do not change a static
     int8 output, and eager runs the same batches); the main size (the replay's) and the whole-probe batch run over
-    every probe sample and are compared on the judged ones. A plan the budget cut keeps its counts, over the probe.
+    every probe sample and are compared on the judged ones. Under a plan the budget cut, a size runs as many judged
+    samples as the plan's count (so its cost is unchanged), and the bounded determinism rerun is the first of them.
     Outputs come back at their probe positions (``scatter``), so that ``judged`` masks them all alike.
 
     >>> probe = CalibratedProbe.plan(shapes.full_plan(16, 64), np.arange(64) % 2 == 1, {"input": np.zeros((64, 1))}, SINGLE)
     >>> probe.alone, probe.whole.counts
     (((1, 32), (7, 28)), ((16, 64), (64, 64)))
+    >>> bounded = CalibratedProbe.plan(shapes.bounded_plan(16, 64, 45, 4), np.arange(64) % 2 == 1, {"input": np.zeros((64, 1))}, SINGLE)
+    >>> bounded.alone, bounded.whole.counts
+    (((1, 2), (7, 7)), ((16, 64), (33, 33)))
     """
 
     whole: shapes.SizePlan  # the sizes run over the probe (the main one from the replay)
@@ -150,8 +154,9 @@ class CalibratedProbe:
     @classmethod
     def plan(cls, plan: shapes.SizePlan, judged: np.ndarray, probe: Feeds, signature: Signature) -> CalibratedProbe:
         count, n = len(judged), int(judged.sum())
-        alone = tuple((size, n // size * size) for size in plan.sizes
-                      if not plan.cut and size not in (plan.main, count) and 0 < size <= n)
+        # as many judged samples as the plan's count at that size, or all of them (in whole batches) when the budget cut nothing
+        alone = tuple((size, n // size * size if not plan.cut else max(size, min(plan.images(size), n) // size * size))
+                      for size in plan.sizes if size not in (plan.main, count) and 0 < size <= n)
         whole = replace(plan, counts=tuple((size, images) for size, images in plan.counts if size not in dict(alone)))
         positions = np.flatnonzero(judged)
         feeds = {spec.name: np.take(probe[spec.name], positions, axis=spec.batch_axis) for spec in signature.inputs}
@@ -164,6 +169,13 @@ class CalibratedProbe:
         plan = replace(self.whole, counts=self.alone)
         out = shapes.run_sizes(infer, self.feeds, plan.sizes, self.whole.main, signature, clock, plan)
         return {size: self.scatter(got) for size, got in out.items()}
+
+    def first_row(self, scattered: Any) -> Any:
+        """The first judged sample's row of a scattered output (what the bounded determinism rerun compares with)."""
+        if not isinstance(scattered, np.ndarray):
+            return scattered
+        first = int(np.flatnonzero(self.judged)[0])
+        return scattered[first : first + 1]
 
     def scatter(self, got: Any) -> Any:
         """Rows of the judged samples put back at their probe positions (the others NaN, never compared)."""
@@ -185,7 +197,10 @@ def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[
     (_, runs), *others = shapes.measure_outputs(outputs, eager_at, plan.main, columns, clock=clock, judged=judged)
     unmeasured = rerun = cost = None
     try:
-        rerun, cost = _rerun_and_cost(infer, trace, name, threads, True, plan, outputs.get(1))
+        at_one, one = outputs.get(1), None
+        if calibrated is not None and 1 in dict(calibrated.alone):  # its size-1 rows are the judged samples': rerun the first of them
+            at_one, one = calibrated.first_row(at_one), take(calibrated.feeds, trace.signature, 0, 1)
+        rerun, cost = _rerun_and_cost(infer, trace, name, threads, True, plan, at_one, one)
     except Exception as exc:  # it already failed the batch-size check at the main size; said once
         unmeasured = describe_exception(exc)[:240]
     return Measured(sizes=SizeRuns(main_size=plan.main, runs=runs, outputs=tuple(others)), rerun=rerun, latency=cost, unmeasured=unmeasured)
