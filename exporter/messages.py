@@ -180,6 +180,24 @@ def batch_size_cause(run: BatchSizeRun, artifact: bool, eager: bool, family: str
     return "the artifact differs from eager at this batch size only"
 
 
+def within_float_noise(bound: float, eager: float, artifact: float | None, main: int, factor: float | None) -> str:
+    """Why no batch-size cause is named: the gate's MAE bound is within the model's float noise measured in this
+    run (``judge.FloatNoise``: eager against itself across batch sizes, the artifact against eager at the main size).
+    ``factor``: how far beyond that noise a cause is named (None: the eager row, which names none).
+
+    >>> within_float_noise(5e-7, 6.1e-7, None, 16, None).split(": ")[0]
+    "gate MAE<=5e-07 is within this model's float noise"
+    """
+    measured = f"eager against itself across batch sizes differs by up to {eager:.3g}"
+    if artifact is not None:
+        measured += f", and the artifact from eager at batch size {main} (the replay's, where the batch size plays no part) by up to {artifact:.3g}"
+    if factor is None:
+        return (f"gate MAE<={bound:.3g} is within this model's float noise: {measured} (float rounding: kernels chosen per batch "
+                "size), not a dependence on the batch")
+    return (f"gate MAE<={bound:.3g} is within this model's float noise measured in this run: {measured}; no batch-size cause "
+            f"stands out from it (one is named beyond {factor:g}x that noise): loosen the gate above the noise, or accept it")
+
+
 def reduced_summary(reduced: Reduced, reasons: tuple[str, ...], stale: bool = False) -> str:
     """A row's reduced subgraph in one line: how small, fed what, failing how (``reasons``: the gate's words
     on its output), and where it is. ``stale``: it was reduced under another gate than the row's now

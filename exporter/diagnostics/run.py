@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
+import threading
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import logits_of
 from ..config import RunConfig
 from ..errors import ArtifactError, describe_exception
-from ..feeds import Feeds, length, samples_first
+from ..feeds import Feeds, length, samples_first, take
 from ..golden.goldenset import GoldenSet
 from ..measurements import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
@@ -85,18 +86,18 @@ def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, plan: shapes
 
 
 def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: bool, plan: shapes.SizePlan,
-                    at_one: Any = None) -> tuple[RerunMeasure | None, Latency]:
+                    at_one: Any = None, one: Feeds | None = None) -> tuple[RerunMeasure | None, Latency]:
     """Determinism and cost from the replay's own first output and timings.
 
     The rerun (when ``rerun``): the first replayed batch again, compared with the replay's run of it;
-    or, when the plan bounds it, image 0 again at batch size 1, compared with ``at_one`` (the
-    batch-size check's run of it). Latency: the replay's timed full batches after its warm-up one,
+    or, when the plan bounds it, image 0 (or the sample ``one``) again at batch size 1, compared with ``at_one``
+    (the batch-size check's run of it). Latency: the replay's timed full batches after its warm-up one,
     topped up with reruns of the first batch to ``LATENCY_REPEATS`` when the plan allows.
     """
     seconds = trace.timed_seconds(name)[:LATENCY_REPEATS]
     began_all, max_abs, runs = time.perf_counter(), 0.0, 0
     if plan.rerun_images < plan.main:  # bounded: one image at batch size 1
-        batch, first, n = trace.probe_head(1), at_one[:1] if isinstance(at_one, np.ndarray) else None, 1
+        batch, first, n = trace.probe_head(1) if one is None else one, at_one[:1] if isinstance(at_one, np.ndarray) else None, 1
         reruns = 1 if rerun and first is not None else 0
     else:
         batch, first = trace.first_batch(), trace.first_output(name)
@@ -127,14 +128,79 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
     return measured, cost
 
 
+@dataclass(frozen=True)
+class CalibratedProbe:
+    """What a calibrated row's batch-size check runs (static int8: judged on the probe samples outside its calibration
+    split only, at every size, on as many of them as the row's own figure). A size other than the main one and the
+    whole probe runs on those samples alone, in whole batches of it (a sample's batch-mates do not change a static
+    int8 output, and eager runs the same batches); the main size (the replay's) and the whole-probe batch run over
+    every probe sample and are compared on the judged ones. Under a plan the budget cut, a size runs as many judged
+    samples as the plan's count (so its cost is unchanged), and the bounded determinism rerun is the first of them.
+    Outputs come back at their probe positions (``scatter``), so that ``judged`` masks them all alike.
+
+    >>> probe = CalibratedProbe.plan(shapes.full_plan(16, 64), np.arange(64) % 2 == 1, {"input": np.zeros((64, 1))}, SINGLE)
+    >>> probe.alone, probe.whole.counts
+    (((1, 32), (7, 28)), ((16, 64), (64, 64)))
+    >>> bounded = CalibratedProbe.plan(shapes.bounded_plan(16, 64, 45, 4), np.arange(64) % 2 == 1, {"input": np.zeros((64, 1))}, SINGLE)
+    >>> bounded.alone, bounded.whole.counts
+    (((1, 2), (7, 7)), ((16, 64), (33, 33)))
+    """
+
+    whole: shapes.SizePlan  # the sizes run over the probe (the main one from the replay)
+    alone: tuple[tuple[int, int], ...]  # (size, samples) run on the judged samples alone
+    judged: np.ndarray  # over the probe: outside the calibration split
+    feeds: Feeds  # the judged samples
+
+    @classmethod
+    def plan(cls, plan: shapes.SizePlan, judged: np.ndarray, probe: Feeds, signature: Signature) -> CalibratedProbe:
+        count, n = len(judged), int(judged.sum())
+        # as many judged samples as the plan's count at that size, or all of them (in whole batches) when the budget cut nothing
+        alone = tuple((size, n // size * size if not plan.cut else max(size, min(plan.images(size), n) // size * size))
+                      for size in plan.sizes if size not in (plan.main, count) and 0 < size <= n)
+        whole = replace(plan, counts=tuple((size, images) for size, images in plan.counts if size not in dict(alone)))
+        positions = np.flatnonzero(judged)
+        feeds = {spec.name: np.take(probe[spec.name], positions, axis=spec.batch_axis) for spec in signature.inputs}
+        return cls(whole=whole, alone=alone, judged=judged, feeds=feeds)
+
+    def run(self, infer, signature: Signature, clock: dict[int, float] | None = None) -> dict[int, Any]:
+        """``infer``'s outputs at the sizes run on the judged samples alone, at their probe positions."""
+        if not self.alone:
+            return {}
+        plan = replace(self.whole, counts=self.alone)
+        out = shapes.run_sizes(infer, self.feeds, plan.sizes, self.whole.main, signature, clock, plan)
+        return {size: self.scatter(got) for size, got in out.items()}
+
+    def first_row(self, scattered: Any) -> Any:
+        """The first judged sample's row of a scattered output (what the bounded determinism rerun compares with)."""
+        if not isinstance(scattered, np.ndarray):
+            return scattered
+        first = int(np.flatnonzero(self.judged)[0])
+        return scattered[first : first + 1]
+
+    def scatter(self, got: Any) -> Any:
+        """Rows of the judged samples put back at their probe positions (the others NaN, never compared)."""
+        if not isinstance(got, np.ndarray):
+            return got
+        positions = np.flatnonzero(self.judged)[: len(got)]
+        full = np.full((int(positions[-1]) + 1 if len(positions) else 0, *got.shape[1:]), np.nan, dtype=np.float32)
+        full[positions] = got
+        return full
+
+
 def _measure(infer, trace: ReplayTrace, name: str, probe: Feeds, eager_at: dict[int, Any], plan: shapes.SizePlan,
-             threads: int, columns: tuple[shapes.Column, ...]) -> Measured:
+             threads: int, columns: tuple[shapes.Column, ...], calibrated: CalibratedProbe | None = None) -> Measured:
     clock: dict[int, float] = {}
-    outputs = _sizes_from(infer, trace, name, probe, plan, clock)
-    (_, runs), *others = shapes.measure_outputs(outputs, eager_at, plan.main, columns, clock=clock)
+    outputs = _sizes_from(infer, trace, name, probe, plan if calibrated is None else calibrated.whole, clock)
+    if calibrated is not None:
+        outputs.update(calibrated.run(infer, trace.signature, clock))
+    judged = None if calibrated is None else calibrated.judged
+    (_, runs), *others = shapes.measure_outputs(outputs, eager_at, plan.main, columns, clock=clock, judged=judged)
     unmeasured = rerun = cost = None
     try:
-        rerun, cost = _rerun_and_cost(infer, trace, name, threads, True, plan, outputs.get(1))
+        at_one, one = outputs.get(1), None
+        if calibrated is not None and 1 in dict(calibrated.alone):  # its size-1 rows are the judged samples': rerun the first of them
+            at_one, one = calibrated.first_row(at_one), take(calibrated.feeds, trace.signature, 0, 1)
+        rerun, cost = _rerun_and_cost(infer, trace, name, threads, True, plan, at_one, one)
     except Exception as exc:  # it already failed the batch-size check at the main size; said once
         unmeasured = describe_exception(exc)[:240]
     return Measured(sizes=SizeRuns(main_size=plan.main, runs=runs, outputs=tuple(others)), rerun=rerun, latency=cost, unmeasured=unmeasured)
@@ -252,10 +318,27 @@ class Diagnoser:
             self.plan = plan_for(per_image, count, config.batch_size, len(golden), config.diagnostics_budget)
             self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.plan)
         self.sizes = self.plan.sizes
+        self._calibrated: CalibratedProbe | None = None  # made for the first calibrated row
+        self._calibrated_eager: dict[int, Any] = {}
+        self._calibrated_lock = threading.Lock()
         # said on every row: what the budget left out (docs/explanation/reports-and-diagnostics.md)
         self.scope: dict[str, Any] = {"budget": config.diagnostics_budget, "cut": self.plan.cut} if self.plan.cut else {}
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.sizes))}, determinism, latency ({config.threads} threads)"
                  + (" (bounded by --diagnostics-budget)" if self.plan.cut else ""))
+
+    def calibrated_probe(self) -> CalibratedProbe:
+        """What a calibrated row's batch-size check runs on (``CalibratedProbe``), with eager's outputs there: made once,
+        for the first calibrated row, and shared by the others."""
+        with self._calibrated_lock:
+            if self._calibrated is None:
+                count = length(self.probe, self.signature)
+                judged = np.ones(count, dtype=bool)
+                judged[[i for i in self.golden.calibration_indices() if i < count]] = False
+                self._calibrated = CalibratedProbe.plan(self.plan, judged, self.probe, self.signature)
+                eager_at = dict(self.eager_at)
+                eager_at.update(self._calibrated.run(self.eager_infer, self.signature))
+                self._calibrated_eager = eager_at
+            return self._calibrated
 
     def observe(self, obs: Observation, ctx: BuildContext, runner: Any | None = None, run_failed: bool = False) -> Observation:
         """``obs`` with its diagnostics measured. ``runner`` is the replay's open runner for it
@@ -275,14 +358,17 @@ class Diagnoser:
             return obs
         kind = KINDS_BY_NAME[obs.name]
         path = Path(obs.artifact.path)
+        # a calibrated kind is judged at every size on the probe samples outside its calibration split only, as its replay is
+        calibrated = self.calibrated_probe() if kind.calibrated else None
+        eager_at = self._calibrated_eager if calibrated is not None else self.eager_at
         self.progress(f"diagnosing {obs.name}: batch sizes {', '.join(map(str, self.sizes))}, determinism")
         warnings_seen: list[str] = []
         with captured_warnings(warnings_seen):
             try:
                 with contextlib.ExitStack() as stack:
                     opened = runner or stack.enter_context(kind.open_runner(path, ctx))
-                    measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, self.eager_at,
-                                        self.plan, config.threads, self.columns)
+                    measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, eager_at,
+                                        self.plan, config.threads, self.columns, calibrated)
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)

@@ -175,13 +175,22 @@ def _per_image_mae(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return diff.mean(axis=1) if diff.shape[1] else np.zeros(len(a))
 
 
-def _moved(outputs: dict[int, np.ndarray | str], size: int, main: int) -> float | None:
-    """Worst per-image MAE of the outputs at ``size`` against the same images at the main size."""
+def _judged_at(judged: np.ndarray | None, count: int) -> np.ndarray:
+    """The positions among the first ``count`` probe samples that are judged (all of them without a mask)."""
+    return np.arange(count) if judged is None else np.flatnonzero(judged[:count])
+
+
+def _moved(outputs: dict[int, np.ndarray | str], size: int, main: int, judged: np.ndarray | None = None) -> float | None:
+    """Worst per-image MAE of the outputs at ``size`` against the same images at the main size (over the
+    ``judged`` probe samples only, when a mask is given)."""
     got, ref = outputs.get(size), outputs.get(main)
     if not isinstance(got, np.ndarray) or not isinstance(ref, np.ndarray):
         return None
+    if len(ref) < len(got):
+        return None
+    keep = _judged_at(judged, len(got))
     try:
-        dev = _per_image_mae(got, ref[: len(got)])
+        dev = _per_image_mae(got[keep], ref[keep])
     except RowCountError:
         return None
     return float(dev.max()) if len(dev) else 0.0
@@ -234,47 +243,52 @@ def _block(outputs: dict[int, np.ndarray | str], column: Column, width: int) -> 
 
 
 def measure_outputs(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int, columns: tuple[Column, ...],
-                    clock: dict[int, float] | None = None) -> tuple[tuple[str, tuple[BatchSizeRun, ...]], ...]:
+                    clock: dict[int, float] | None = None, judged: np.ndarray | None = None) -> tuple[tuple[str, tuple[BatchSizeRun, ...]], ...]:
     """``measure`` for every compared output, each judged on its own values (the seconds on the first's)."""
     if len(columns) == 1:  # one output: compared as the 2-D rows it always was (its verdicts unchanged)
         only = columns[0]
-        return ((only.name, measure(artifact, eager, main, only.kind, only.class_axis, clock=clock)),)
+        return ((only.name, measure(artifact, eager, main, only.kind, only.class_axis, clock=clock, judged=judged)),)
     width = columns[-1].stop
     return tuple((c.name, measure(_block(artifact, c, width), _block(eager, c, width), main, c.kind, c.class_axis,
-                                  clock=clock if i == 0 else None))
+                                  clock=clock if i == 0 else None, judged=judged))
                  for i, c in enumerate(columns))
 
 
 def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int,
-            kind: str = "logits", class_axis: int = -1, clock: dict[int, float] | None = None) -> tuple[BatchSizeRun, ...]:
+            kind: str = "logits", class_axis: int = -1, clock: dict[int, float] | None = None,
+            judged: np.ndarray | None = None) -> tuple[BatchSizeRun, ...]:
     """At every size: the artifact against eager at that same size (per image, under the row's
-    gate later), and how far each of them moved from its own output at the main size."""
+    gate later), and how far each of them moved from its own output at the main size. ``judged``: a
+    mask over the probe samples (a calibrated row's: those outside its calibration split); only those
+    are compared, moved and counted, and ``worst_image`` stays an index into the golden set."""
     main = min(main, max(artifact))
     runs = []
     for size in sorted(artifact):
         got, eager_got = artifact[size], eager.get(size)
         eager_error = eager_got if isinstance(eager_got, str) else None
-        common: dict[str, Any] = {"size": size, "moved": _moved(artifact, size, main), "eager_moved": _moved(eager, size, main),
+        common: dict[str, Any] = {"size": size, "moved": _moved(artifact, size, main, judged),
+                                  "eager_moved": _moved(eager, size, main, judged),
                                   "eager_error": eager_error, "seconds": (clock or {}).get(size, 0.0)}
         if isinstance(got, str):
             runs.append(BatchSizeRun(images=0, error=got, **common))
             continue
         if not isinstance(eager_got, np.ndarray):
-            runs.append(BatchSizeRun(images=len(got), error=None if eager_error else "eager was not run at this size", **common))
+            runs.append(BatchSizeRun(images=len(_judged_at(judged, len(got))), error=None if eager_error else "eager was not run at this size",
+                                     **common))
             continue
         acc = ErrorAccumulator(kind, class_axis)
-        n = min(len(got), len(eager_got))  # the main size from the replay may hold a short last batch more
+        keep = _judged_at(judged, min(len(got), len(eager_got)))  # the main size from the replay may hold a short last batch more
         try:
-            acc.add(eager_got[:n], got[:n])
+            acc.add(eager_got[keep], got[keep])
         except ShapeMismatch as exc:
-            runs.append(BatchSizeRun(images=len(got), error=f"{exc} (eager's at this batch size)", **common))
+            runs.append(BatchSizeRun(images=len(keep), error=f"{exc} (eager's at this batch size)", **common))
             continue
         m = acc.result()
         per_image = np.asarray(m.per_image_mae, dtype=np.float64)
-        worst = int(np.argmax(per_image)) if per_image.size else None
+        at = int(np.argmax(per_image)) if per_image.size else None
         runs.append(BatchSizeRun(
             images=m.images, mae=m.mae, max_abs=m.max_abs, agreement=None if m.agreement == "none" else m.top1_agreement,
-            reference_mean_abs=m.reference_mean_abs, nonfinite=m.nonfinite, worst_image=worst,
-            worst_image_mae=None if worst is None else float(per_image[worst]), **common,
+            reference_mean_abs=m.reference_mean_abs, nonfinite=m.nonfinite, worst_image=None if at is None else int(keep[at]),
+            worst_image_mae=None if at is None else float(per_image[at]), **common,
         ))
     return tuple(runs)

@@ -212,11 +212,18 @@ def test_nondeterministic_artifact_fails_the_rerun_check(tmp_path_factory, digit
     assert noisy.reasons[0] == reason and [r for r in noisy.reasons[1:] if not r.startswith("where: ")] == []
 
 
-def test_default_model_is_deterministic_agrees_across_batch_sizes_and_is_timed(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def default_report(tmp_path_factory):
+    """The bundled ResNet through onnx and dynamic int8, with --diagnose."""
     from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT
 
-    report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=tmp_path,
-                                 kinds=("onnx", "torch-int8-dynamic"), diagnose=True))
+    out = tmp_path_factory.mktemp("default-out")
+    return run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=out,
+                               kinds=("onnx", "torch-int8-dynamic"), diagnose=True)), out
+
+
+def test_default_model_is_deterministic_agrees_across_batch_sizes_and_is_timed(default_report) -> None:
+    report, _ = default_report
     assert report.passed
     for row in report.rows:
         d = row.diagnostics
@@ -340,3 +347,63 @@ def test_the_departing_module_of_a_pt2_is_reproduced_alone(tmp_path: Path) -> No
     done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout.split()[1]) == pytest.approx(truth, rel=1e-3) and truth > 1e-3
+
+
+NOISE = "is within this model's float noise"
+CAUSES = ("kept what its example batch computed", "specialised the batch size", "at this batch size only", "depends on the batch")
+
+
+def test_a_gate_below_the_float_noise_names_no_batch_size_cause(default_report) -> None:
+    """Issue 25, item 8: judged at a gate (1e-9) far below the bundled ResNet's float noise (its logits move by ~6e-7
+    between batch sizes on AVX2, ONNX differs from eager by ~1e-6), the ONNX row still fails, but its batch sizes are
+    said to be within that noise, with the numbers measured here by hand; no batch-size cause is named. The run's own
+    observations are judged again (the judge is pure): no second run."""
+    import re
+
+    import onnxruntime as ort
+
+    from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT
+    from export_check.config import Thresholds
+    from export_check.judge import judge_rows
+    from export_check.model import load_model
+
+    report, out = default_report
+    rows = {row.name: row for row in judge_rows(list(report.observations), Thresholds.from_options({"max-mae": 1e-9}))}
+    onnx, eager_row = rows["onnx"], rows["eager"]
+    assert onnx.status == "fail" and onnx.reasons[0].startswith("MAE ")  # the verdict is the judge's, as before
+    said = [r for r in onnx.reasons if NOISE in r]
+    assert len(said) == 1 and said[0].startswith("batch size"), onnx.reasons
+    assert not any(cause in r for r in onnx.reasons + eager_row.diagnostics.notes for cause in CAUSES), (onnx.reasons, eager_row.diagnostics.notes)
+    # the truth by hand, at the run's one thread: eager at each planned size against eager at 16, and the .onnx against
+    # eager at 16, over the probe (the first 64 images, each size in whole batches)
+    golden = load_golden(DEFAULT_GOLDEN)
+    x = np.stack([golden.load_input(golden.inputs[i]) for i in range(64)]).astype(np.float32)
+    model = load_model(DEFAULT_CHECKPOINT, DEFAULT_ARCH, {}, None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        def eager_at(size: int, count: int) -> np.ndarray:
+            with torch.inference_mode():
+                return np.concatenate([model(torch.from_numpy(x[i:i + size])).numpy() for i in range(0, count, size)]).astype(np.float64)
+
+        at_16 = eager_at(16, 64)
+        eager_noise = max(float(np.abs(eager_at(size, count) - at_16[:count]).mean(axis=1).max()) for size, count in ((1, 8), (7, 14), (64, 64)))
+    finally:
+        torch.set_num_threads(threads)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(out / "onnx.onnx"), options, providers=["CPUExecutionProvider"])
+    onnx_at_16 = np.concatenate([session.run(None, {"input": x[i:i + 16]})[0] for i in range(0, 64, 16)]).astype(np.float64)
+    onnx_noise = float(np.abs(onnx_at_16 - at_16).mean(axis=1).max())
+    assert 0 < onnx_noise < 1e-4 and eager_noise < 1e-4  # float noise: kernels, not a bug
+    shown = re.search(r"eager against itself across batch sizes differs by up to (\S+), and the artifact from eager at batch size 16 "
+                      r"\(the replay's, where the batch size plays no part\) by up to (\S+); no batch-size cause", said[0])
+    assert shown is not None, said[0]
+    assert float(shown[1]) == pytest.approx(eager_noise, rel=6e-3, abs=1e-12) and float(shown[2]) == pytest.approx(onnx_noise, rel=6e-3)
+    # every size it names fails the gate against eager there, by no more than 10x that noise (the factor a cause needs)
+    runs = {run.size: run for run in onnx.diagnostics.shapes.runs}
+    named = [int(n) for n in said[0].split(":")[0].removeprefix("batch sizes ").removeprefix("batch size ").split(", ")]
+    assert named and all(runs[n].worst_image_mae <= 10 * max(eager_noise, onnx_noise) for n in named)
+    # the eager row: its movement across sizes is float rounding, said as such only when it moves beyond the gate at all
+    noted = [n for n in eager_row.diagnostics.notes if NOISE in n]
+    assert len(noted) == (1 if eager_noise > 1e-9 else 0), eager_row.diagnostics.notes

@@ -78,6 +78,36 @@ def test_the_bundled_model_passes_judged_only_on_the_samples_it_was_not_calibrat
         assert row["diagnostics"]["layers"] is None or row["diagnostics"]["layers"]["layers"]
 
 
+def test_the_batch_size_check_judges_only_the_uncalibrated_samples_at_every_size(bundled) -> None:
+    """Issue 25, item 8: a static int8 row's batch sizes are judged on the probe samples outside its calibration
+    split only, on all of them (not the first 8 images at batch size 1, calibration ones among them): each size's
+    figure is the row's own sample set, and batch size 1 matches the files run by hand one sample at a time on
+    exactly those samples."""
+    _, rows, out = bundled
+    golden = load_golden(DEFAULT_GOLDEN)
+    calibration = set(sorted(range(len(golden)), key=lambda i: golden.inputs[i].sha256)[:32])  # the default split, by hand
+    judged = [i for i in range(64) if i not in calibration]  # the probe: the first 64 samples (the whole set here)
+    x = np.stack([golden.load_input(golden.inputs[i]) for i in judged]).astype(np.float32)
+    model = load_model(DEFAULT_CHECKPOINT, DEFAULT_ARCH, {}, None)
+    session = ort.InferenceSession(str(out / "onnx-int8-static.onnx"), providers=["CPUExecutionProvider"])
+    import torchao  # noqa: F401  (registers the quantized ops the .pt2 holds)
+
+    program = torch.export.load(str(out / "pt2e-int8-static.pt2")).module()
+    with torch.inference_mode():
+        eager = np.concatenate([model(torch.from_numpy(x[k:k + 1])).numpy() for k in range(len(x))])
+        one_by_one = {"onnx-int8-static": np.concatenate([session.run(None, {"input": x[k:k + 1]})[0] for k in range(len(x))]),
+                      "pt2e-int8-static": np.concatenate([program(torch.from_numpy(x[k:k + 1])).numpy() for k in range(len(x))])}
+    for kind in STATIC:
+        runs = {run["size"]: run for run in rows[kind]["diagnostics"]["shapes"]["runs"]}
+        assert sorted(runs) == [1, 7, 16, 64]
+        # every size counts only uncalibrated samples: all 32 of them, at 7 the 28 of its 4 whole batches
+        assert {size: run["images"] for size, run in runs.items()} == {1: 32, 7: 28, 16: 32, 64: 32}, kind
+        assert all(run["worst_image"] in judged for run in runs.values()), (kind, runs)
+        assert runs[1]["images"] == 32 and runs[16]["mae"] == pytest.approx(rows[kind]["metrics"]["mae"], rel=1e-6)
+        by_hand = float(np.abs(one_by_one[kind].astype(np.float64) - eager).mean())
+        assert runs[1]["mae"] == pytest.approx(by_hand, rel=1e-3), (kind, runs[1]["mae"], by_hand)
+
+
 def test_a_model_calibrated_on_random_inputs_fails_its_row(tmp_path: Path) -> None:
     """The calibration split is 16 random tensors beside the 64 golden digits (uniform in [0, 1), as
     torch.rand makes a parity test's random input; the digits are normalised to [-1, 1]): the ranges
