@@ -32,6 +32,7 @@ from ..cache.store import RESTORED
 from ..errors import ArtifactError, describe_exception
 from ..files import fsync_dir
 from . import isolation
+from .protocol import LoadFailure
 
 if TYPE_CHECKING:
     from ..cache.store import ArtifactCache
@@ -49,6 +50,8 @@ class BuildOutcome:
     notes: list[str] = field(default_factory=list)
     cache: str | None = None  # cache.RESTORED when the file came from the artifact cache
     not_applicable: bool = False  # ``error`` says why the kind does not apply (artifacts.base.NotApplicable)
+    # Built, but did not load in a process that has imported nothing of the architecture (builder/server.py's load host)
+    load_failure: LoadFailure | None = None
 
 
 class BuildJob:
@@ -82,6 +85,7 @@ class BuildJob:
             try:
                 with captured_warnings(outcome.notes):
                     outcome.details = self._pending.wait(outcome.notes)
+                outcome.load_failure = self._pending.load
                 outcome.path = self.path if self.target is None else commit(self.path, self.target)
             except NotApplicable as exc:  # the kind does not apply to this model: a row of its own
                 self._failed(outcome, str(exc))

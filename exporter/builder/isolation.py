@@ -61,7 +61,7 @@ from typing import Any
 from ..errors import ArtifactError, describe_exception
 from .client import ServerProcess
 from .crash import crash_message, last_words, remove_partial, revive
-from .protocol import ENV_SWITCH, PRELOAD, PRIVATE_PREFIX
+from .protocol import ENV_SWITCH, PRELOAD, PRIVATE_PREFIX, LoadFailure
 
 __all__ = ["ENV_SWITCH", "PRELOAD", "BuildCrashed", "BuildTimedOut", "SourceFailed", "PendingBuild", "BuildService", "SERVICE",
            "enabled", "prewarm", "start", "build", "settle"]
@@ -102,6 +102,9 @@ class PendingBuild:
         self._done = False
         self._details: dict[str, str] = {}
         self._error: BaseException | None = None
+        # The file built but did not load in the load host (server.py), where nothing of the architecture
+        # is imported; None when it did, or when it was built in-process (no such process then).
+        self.load: LoadFailure | None = None
 
     def _build_in_process(self) -> None:
         began = time.perf_counter()
@@ -140,6 +143,7 @@ class PendingBuild:
         self._done = True
         if status == "ok":
             self._details = dict(reply["details"])
+            self.load = reply.get("load")
         elif status == "unpicklable":  # e.g. a class defined in a __main__ script: no worse off than before isolation
             self.notes.append(f"built in-process, not isolated: the build process cannot rebuild the model ({reply['description']})"[:300])
             self._build_in_process()
