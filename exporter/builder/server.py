@@ -37,6 +37,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..artifacts import KINDS_BY_NAME
+from ..artifacts.base import RUNTIME_MODULES
 from . import lifeline, protocol
 from .crash import disk_full
 
@@ -166,7 +168,8 @@ class BuildServer:
         timeout = request.get("timeout")
         left = None if not timeout else max(float(timeout) - float(reply.get("seconds", 0.0)), 0.001)
         key = self.context[0] if self.context is not None else None
-        asked = {"module": request["module"], "path": request["path"], "cwd": request["cwd"], "timeout": left, "ctx_key": key}
+        asked = {"module": request["module"], "path": request["path"], "cwd": request["cwd"], "timeout": left, "ctx_key": key,
+                 "runtime": KINDS_BY_NAME[request["kind"]].runtime if request.get("kind") in KINDS_BY_NAME else ""}
         loaded = self.loads.load(asked, self.load_ctx, self._preload_until_readable) if self.loads is not None and self.load_ctx is not None else None
         if loaded is None or loaded.get("status") == "unpicklable":
             why = "its build context cannot be sent without the model" if self.load_ctx is None else (
@@ -249,7 +252,7 @@ class BuildServer:
 
 
 def _import(name: str) -> None:
-    with contextlib.suppress(ImportError):
+    with contextlib.suppress(Exception):  # a preload only saves time: a module that fails here fails where it is needed
         importlib.import_module(name)
 
 
@@ -319,16 +322,23 @@ def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     from ..errors import describe_exception
 
     os.chdir(request["cwd"])
+    before = set(sys.modules)
+    reply: dict[str, Any] = {"status": "ok"}
     try:
         with _logged_exceptions() as logged:
             _pin_threads(ctx)
             module = importlib.import_module(request["module"])
             with captured_warnings([]):  # the parent's reload reports the runtime's warnings, once
                 probe(module, Path(request["path"]), ctx)
-        return {"status": "ok"}
     except Exception as exc:
         how, missing = protocol.missing_at_load([*_chain_texts(exc), *logged])
-        return {"status": "raised", "load": protocol.LoadFailure(describe_exception(exc), missing, how)}
+        reply = {"status": "raised", "load": protocol.LoadFailure(describe_exception(exc), missing, how)}
+    # What the load imported of its runtime's own packages (torch.export's deserializer: 1-2 s), for the
+    # host to import while idle, so that the next load child of that runtime starts with it. Never
+    # anything else the load imported: the host stays free of every module but the runtimes'.
+    runtime = {name.split(".")[0] for name in RUNTIME_MODULES.get(request.get("runtime", ""), ())}
+    reply["imported"] = [name for name in sys.modules if name not in before and name.split(".")[0] in runtime]
+    return reply
 
 
 @contextlib.contextmanager
@@ -475,7 +485,9 @@ class LoadServer:
             if self.context is None or self.context[0] != request["ctx_key"]:
                 protocol.send(replies, {"status": "unpicklable", "description": "the load process did not receive the build context"})
                 continue
-            protocol.send(replies, self.runner._run_in_child(request, self.context[1], load_here))
+            reply = self.runner._run_in_child(request, self.context[1], load_here)
+            self.runner.pending.extend(name for name in reply.pop("imported", ()) if name not in sys.modules)
+            protocol.send(replies, reply)
 
 
 def _pin_threads(ctx: Any) -> None:
