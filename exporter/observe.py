@@ -139,7 +139,8 @@ class Replay:
             return None
         assert outcome.path is not None
         failure = outcome.load_failure
-        if failure is not None and failure.missing:  # it loads only where the architecture is imported: not as deployed
+        if failure is not None and failure.missing and _imported_here(failure.missing, failure.how):
+            # it lacked what this process imported with the architecture: it loads only where that is imported, not as deployed
             self.errors[kind.name] = load_needs(outcome.path.name, failure.how, failure.missing, _private_file(failure.missing), failure.description)
             return None
         try:
@@ -286,6 +287,12 @@ class Replay:
 Explain = Callable[[Observation], Observation]
 # Given the diagnostics' probe and plan, what explains a measured row (the pipeline's ``explain.Explainer``)
 ExplainFor = Callable[[Any, Any], Explain]
+
+
+def _imported_here(missing: str, how: str) -> bool:
+    """Whether this process holds the module a clean load lacked (the architecture's, or one it imported):
+    otherwise the load failed for a reason of its own, and this process's reload says which."""
+    return (missing if how == "module" else missing.rpartition(".")[0]) in sys.modules
 
 
 def _private_file(dotted: str) -> str | None:
