@@ -2,6 +2,7 @@
 
     git archive <commit-before> exporter | tar -x -C /tmp/base        # the tree to compare against
     python benchmarks/clean_reload.py --base /tmp/base/exporter --repeats 5
+    python benchmarks/clean_reload.py --base /tmp/base/exporter --artifacts torch-export   # a .pt2's first load
 
 Runs ``export-check models/checkpoints/resnet_digits.pth --no-cache -q`` (the default kinds, the bundled
 ResNet) alternately with the base tree's exporter and this tree's, each a fresh CLI process (wall time),
@@ -27,14 +28,14 @@ REPO = Path(__file__).resolve().parents[1]
 CHECKPOINT = REPO / "models" / "checkpoints" / "resnet_digits.pth"
 
 
-def run(tree: str, shim: Path | None, out: Path) -> dict[str, float]:
+def run(tree: str, shim: Path | None, out: Path, artifacts: list[str]) -> dict[str, float]:
     env = dict(os.environ)
     if shim is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(shim), *filter(None, [env.get("PYTHONPATH")])])
     report = out / f"{tree}.json"
     began = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "export_check", str(CHECKPOINT), "--no-cache", "-q", "--out", str(out / tree),
-                             "--json", str(report)], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+                             "--json", str(report), *artifacts], env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - began
     if result.returncode != 0:
         raise SystemExit(f"{tree}: the run failed\n{result.stdout}\n{result.stderr}")
@@ -46,6 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, required=True, help="the exporter/ folder of the tree to compare against")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--artifacts", help="the kinds to check (default: the default group)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="clean-reload-") as tmp:
         shim = Path(tmp) / "shim"
@@ -54,7 +56,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
         for i in range(args.repeats):
             for tree in (("base", "this") if i % 2 == 0 else ("this", "base")):
-                runs[tree].append(run(tree, shim if tree == "base" else None, Path(tmp)))
+                runs[tree].append(run(tree, shim if tree == "base" else None, Path(tmp), ["--artifacts", args.artifacts] if args.artifacts else []))
                 print(tree, {k: round(v, 2) for k, v in runs[tree][-1].items()}, flush=True)
     medians = {tree: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for tree, rs in runs.items()}
     for tree, values in medians.items():

@@ -43,8 +43,9 @@ interleaved runs, medians; the bar was 0.1 s per run and no guarantee lost):
 
 The parent's state (the server, the pickled context, the lock) is one :class:`BuildService`; the
 module functions the pipeline calls use the one instance ``SERVICE``. The modules: this one (what
-a build means to the parent), client.py (the server process and its pipes), server.py (the server
-and its children), protocol.py (the messages between them), crash.py (what a failed build says).
+a build means to the parent), client.py (the server process and its pipes), server.py (the server,
+its children, and its load host: each file built is loaded, its first sample run, in a process that
+has imported nothing of the user's architecture), protocol.py (the messages between them), crash.py (what a failed build says).
 """
 
 from __future__ import annotations

@@ -23,6 +23,8 @@ The server and its load host (server -> load host, one per built file; the same 
 
     module, path, cwd, timeout   as in a build request (timeout: what is left of the build's)
     ctx_key, ctx                 the build context without its model, pickled (with a key's first request)
+
+or ``{"prepare": [module, ...]}`` (no reply): a runtime's loader to import while a file of it builds.
 """
 
 from __future__ import annotations

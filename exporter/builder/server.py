@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts import KINDS_BY_NAME
-from ..artifacts.base import RUNTIME_MODULES
+from ..artifacts.base import RUNTIME_LOADERS
 from . import lifeline, protocol
 from .crash import disk_full
 
@@ -95,11 +95,17 @@ class BuildServer:
             except EOFError:
                 return  # the parent is gone or done
             if self.loads is None and self.clean:
+                # A first file whose loader is heavy (torch.export's): import it here, once, before forking the
+                # load host and the build child, which both need it (measured: 2-4 s each when they imported it apart).
+                for name in RUNTIME_LOADERS.get(_runtime(request), ()):
+                    _import(name)
                 self.loads = LoadHost(self.life_fd, (request_fd, reply_fd))
             ctx, refused = self._context(request)
             if refused is None and self.built.get(request.get("source") or "", "ok") != "ok":
                 # Its source file's build failed here: a file at that path is stale, never build from it.
                 refused = {"status": "source-failed", "notes": []}
+            if refused is None and self.loads is not None:  # the load host imports this file's loader while it builds
+                self.loads.prepare(_runtime(request))
             reply = refused if refused is not None else self._run_in_child(request, ctx)
             if reply.get("status") == "ok":
                 reply = self._load(request, ctx, reply)
@@ -168,8 +174,7 @@ class BuildServer:
         timeout = request.get("timeout")
         left = None if not timeout else max(float(timeout) - float(reply.get("seconds", 0.0)), 0.001)
         key = self.context[0] if self.context is not None else None
-        asked = {"module": request["module"], "path": request["path"], "cwd": request["cwd"], "timeout": left, "ctx_key": key,
-                 "runtime": KINDS_BY_NAME[request["kind"]].runtime if request.get("kind") in KINDS_BY_NAME else ""}
+        asked = {"module": request["module"], "path": request["path"], "cwd": request["cwd"], "timeout": left, "ctx_key": key}
         loaded = self.loads.load(asked, self.load_ctx, self._preload_until_readable) if self.loads is not None and self.load_ctx is not None else None
         if loaded is None or loaded.get("status") == "unpicklable":
             why = "its build context cannot be sent without the model" if self.load_ctx is None else (
@@ -315,6 +320,12 @@ def build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
         return reply
 
 
+def _runtime(request: dict[str, Any]) -> str:
+    """The runtime (``ArtifactKind.runtime``) that loads the file of a build request."""
+    kind = KINDS_BY_NAME.get(request.get("kind", ""))
+    return kind.runtime if kind is not None else ""
+
+
 def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """Run the load probe of the request's file in this process (a load child) and return its reply:
     ``ok``, or ``raised`` with the :class:`~protocol.LoadFailure` (what the load said it lacks)."""
@@ -322,7 +333,6 @@ def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     from ..errors import describe_exception
 
     os.chdir(request["cwd"])
-    before = set(sys.modules)
     reply: dict[str, Any] = {"status": "ok"}
     try:
         with _logged_exceptions() as logged:
@@ -333,11 +343,6 @@ def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     except Exception as exc:
         how, missing = protocol.missing_at_load([*_chain_texts(exc), *logged])
         reply = {"status": "raised", "load": protocol.LoadFailure(describe_exception(exc), missing, how)}
-    # What the load imported of its runtime's own packages (torch.export's deserializer: 1-2 s), for the
-    # host to import while idle, so that the next load child of that runtime starts with it. Never
-    # anything else the load imported: the host stays free of every module but the runtimes'.
-    runtime = {name.split(".")[0] for name in RUNTIME_MODULES.get(request.get("runtime", ""), ())}
-    reply["imported"] = [name for name in sys.modules if name not in before and name.split(".")[0] in runtime]
     return reply
 
 
@@ -432,6 +437,15 @@ class LoadHost:
         self._out, self._in = os.fdopen(request_w, "wb"), os.fdopen(reply_r, "rb")
         self.sent_key: Any = None  # the key of the context the host holds
         self.gone = False
+        self.prepared: set[str] = set()  # the runtimes whose loaders the host was asked to import
+
+    def prepare(self, runtime: str) -> None:
+        """Ask the host to import ``runtime``'s loader (``RUNTIME_LOADERS``) while idle, once; no reply."""
+        if self.gone or runtime in self.prepared or not RUNTIME_LOADERS.get(runtime):
+            return
+        self.prepared.add(runtime)
+        with contextlib.suppress(OSError, ValueError):  # a host that is gone is found so by the next load
+            protocol.send(self._out, {"prepare": list(RUNTIME_LOADERS[runtime])})
 
     def load(self, request: dict[str, Any], ctx: bytes, idle: Callable[[int], None]) -> dict[str, Any] | None:
         """Send one load request (with the pickled model-less ``ctx`` when the host does not hold its key
@@ -475,6 +489,9 @@ class LoadServer:
                 request = protocol.receive(requests)
             except EOFError:
                 return  # the server is gone or done
+            if "prepare" in request:  # a file whose loader this is will come: import it while it builds
+                self.runner.pending.extend(name for name in request["prepare"] if name not in sys.modules)
+                continue
             if "ctx" in request:
                 try:
                     self.context = (request["ctx_key"], pickle.loads(request["ctx"]))
@@ -485,9 +502,7 @@ class LoadServer:
             if self.context is None or self.context[0] != request["ctx_key"]:
                 protocol.send(replies, {"status": "unpicklable", "description": "the load process did not receive the build context"})
                 continue
-            reply = self.runner._run_in_child(request, self.context[1], load_here)
-            self.runner.pending.extend(name for name in reply.pop("imported", ()) if name not in sys.modules)
-            protocol.send(replies, reply)
+            protocol.send(replies, self.runner._run_in_child(request, self.context[1], load_here))
 
 
 def _pin_threads(ctx: Any) -> None:

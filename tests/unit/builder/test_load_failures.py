@@ -66,3 +66,14 @@ def test_each_sentence_names_what_the_file_needs_and_the_way_out() -> None:
     assert "move Out into a module the deployed process can import by name" in lone
     other = load_needs("m.onnx", "", "", None, "ValueError: bad file")
     assert other == "reloading m.onnx in a process that has not imported the architecture failed: ValueError: bad file"
+
+
+def test_every_runtime_loader_imported_ahead_belongs_to_a_kinds_runtime_and_exists() -> None:
+    import importlib.util
+
+    from export_check.artifacts import KINDS
+    from export_check.artifacts.base import RUNTIME_LOADERS
+
+    assert set(RUNTIME_LOADERS) <= {kind.runtime for kind in KINDS}
+    for modules in RUNTIME_LOADERS.values():
+        assert all(importlib.util.find_spec(name) is not None for name in modules), modules
