@@ -62,7 +62,7 @@ class BuildJob:
     """
 
     def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
-                 target: Path | None = None) -> None:
+                 target: Path | None = None, runtimes: tuple[str, ...] = ()) -> None:
         # ``path``: where the build writes; ``target``: where this process commits it once it succeeded (None: ``path`` itself)
         self.kind, self.path, self.target = kind, path, target
         self._began = time.perf_counter()
@@ -71,7 +71,7 @@ class BuildJob:
         self._pending: isolation.PendingBuild | None = None
         try:
             with captured_warnings(self._notes):
-                self._pending = isolation.start(kind, ctx, path, source, timeout)
+                self._pending = isolation.start(kind, ctx, path, source, timeout, runtimes)
         except Exception as exc:  # any exporter failure is this artifact's error, not the run's
             self._outcome = self._failed(BuildOutcome(notes=self._notes), f"build failed: {describe_exception(exc)}")
 
@@ -109,10 +109,10 @@ class BuildJob:
 
 
 def start_build(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
-                target: Path | None = None) -> BuildJob:
+                target: Path | None = None, runtimes: tuple[str, ...] = ()) -> BuildJob:
     """Start building one artifact file (in the build server when isolated); ``.result()`` waits for it
-    and, given a ``target``, commits the file there."""
-    return BuildJob(kind, ctx, path, source, timeout, target)
+    and, given a ``target``, commits the file there. ``runtimes``: those of every kind the run builds."""
+    return BuildJob(kind, ctx, path, source, timeout, target, runtimes)
 
 
 def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
@@ -199,7 +199,7 @@ class Builds:
 
     def _start(self, kind: ArtifactKind) -> BuildJob:
         return start_build(kind, self.ctx, self.private / kind.filename(), self._source_path(kind), self.timeout,
-                           target=self.out_dir / kind.filename())
+                           target=self.out_dir / kind.filename(), runtimes=tuple(sorted({k.runtime for k in self.order})))
 
     def _source_path(self, kind: ArtifactKind) -> Path | None:
         """The file ``kind`` derives from: the cache's copy, committed in ``--out``, or the private one its build wrote."""

@@ -224,11 +224,13 @@ class BuildService:
 
             self.server = ServerProcess(fork=fresh)
 
-    def start(self, kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None) -> PendingBuild:
+    def start(self, kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None,
+              runtimes: tuple[str, ...] = ()) -> PendingBuild:
         """Send ``kind``'s build to the build server and return at once; ``wait`` on the result.
 
         ``timeout``: seconds the build may run before its child is killed (the row becomes
-        :class:`BuildTimedOut`); ``None`` or 0: no limit. Builds in-process (at once, without a time
+        :class:`BuildTimedOut`); ``None`` or 0: no limit. ``runtimes``: those of every kind the run
+        builds, whose heavy loaders the server imports once, ahead (``artifacts.base.RUNTIME_LOADERS``). Builds in-process (at once, without a time
         limit) when isolation is off or the context cannot be pickled.
         """
         pending = PendingBuild(kind, ctx, path, source)
@@ -248,6 +250,7 @@ class BuildService:
             "path": str(path),
             "source": None if source is None else str(source),
             "timeout": timeout,
+            "runtimes": list(runtimes),
             "sys_path": list(sys.path),
             "cwd": os.getcwd(),
             "files": {name: m.__file__ for name, m in list(sys.modules.items()) if name.startswith(PRIVATE_PREFIX) and getattr(m, "__file__", None)},
@@ -337,9 +340,9 @@ def prewarm() -> None:
     SERVICE.prewarm()
 
 
-def start(kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None) -> PendingBuild:
+def start(kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None, runtimes: tuple[str, ...] = ()) -> PendingBuild:
     """Send ``kind``'s build to the build server and return at once (:meth:`BuildService.start`)."""
-    return SERVICE.start(kind, ctx, path, source, timeout)
+    return SERVICE.start(kind, ctx, path, source, timeout, runtimes)
 
 
 def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str], timeout: float | None = None) -> dict[str, str]:

@@ -9,6 +9,7 @@ A request (parent -> server), one per build, in build order::
     module, kind      the kind's module (imported by name in the child) and name
     path, source      the artifact's path; the path of the file it derives from, or None
     timeout           seconds the build may run (None: no limit)
+    runtimes          the runtimes of every kind the run builds (their heavy loaders are imported once, ahead)
     ctx_key           the run's build context, by key
     ctx               that context pickled: with the first request of a key only
     sys_path, cwd     the parent's, for the child to import and resolve paths as the parent would
