@@ -14,6 +14,7 @@ and is an error when no sample is left to judge.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import captured_warnings, dedupe
 from .artifacts.base import NotApplicable, logits_of
 from .builder.builds import BuildOutcome, Builds, Progress
+from .builder.protocol import PRIVATE_PREFIX
 from .compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
 from .config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
 from .diagnostics.run import EAGER, Diagnoser, eager_seconds_per_image
@@ -39,6 +41,7 @@ from .files import file_info
 from .golden.batches import GoldenBatches
 from .golden.goldenset import MANIFEST, VERSION_1, GoldenSet, stack_batches
 from .measurements import EagerSelfCheck, Observation
+from .messages import load_needs
 from .model import EagerRunner
 from .versions import kernel_choices
 
@@ -135,9 +138,14 @@ class Replay:
             self.errors[kind.name] = outcome.error
             return None
         assert outcome.path is not None
+        failure = outcome.load_failure
+        if failure is not None and failure.missing and _imported_here(failure.missing, failure.how):
+            # it lacked what this process imported with the architecture: it loads only where that is imported, not as deployed
+            self.errors[kind.name] = load_needs(outcome.path.name, failure.how, failure.missing, _private_file(failure.missing), failure.description)
+            return None
         try:
             with captured_warnings(outcome.notes):
-                return stack.enter_context(kind.open_runner(outcome.path, ctx))
+                runner = stack.enter_context(kind.open_runner(outcome.path, ctx))
         except NotApplicable as exc:  # its runtime does not run here (Core ML off macOS): not a failure of the file
             self.errors[kind.name] = str(exc)
             outcome.not_applicable = True
@@ -145,6 +153,10 @@ class Replay:
         except Exception as exc:
             self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
             return None
+        if failure is not None:  # it loads here, beside the architecture, and failed where nothing of it is imported
+            self.errors[kind.name] = load_needs(outcome.path.name, "", "", None, failure.description)
+            return None
+        return runner
 
     def _compared(self, outputs: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
         """The compared outputs, samples first; every one must be there."""
@@ -275,6 +287,21 @@ class Replay:
 Explain = Callable[[Observation], Observation]
 # Given the diagnostics' probe and plan, what explains a measured row (the pipeline's ``explain.Explainer``)
 ExplainFor = Callable[[Any, Any], Explain]
+
+
+def _imported_here(missing: str, how: str) -> bool:
+    """Whether this process holds the module a clean load lacked (the architecture's, or one it imported):
+    otherwise the load failed for a reason of its own, and this process's reload says which."""
+    return (missing if how == "module" else missing.rpartition(".")[0]) in sys.modules
+
+
+def _private_file(dotted: str) -> str | None:
+    """The file of the lone architecture module (imported under export-check's private name) that
+    defines ``dotted``; None for a module with a name of its own."""
+    module = sys.modules.get(dotted.rpartition(".")[0])
+    if module is None or not module.__name__.startswith(PRIVATE_PREFIX):
+        return None
+    return getattr(module, "__file__", None) or module.__name__
 
 
 def _as_observed(obs: Observation) -> Observation:

@@ -135,6 +135,11 @@ RUNTIME_MODULES: dict[str, tuple[str, ...]] = {
     "coreml": ("coremltools",),
     "litert": ("ai_edge_litert",),
 }
+# What a runtime's loader imports beyond RUNTIME_MODULES that is heavy enough to import ahead: the build
+# server (builder/server.py) imports it once, before it forks its load host, when the run builds a kind
+# of that runtime, so that neither the host nor each build child imports it apart (torch.export's
+# deserializer pulls in torch._dynamo and sympy: 2-4 s on a loaded machine).
+RUNTIME_LOADERS: dict[str, tuple[str, ...]] = {"torch.export": ("torch._export.serde.serialize",)}
 # The systems a runtime predicts on, where not every one (Core ML: macOS only).
 RUNTIME_SYSTEMS: dict[str, tuple[str, ...]] = {"coreml": ("Darwin",)}
 

@@ -32,6 +32,7 @@ from ..cache.store import RESTORED
 from ..errors import ArtifactError, describe_exception
 from ..files import fsync_dir
 from . import isolation
+from .protocol import LoadFailure
 
 if TYPE_CHECKING:
     from ..cache.store import ArtifactCache
@@ -49,6 +50,8 @@ class BuildOutcome:
     notes: list[str] = field(default_factory=list)
     cache: str | None = None  # cache.RESTORED when the file came from the artifact cache
     not_applicable: bool = False  # ``error`` says why the kind does not apply (artifacts.base.NotApplicable)
+    # Built, but did not load in a process that has imported nothing of the architecture (builder/server.py's load host)
+    load_failure: LoadFailure | None = None
 
 
 class BuildJob:
@@ -59,7 +62,7 @@ class BuildJob:
     """
 
     def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
-                 target: Path | None = None) -> None:
+                 target: Path | None = None, runtimes: tuple[str, ...] = ()) -> None:
         # ``path``: where the build writes; ``target``: where this process commits it once it succeeded (None: ``path`` itself)
         self.kind, self.path, self.target = kind, path, target
         self._began = time.perf_counter()
@@ -68,7 +71,7 @@ class BuildJob:
         self._pending: isolation.PendingBuild | None = None
         try:
             with captured_warnings(self._notes):
-                self._pending = isolation.start(kind, ctx, path, source, timeout)
+                self._pending = isolation.start(kind, ctx, path, source, timeout, runtimes)
         except Exception as exc:  # any exporter failure is this artifact's error, not the run's
             self._outcome = self._failed(BuildOutcome(notes=self._notes), f"build failed: {describe_exception(exc)}")
 
@@ -82,6 +85,7 @@ class BuildJob:
             try:
                 with captured_warnings(outcome.notes):
                     outcome.details = self._pending.wait(outcome.notes)
+                outcome.load_failure = self._pending.load
                 outcome.path = self.path if self.target is None else commit(self.path, self.target)
             except NotApplicable as exc:  # the kind does not apply to this model: a row of its own
                 self._failed(outcome, str(exc))
@@ -105,10 +109,10 @@ class BuildJob:
 
 
 def start_build(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
-                target: Path | None = None) -> BuildJob:
+                target: Path | None = None, runtimes: tuple[str, ...] = ()) -> BuildJob:
     """Start building one artifact file (in the build server when isolated); ``.result()`` waits for it
-    and, given a ``target``, commits the file there."""
-    return BuildJob(kind, ctx, path, source, timeout, target)
+    and, given a ``target``, commits the file there. ``runtimes``: those of every kind the run builds."""
+    return BuildJob(kind, ctx, path, source, timeout, target, runtimes)
 
 
 def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
@@ -195,7 +199,7 @@ class Builds:
 
     def _start(self, kind: ArtifactKind) -> BuildJob:
         return start_build(kind, self.ctx, self.private / kind.filename(), self._source_path(kind), self.timeout,
-                           target=self.out_dir / kind.filename())
+                           target=self.out_dir / kind.filename(), runtimes=tuple(sorted({k.runtime for k in self.order})))
 
     def _source_path(self, kind: ArtifactKind) -> Path | None:
         """The file ``kind`` derives from: the cache's copy, committed in ``--out``, or the private one its build wrote."""

@@ -43,8 +43,9 @@ interleaved runs, medians; the bar was 0.1 s per run and no guarantee lost):
 
 The parent's state (the server, the pickled context, the lock) is one :class:`BuildService`; the
 module functions the pipeline calls use the one instance ``SERVICE``. The modules: this one (what
-a build means to the parent), client.py (the server process and its pipes), server.py (the server
-and its children), protocol.py (the messages between them), crash.py (what a failed build says).
+a build means to the parent), client.py (the server process and its pipes), server.py (the server,
+its children, and its load host: each file built is loaded, its first sample run, in a process that
+has imported nothing of the user's architecture), protocol.py (the messages between them), crash.py (what a failed build says).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ from typing import Any
 from ..errors import ArtifactError, describe_exception
 from .client import ServerProcess
 from .crash import crash_message, last_words, remove_partial, revive
-from .protocol import ENV_SWITCH, PRELOAD, PRIVATE_PREFIX
+from .protocol import ENV_SWITCH, PRELOAD, PRIVATE_PREFIX, LoadFailure
 
 __all__ = ["ENV_SWITCH", "PRELOAD", "BuildCrashed", "BuildTimedOut", "SourceFailed", "PendingBuild", "BuildService", "SERVICE",
            "enabled", "prewarm", "start", "build", "settle"]
@@ -102,6 +103,9 @@ class PendingBuild:
         self._done = False
         self._details: dict[str, str] = {}
         self._error: BaseException | None = None
+        # The file built but did not load in the load host (server.py), where nothing of the architecture
+        # is imported; None when it did, or when it was built in-process (no such process then).
+        self.load: LoadFailure | None = None
 
     def _build_in_process(self) -> None:
         began = time.perf_counter()
@@ -140,6 +144,7 @@ class PendingBuild:
         self._done = True
         if status == "ok":
             self._details = dict(reply["details"])
+            self.load = reply.get("load")
         elif status == "unpicklable":  # e.g. a class defined in a __main__ script: no worse off than before isolation
             self.notes.append(f"built in-process, not isolated: the build process cannot rebuild the model ({reply['description']})"[:300])
             self._build_in_process()
@@ -219,11 +224,13 @@ class BuildService:
 
             self.server = ServerProcess(fork=fresh)
 
-    def start(self, kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None) -> PendingBuild:
+    def start(self, kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None,
+              runtimes: tuple[str, ...] = ()) -> PendingBuild:
         """Send ``kind``'s build to the build server and return at once; ``wait`` on the result.
 
         ``timeout``: seconds the build may run before its child is killed (the row becomes
-        :class:`BuildTimedOut`); ``None`` or 0: no limit. Builds in-process (at once, without a time
+        :class:`BuildTimedOut`); ``None`` or 0: no limit. ``runtimes``: those of every kind the run
+        builds, whose heavy loaders the server imports once, ahead (``artifacts.base.RUNTIME_LOADERS``). Builds in-process (at once, without a time
         limit) when isolation is off or the context cannot be pickled.
         """
         pending = PendingBuild(kind, ctx, path, source)
@@ -243,6 +250,7 @@ class BuildService:
             "path": str(path),
             "source": None if source is None else str(source),
             "timeout": timeout,
+            "runtimes": list(runtimes),
             "sys_path": list(sys.path),
             "cwd": os.getcwd(),
             "files": {name: m.__file__ for name, m in list(sys.modules.items()) if name.startswith(PRIVATE_PREFIX) and getattr(m, "__file__", None)},
@@ -332,9 +340,9 @@ def prewarm() -> None:
     SERVICE.prewarm()
 
 
-def start(kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None) -> PendingBuild:
+def start(kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None, runtimes: tuple[str, ...] = ()) -> PendingBuild:
     """Send ``kind``'s build to the build server and return at once (:meth:`BuildService.start`)."""
-    return SERVICE.start(kind, ctx, path, source, timeout)
+    return SERVICE.start(kind, ctx, path, source, timeout, runtimes)
 
 
 def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str], timeout: float | None = None) -> dict[str, str]:

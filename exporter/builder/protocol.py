@@ -9,6 +9,7 @@ A request (parent -> server), one per build, in build order::
     module, kind      the kind's module (imported by name in the child) and name
     path, source      the artifact's path; the path of the file it derives from, or None
     timeout           seconds the build may run (None: no limit)
+    runtimes          the runtimes of every kind the run builds (their heavy loaders are imported once, ahead)
     ctx_key           the run's build context, by key
     ctx               that context pickled: with the first request of a key only
     sys_path, cwd     the parent's, for the child to import and resolve paths as the parent would
@@ -16,22 +17,36 @@ A request (parent -> server), one per build, in build order::
 
 A reply (server -> parent), one per request, in request order: ``status`` (``ok``, ``raised``,
 ``crashed``, ``timeout``, ``unpicklable``, ``source-failed``) and, as it applies, ``details``,
-``notes``, ``exception``/``description``, ``signal``/``exit_code``, ``stderr``, ``seconds``, ``pid``.
+``notes``, ``exception``/``description``, ``signal``/``exit_code``, ``stderr``, ``seconds``, ``pid``,
+and ``load``: the :class:`LoadFailure` of a file that built but did not load in the load host.
+
+The server and its load host (server -> load host, one per built file; the same reply fields)::
+
+    module, path, cwd, timeout   as in a build request (timeout: what is left of the build's)
+    ctx_key, ctx                 the build context without its model, pickled (with a key's first request)
+
+or ``{"prepare": [module, ...]}`` (no reply): a runtime's loader to import while a file of it builds.
 """
 
 from __future__ import annotations
 
 import pickle
+import re
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts import PRELOAD as _KINDS_PRELOAD
+from ..artifacts.base import RUNTIME_MODULES
 
 ENV_SWITCH = "EXPORT_CHECK_ISOLATE"
 # What every child needs is imported once in the server; the rest each child imports itself.
 # Imported in this order, one at a time, whenever the server is idle or a child is building: the
 # kinds' ``preload`` in build order (artifacts.PRELOAD).
 PRELOAD = _KINDS_PRELOAD
+# What the load host imports ahead, while idle: the runtimes among the build server's preloads (a runtime
+# that no default kind uses is imported by the load child that needs it).
+LOAD_PRELOAD = tuple(name for name in PRELOAD if any(name in modules for modules in RUNTIME_MODULES.values()))
 PRIVATE_PREFIX = "_export_check_arch_"  # checkpoint._import_file's names for lone architecture files
 STDERR_KEEP = 64 << 10  # bytes of a child's stderr kept
 
@@ -51,3 +66,49 @@ def receive(stream: Any) -> dict[str, Any]:
     if len(data) < size:
         raise EOFError("the build server closed its pipe mid-message")
     return pickle.loads(data)  # our own server's reply: trusted
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A file that built but did not load, or did not run its first sample, in the load host: a process
+    that has imported nothing of the user's architecture, as a deployed one has not.
+
+    ``description``: what it raised, one line; ``missing``: the dotted name the file needs and that
+    process lacks, and ``how`` it needs it (see :func:`missing_at_load`); both empty when the failure
+    names nothing missing.
+    """
+
+    description: str
+    missing: str = ""
+    how: str = ""
+
+
+# What a load that lacks the architecture's code raises, by how the file needs it: a pytree node type
+# (torch.export's output and input structures), a module (pickle, a class lookup by module), a class.
+_MISSING = (
+    ("pytree", re.compile(r"Deserializing (?P<name>[\w.]+) in pytree is not registered")),
+    ("pytree", re.compile(r"(?P<name>[\w.]+) is not a registered serialized type")),
+    ("class", re.compile(r"Can't get attribute '(?P<attr>[\w.]+)' on <module '(?P<module>[\w.]+)'")),
+    ("module", re.compile(r"No module named '(?P<name>[\w.]+)'")),
+)
+
+
+def missing_at_load(texts: list[str]) -> tuple[str, str]:
+    """``(how, dotted name)`` of what a failed load says it lacks, from the exception texts of its chain
+    (and what it logged); ``("", "")`` when none of them names a missing module, class or pytree type.
+
+    >>> missing_at_load(["RuntimeError: We ran into an error when deserializing the saved file.",
+    ...                  "NotImplementedError: Deserializing transformers.modeling_outputs.SequenceClassifierOutput in pytree is not registered."])
+    ('pytree', 'transformers.modeling_outputs.SequenceClassifierOutput')
+    >>> missing_at_load(["AttributeError: Can't get attribute 'Head' on <module 'mynet' from '/x/mynet.py'>"])
+    ('class', 'mynet.Head')
+    >>> missing_at_load(["ValueError: bad magic number"])
+    ('', '')
+    """
+    for how, pattern in _MISSING:
+        for text in texts:
+            match = pattern.search(text)
+            if match is not None:
+                found = match.groupdict()
+                return how, found["name"] if "name" in found else f"{found['module']}.{found['attr']}"
+    return "", ""

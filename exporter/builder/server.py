@@ -5,14 +5,27 @@ This is the code that runs in the server process (``serve``) and in each build c
 isolation.py. The server is single-threaded, so forking it is safe, and it holds the run's build
 context unpickled, so a child starts with the model in memory and the libraries imported. All its
 state is one :class:`BuildServer`, made by ``serve`` in the server process and dropped with it.
+
+Deployed means deployed: a file is loaded, and its first sample run (the load probe), in a process
+that has imported nothing of the user's architecture, as the process that deploys it has not. That is
+the load host (:class:`LoadHost`), forked from this server before it unpickles its first model (the
+server is clean until then: torch and the exporters, no user code, and a ``sys.path`` without the
+user's folders), which forks one load child per built file and never sees a model. A file that
+loads only where the architecture's classes are imported (a torch.export ``.pt2`` whose output is a
+pytree node class of the user's, say) fails there, and the reply carries that :class:`LoadFailure`
+for the parent to make the row's error. The probe costs what it cost in the build child (one fork
+more); should the host be gone, the probe runs in a child of this server, beside the model, and the
+row's notes say so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import io
+import logging
 import os
 import pickle
 import select
@@ -20,10 +33,12 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..artifacts import KINDS_BY_NAME
+from ..artifacts.base import RUNTIME_LOADERS
 from . import lifeline, protocol
 from .crash import disk_full
 
@@ -54,6 +69,9 @@ class BuildServer:
         self.context: tuple[Any, Any, Any] | None = None  # (key, unpickled build context, or the refusal)
         self.built: dict[str, str] = {}  # artifact path -> reply status, for the builds of the current context
         self.pending: list[str] = []  # modules of PRELOAD the server has yet to import
+        self.clean = True  # no model unpickled here yet: a load host forked now holds nothing of the user's
+        self.loads: LoadHost | None = None  # the load host, forked before the first model is unpickled
+        self.load_ctx: bytes | None = None  # the current context without its model, pickled for the load host
 
     def serve(self, request_fd: int, reply_fd: int) -> None:
         """Import the heavy libraries once, then fork one child per build request until EOF.
@@ -76,11 +94,23 @@ class BuildServer:
                 request = protocol.receive(requests)
             except EOFError:
                 return  # the parent is gone or done
+            if self.loads is None and self.clean:
+                # The run's heavy loaders (torch.export's deserializer): imported here, once, before forking the
+                # load host and the build children, which need them (measured: 2-4 s each when they imported
+                # them apart; on the bundled ResNet, torch-export with torchscript-trace and onnx ran 1.19x slower).
+                for runtime in sorted({*request.get("runtimes", ()), _runtime(request)}):
+                    for name in RUNTIME_LOADERS.get(runtime, ()):
+                        _import(name)
+                self.loads = LoadHost(self.life_fd, (request_fd, reply_fd))
             ctx, refused = self._context(request)
             if refused is None and self.built.get(request.get("source") or "", "ok") != "ok":
                 # Its source file's build failed here: a file at that path is stale, never build from it.
                 refused = {"status": "source-failed", "notes": []}
+            if refused is None and self.loads is not None:  # the load host imports this file's loader while it builds
+                self.loads.prepare(_runtime(request))
             reply = refused if refused is not None else self._run_in_child(request, ctx)
+            if reply.get("status") == "ok":
+                reply = self._load(request, ctx, reply)
             self.built[request["path"]] = reply.get("status", "crashed")
             protocol.send(replies, reply)
 
@@ -121,6 +151,7 @@ class BuildServer:
             del sys.modules[name]  # a lone architecture file is imported afresh for each context, as the parent gave it
         sys.path[:] = request["sys_path"]
         os.chdir(request["cwd"])
+        self.clean = False  # from here on this process may hold the user's modules
         try:
             ctx = ModelUnpickler(io.BytesIO(request["ctx"]), request["files"]).load()
         except Exception as exc:
@@ -128,9 +159,44 @@ class BuildServer:
             self.context = (key, None, refused)
             return None, refused
         self.context = (key, ctx, None)
+        try:  # what the load host needs of it: the example, the signature, the settings; never the model
+            self.load_ctx = pickle.dumps(dataclasses.replace(ctx, model=None), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            self.load_ctx = None  # the probe then runs beside the model (_load says so)
         return ctx, None
 
-    def _run_in_child(self, request: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    def _load(self, request: dict[str, Any], ctx: Any, reply: dict[str, Any]) -> dict[str, Any]:
+        """The file just built, reloaded and its first sample run (the load probe) in the load host, under
+        what is left of the build's timeout; ``reply`` with what that found: a crash or a hang there is
+        the build's, a load failure the reply's ``load``. Beside the model, in a child of this server,
+        when the host is gone or cannot take this context."""
+        module = importlib.import_module(request["module"])
+        if getattr(ctx, "example", None) is None or not hasattr(module, "open_runner"):
+            return reply
+        timeout = request.get("timeout")
+        left = None if not timeout else max(float(timeout) - float(reply.get("seconds", 0.0)), 0.001)
+        key = self.context[0] if self.context is not None else None
+        asked = {"module": request["module"], "path": request["path"], "cwd": request["cwd"], "timeout": left, "ctx_key": key}
+        loaded = self.loads.load(asked, self.load_ctx, self._preload_until_readable) if self.loads is not None and self.load_ctx is not None else None
+        if loaded is None or loaded.get("status") == "unpicklable":
+            why = "its build context cannot be sent without the model" if self.load_ctx is None else (
+                "its load process is gone" if loaded is None else f"its load process cannot read the build context ({loaded.get('description')})")
+            reply.setdefault("notes", []).append(f"loaded beside the model, not in a process without the architecture: {why}"[:300])
+            loaded = self._run_in_child({**request, "timeout": left}, ctx, load_here)
+        reply["seconds"] = float(reply.get("seconds", 0.0)) + float(loaded.get("seconds", 0.0))
+        status = loaded.get("status")
+        if status == "raised":
+            reply["load"] = loaded.get("load") or protocol.LoadFailure(str(loaded.get("description", "")))
+        elif status == "timeout":
+            reply.update(status="timeout", timeout=float(timeout or 0), stderr=loaded.get("stderr", ""))
+        elif status != "ok":  # the load child crashed: the build's row says so, as when the probe ran in the build child
+            reply = {**reply, **{k: v for k, v in loaded.items() if k in ("status", "signal", "exit_code", "stderr")}}
+            reply.pop("details", None)
+        return reply
+
+    def _run_in_child(self, request: dict[str, Any], ctx: Any, work: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Run ``work`` (a build, ``build_here``, by default) in a child forked from this process, under the
+        request's timeout; its reply, or what became of the child."""
         result_r, result_w = os.pipe()
         # The child's stderr goes to a file: passed on when it reports back, summed up when it crashes
         # (a native abort prints a long C++ stack there).
@@ -150,7 +216,7 @@ class BuildServer:
                     lifeline.watch(self.life_fd)
                 os.close(result_r)
                 os.dup2(log.fileno(), 2)
-                built = build_here(request, ctx)
+                built = (work or build_here)(request, ctx)
                 sys.stderr.flush()  # into the log, before os._exit skips it
                 with os.fdopen(result_w, "wb") as out:
                     out.write(pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL))
@@ -193,7 +259,7 @@ class BuildServer:
 
 
 def _import(name: str) -> None:
-    with contextlib.suppress(ImportError):
+    with contextlib.suppress(Exception):  # a preload only saves time: a module that fails here fails where it is needed
         importlib.import_module(name)
 
 
@@ -244,8 +310,6 @@ def build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
         source = None if request["source"] is None else Path(request["source"])
         with captured_warnings(notes):
             details = module.build(ctx, path, source)
-        with captured_warnings([]):  # the parent's reload reports the runtime's warnings, once
-            probe(module, path, ctx)
         return {"status": "ok", "details": {str(k): str(v) for k, v in dict(details or {}).items()}, "notes": notes}
     except BaseException as exc:  # the parent decides what it means; SystemExit from an exporter included
         exc = disk_full(exc, path)
@@ -258,15 +322,74 @@ def build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
         return reply
 
 
+def _runtime(request: dict[str, Any]) -> str:
+    """The runtime (``ArtifactKind.runtime``) that loads the file of a build request."""
+    kind = KINDS_BY_NAME.get(request.get("kind", ""))
+    return kind.runtime if kind is not None else ""
+
+
+def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """Run the load probe of the request's file in this process (a load child) and return its reply:
+    ``ok``, or ``raised`` with the :class:`~protocol.LoadFailure` (what the load said it lacks)."""
+    from ..artifacts._common import captured_warnings
+    from ..errors import describe_exception
+
+    os.chdir(request["cwd"])
+    reply: dict[str, Any] = {"status": "ok"}
+    try:
+        with _logged_exceptions() as logged:
+            _pin_threads(ctx)
+            module = importlib.import_module(request["module"])
+            with captured_warnings([]):  # the parent's reload reports the runtime's warnings, once
+                probe(module, Path(request["path"]), ctx)
+    except Exception as exc:
+        how, missing = protocol.missing_at_load([*_chain_texts(exc), *logged])
+        reply = {"status": "raised", "load": protocol.LoadFailure(describe_exception(exc), missing, how)}
+    return reply
+
+
+@contextlib.contextmanager
+def _logged_exceptions() -> Any:
+    """The exceptions attached to log records while the block runs (``log.warning(..., exc_info=True)``),
+    as text: torch.export.load logs the cause of a failed load (the pytree type not registered) and
+    raises a vaguer error, through the "torch.export" logger's own handler, which does not propagate
+    and may not exist before the load imports it. So every record is seen where it is made
+    (``Logger.handle``); this runs in a load child, which exits after it."""
+    texts: list[str] = []
+    real = logging.Logger.handle
+
+    def handle(self: logging.Logger, record: logging.LogRecord) -> Any:
+        if record.exc_info and record.exc_info[1] is not None:
+            texts.extend(_chain_texts(record.exc_info[1]))
+        return real(self, record)
+
+    logging.Logger.handle = handle  # type: ignore[method-assign]
+    try:
+        yield texts
+    finally:
+        logging.Logger.handle = real  # type: ignore[method-assign]
+
+
+def _chain_texts(exc: BaseException) -> list[str]:
+    """``TypeName: message`` of ``exc`` and of every exception it was raised from or during, innermost first."""
+    texts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        texts.insert(0, f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return texts
+
+
 def probe(module: Any, path: Path, ctx: Any) -> None:
     """The load probe: reload the artifact just built from its file and run the first sample of the
-    example batch (the golden set's first batch) through it, here in the build child and so under the build timeout.
+    example batch (the golden set's first batch) through it, in a load child (:class:`LoadHost`) under
+    what is left of the build timeout; raises what the load or the run raised.
 
     An artifact that hangs or crashes when loaded or run then costs its row (the build's timeout or
     crash), never the run: the parent loads and replays it without a time limit of its own, and
     relies on this probe (and, for a file restored from the cache, on the cache's authentication).
-    An exception is not this probe's to report: the parent's reload raises it again, worded as a
-    reload failure of that row.
     """
     example = getattr(ctx, "example", None)
     if example is None or not hasattr(module, "open_runner"):
@@ -282,11 +405,106 @@ def probe(module: Any, path: Path, ctx: Any) -> None:
         feeds = {name: value.narrow(axes.get(name, 0), 0, 1).numpy() for name, value in example.items()}
     else:
         feeds = {INPUT: example[:1].numpy()}
-    try:
-        with module.open_runner(path, ctx) as runner:
-            runner.infer(feeds)
-    except Exception:
-        return
+    with module.open_runner(path, ctx) as runner:
+        runner.infer(feeds)
+
+
+class LoadHost:
+    """The build server's handle on its load host: a process forked from the server while it was still
+    clean, which forks one load child per request (``load_here``) and replies in order.
+
+    The host closes the server's own pipe ends (``server_fds``), so that the parent still sees EOF when
+    the server dies; it dies with the server (``PR_SET_PDEATHSIG``) and, through the lifeline, with the parent.
+    """
+
+    def __init__(self, life_fd: int | None, server_fds: tuple[int, ...]) -> None:
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        server = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                lifeline.die_with_parent(server)
+                for fd in (*server_fds, request_w, reply_r):
+                    os.close(fd)
+                LoadServer(life_fd).serve_loads(request_r, reply_w)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(request_r)
+        os.close(reply_w)
+        self.pid = pid
+        self._out, self._in = os.fdopen(request_w, "wb"), os.fdopen(reply_r, "rb")
+        self.sent_key: Any = None  # the key of the context the host holds
+        self.gone = False
+        self.prepared: set[str] = set()  # the runtimes whose loaders the host was asked to import
+
+    def prepare(self, runtime: str) -> None:
+        """Ask the host to import ``runtime``'s loader (``RUNTIME_LOADERS``) while idle, once; no reply."""
+        if self.gone or runtime in self.prepared or not RUNTIME_LOADERS.get(runtime):
+            return
+        self.prepared.add(runtime)
+        with contextlib.suppress(OSError, ValueError):  # a host that is gone is found so by the next load
+            protocol.send(self._out, {"prepare": list(RUNTIME_LOADERS[runtime])})
+
+    def load(self, request: dict[str, Any], ctx: bytes, idle: Callable[[int], None]) -> dict[str, Any] | None:
+        """Send one load request (with the pickled model-less ``ctx`` when the host does not hold its key
+        yet) and wait for the reply, calling ``idle(fd)`` first (the server preloads meanwhile); ``None``
+        when the host is gone."""
+        if self.gone:
+            return None
+        if request["ctx_key"] != self.sent_key:
+            request = {**request, "ctx": ctx}
+        try:
+            protocol.send(self._out, request)
+            self.sent_key = request["ctx_key"]
+            idle(self._in.fileno())
+            return protocol.receive(self._in)
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
+            self.gone = True
+            for stream in (self._out, self._in):
+                with contextlib.suppress(OSError):
+                    stream.close()
+            return None
+
+
+class LoadServer:
+    """The load host's state (see :class:`LoadHost`): the model-less context it holds, what it has yet to preload."""
+
+    def __init__(self, life_fd: int | None) -> None:
+        self.runner = BuildServer(life_fd)  # for its child runner (fork, timeout, reply); never given a model
+        self.context: tuple[Any, Any] | None = None  # (key, the model-less build context)
+
+    def serve_loads(self, request_fd: int, reply_fd: int) -> None:
+        signal.signal(signal.SIGTERM, self.runner._stop)
+        # The user's folders are not on a deployed process's path: the server's own sys.path[0] is the
+        # CLI's script folder or current directory when it was forked from the CLI (none under ``-P``).
+        if not sys.flags.safe_path and sys.path:
+            del sys.path[0]
+        self.runner.pending = [name for name in protocol.LOAD_PRELOAD if name not in sys.modules]
+        requests, replies = os.fdopen(request_fd, "rb"), os.fdopen(reply_fd, "wb")
+        while True:
+            self.runner._preload_until_readable(request_fd)
+            try:
+                request = protocol.receive(requests)
+            except EOFError:
+                return  # the server is gone or done
+            if "prepare" in request:  # a file whose loader this is will come: import it while it builds
+                self.runner.pending.extend(name for name in request["prepare"] if name not in sys.modules)
+                continue
+            if "ctx" in request:
+                try:
+                    self.context = (request["ctx_key"], pickle.loads(request["ctx"]))
+                except Exception as exc:  # a context that needs the user's code to unpickle: the server probes beside the model
+                    self.context = None
+                    protocol.send(replies, {"status": "unpicklable", "description": f"{type(exc).__name__}: {exc}"[:200]})
+                    continue
+            if self.context is None or self.context[0] != request["ctx_key"]:
+                protocol.send(replies, {"status": "unpicklable", "description": "the load process did not receive the build context"})
+                continue
+            protocol.send(replies, self.runner._run_in_child(request, self.context[1], load_here))
 
 
 def _pin_threads(ctx: Any) -> None:

@@ -314,8 +314,9 @@ def test_sigkill_of_the_parent_alone_ends_its_builds_and_they_never_write_into_a
 
 @pytest.mark.parametrize("how", ["hang-load", "segv-load"])
 def test_an_artifact_that_hangs_or_crashes_on_load_costs_its_row_not_the_run(hook_dir: Path, tmp_path: Path, how: str) -> None:
-    """The build child reloads what it built and runs one batch (the load probe) under the build
-    timeout: a hang there is killed at the timeout, a crash is the child's, and the parent never loads it."""
+    """The load probe (the file reloaded and one sample run in a load child, forked from the clean load
+    host) runs under the build timeout: a hang there is killed at the timeout, a crash is the build's
+    row's, and the parent never loads it."""
     out, report_path = tmp_path / "out", tmp_path / "report.json"
     began = time.monotonic()
     result = subprocess.run(
