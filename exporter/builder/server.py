@@ -344,7 +344,10 @@ def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
                 probe(module, Path(request["path"]), ctx)
     except Exception as exc:
         how, missing = protocol.missing_at_load([*_chain_texts(exc), *logged])
-        reply = {"status": "raised", "load": protocol.LoadFailure(describe_exception(exc), missing, how)}
+        if isinstance(exc, FirstRunFailed) and not missing:
+            return reply  # it loaded; what its first run raised is the replay's to report (tests/integration/test_hostile_files.py)
+        raised = exc.__cause__ if isinstance(exc, FirstRunFailed) and exc.__cause__ is not None else exc
+        reply = {"status": "raised", "load": protocol.LoadFailure(describe_exception(raised), missing, how)}
     return reply
 
 
@@ -385,7 +388,7 @@ def _chain_texts(exc: BaseException) -> list[str]:
 def probe(module: Any, path: Path, ctx: Any) -> None:
     """The load probe: reload the artifact just built from its file and run the first sample of the
     example batch (the golden set's first batch) through it, in a load child (:class:`LoadHost`) under
-    what is left of the build timeout; raises what the load or the run raised.
+    what is left of the build timeout; raises what the load raised, and :class:`FirstRunFailed` from what the run raised.
 
     An artifact that hangs or crashes when loaded or run then costs its row (the build's timeout or
     crash), never the run: the parent loads and replays it without a time limit of its own, and
@@ -406,7 +409,16 @@ def probe(module: Any, path: Path, ctx: Any) -> None:
     else:
         feeds = {INPUT: example[:1].numpy()}
     with module.open_runner(path, ctx) as runner:
-        runner.infer(feeds)
+        try:
+            runner.infer(feeds)
+        except Exception as exc:
+            raise FirstRunFailed(str(exc)) from exc
+
+
+class FirstRunFailed(Exception):
+    """The file loaded in the load child, and its first sample raised: a failure of the artifact (a shape
+    baked by tracing, an op the runtime lacks), which the parent's replay meets and reports on its own row,
+    batch size by batch size, not a failure to load without the architecture."""
 
 
 class LoadHost:
