@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ArtifactError
-from ..pinned import ORT_LEVELS
+from ..pinned import ORT_LEVELS, ORT_LOG_SEVERITY
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
 from .base import BuildContext
 
@@ -27,8 +27,8 @@ import sys, numpy as np, onnxruntime as ort
 options = ort.SessionOptions()
 options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, sys.argv[2])
 options.intra_op_num_threads = 1
-options.log_severity_level = 4  # pinned.ORT_LOG_SEVERITY: fatal only, no coloured log on stderr
-ort.set_default_logger_severity(4)
+options.log_severity_level = int(sys.argv[3])  # pinned.ORT_LOG_SEVERITY: fatal only, no coloured log on stderr
+ort.set_default_logger_severity(int(sys.argv[3]))
 session = ort.InferenceSession(sys.argv[1], options, providers=["CPUExecutionProvider"])
 feeds = {}
 for value in session.get_inputs():
@@ -59,7 +59,8 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
 
 def probe_load(path: Path, level: str) -> None:
     """Load and run ``path`` in onnxruntime at ``level`` in a child process; a crash there is an ArtifactError naming the level."""
-    result = subprocess.run([sys.executable, "-c", _PROBE, str(path), level], capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+    result = subprocess.run([sys.executable, "-c", _PROBE, str(path), level, str(ORT_LOG_SEVERITY)],
+                            capture_output=True, text=True, timeout=PROBE_TIMEOUT)
     if result.returncode < 0:
         name = signal.Signals(-result.returncode).name
         raise ArtifactError(f"onnxruntime crashed ({name}) loading and running the fp16 model at graph optimisation level {level}; "

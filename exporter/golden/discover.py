@@ -292,15 +292,9 @@ def normalised(arrays: Sequence[np.ndarray]) -> bool:
     >>> normalised([h[:1]]), normalised([h]), normalised([h[:1, :2]])
     (True, False, False)
     """
-    if not arrays or any(a.dtype.kind != "f" or a.ndim < 1 or a.shape[-1] < 4 or a.size == 0 or not np.all(np.isfinite(a))
-                         for a in arrays):
-        return False
-    for a in arrays:
-        values = a.astype(np.float64)
-        if (np.abs(values.mean(axis=-1)).max() > NORMALISED_TOLERANCE
-                or np.abs(values.std(axis=-1) - 1.0).max() > NORMALISED_TOLERANCE):
-            return False
-    return True
+    vectors = _float_vectors(arrays, 4)
+    return vectors is not None and all(np.abs(v.mean(axis=-1)).max() <= NORMALISED_TOLERANCE
+                                       and np.abs(v.std(axis=-1) - 1.0).max() <= NORMALISED_TOLERANCE for v in vectors)
 
 
 def unit_norm(arrays: Sequence[np.ndarray]) -> bool:
@@ -311,15 +305,20 @@ def unit_norm(arrays: Sequence[np.ndarray]) -> bool:
     >>> unit_norm([v]), unit_norm([np.array([[0.9995, 0.0005]], dtype=np.float32)]), unit_norm([2 * v])
     (True, False, False)
     """
-    if not arrays or any(a.dtype.kind != "f" or a.ndim < 1 or a.shape[-1] < 2 or not np.all(np.isfinite(a)) for a in arrays):
+    vectors = _float_vectors(arrays, 2)
+    if vectors is None or not all(np.allclose(np.linalg.norm(v, axis=-1), 1.0, rtol=0, atol=UNIT_NORM_TOLERANCE) for v in vectors):
         return False
-    for a in arrays:
-        values = a.astype(np.float64)
-        if not np.allclose(np.linalg.norm(values, axis=-1), 1.0, rtol=0, atol=UNIT_NORM_TOLERANCE):
-            return False
-    probabilities = all(np.all(a >= 0) and np.allclose(a.astype(np.float64).sum(axis=-1), 1.0, rtol=0, atol=UNIT_NORM_TOLERANCE)
-                        for a in arrays)
+    probabilities = all(np.all(v >= 0) and np.allclose(v.sum(axis=-1), 1.0, rtol=0, atol=UNIT_NORM_TOLERANCE) for v in vectors)
     return not probabilities
+
+
+def _float_vectors(arrays: Sequence[np.ndarray], width: int) -> list[np.ndarray] | None:
+    """``arrays`` in float64 when each is a non-empty, finite float array whose last axis (the vectors the value
+    rules above read) has ``width`` values or more; None otherwise (no rule on values applies)."""
+    if not arrays or any(a.dtype.kind != "f" or a.ndim < 1 or a.shape[-1] < width or a.size == 0 or not np.all(np.isfinite(a))
+                         for a in arrays):
+        return None
+    return [a.astype(np.float64) for a in arrays]
 
 
 def _dynamic_axes(name: str, batch_axis: int, runs: Sequence[tuple[int, int, Mapping[str, tuple[int, ...]], Mapping[str, np.ndarray]]],
