@@ -85,6 +85,12 @@ def private_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     # terminal's width set it themselves.
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+    # GNU readline, once any import loads it in this process, sets both in the C environment that subprocesses inherit
+    # without os.environ seeing them: a CLI run by a test then wrapped its report at 80 columns (a path 2 characters
+    # longer split "replayed on lab-1" across two lines in test_replay)
+    for name in ("COLUMNS", "LINES"):
+        if name not in os.environ:
+            os.unsetenv(name)
     return folder / "export-check"
 
 
