@@ -1,0 +1,33 @@
+"""What the two litert test files share (tests/integration/test_litert.py, test_litert_seq.py; both run in `tox -e litert`, one
+per worker): the JSON report of a run, and a bundled models/multi_io.py model recorded and checked on the litert row."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from export_check.cli import main
+
+
+def report_of(path: Path) -> dict:
+    text = path.read_text()
+    return json.loads("{" + text[text.index('"schema"'):])
+
+
+def multi_io_run(tmp_path_factory: pytest.TempPathFactory, model: str, cls: str, count: int):
+    """A bundled models/multi_io.py model recorded on ``count`` held-out samples (models.make_multi_io_samples) and checked
+    on the litert row: (exit code, report, golden folder, checkpoint)."""
+    folder = tmp_path_factory.mktemp(f"litert-{model}")
+    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(folder / "samples"), "--model", model,
+                    "--count", str(count)], check=True, cwd=REPO, capture_output=True)
+    weights, arch = REPO / "models" / "checkpoints" / f"{model}.pth", f"{REPO / 'models' / 'multi_io.py'}:{cls}"
+    assert main(["golden", "record", str(weights), "--arch", arch, "--golden", str(folder / "golden"), "--inputs",
+                 str(folder / "samples"), "-q"]) == 0
+    code = main(["check", str(weights), "--arch", arch, "--golden", str(folder / "golden"), "--artifacts", "litert", "-q", "--no-cache",
+                 "--out", str(folder / "out"), "--json", str(folder / "r.json")])
+    return code, report_of(folder / "r.json"), folder / "golden", weights
