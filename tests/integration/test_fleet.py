@@ -221,12 +221,15 @@ def test_bad_fleet_input_is_one_line_before_any_model_runs(zoo: Zoo, tmp_path: P
     assert "required: checkpoint (one or more), or --fleet FILE" in _error_of(["check"], capsys)
 
 
-def test_a_worker_that_dies_costs_its_own_model_only(zoo: Zoo, runs: Path, tmp_path: Path) -> None:
+def test_a_worker_that_dies_costs_its_own_model_only(zoo: Zoo, runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = (zoo.folder / "fleet.toml").read_text().split("[models.mlp2]")[0]  # defaults, mlp0, mlp1
     (zoo.folder / "fleet-killers.toml").write_text(base + add_killer(zoo, "mlp2", always=False, marker=tmp_path / "once")
                                                    + add_killer(zoo, "mlp3", always=True, marker=tmp_path / "always"))
-    # mlp0 and mlp1 are cache hits; the killers' arch is their own, so their checks load the model (and die)
+    # mlp0 and mlp1 are cache hits (under the key the module's cache was sealed with: another key's entries are not
+    # trusted, and would be built again); the killers' arch is their own, so their checks load the model (and die)
+    monkeypatch.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(runs / "key" / "cache.key"))
     code, report = _fleet(zoo, tmp_path, "--workers", "2", "--cache-dir", str(runs / "cache"), fleet="fleet-killers.toml")
+    assert {r["cache"] for m in report["models"][:2] for r in m["report"]["rows"]} == {"hit"}
     status = {m["name"]: m["status"] for m in report["models"]}
     assert status == {"mlp0": "pass", "mlp1": "fail", "mlp2-killed": "pass", "mlp3-killed": "error"}
     assert code == 1
@@ -251,7 +254,8 @@ def test_ray_gives_the_serial_verdicts_and_retries_a_lost_worker(zoo: Zoo, runs:
     fleet.write_text((zoo.folder / "fleet.toml").read_text() + add_killer(zoo, "mlp2", always=False, marker=tmp_path / "once")
                      + add_killer(zoo, "mlp3", always=True, marker=tmp_path / "always"))
     exe = Path(sys.executable).with_name("export-check")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    # the key the module's cache was sealed with: the zoo's models are cache hits, as the killers' first tries are not
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "EXPORT_CHECK_CACHE_KEY_FILE": str(runs / "key" / "cache.key")}
     run = subprocess.run([str(exe), "--fleet", str(fleet), "-q", "--out", str(tmp_path / "out"), "--json", str(tmp_path / "ray.json"),
                           "--cache-dir", str(runs / "cache"), "--ray"], capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 1, run.stderr[-3000:]
@@ -260,6 +264,7 @@ def test_ray_gives_the_serial_verdicts_and_retries_a_lost_worker(zoo: Zoo, runs:
     serial, serial_code = json.loads((runs / "serial.json").read_text()), json.loads((runs / "codes.json").read_text())["serial"]
     verdicts = _verdicts(report)
     assert {n: verdicts[n] for n in zoo.names} == _verdicts(serial) and serial_code == 1
+    assert {r["cache"] for m in report["models"] if m["name"] in zoo.names for r in m["report"]["rows"]} == {"hit"}
     assert verdicts["mlp2-killed"] == verdicts["mlp2"]  # its worker was killed mid-check; Ray ran it again
     assert len((tmp_path / "once").read_text().split()) == 1
     lost = report["models"][-1]
