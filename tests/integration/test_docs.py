@@ -15,13 +15,14 @@ The convention for code blocks (README.md and docs/**/*.md), in the block's info
 * ``python`` blocks are run as a script;
 * a block with ``title="FILE"`` (a file name) is written to FILE (appended when FILE exists, so a page can
   add tables to one pyproject.toml) for the blocks after it; a ``title="test_*.py"`` file is one pytest
-  runs;
+  runs (then, or by the page's own later ``$ pytest`` naming no file, which runs every test file);
 * a command or Python block that cannot run here carries ``title="not run: WHY"`` (MkDocs shows the
   title, so the reader sees it too): e.g. it needs a Mac, installs packages, or is the test suite itself.
 
-A page's blocks run in order in one folder: a copy of the bundled project (models/, golden/, the repository's
+A page's blocks run in order in one folder: a fresh copy of the bundled project (models/, golden/, the repository's
 pyproject.toml), or an empty project when the page says ``<!-- docs-test: empty project -->``. All pages
-share one artifact cache, so the bundled check a page repeats costs the cache's 0.3 s, not a build.
+share one artifact cache, one cache key and one project path (made afresh for each page), so the bundled check a page
+repeats costs the cache's 0.3 s, not a build.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import html
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -166,11 +168,20 @@ def test_every_command_and_python_block_runs_or_says_why_not() -> None:
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The artifact cache of every page; the key that seals its entries is beside it (``_keyed``)."""
     return tmp_path_factory.mktemp("docs-cache")
 
 
+def _keyed(env: dict[str, str], cache: Path) -> dict[str, str]:
+    """``env`` with the cache key of ``cache``: one for every page. The key file is found through XDG_CONFIG_HOME, which
+    conftest's private_cache_dir makes every test's own, and a check trusts no entry sealed under another key: each page
+    would rebuild what the page before it stored."""
+    env["XDG_CONFIG_HOME"] = str(cache.parent / f"{cache.name}-config")
+    return env
+
+
 def _env(cache: Path) -> dict[str, str]:
-    env = first_screen.environment(cache)
+    env = _keyed(first_screen.environment(cache), cache)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.pop("CI", None)  # the README's pytest example records nothing, but its golden set is already there: as on a developer's machine
     return env
@@ -229,13 +240,30 @@ def _console(block: Block, project: Path, env: dict[str, str]) -> None:
         assert missing is None, f"{block.where}: `{command}` no longer prints the shown line\n  {missing}\nit printed:\n{printed}"
 
 
-def run_block(block: Block, project: Path, env: dict[str, str]) -> None:
+def _runs_every_test_file(block: Block) -> bool:
+    """Whether ``block`` runs ``pytest`` in the project naming no file, folder or -k/-m selection: every test file, to
+    exit 0."""
+    if block.language != "console" or block.not_run:
+        return False
+    for line in block.body.splitlines():
+        expects_failure = (m := re.search(r"#\s*exit (\d+)\s*$", line)) is not None and m.group(1) != "0"
+        if line.startswith("$ ") and not _open(line[2:]) and not expects_failure:
+            words = shlex.split(line[2:], comments=True)
+            options = [word for at, word in enumerate(words[1:]) if not (at and words[at] == "-p")]  # -p NAME: a plugin
+            if words[:1] == ["pytest"] and all(o.startswith("-") and o not in ("-k", "-m") for o in options):
+                return True
+    return False
+
+
+def run_block(block: Block, project: Path, env: dict[str, str], pytest_later: bool = False) -> None:
+    """Run ``block`` in ``project``. ``pytest_later``: a later block of the page runs every test file (a test file written
+    now is run there, with the page's shown output checked, not twice)."""
     if block.file:
         target = project / block.file
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a", encoding="utf-8") as f:
             f.write(("\n" if target.stat().st_size else "") + block.body)
-        if block.file.startswith("test_") and block.file.endswith(".py"):
+        if block.file.startswith("test_") and block.file.endswith(".py") and not pytest_later:
             done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", block.file], cwd=project, env=env,
                                   capture_output=True, text=True, timeout=900)
             assert done.returncode == 0, f"{block.where}: pytest {block.file}:\n{done.stdout}{done.stderr}"
@@ -252,19 +280,53 @@ def run_block(block: Block, project: Path, env: dict[str, str]) -> None:
                 assert done.returncode == 0, f"{block.where}: `{line}` exited {done.returncode}:\n{done.stdout}{done.stderr}"
 
 
-def _project(page: Path, tmp_path: Path) -> Path:
+def _fresh_folder(cache: Path) -> Path:
+    """The folder a page's project is made in: emptied for each page, and the same for every page. The cache keys a check
+    on the architecture's file by its absolute path (settings make ``models/resnet.py:ResNet`` absolute), so pages
+    checking the bundled model in folders of their own could never take an entry another page stored."""
+    folder = cache.parent / f"{cache.name}-project"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir()
+    return folder
+
+
+def _project(page: Path, cache: Path) -> Path:
     if EMPTY in page.read_text(encoding="utf-8"):
-        project = tmp_path / "project"
+        project = _fresh_folder(cache) / "project"
         (project / ".git").mkdir(parents=True)
         return project
-    return first_screen.project_copy(tmp_path)
+    return first_screen.project_copy(_fresh_folder(cache))
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if runnable(p)], ids=lambda p: str(p.relative_to(REPO)))
-def test_the_blocks_of_each_page_run(page: Path, tmp_path: Path, cache: Path) -> None:
-    project, env = _project(page, tmp_path), _env(cache)
-    for block in runnable(page):
-        run_block(block, project, env)
+def test_the_readmes_first_screen_is_what_the_bundled_check_prints(cache: Path) -> None:
+    """The README's first screen against a real run (as docs/first_screen.py writes it). Notes are left out of the
+    comparison: which notes a run prints depends on the machine's load (the diagnostics budget, --diagnostics-budget)."""
+    project = first_screen.project_copy(_fresh_folder(cache))
+    done = first_screen.run(project, _keyed(first_screen.environment(cache), cache), *first_screen.COMMAND[1:])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    def shown(text: str) -> list[str]:
+        return [line for line in first_screen.normalise(text) if not line.startswith("note ")]
+
+    readme = first_screen.readme_screen((REPO / "README.md").read_text(encoding="utf-8"))
+    assert shown(readme) == shown(first_screen.screen(done.stdout, project)), "run python docs/first_screen.py to update the README"
+    assert "relMAE<=5% & top1>=98%" in readme and any(line.startswith("verdict  artifact") for line in readme.splitlines())
+
+
+def _clears_the_cache(page: Path) -> bool:
+    return any("cache clear" in block.body or "cache prune" in block.body for block in runnable(page))
+
+
+# In the order of PAGES, but a page that empties the shared cache (speed-and-cache.md) last, so that the pages after it in
+# that order do not rebuild what it removed. The README's first screen (above) runs before them all: its check is a
+# newcomer's first, with an empty cache, and stores what the pages' repeats of it then take from there.
+@pytest.mark.parametrize("page", sorted((p for p in PAGES if runnable(p)), key=_clears_the_cache), ids=lambda p: str(p.relative_to(REPO)))
+def test_the_blocks_of_each_page_run(page: Path, cache: Path) -> None:
+    project, env = _project(page, cache), _env(cache)
+    page_blocks = runnable(page)
+    for at, block in enumerate(page_blocks):
+        run_block(block, project, env, pytest_later=any(_runs_every_test_file(later) for later in page_blocks[at + 1:]))
 
 
 def test_the_output_matcher_fails_on_a_changed_gate_or_verdict_and_not_on_a_number() -> None:
@@ -276,21 +338,6 @@ def test_the_output_matcher_fails_on_a_changed_gate_or_verdict_and_not_on_a_numb
 
 
 # ---------------------------------------------------------------------------------------------- the README
-
-
-def test_the_readmes_first_screen_is_what_the_bundled_check_prints(tmp_path: Path, cache: Path) -> None:
-    """The README's first screen against a real run (as docs/first_screen.py writes it). Notes are left out of the
-    comparison: which notes a run prints depends on the machine's load (the diagnostics budget, --diagnostics-budget)."""
-    project = first_screen.project_copy(tmp_path)
-    done = first_screen.run(project, first_screen.environment(cache), *first_screen.COMMAND[1:])
-    assert done.returncode == 0, done.stdout + done.stderr
-
-    def shown(text: str) -> list[str]:
-        return [line for line in first_screen.normalise(text) if not line.startswith("note ")]
-
-    readme = first_screen.readme_screen((REPO / "README.md").read_text(encoding="utf-8"))
-    assert shown(readme) == shown(first_screen.screen(done.stdout, project)), "run python docs/first_screen.py to update the README"
-    assert "relMAE<=5% & top1>=98%" in readme and any(line.startswith("verdict  artifact") for line in readme.splitlines())
 
 
 def test_the_readme_stays_short_and_keeps_the_two_commands_first() -> None:

@@ -41,20 +41,41 @@ def checked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture(scope="module")
 def detector(tmp_path_factory: pytest.TempPathFactory):
-    """The dict detector's golden set and settings, checked on the onnx row only (the parametrised fixture checks every kind)."""
-    return _checked("detector-dict", tmp_path_factory, "onnx")
+    """The dict detector's golden set and settings: the parametrised fixture's (which checks every kind), for the tests
+    that make their own checkpoints and checks against them."""
+    return _recorded("detector-dict", tmp_path_factory)
+
+
+_SAMPLES: dict[str, Path] = {}
+_RECORDED: dict[str, tuple] = {}
+
+
+def _samples(checkpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """16 held-out samples of the model ``checkpoint``, made once per session (the two detector cases, the stock token
+    model and the recogniser's error test read the same ones; nothing writes into them)."""
+    if checkpoint not in _SAMPLES:
+        samples = tmp_path_factory.mktemp(f"samples-{checkpoint}") / "samples"
+        subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", checkpoint, "--count", "16"],
+                       check=True, cwd=REPO, capture_output=True)
+        _SAMPLES[checkpoint] = samples
+    return _SAMPLES[checkpoint]
+
+
+def _recorded(case: str, tmp_path_factory: pytest.TempPathFactory):
+    """The case's settings and golden set, recorded once per session."""
+    if case not in _RECORDED:
+        cls, checkpoint, settings, outputs = {**CASES, **STOCK}[case]
+        folder = tmp_path_factory.mktemp(case)
+        config = folder / "settings.toml"
+        config.write_text(f"arch = \"{MODELS / 'multi_io.py'}:{cls}\"\ngolden = \"golden\"\nout = \"out\"\n" + settings)
+        weights = MODELS / "checkpoints" / f"{checkpoint}.pth"
+        assert main(["golden", "record", str(weights), "--config", str(config), "--inputs", str(_samples(checkpoint, tmp_path_factory))]) == 0
+        _RECORDED[case] = (case, folder, config, weights, outputs)
+    return _RECORDED[case]
 
 
 def _checked(case: str, tmp_path_factory: pytest.TempPathFactory, kinds: str | None = None):
-    cls, checkpoint, settings, outputs = {**CASES, **STOCK}[case]
-    folder = tmp_path_factory.mktemp(case)
-    samples = folder / "samples"
-    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", checkpoint, "--count", "16"],
-                   check=True, cwd=REPO, capture_output=True)
-    config = folder / "settings.toml"
-    config.write_text(f"arch = \"{MODELS / 'multi_io.py'}:{cls}\"\ngolden = \"golden\"\nout = \"out\"\n" + settings)
-    weights = MODELS / "checkpoints" / f"{checkpoint}.pth"
-    assert main(["golden", "record", str(weights), "--config", str(config), "--inputs", str(samples)]) == 0
+    case, folder, config, weights, outputs = _recorded(case, tmp_path_factory)
     code = main(["check", str(weights), "--config", str(config), "--no-cache", "-q", "--json", str(folder / "r.json"),
                  *(["--artifacts", kinds] if kinds else [])])
     return case, folder, config, weights, outputs, code, json.loads((folder / "r.json").read_text())
@@ -78,7 +99,7 @@ def test_every_kind_passes_with_every_output_compared(checked) -> None:
 
 
 def test_a_damaged_class_head_of_the_real_detector_fails_on_scores_only(detector, tmp_path: Path) -> None:
-    case, folder, config, weights, outputs, code, report = detector
+    case, folder, config, weights, outputs = detector
     state = torch.load(weights, weights_only=True)
     state["cls_head.weight"] = state["cls_head.weight"] * 1.5
     damaged = tmp_path / "damaged.pth"
@@ -128,7 +149,7 @@ def test_a_gate_set_for_one_output_judges_that_output_alone_and_survives_the_jso
     """issue 25: the boxes head drifts by a bias of 0.002 (a box-regression tolerance a team may accept); the scores
     head is untouched. The float gate fails eager on boxes; boxes' own gate, set in the settings, passes it; the same
     gate set on scores does not; and `judge` keeps the output's gate from the report's JSON."""
-    case, folder, config, weights, outputs, code, report = detector
+    case, folder, config, weights, outputs = detector
     state = torch.load(weights, weights_only=True)
     state["box_head.bias"] = state["box_head.bias"] + 0.002
     damaged = tmp_path / "boxes.pth"
@@ -168,7 +189,7 @@ def test_a_gate_set_for_one_output_judges_that_output_alone_and_survives_the_jso
                                             ("int8-min-top1 = 2", "is a fraction in [0, 1]"),
                                             ("max-mae = \"0.1\"", "must be a finite number >= 0")])
 def test_a_bad_gate_setting_for_one_output_is_one_line_naming_the_file_and_key(detector, line: str, said: str, capsys) -> None:
-    case, folder, config, weights, outputs, code, report = detector
+    case, folder, config, weights, outputs = detector
     own = _own_gate(config, "boxes", line + "\n")
     capsys.readouterr()
     assert main(["check", str(weights), "--config", str(own), "-q", "--artifacts", "onnx"]) == 2
@@ -177,10 +198,10 @@ def test_a_bad_gate_setting_for_one_output_is_one_line_naming_the_file_and_key(d
     assert len(err) == 1 and f"{own}: outputs.boxes.{key}" in err[0] and said in err[0], err
 
 
-def test_the_time_major_recogniser_without_its_batch_axis_is_one_clear_error(tmp_path: Path, capsys) -> None:
-    samples = tmp_path / "samples"
-    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", "sequence_recognizer",
-                    "--count", "8"], check=True, cwd=REPO, capture_output=True)
+def test_the_time_major_recogniser_without_its_batch_axis_is_one_clear_error(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                                              capsys) -> None:
+    samples = _samples("sequence_recognizer", tmp_path_factory)  # the recogniser case's held-out samples
+    capsys.readouterr()
     code = main(["golden", "record", str(MODELS / "checkpoints" / "sequence_recognizer.pth"), "--arch",
                  f"{MODELS / 'multi_io.py'}:SequenceRecognizer", "--inputs", str(samples), "--golden", str(tmp_path / "g")])
     err = capsys.readouterr().err.strip().splitlines()
