@@ -4,14 +4,13 @@ per worker): the JSON report of a run, and a bundled models/multi_io.py model re
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 from export_check.cli import main
+from models.make_multi_io_samples import write_samples
 
 
 def report_of(path: Path) -> dict:
@@ -23,8 +22,7 @@ def multi_io_run(tmp_path_factory: pytest.TempPathFactory, model: str, cls: str,
     """A bundled models/multi_io.py model recorded on ``count`` held-out samples (models.make_multi_io_samples) and checked
     on the litert row: (exit code, report, golden folder, checkpoint)."""
     folder = tmp_path_factory.mktemp(f"litert-{model}")
-    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(folder / "samples"), "--model", model,
-                    "--count", str(count)], check=True, cwd=REPO, capture_output=True)
+    write_samples(folder / "samples", model, count=count)
     weights, arch = REPO / "models" / "checkpoints" / f"{model}.pth", f"{REPO / 'models' / 'multi_io.py'}:{cls}"
     assert main(["golden", "record", str(weights), "--arch", arch, "--golden", str(folder / "golden"), "--inputs",
                  str(folder / "samples"), "-q"]) == 0

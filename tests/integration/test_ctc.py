@@ -26,6 +26,7 @@ SETTINGS = "[outputs.output]\nbatch-axis = 1\nctc-blank = {blank}\n"
 BLANK_BOOST = 5.4  # about the median margin of a character frame over the blank: half the frames are near a tie
 sys.path.insert(0, str(REPO))
 from models import multi_io  # noqa: E402
+from models.make_multi_io_samples import write_samples  # noqa: E402
 
 pytestmark = pytest.mark.cpu_sensitive
 
@@ -189,11 +190,8 @@ def test_a_blank_on_a_values_output_is_refused(tmp_path: Path, capsys) -> None:
 
 
 def test_a_blank_recorded_in_the_golden_set_judges_later_checks_and_a_bad_one_is_refused_at_record(tmp_path: Path, capsys) -> None:
-    import subprocess
-
     samples = tmp_path / "samples"
-    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", "sequence_recognizer", "--count", "8"],
-                   check=True, cwd=REPO, capture_output=True)
+    write_samples(samples, "sequence_recognizer", count=8)
     record = ["golden", "record", str(CHECKPOINT), "--arch", ARCH, "--inputs", str(samples), "--golden", str(tmp_path / "g")]
     assert main([*record, "--config", str(_settings(tmp_path, 11))]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,12 +19,12 @@ from export_check.cli import main
 MODELS = REPO / "models"
 sys.path.insert(0, str(REPO))
 from models import multi_io  # noqa: E402
+from models.make_multi_io_samples import write_samples  # noqa: E402
 
 
 def _samples(folder: Path, checkpoint: str) -> Path:
     samples = folder / "samples"
-    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", checkpoint, "--count", "16"],
-                   check=True, cwd=REPO, capture_output=True)
+    write_samples(samples, checkpoint, count=16)  # in this process: a `python -m models.make_multi_io_samples` re-imported torch
     return samples
 
 

@@ -6,8 +6,6 @@ options: every output compared and passing. A damaged head fails on that output.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import torch
 from conftest import REPO
 from export_check.artifacts import DEFAULT_KINDS
 from export_check.cli import main
+from models.make_multi_io_samples import write_samples
 
 # tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = pytest.mark.cpu_sensitive
@@ -55,8 +54,7 @@ def _samples(checkpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     model and the recogniser's error test read the same ones; nothing writes into them)."""
     if checkpoint not in _SAMPLES:
         samples = tmp_path_factory.mktemp(f"samples-{checkpoint}") / "samples"
-        subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(samples), "--model", checkpoint, "--count", "16"],
-                       check=True, cwd=REPO, capture_output=True)
+        write_samples(samples, checkpoint, count=16)
         _SAMPLES[checkpoint] = samples
     return _SAMPLES[checkpoint]
 
@@ -231,8 +229,7 @@ def test_static_int8_on_the_real_detector_is_judged_per_output_on_its_uncalibrat
     from export_check.golden.manifest import load_golden
 
     folder = tmp_path_factory.mktemp("detector64")
-    subprocess.run([sys.executable, "-m", "models.make_multi_io_samples", str(folder / "samples"), "--model", "digit_detector",
-                    "--count", "64"], check=True, cwd=REPO, capture_output=True)
+    write_samples(folder / "samples", "digit_detector", count=64)
     config = folder / "settings.toml"
     config.write_text(f"arch = \"{MODELS / 'multi_io.py'}:DigitDetectorDict\"\ngolden = \"golden\"\nout = \"out\"\n"
                       + CASES["detector-dict"][2])
