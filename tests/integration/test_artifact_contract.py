@@ -163,10 +163,11 @@ def test_groups_resolve_to_kinds_in_table_order() -> None:
     assert not {k.name for k in KINDS if k.calibrated or k.source == "onnx-dynamo"} & set(DEFAULT_KINDS), "the new kinds are opt-in"
 
 
-def test_a_static_kind_without_a_calibration_split_is_an_error_naming_it(tmp_path: Path) -> None:
+def test_a_static_kind_without_a_calibration_split_is_an_error_naming_it(built, tmp_path: Path) -> None:
+    """The fixture's TinyNet onnx file is the source (not exported again); the context has no calibration split."""
+    _, paths, _ = built
     ctx = BuildContext(model=seeded(TinyNet), example=torch.zeros(2, 3, 16, 16), opset=17, onnx_exporter="torchscript", threads=1)
-    onnx = build_artifact(KINDS_BY_NAME["onnx"], ctx, tmp_path / "onnx.onnx", None)
-    for name, source in (("onnx-int8-static", onnx.path), ("pt2e-int8-static", None)):
+    for name, source in (("onnx-int8-static", paths["onnx"]), ("pt2e-int8-static", None)):
         outcome = build_artifact(KINDS_BY_NAME[name], ctx, tmp_path / KINDS_BY_NAME[name].filename(), source)
         assert outcome.error is not None and "calibration split" in outcome.error and "at least 2 samples" in outcome.error, outcome.error
         assert not (tmp_path / KINDS_BY_NAME[name].filename()).exists(), "no half-built file is left behind"

@@ -5,7 +5,8 @@ outputs, said so); the runner feeds
 the dim order the program was exported with (a mismatch, forced through the module's test-only knob,
 is a failing row: the runtime computes garbage without an error); a batch above the bound the file was
 planned for is that batch size's error, in the runtime's words; without executorch the kind does not
-apply and names the extra."""
+apply and names the extra. Both files of the module run hold the runner contract (tests/runner_contract.py;
+in place of TinyNet builds in tests/integration/test_artifact_contract.py)."""
 
 from __future__ import annotations
 
