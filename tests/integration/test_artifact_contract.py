@@ -1,13 +1,16 @@
 """One contract, every artifact kind: build writes a complete file, the runner reloads it from disk
-and maps any batch size to float32 logits, the same on every call. The slow kinds (onnx-dynamo, aoti)
-are built once for the module, on a tiny model."""
+and maps any batch size to float32 logits, the same on every call (tests/runner_contract.py). The kinds
+are built once for the module, on a tiny model, except those whose own test module already builds them
+on a real model and holds that file to the same contract there (``HELD_ELSEWHERE``: aoti, the executorch
+kinds, coreml off macOS, litert in its own environment); a test proves every kind is held in one place or
+the other, and that each file the table names really calls the contract."""
 
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +20,26 @@ import torch
 from arches import TinyNet
 from conftest import seeded
 from export_check.artifacts import KIND_NAMES, KINDS, KINDS_BY_NAME, BuildContext
-from export_check.artifacts.base import INPUT, OUTPUT, NotApplicable
+from export_check.artifacts.base import INPUT
 from export_check.builder.builds import build_artifact
 from export_check.config import FAMILIES
 from export_check.diagnostics.divergence import METHODS
 from export_check.errors import ArtifactError
 from export_check.model import EagerRunner
+from runner_contract import eager_by_hand, holds_the_runner_contract
+
+# Kinds whose contract is held by another module, on the file it builds anyway (a real model's: the slow kinds, each
+# 19-40 s to build on TinyNet too), with the file that holds it and what in that file calls the contract. litert's stack
+# has an environment of its own (tox -e litert), where test_litert.py runs the runner contract on its own file.
+CONTRACT_CALL = "holds_the_runner_contract("
+HELD_ELSEWHERE: dict[str, tuple[str, str]] = {
+    "aoti": ("test_modern_kinds.py", CONTRACT_CALL),  # the dict-output multi-IO case's AOTInductor compile
+    "executorch": ("test_executorch.py", CONTRACT_CALL),  # the bundled ResNet's .pte of the module run
+    "executorch-int8": ("test_executorch.py", CONTRACT_CALL),  # the same run's int8 .pte, on samples outside calibration
+    "litert": ("test_litert.py", "def test_the_runner_contract_at_any_batch_size("),
+}
+if platform.system() != "Darwin":  # off macOS Core ML's contract is its spec and NotApplicable: the bundled ResNet's file shows it;
+    HELD_ELSEWHERE["coreml"] = ("test_coreml.py", CONTRACT_CALL)  # on macOS it predicts, and is held to the whole contract here
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +52,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[BuildContext, dict[
     out = tmp_path_factory.mktemp("contract")
     paths: dict[str, Path] = {}
     for kind in KINDS:
+        if kind.name in HELD_ELSEWHERE:
+            continue  # built on a real model by its own module, which holds that file to the contract
         source = paths.get(kind.source) if kind.source else None
         outcome = build_artifact(kind, ctx, out / kind.filename(), source)
         if outcome.not_applicable and "a mix no real CPU runs" in (outcome.error or ""):
             continue  # torchao under a oneDNN cap that hides the VNNI torch sees (README, "What varies by CPU"): no file to hold to it
-        if kind.name == "litert" and outcome.not_applicable and "tox -e litert" in (outcome.error or ""):
-            continue  # its stack has an environment of its own, where tests/integration/test_litert.py holds it to this contract
         assert outcome.error is None and outcome.path == out / kind.filename(), outcome.error
         paths[kind.name] = outcome.path
     return ctx, paths, model
@@ -65,55 +82,40 @@ def test_table_is_complete_and_ordered() -> None:
         assert callable(impl.build) and callable(impl.open_runner)
 
 
-@pytest.mark.parametrize("name", ["eager", *(k.name for k in KINDS)])
+@pytest.mark.parametrize("name", ["eager", *(k.name for k in KINDS if k.name not in HELD_ELSEWHERE)])
 def test_every_kind_honours_the_runner_contract(built, name: str) -> None:
     """Named inputs in, named outputs out: every artifact reloaded from its file, and the eager model."""
     ctx, paths, model = built
-    if name == "eager":
-        runner, family = EagerRunner(model), "float"
-    else:
-        kind = KINDS_BY_NAME[name]
-        if name == "litert" and name not in paths:
-            pytest.skip("litert's stack is not in this environment: tests/integration/test_litert.py runs the contract in tox -e litert")
-        if name not in paths:  # only the one mix the fixture lets through
-            assert name == "torchao-int8-dynamic" and os.environ.get("ONEDNN_MAX_CPU_ISA"), name
-            pytest.skip("torchao-int8-dynamic does not apply under a oneDNN cap that hides this CPU's VNNI (a mix no real CPU runs)")
-        path = paths[name]
-        assert path.is_file() and path.stat().st_size > 0 and path.suffix == kind.suffix
-        assert not list(path.parent.glob(".*partial*"))
-        runner, family = kind.open_runner(path, ctx), kind.family
-        if name == "coreml":
-            from export_check.artifacts.coreml import predicts_here, read_spec
-
-            if predicts_here() is not None:  # Core ML predicts on macOS only: here its file's spec is what the contract can hold
-                assert [len(names) for names in read_spec(path)] == [1, 1]
-                with pytest.raises(NotApplicable, match="Core ML predicts only on macOS"):
-                    runner.__enter__()
-                return
     rng = np.random.default_rng(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.jit.load warns of its deprecation; the pipeline records it
-        runner.__enter__()
-    try:
-        for batch_size in (1, 3, 4, 9):
-            batch = rng.standard_normal((batch_size, 3, 16, 16), dtype=np.float32)
-            outputs = runner.infer({INPUT: batch})
-            assert isinstance(outputs, dict) and list(outputs) == [OUTPUT], outputs.keys()
-            out = outputs[OUTPUT]
-            assert isinstance(out, np.ndarray) and out.dtype == np.float32
-            assert out.shape == (batch_size, 10)
-            assert np.array_equal(out, runner.infer({INPUT: batch})[OUTPUT]), "same input, same output"
-            with torch.inference_mode():
-                eager = model(torch.from_numpy(batch)).numpy()
-            limit = {"float": 1e-5, "fp16": 1e-2}.get(family, 0.1)
-            assert float(np.abs(out - eager).mean()) <= limit
-        with pytest.raises(ArtifactError, match="feeds exactly one"):
-            runner.infer({INPUT: batch, "extra": batch})
-    finally:
-        runner.__exit__(None, None, None)
-    if name != "eager":
-        with pytest.raises(AssertionError):
-            runner.infer({INPUT: np.zeros((1, 3, 16, 16), np.float32)})  # used after its with-block
+
+    def batch(size: int) -> dict[str, np.ndarray]:
+        return {INPUT: rng.standard_normal((size, 3, 16, 16), dtype=np.float32)}
+
+    if name == "eager":
+        holds_the_runner_contract(name, EagerRunner(model), "float", eager_by_hand(model), batch, after_exit=False)
+        return
+    kind = KINDS_BY_NAME[name]
+    if name not in paths:  # only the one mix the fixture lets through
+        assert name == "torchao-int8-dynamic" and os.environ.get("ONEDNN_MAX_CPU_ISA"), name
+        pytest.skip("torchao-int8-dynamic does not apply under a oneDNN cap that hides this CPU's VNNI (a mix no real CPU runs)")
+    path = paths[name]
+    holds_the_runner_contract(name, kind.open_runner(path, ctx), kind.family, eager_by_hand(model), batch, path=path, suffix=kind.suffix)
+
+
+def test_every_kind_is_held_to_the_contract_here_or_by_the_module_the_table_names(built) -> None:
+    """No kind silently loses its contract: each is built by this module's fixture (and so parametrized above), or
+    named in ``HELD_ELSEWHERE`` with a module that exists and calls the contract on it."""
+    _, paths, _ = built
+    assert set(HELD_ELSEWHERE) <= set(KIND_NAMES), set(HELD_ELSEWHERE) - set(KIND_NAMES)
+    for kind in KINDS:
+        if kind.name not in HELD_ELSEWHERE:
+            assert kind.name in paths or (kind.name == "torchao-int8-dynamic" and os.environ.get("ONEDNN_MAX_CPU_ISA")), kind.name
+            continue
+        module, call = HELD_ELSEWHERE[kind.name]
+        source = (Path(__file__).parent / module).read_text()
+        assert call in source, (kind.name, module, call)
+        if call == CONTRACT_CALL:  # the helper imported there, and the kind named there
+            assert "from runner_contract import" in source and f'"{kind.name}"' in source, (kind.name, module)
 
 
 def test_onnx_simplified_with_a_fixed_batch_axis_is_refused(built, tmp_path: Path) -> None:
@@ -161,10 +163,11 @@ def test_groups_resolve_to_kinds_in_table_order() -> None:
     assert not {k.name for k in KINDS if k.calibrated or k.source == "onnx-dynamo"} & set(DEFAULT_KINDS), "the new kinds are opt-in"
 
 
-def test_a_static_kind_without_a_calibration_split_is_an_error_naming_it(tmp_path: Path) -> None:
+def test_a_static_kind_without_a_calibration_split_is_an_error_naming_it(built, tmp_path: Path) -> None:
+    """The fixture's TinyNet onnx file is the source (not exported again); the context has no calibration split."""
+    _, paths, _ = built
     ctx = BuildContext(model=seeded(TinyNet), example=torch.zeros(2, 3, 16, 16), opset=17, onnx_exporter="torchscript", threads=1)
-    onnx = build_artifact(KINDS_BY_NAME["onnx"], ctx, tmp_path / "onnx.onnx", None)
-    for name, source in (("onnx-int8-static", onnx.path), ("pt2e-int8-static", None)):
+    for name, source in (("onnx-int8-static", paths["onnx"]), ("pt2e-int8-static", None)):
         outcome = build_artifact(KINDS_BY_NAME[name], ctx, tmp_path / KINDS_BY_NAME[name].filename(), source)
         assert outcome.error is not None and "calibration split" in outcome.error and "at least 2 samples" in outcome.error, outcome.error
         assert not (tmp_path / KINDS_BY_NAME[name].filename()).exists(), "no half-built file is left behind"

@@ -5,11 +5,13 @@ outputs, said so); the runner feeds
 the dim order the program was exported with (a mismatch, forced through the module's test-only knob,
 is a failing row: the runtime computes garbage without an error); a batch above the bound the file was
 planned for is that batch size's error, in the runtime's words; without executorch the kind does not
-apply and names the extra."""
+apply and names the extra. Both files of the module run hold the runner contract (tests/runner_contract.py;
+in place of TinyNet builds in tests/integration/test_artifact_contract.py)."""
 
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,23 +21,26 @@ import torch
 
 from arches import TinyNet
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, seeded
+from export_check import pipeline
 from export_check.artifacts import KINDS_BY_NAME, BuildContext, executorch_pte
-from export_check.artifacts.base import NotApplicable
+from export_check.artifacts.base import INPUT, NotApplicable
 from export_check.builder.protocol import ENV_SWITCH
+from export_check.cache.secret import KEY_ENV
 from export_check.config import RunConfig
 from export_check.golden.manifest import load_golden
 from export_check.messages import layers_summary
 from export_check.model import load_model
 from export_check.pipeline import run_check
 from export_check.results import Row
+from runner_contract import eager_by_hand, holds_the_runner_contract
 
 KIND, INT8 = "executorch", "executorch-int8"
 BATCH = 16  # RunConfig's default batch size: the replay's, and the by-hand run's
 
 
-def _rows(out: Path, kinds: tuple[str, ...], diagnose: bool = False) -> dict[str, Row]:
+def _rows(out: Path, kinds: tuple[str, ...], diagnose: bool = False, cache: Path | None = None) -> dict[str, Row]:
     report = run_check(RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, out_dir=out, kinds=kinds,
-                                 diagnose=diagnose))
+                                 diagnose=diagnose, cache_dir=cache))
     rows = {row.name: row for row in report.rows}
     assert list(rows) == ["eager", *kinds]
     return rows
@@ -46,11 +51,25 @@ def _row(out: Path) -> Row:
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Row], Path]:
+def cached(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(artifact cache, its key file) of the module run: the layout test replays the run's own executorch.pte from it
+    instead of building the same file again."""
+    folder = tmp_path_factory.mktemp("executorch-cache")
+    return folder / "cache", folder / "key" / "cache.key"
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory, cached: tuple[Path, Path]) -> tuple[dict[str, Row], Path]:
     """One run of both kinds (the builds in the build server, as every run does them), with --diagnose: the passing int8
-    row gets its per-layer table too (the float row is untouched by it), so one int8 build serves both tests."""
+    row gets its per-layer table too (the float row is untouched by it), so one int8 build serves both tests. The run
+    stores its files in a cache of the module's own (``cached``)."""
     out = tmp_path_factory.mktemp("executorch") / "out"
-    return _rows(out, (KIND, INT8), diagnose=True), out
+    cache, key = cached
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(KEY_ENV, str(key))
+        rows = _rows(out, (KIND, INT8), diagnose=True, cache=cache)
+    assert rows[KIND].cache == rows[INT8].cache == "miss", (rows[KIND].cache, rows[INT8].cache)
+    return rows, out
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +146,24 @@ def test_int8_passes_judged_only_on_the_samples_it_was_not_calibrated_on_and_agr
     assert (ran[judged].argmax(1) == logits[judged].argmax(1)).all()
 
 
+def test_both_pte_files_hold_the_runner_contract(both, eager) -> None:
+    """The runner contract (tests/runner_contract.py) on the module run's two files, in place of a TinyNet build of each
+    in tests/integration/test_artifact_contract.py: golden inputs at batch sizes within the bound the files are planned
+    for (64), the int8 file fed only samples outside its calibration split; the ResNet's logits are not TinyNet-sized,
+    so int8 is held to the int8 gate relative to eager's mean |logit| (float stays at 1e-5 absolute)."""
+    _, out = both
+    x, _ = eager
+    golden = load_golden(DEFAULT_GOLDEN)
+    calibration = set(sorted(range(len(golden)), key=lambda i: golden.inputs[i].sha256)[:32])
+    judged = x[[i for i in range(len(golden)) if i not in calibration]]
+    model = load_model(DEFAULT_CHECKPOINT, DEFAULT_ARCH, {}, None)
+    ctx = BuildContext(model=None, example=None, opset=17, onnx_exporter="torchscript", threads=1)
+    for name, samples in ((KIND, x), (INT8, judged)):
+        kind, path = KINDS_BY_NAME[name], out / KINDS_BY_NAME[name].filename()
+        holds_the_runner_contract(name, kind.open_runner(path, ctx), kind.family, eager_by_hand(model),
+                                  lambda size, samples=samples: {INPUT: samples[:size].copy()}, path=path, suffix=kind.suffix, relative=True)
+
+
 def test_the_int8_table_has_the_delegate_calls_outputs_and_says_why_there_is_no_portable_one(both) -> None:
     """XNNPACK runs the whole quantized program in two calls; the Python runtime has no portable
     quantize/dequantize kernels, so the table is the file's own two values, and the row says both."""
@@ -159,9 +196,12 @@ def test_the_int8_table_has_the_delegate_calls_outputs_and_says_why_there_is_no_
     assert by_module["fc"].mae == pytest.approx(np.abs(diff).mean(), rel=1e-4)
 
 
-def test_the_layout_fed_is_the_one_exported_and_a_mismatch_is_a_failing_row(bundled, eager, tmp_path: Path, monkeypatch) -> None:
+def test_the_layout_fed_is_the_one_exported_and_a_mismatch_is_a_failing_row(bundled, cached, eager, tmp_path: Path, monkeypatch) -> None:
     """The same file fed channels-last tensors (the runner's test-only knob): no error anywhere, numbers
-    off by the whole signal, and the row fails on them instead of passing."""
+    off by the whole signal, and the row fails on them instead of passing. The row's file is the module
+    run's executorch.pte, restored from that run's cache (a copy of it) and replayed with the knob set:
+    the observation cached beside it (a pass, fed the right layout) is not used, as when a verdict wants
+    a per-layer table an entry lacks; the file is not built again."""
     _, out = bundled
     x, logits = eager
     monkeypatch.setattr(executorch_pte, "_FEED_DIM_ORDER", (0, 2, 3, 1))
@@ -169,8 +209,14 @@ def test_the_layout_fed_is_the_one_exported_and_a_mismatch_is_a_failing_row(bund
     with executorch_pte.open_runner(out / "executorch.pte", ctx) as runner:
         wrong = runner.infer({"input": x[:BATCH]})["logits"]
     assert float(np.abs(wrong - logits[:BATCH]).mean()) > 0.1
-    monkeypatch.setenv(ENV_SWITCH, "0")  # build in this process, where the knob is set (the runner always runs here)
-    row = _row(tmp_path / "out")
+    monkeypatch.setenv(ENV_SWITCH, "0")  # anything built, in this process, where the knob is set (the runner always runs here)
+    cache, key = cached
+    shutil.copytree(cache, tmp_path / "cache")  # the module's cache stays as its run left it
+    monkeypatch.setenv(KEY_ENV, str(key))
+    monkeypatch.setattr(pipeline, "_cache_hit", lambda *args: None)  # every row observed afresh; the files still restored
+    row = _rows(tmp_path / "out", (KIND,), cache=tmp_path / "cache")[KIND]
+    assert row.cache == "artifact", row.cache  # the module run's file, replayed afresh
+    assert row.artifact is not None and row.artifact.sha256 == bundled[0].artifact.sha256
     assert row.status == "fail" and row.metrics is not None and row.metrics.mae > 0.1, (row.status, row.metrics, row.reasons)
     assert any(reason.startswith("MAE ") for reason in row.reasons), row.reasons
     # the per-layer table (ETDump, diagnostics.etdump) runs what the row ran: the wrong layout departs at the first convolution

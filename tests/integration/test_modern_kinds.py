@@ -1,7 +1,9 @@
 """The kinds people deploy from PyTorch today (torch.export, dynamo ONNX, AOTInductor, fp16 ONNX, torchao,
 OpenVINO) on models of several named inputs and outputs, each checked against the artifact run by hand
 beside eager; the rows that cannot apply say why (no C++ compiler, no torch.ao, no openvino); the fp16
-gate fails a model fp16 cannot hold; artifact groups resolve from the command line and settings."""
+gate fails a model fp16 cannot hold; artifact groups resolve from the command line and settings. The
+AOTInductor file of the dict-output case is held to the runner contract here (tests/runner_contract.py),
+in place of a TinyNet compile of its own in tests/integration/test_artifact_contract.py."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from export_check.artifacts import KINDS_BY_NAME, BuildContext
 from export_check.artifacts.base import NotApplicable
 from export_check.cli import build_config, build_parser, main
 from export_check.errors import ArtifactError, UsageError
+from runner_contract import eager_by_hand, holds_the_runner_contract
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_multi_io import CASES, _record  # noqa: E402  (the multi-IO models and their recorded golden sets)
@@ -103,6 +106,18 @@ def test_multi_io_models_pass_every_new_kind_and_agree_with_the_files_run_by_han
     ran = session.run(None, {i.name: batch[i.name] for i in session.get_inputs()})
     for e, x in zip(flat_eager, ran, strict=True):
         assert float(np.abs(e.numpy() - x).mean()) <= 1e-5
+    if "aoti" in kinds:
+        # the runner contract on the one AOTInductor compile of the module: named input x in, scores and boxes out,
+        # at batch sizes 1 to 9 of real samples; a feed of an input it does not take is refused, naming the one it takes
+        from export_check.golden.manifest import load_golden
+
+        kind, path = KINDS_BY_NAME["aoti"], folder / "out-modern" / "aoti.pt2"
+        ctx = BuildContext(model=None, example=None, opset=17, onnx_exporter="torchscript", threads=1,
+                           signature=load_golden(folder / "golden").signature)
+        samples = _batch(folder, 20)
+        holds_the_runner_contract("aoti", kind.open_runner(path, ctx), kind.family, eager_by_hand(model),
+                                  lambda size: {name: array[:size] for name, array in samples.items()}, path=path, suffix=kind.suffix,
+                                  refusal=r"takes inputs x; got x, extra")
 
 
 # --- rows that cannot apply say why --------------------------------------------------------------------
