@@ -36,7 +36,7 @@ HELD_ELSEWHERE: dict[str, tuple[str, str]] = {
     "aoti": ("test_modern_kinds.py", CONTRACT_CALL),  # the dict-output multi-IO case's AOTInductor compile
     "executorch": ("test_executorch.py", CONTRACT_CALL),  # the bundled ResNet's .pte of the module run
     "executorch-int8": ("test_executorch.py", CONTRACT_CALL),  # the same run's int8 .pte, on samples outside calibration
-    "litert": ("test_litert.py", "def test_the_runner_contract_at_any_batch_size("),
+    "litert": ("test_litert.py", CONTRACT_CALL),  # the bundled ResNet's .tflite, in tox -e litert (its stack has an environment of its own)
 }
 if platform.system() != "Darwin":  # off macOS Core ML's contract is its spec and NotApplicable: the bundled ResNet's file shows it;
     HELD_ELSEWHERE["coreml"] = ("test_coreml.py", CONTRACT_CALL)  # on macOS it predicts, and is held to the whole contract here

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 from export_check.cli import main
 from litert_runs import multi_io_run, report_of
+from runner_contract import eager_by_hand, holds_the_runner_contract
 
 pytest.importorskip("ai_edge_litert", reason="the litert kind runs in its own environment: tox -e litert (README, \"Artifact groups\")")
 with warnings.catch_warnings():
@@ -65,20 +66,22 @@ def test_the_tflite_file_matches_eager_on_the_golden_set_as_the_interpreter_run_
 
 
 def test_the_runner_contract_at_any_batch_size(checked) -> None:
+    """The contract every kind is held to (tests/runner_contract.py): the ResNet's file, reloaded by the kind's runner, at
+    batch sizes 1, 3, 16 and 33 of random inputs (the file's signature is at 16: the runner resizes it), against eager by
+    hand; an input it does not take is refused; used after its with-block it raises."""
     from export_check.artifacts import KINDS_BY_NAME, BuildContext
-    from export_check.artifacts.base import INPUT, OUTPUT
+    from export_check.artifacts.base import INPUT
+    from export_check.model import load_model
 
     _, report = checked
     row = next(r for r in report["rows"] if r["name"] == "litert")
     kind = KINDS_BY_NAME["litert"]
     ctx = BuildContext(model=None, example=None, opset=17, onnx_exporter="torchscript", threads=1)
     rng = np.random.default_rng(0)
-    with kind.open_runner(Path(row["artifact"]["path"]), ctx) as runner:
-        for size in (1, 3, 16, 33):
-            batch = rng.standard_normal((size, 3, 32, 32), dtype=np.float32)
-            out = runner.infer({INPUT: batch})[OUTPUT]
-            assert out.shape == (size, 10) and out.dtype == np.float32
-            assert np.array_equal(out, runner.infer({INPUT: batch})[OUTPUT])
+    path, resnet = Path(row["artifact"]["path"]), load_model(DEFAULT_CHECKPOINT, DEFAULT_ARCH, {}, None)
+    holds_the_runner_contract("litert", kind.open_runner(path, ctx), kind.family, eager_by_hand(resnet),
+                              lambda size: {INPUT: rng.standard_normal((size, 3, 32, 32), dtype=np.float32)},
+                              path=path, suffix=kind.suffix, sizes=(1, 3, 16, 33))
 
 
 @pytest.fixture(scope="module")
