@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -136,6 +137,13 @@ def nudged_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     state = torch.load(DEFAULT_CHECKPOINT, weights_only=True)
     state["fc.bias"] = state["fc.bias"] + NUDGE
     return save_state_dict(state, tmp_path_factory.mktemp("nudged") / "resnet_digits_nudged.pth")
+
+
+def read_report(path: Path) -> dict:
+    """A JSON report export-check wrote, without its seal (the first member, exporter/report/seal.py): what the run
+    reported, as the tests compare it."""
+    text = path.read_text()
+    return json.loads("{" + text[text.index('"schema"'):])
 
 
 def save_state_dict(state, path: Path) -> Path:

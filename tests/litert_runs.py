@@ -1,21 +1,13 @@
 """What the two litert test files share (tests/integration/test_litert.py, test_litert_seq.py; both run in `tox -e litert`, one
-per worker): the JSON report of a run, and a bundled models/multi_io.py model recorded and checked on the litert row."""
+per worker): a bundled models/multi_io.py model recorded and checked on the litert row."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from conftest import REPO
+from conftest import REPO, read_report
 from export_check.cli import main
 from models.make_multi_io_samples import write_samples
-
-
-def report_of(path: Path) -> dict:
-    text = path.read_text()
-    return json.loads("{" + text[text.index('"schema"'):])
 
 
 def multi_io_run(tmp_path_factory: pytest.TempPathFactory, model: str, cls: str, count: int):
@@ -28,4 +20,4 @@ def multi_io_run(tmp_path_factory: pytest.TempPathFactory, model: str, cls: str,
                  str(folder / "samples"), "-q"]) == 0
     code = main(["check", str(weights), "--arch", arch, "--golden", str(folder / "golden"), "--artifacts", "litert", "-q", "--no-cache",
                  "--out", str(folder / "out"), "--json", str(folder / "r.json")])
-    return code, report_of(folder / "r.json"), folder / "golden", weights
+    return code, read_report(folder / "r.json"), folder / "golden", weights

@@ -7,7 +7,6 @@ of a TinyNet build of it in tests/integration/test_artifact_contract.py."""
 
 from __future__ import annotations
 
-import json
 import platform
 import warnings
 import zipfile
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, read_report
 from export_check.artifacts import KINDS_BY_NAME, BuildContext
 from export_check.artifacts.base import INPUT
 from export_check.cache.secret import KEY_ENV
@@ -28,11 +27,6 @@ from runner_contract import eager_by_hand, holds_the_runner_contract
 pytestmark = pytest.mark.skipif(platform.system() == "Darwin", reason="these assert what a system without Core ML prediction does")
 
 
-def _report(path: Path) -> dict:
-    text = path.read_text()
-    return json.loads("{" + text[text.index('"schema"'):])
-
-
 def test_coreml_is_built_checked_bundled_and_not_applicable_off_macos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with warnings.catch_warnings():  # coremltools imports executorch, which warns of its own deprecations
         warnings.simplefilter("ignore")
@@ -41,7 +35,7 @@ def test_coreml_is_built_checked_bundled_and_not_applicable_off_macos(tmp_path: 
     monkeypatch.setenv(KEY_ENV, str(tmp_path / "lab.key"))
     assert main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "coreml,onnx", "-q", "--no-cache",
                  "--out", str(tmp_path / "out"), "--json", str(tmp_path / "build.json"), "--bundle", str(tmp_path / "mac.bundle")]) == 0
-    rows = {r["name"]: r for r in _report(tmp_path / "build.json")["rows"]}
+    rows = {r["name"]: r for r in read_report(tmp_path / "build.json")["rows"]}
     row = rows["coreml"]
     assert row["status"] == "not-applicable" and "Core ML predicts only on macOS" in row["reasons"][0]
     assert row["details"]["compute_precision"] == "FLOAT32" and row["details"]["batch"].startswith("1 ")
@@ -71,7 +65,7 @@ def test_coreml_is_built_checked_bundled_and_not_applicable_off_macos(tmp_path: 
         assert "artifacts/coreml.zip" in bundle.namelist()
     assert main(["replay", str(tmp_path / "mac.bundle"), "--target", "linux-box", "--out", str(tmp_path / "r"), "-q",
                  "--json", str(tmp_path / "target.json")]) == 0
-    replayed = {r["name"]: r for r in _report(tmp_path / "target.json")["rows"]}
+    replayed = {r["name"]: r for r in read_report(tmp_path / "target.json")["rows"]}
     assert replayed["coreml"]["status"] == "not-applicable"
     assert "the coreml runtime predicts only on macOS" in replayed["coreml"]["reasons"][0]
     assert replayed["onnx"]["metrics"]["mae"] == rows["onnx"]["metrics"]["mae"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, NO_TORCH
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, NO_TORCH, read_report
 from export_check.cli import main
 from export_check.report.seal import sealed
 
@@ -20,8 +20,7 @@ KINDS = "torchscript-trace,onnx,onnx-int8-dynamic"
 
 
 def _rows(path: Path) -> dict[str, dict]:
-    text = path.read_text()
-    return {r["name"]: r for r in json.loads("{" + text[text.index('"schema"'):])["rows"]}
+    return {r["name"]: r for r in read_report(path)["rows"]}
 
 
 TIGHT = ["--max-mae", "1e-9", "--int8-max-relative-mae", "0.001"]  # the ONNX file and dynamic int8 fail on any CPU
@@ -105,16 +104,15 @@ def test_judge_report_of_a_fleet_judges_each_model(runs: Path, capsys) -> None:
     assert main(["merge", str(runs / "first.json"), "--json", str(runs / "merged.json")]) == 0
     assert main(["judge", str(runs / "merged.json"), *TIGHT, "--json", str(runs / "merged-judged.json")]) == 1
     capsys.readouterr()
-    text = (runs / "merged-judged.json").read_text()
-    fleet = json.loads("{" + text[text.index('"schema"'):])
+    fleet = read_report(runs / "merged-judged.json")
     (model,) = fleet["models"]
     assert model["status"] == "fail"
     assert [r["status"] for r in model["report"]["rows"]] == [r["status"] for r in _rows(runs / "fresh.json").values()]
 
 
 def test_judge_refuses_a_report_without_observations_and_an_edited_one(runs: Path, capsys) -> None:
-    text = (runs / "first.json").read_text()
-    data = json.loads("{" + text[text.index('"schema"'):])
+    text = (runs / "first.json").read_text()  # its bytes: edited below
+    data = read_report(runs / "first.json")
     del data["observations"]
     (runs / "old.json").write_text(sealed(json.dumps(data), None)[0])  # as an export-check before `judge` wrote it
     assert main(["judge", str(runs / "old.json")]) == 2
@@ -141,8 +139,7 @@ def test_a_reports_observations_read_back_exactly_with_an_infinite_error(runs: P
     from export_check.measurements import Observation
     from export_check.results import lossless
 
-    text = (runs / "first.json").read_text()
-    stored = json.loads("{" + text[text.index('"schema"'):])["observations"]
+    stored = read_report(runs / "first.json")["observations"]
     assert [o["name"] for o in stored] == list(_rows(runs / "first.json"))
     for data in stored:
         assert lossless(asdict(from_plain(Observation, data))) == data  # nothing lost or added on the way back

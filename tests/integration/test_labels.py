@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, read_report
 from export_check.cli import main
 
 MODELS = REPO / "models"
@@ -29,8 +29,7 @@ def _samples(folder: Path, checkpoint: str) -> Path:
 
 
 def _rows(path: Path) -> dict[str, dict]:
-    text = path.read_text()
-    return {r["name"]: r for r in json.loads("{" + text[text.index('"schema"'):])["rows"]}
+    return {r["name"]: r for r in read_report(path)["rows"]}
 
 
 def _output(row: dict, name: str) -> dict:

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, read_report
 from export_check.cli import main
-from litert_runs import multi_io_run, report_of
+from litert_runs import multi_io_run
 from runner_contract import eager_by_hand, holds_the_runner_contract
 
 pytest.importorskip("ai_edge_litert", reason="the litert kind runs in its own environment: tox -e litert (README, \"Artifact groups\")")
@@ -32,7 +32,7 @@ def checked(tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("litert")
     code = main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "litert,onnx", "-q", "--no-cache",
                  "--out", str(folder / "out"), "--json", str(folder / "r.json")])
-    return code, report_of(folder / "r.json")
+    return code, read_report(folder / "r.json")
 
 
 def test_the_tflite_file_matches_eager_on_the_golden_set_as_the_interpreter_run_by_hand_says(checked) -> None:

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, read_report
 from export_check.cli import main
-from litert_runs import multi_io_run, report_of
+from litert_runs import multi_io_run
 
 pytest.importorskip("ai_edge_litert", reason="the litert kind runs in its own environment: tox -e litert (README, \"Artifact groups\")")
 with warnings.catch_warnings():
@@ -74,7 +74,7 @@ def recogniser(tmp_path_factory: pytest.TempPathFactory):
     weights = REPO / "models" / "checkpoints" / "sequence_recognizer.pth"
     code = main(["check", str(weights), "--config", str(REPO / "models" / "examples" / "sequence_recognizer.toml"), "--artifacts",
                  "litert", "-q", "--no-cache", "--out", str(folder / "out"), "--json", str(folder / "r.json")])
-    return code, report_of(folder / "r.json"), REPO / "models" / "examples" / "sequence_recognizer_golden", weights
+    return code, read_report(folder / "r.json"), REPO / "models" / "examples" / "sequence_recognizer_golden", weights
 
 
 def test_the_token_classifier_gets_one_signature_per_golden_length_and_matches_the_interpreter_by_hand(tokens) -> None:

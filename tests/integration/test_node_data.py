@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, read_report
 from export_check.cli import main
 
 
@@ -33,8 +33,7 @@ def module_key(failing: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _report(tmp: Path) -> dict:
-    text = (tmp / "r.json").read_text()
-    return json.loads("{" + text[text.index('"schema"'):])
+    return read_report(tmp / "r.json")
 
 
 def _owner(node: str, modules: set[str]) -> str | None:

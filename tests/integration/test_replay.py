@@ -15,17 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, NO_TORCH, REPO, TESTS, save_state, seeded
+from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, NO_TORCH, REPO, TESTS, read_report, save_state, seeded
 from export_check.cache.secret import KEY_ENV, load_key
 from export_check.cli import main
 
 KINDS = "onnx,onnx-int8-dynamic,torchscript-trace"
 ONNX_ROWS = ("onnx", "onnx-int8-dynamic")
-
-
-def _report(path: Path) -> dict:
-    text = path.read_text()
-    return json.loads("{" + text[text.index('"schema"'):])  # the seal is the first member
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +89,7 @@ def test_replay_without_torch_gives_the_builds_verdicts_and_maes(built, slim_pyt
                            str(tmp_path / "replayed"), "--json", str(tmp_path / "target.json")], capture_output=True, text=True, timeout=300,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    build, target = _report(folder / "build-a.json"), _report(tmp_path / "target.json")
+    build, target = read_report(folder / "build-a.json"), read_report(tmp_path / "target.json")
     assert target["target"] == "lab-1" and target["checkpoint"]["sha256"] == build["checkpoint"]["sha256"]
     assert target["versions"]["torch"] == "not installed"
     built_rows, replayed = {r["name"]: r for r in build["rows"]}, {r["name"]: r for r in target["rows"]}
@@ -160,7 +155,7 @@ def test_merge_joins_the_build_and_the_target_into_one_report(built, tmp_path: P
                  "--json", str(tmp_path / "target.json")]) == 0
     capsys.readouterr()
     assert main(["merge", str(folder / "build-a.json"), str(tmp_path / "target.json"), "--json", str(tmp_path / "merged.json")]) == 0
-    merged = _report(tmp_path / "merged.json")
+    merged = read_report(tmp_path / "merged.json")
     names = [m["name"] for m in merged["models"]]
     assert names == [str(DEFAULT_CHECKPOINT), f"{DEFAULT_CHECKPOINT} @ lab-2"] and merged["exit_code"] == 0
     side = {c["artifact"]: c for c in merged["across_machines"]}
@@ -190,7 +185,7 @@ def test_a_multi_output_model_replays_without_torch(slim_python: Path, tmp_path:
                            str(tmp_path / "replayed"), "--json", str(tmp_path / "target.json"), "-q"], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    build, target = _report(tmp_path / "build.json"), _report(tmp_path / "target.json")
+    build, target = read_report(tmp_path / "build.json"), read_report(tmp_path / "target.json")
     for b, t in zip(build["rows"][1:], target["rows"], strict=True):
         assert (b["name"], b["status"]) == (t["name"], t["status"]) == (t["name"], "pass")
         assert [o["name"] for o in t["outputs"]] == ["scores", "boxes"]
@@ -264,7 +259,7 @@ def test_a_fleet_of_targets_runs_as_ray_tasks_and_a_target_no_node_offers_is_an_
     assert report.executor.startswith("ray (local") and seen[0].name == "mac"  # refused at once, before the tasks finished
     mac = seen[0]
     assert mac.report is None and "no node of the Ray cluster offers macos=1" in (mac.error or "")
-    build = {r["name"]: r for r in _report(folder / "build-a.json")["rows"]}
+    build = {r["name"]: r for r in read_report(folder / "build-a.json")["rows"]}
     boards = [m for m in report.models if m.report is not None]
     assert sorted(m.name for m in boards) == [f"{DEFAULT_CHECKPOINT} @ board-a", f"{DEFAULT_CHECKPOINT} @ board-b"]
     for model in boards:
