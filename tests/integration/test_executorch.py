@@ -121,6 +121,14 @@ def test_the_bundled_model_passes_and_agrees_with_the_pte_run_by_hand(bundled, e
     assert KINDS_BY_NAME[KIND].layers == "executorch" and row.diagnostics.layers is None
 
 
+def _judged_by_hand() -> list[int]:
+    """The golden samples executorch-int8 is judged on, in order: outside the default calibration split, worked out from
+    the manifest itself (the 32 inputs of smallest sha256: tests/integration/test_static_int8.py), not by the tool."""
+    golden = load_golden(DEFAULT_GOLDEN)
+    calibration = set(sorted(range(len(golden)), key=lambda i: golden.inputs[i].sha256)[:32])
+    return [i for i in range(len(golden)) if i not in calibration]
+
+
 def test_int8_passes_judged_only_on_the_samples_it_was_not_calibrated_on_and_agrees_with_the_pte_run_by_hand(both, eager) -> None:
     rows, out = both
     row = rows[INT8]
@@ -131,10 +139,7 @@ def test_int8_passes_judged_only_on_the_samples_it_was_not_calibrated_on_and_agr
     assert details["batch_bound"] == "exported with Dim('batch', min=1, max=64); planned in the .pte for 64"
     pte = out / "executorch-int8.pte"
     assert pte.stat().st_size < (out / "executorch.pte").stat().st_size / 2, "int8 weights: well under half the fp32 file"
-    # the default split, worked out from the manifest itself: the 32 inputs of smallest sha256 (tests/integration/test_static_int8.py)
-    golden = load_golden(DEFAULT_GOLDEN)
-    calibration = set(sorted(range(len(golden)), key=lambda i: golden.inputs[i].sha256)[:32])
-    judged = [i for i in range(len(golden)) if i not in calibration]
+    judged = _judged_by_hand()
     x, logits = eager
     ran = _run_by_hand(pte, x)
     by_hand = float(np.abs(ran[judged].astype(np.float64) - logits[judged].astype(np.float64)).mean())
@@ -153,9 +158,7 @@ def test_both_pte_files_hold_the_runner_contract(both, eager) -> None:
     so int8 is held to the int8 gate relative to eager's mean |logit| (float stays at 1e-5 absolute)."""
     _, out = both
     x, _ = eager
-    golden = load_golden(DEFAULT_GOLDEN)
-    calibration = set(sorted(range(len(golden)), key=lambda i: golden.inputs[i].sha256)[:32])
-    judged = x[[i for i in range(len(golden)) if i not in calibration]]
+    judged = x[_judged_by_hand()]
     model = load_model(DEFAULT_CHECKPOINT, DEFAULT_ARCH, {}, None)
     ctx = BuildContext(model=None, example=None, opset=17, onnx_exporter="torchscript", threads=1)
     for name, samples in ((KIND, x), (INT8, judged)):
