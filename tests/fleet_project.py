@@ -84,6 +84,7 @@ KILLER = textwrap.dedent(
     '''
     import os
     import signal
+    import time
     from pathlib import Path
 
     from export_check.checkpoint import resolve_factory
@@ -91,12 +92,16 @@ KILLER = textwrap.dedent(
     HERE = Path(__file__).resolve().parent
 
 
-    def KillOnce(marker: str, hidden: int = 8, always: bool = False):
+    def KillOnce(marker: str, hidden: int = 8, always: bool = False, after: str = ""):
         """The user's DigitsMLP, except that its first construction (every one, with always=True) kills
         its own process with SIGKILL: the worker checking this model is lost mid-check, as when a
-        node goes down. The marker file records the pid that died."""
+        node goes down. The marker file records the pid that died. With ``after``, the first death
+        waits (up to a minute) for that file: another killer in the same pool has been reached."""
         path = Path(marker)
         if always or not path.exists():
+            deadline = time.monotonic() + 60
+            while after and not path.exists() and not Path(after).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
             with open(path, "a") as fh:
                 fh.write(f"{os.getpid()}\\n")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -105,12 +110,13 @@ KILLER = textwrap.dedent(
 ).lstrip()
 
 
-def add_killer(zoo: Zoo, name: str, always: bool, marker: Path | None = None) -> str:
+def add_killer(zoo: Zoo, name: str, always: bool, marker: Path | None = None, after: Path | None = None) -> str:
     """A fleet table for model ``name`` (already in the zoo, golden set recorded) checked through
-    ``killer.py:KillOnce``: its worker dies on the first attempt (on every one, with ``always``)."""
+    ``killer.py:KillOnce``: its worker dies on the first attempt (on every one, with ``always``); with
+    ``after``, its first death waits for that marker (the other killer has died: it ran in this pool)."""
     (zoo.folder / "killer.py").write_text(KILLER)
     hidden = 8 + 4 * int(name.removeprefix("mlp"))
     marker = marker or zoo.folder / f"{name}.killed"
     return "\n".join([f"[models.{name}-killed]", f'checkpoint = "{name}/model.pth"', 'arch = "killer.py:KillOnce"',
-                      f'arch-kwargs = {{ marker = "{marker}", hidden = {hidden}, always = {str(always).lower()} }}',
+                      f'arch-kwargs = {{ marker = "{marker}", hidden = {hidden}, always = {str(always).lower()}, after = "{after or ""}" }}',
                       f'golden = "{name}/golden"', ""])

@@ -223,8 +223,10 @@ def test_bad_fleet_input_is_one_line_before_any_model_runs(zoo: Zoo, tmp_path: P
 
 def test_a_worker_that_dies_costs_its_own_model_only(zoo: Zoo, runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     base = (zoo.folder / "fleet.toml").read_text().split("[models.mlp2]")[0]  # defaults, mlp0, mlp1
+    # mlp3's first death waits for mlp2's: had it broken the pool first, mlp2 would be lost before it ever ran, and
+    # its first (killing) try would be the one alone: "died also when checked alone" (seen in CI at eb09683)
     (zoo.folder / "fleet-killers.toml").write_text(base + add_killer(zoo, "mlp2", always=False, marker=tmp_path / "once")
-                                                   + add_killer(zoo, "mlp3", always=True, marker=tmp_path / "always"))
+                                                   + add_killer(zoo, "mlp3", always=True, marker=tmp_path / "always", after=tmp_path / "once"))
     # mlp0 and mlp1 are cache hits (under the key the module's cache was sealed with: another key's entries are not
     # trusted, and would be built again); the killers' arch is their own, so their checks load the model (and die)
     monkeypatch.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(runs / "key" / "cache.key"))
