@@ -17,6 +17,10 @@ __all__ = ["ArtifactKind", "BuildContext", "Runner", "KINDS", "KIND_NAMES", "KIN
 
 ONNX = ("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")  # what builds and runs an ONNX file
 OPSET, EXPORTER = ("opset",), ("opset", "onnx_exporter")  # the settings an ONNX export reads (dynamo: its own exporter)
+# What an ExecuTorch build imports (5-7 s) and the XNNPACK pattern graphs its lowering builds on first use (4-6 s):
+# once in the build server rather than in each build child.
+EXECUTORCH = ("executorch.runtime", "executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_partitioner",
+              "export_check.artifacts.executorch_pte:warm_patterns")
 
 # Build ranks: the pipeline builds (and, with --jobs 2, replays) the kinds in rank order; reports keep
 # the table's order. onnx-simplified goes last: onnxsim is the slowest import (about 0.5 s), which the
@@ -93,16 +97,18 @@ KINDS: tuple[ArtifactKind, ...] = (
     ArtifactKind("executorch", ".pte", "float", "export_check.artifacts.executorch_pte", None, "executorch",
                  "an ExecuTorch program: torch.export with the batch bounded (max 64), lowered to XNNPACK (fp32) by "
                  "to_edge_transform_and_lower, fed in its exported dim order by the ExecuTorch Python runtime (needs executorch)",
-                 build_rank=135, groups=("edge",), packages=("torch", "executorch"), layers="executorch", preload=(), options=()),
+                 build_rank=135, groups=("edge",), packages=("torch", "executorch"), layers="executorch", preload=EXECUTORCH, options=()),
     ArtifactKind("executorch-int8", ".pte", "int8", "export_check.artifacts.executorch_int8", None, "executorch",
                  "PT2E static int8 with the XNNPACK quantizer (torchao prepare_pt2e/convert_pt2e), calibrated on the golden set's "
                  "calibration split, lowered to XNNPACK as executorch (needs executorch); judged on the other samples", calibrated=True,
-                 build_rank=136, groups=("edge",), packages=("torch", "executorch", "torchao"), layers="executorch", preload=(), options=()),
+                 build_rank=136, groups=("edge",), packages=("torch", "executorch", "torchao"), layers="executorch",
+                 preload=(*EXECUTORCH, "executorch.backends.xnnpack.quantizer.xnnpack_quantizer", "torchao.quantization.pt2e.quantize_pt2e"),
+                 options=()),
     ArtifactKind("coreml", ".zip", "float", "export_check.artifacts.coreml", None, "coreml",
                  "a Core ML ML Program (coremltools.convert of torch.export of one sample, FLOAT32 compute), the .mlpackage zipped, "
                  "fed sample by sample; predicted by Core ML on macOS only (elsewhere built, its spec checked, not applicable: "
                  "replay its bundle on a Mac)",
-                 build_rank=137, groups=("edge",), packages=("torch", "coremltools"), layers=None, preload=(), options=()),
+                 build_rank=137, groups=("edge",), packages=("torch", "coremltools"), layers=None, preload=("coremltools",), options=()),
     ArtifactKind("litert", ".tflite", "float", "export_check.artifacts.litert", None, "litert",
                  "a LiteRT (TensorFlow Lite) flatbuffer converted by litert-torch (the example's batch, resized to each batch fed; "
                  "a declared dynamic axis the file keeps fixed gets one signature per golden size, at most 16), "
@@ -119,8 +125,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
     **{group: tuple(k.name for k in KINDS if group in k.groups) for group in GROUP_NAMES if group != "all"},
     "all": KIND_NAMES,
 }
-# The modules the build server imports ahead, in build order, each once (exporter/builder/server.py).
-PRELOAD: tuple[str, ...] = tuple(dict.fromkeys(module for kind in BUILD_ORDER for module in kind.preload))
+# The modules the build server imports ahead while idle, in every run: the default kinds', in build order, each
+# once (exporter/builder/server.py). The other kinds' are imported when the run builds them, before their child.
+PRELOAD: tuple[str, ...] = tuple(dict.fromkeys(module for kind in BUILD_ORDER if "default" in kind.groups for module in kind.preload))
 DEFAULT_KINDS: tuple[str, ...] = GROUPS["default"]
 
 

@@ -118,7 +118,9 @@ class BuildContext:
 #   packages:   the distributions (package-index names) that build, load or run it, its source's
 #               included: the cache keys its entry on their versions, the report records them
 #   layers:     its per-layer method (diagnostics.divergence.METHODS), or None: no per-layer table
-#   preload:    the modules its build imports that the build server imports ahead, while idle
+#   preload:    the modules its build imports that the build server imports itself, once, so that every
+#               build child inherits them: a default kind's while idle, in every run (artifacts.PRELOAD);
+#               another kind's before its first build's child is forked (it runs in few runs)
 #   options:    the run settings (RunConfig fields) its build or its runner reads, its source's included
 KIND_FACTS = ("build_rank", "groups", "packages", "layers", "preload", "options")
 
@@ -139,7 +141,12 @@ RUNTIME_MODULES: dict[str, tuple[str, ...]] = {
 # server (builder/server.py) imports it once, before it forks its load host, when the run builds a kind
 # of that runtime, so that neither the host nor each build child imports it apart (torch.export's
 # deserializer pulls in torch._dynamo and sympy: 2-4 s on a loaded machine).
-RUNTIME_LOADERS: dict[str, tuple[str, ...]] = {"torch.export": ("torch._export.serde.serialize",)}
+RUNTIME_LOADERS: dict[str, tuple[str, ...]] = {
+    "torch.export": ("torch._export.serde.serialize",),
+    # the Python runtime imports the whole of exir (executorch 1.5: 5-7 s): once in the load host, not in each load child
+    "executorch": ("executorch.runtime",),
+    "coreml": ("coremltools",),  # 9-11 s: it imports scikit-learn, torchao and executorch's exir
+}
 # The systems a runtime predicts on, where not every one (Core ML: macOS only).
 RUNTIME_SYSTEMS: dict[str, tuple[str, ...]] = {"coreml": ("Darwin",)}
 

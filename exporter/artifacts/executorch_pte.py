@@ -305,6 +305,25 @@ def exported_program(ctx: BuildContext) -> tuple[Any, Bounds]:
     return export_bounded(ctx, copy.deepcopy(ctx.model).eval())
 
 
+def warm_patterns() -> None:
+    """Build the pattern graphs XNNPACK's lowering matches every model against (bilinear upsampling, SDPA: each
+    exported with torch.export and cached by ``lru_cache`` on first use; 4-6 s) in this process: the build server
+    calls it once, and every build child forked after it inherits them. ``torch.fx.Interpreter`` starts tqdm's
+    monitor thread on the way; it is ended, so that the server stays single-threaded and safe to fork."""
+    with warnings.catch_warnings(), redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        require_executorch()
+        from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+
+        bilinear_2d.get_graphs_dict()
+        sdpa.get_graphs()
+    tqdm: Any = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
+    monitor = getattr(tqdm, "monitor", None)
+    if monitor is not None:
+        monitor.exit()
+        tqdm.monitor = None
+
+
 def _pin_threads(threads: int) -> None:
     """XNNPACK's threadpool (process-wide; all cores by default) at the run's ``threads``, as every runtime is pinned."""
     from executorch.extension.pybindings import portable_lib

@@ -256,3 +256,19 @@ def test_without_executorch_the_kind_is_not_applicable_and_names_the_extra(tmp_p
     with pytest.raises(NotApplicable, match="executorch is not installed"):
         KINDS_BY_NAME[KIND].open_runner(tmp_path / "executorch.pte", ctx).__enter__()
     assert not list(tmp_path.iterdir())
+
+
+def test_the_servers_warm_up_builds_xnnpacks_pattern_graphs_and_leaves_it_single_threaded() -> None:
+    """The build server runs ``warm_patterns`` (the kind's preload) before forking the kind's first build child: the
+    graphs are then built once per server, and the server must stay safe to fork (no Python thread left behind)."""
+    import threading
+
+    from export_check.artifacts.executorch_pte import warm_patterns
+
+    assert f"{warm_patterns.__module__}:warm_patterns" in KINDS_BY_NAME[KIND].preload
+    threads = threading.active_count()
+    warm_patterns()
+    from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+    assert threading.active_count() == threads, [t.name for t in threading.enumerate()]
+    assert bilinear_2d._get_bilinear_2d_graphs.cache_info().currsize == 1 and sdpa.get_graphs.cache_info().currsize == 1
+    assert len(bilinear_2d.get_graphs_dict()) == 4  # both align_corners, with and without dim order
