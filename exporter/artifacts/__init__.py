@@ -17,9 +17,11 @@ __all__ = ["ArtifactKind", "BuildContext", "Runner", "KINDS", "KIND_NAMES", "KIN
 
 ONNX = ("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")  # what builds and runs an ONNX file
 OPSET, EXPORTER = ("opset",), ("opset", "onnx_exporter")  # the settings an ONNX export reads (dynamo: its own exporter)
+# torch.export's first call in a process (3 s of imports and set-up): made once in the build server, for the kinds built on it.
+EXPORT = ("export_check.artifacts._program:warm_export",)
 # What an ExecuTorch build imports (5-7 s) and the XNNPACK pattern graphs its lowering builds on first use (4-6 s):
 # once in the build server rather than in each build child.
-EXECUTORCH = ("executorch.runtime", "executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_partitioner",
+EXECUTORCH = ("executorch.runtime", "executorch.exir", "executorch.backends.xnnpack.partition.xnnpack_partitioner", *EXPORT,
               "export_check.artifacts.executorch_pte:warm_patterns")
 
 # Build ranks: the pipeline builds (and, with --jobs 2, replays) the kinds in rank order; reports keep
@@ -54,19 +56,20 @@ KINDS: tuple[ArtifactKind, ...] = (
                  build_rank=40, groups=("default",), packages=ONNX, layers="onnxruntime", preload=("onnxruntime.quantization",), options=EXPORTER),
     ArtifactKind("torch-export", ".pt2", "float", "export_check.artifacts.torch_export", None, "torch.export",
                  "torch.export (batch and declared axes dynamic) saved with torch.export.save; loaded with torch.export.load",
-                 build_rank=80, groups=("modern",), packages=("torch",), layers="program", preload=(), options=()),
+                 build_rank=80, groups=("modern",), packages=("torch",), layers="program", preload=EXPORT, options=()),
     ArtifactKind("onnx-dynamo", ".onnx", "float", "export_check.artifacts.onnx_dynamo", None, "onnxruntime",
                  "ONNX from the torch.export-based exporter (torch.onnx.export(dynamo=True), needs onnxscript); run in onnxruntime",
-                 build_rank=110, groups=("modern",), packages=ONNX, layers="onnxruntime", preload=(), options=OPSET),
+                 build_rank=110, groups=("modern",), packages=ONNX, layers="onnxruntime", preload=("onnxscript", *EXPORT), options=OPSET),
     ArtifactKind("onnx-fp16", ".onnx", "fp16", "export_check.artifacts.onnx_fp16", "onnx", "onnxruntime",
                  "the ONNX file in float16 with float32 inputs and outputs kept; onnxruntime graph optimisation level pinned",
                  build_rank=50, groups=("modern",), packages=ONNX, layers="onnxruntime", preload=(), options=(*EXPORTER, "fp16_optimization")),
     ArtifactKind("torchao-int8-dynamic", ".pt2", "int8", "export_check.artifacts.torchao_int8", None, "torch.export",
                  "torchao int8 dynamic activation, int8 weight quantization of nn.Linear, saved with torch.export (needs torchao)",
-                 build_rank=90, groups=("modern",), packages=("torch", "torchao"), layers="program", preload=(), options=()),
+                 build_rank=90, groups=("modern",), packages=("torch", "torchao"), layers="program",
+                 preload=("torchao.quantization", *EXPORT), options=()),
     ArtifactKind("aoti", ".pt2", "float", "export_check.artifacts.aoti", None, "aoti",
                  "an AOTInductor package (aoti_compile_and_package; needs a C++ compiler); loaded with aoti_load_package",
-                 build_rank=140, groups=(), packages=("torch",), layers=None, preload=(), options=()),
+                 build_rank=140, groups=(), packages=("torch",), layers=None, preload=EXPORT, options=()),
     ArtifactKind("openvino", ".tar", "fp16", "export_check.artifacts.openvino_ir", None, "openvino",
                  "OpenVINO IR as deployed: fp16-compressed weights, the CPU's default inference precision (needs openvino)",
                  build_rank=150, groups=(), packages=("torch", "openvino"), layers=None, preload=(), options=()),
@@ -80,7 +83,8 @@ KINDS: tuple[ArtifactKind, ...] = (
     ArtifactKind("pt2e-int8-static", ".pt2", "int8", "export_check.artifacts.pt2e_int8_static", None, "torch.export",
                  "torchao PT2E static int8 (X86 Inductor quantizer), calibrated on the golden set's calibration split, saved "
                  "with torch.export (needs torchao); judged on the other samples", calibrated=True,
-                 build_rank=100, groups=("modern",), packages=("torch", "torchao"), layers="program", preload=(), options=()),
+                 build_rank=100, groups=("modern",), packages=("torch", "torchao"), layers="program",
+                 preload=("torchao.quantization.pt2e.quantize_pt2e", *EXPORT), options=()),
     ArtifactKind("onnx-dynamo-simplified", ".onnx", "float", "export_check.artifacts.onnx_simplified", "onnx-dynamo", "onnxruntime",
                  "the dynamo ONNX file simplified by onnxsim; its batch axis must stay dynamic",
                  build_rank=170, groups=("modern",), packages=(*ONNX, "onnxsim"), layers="onnxruntime", preload=("onnxsim",), options=OPSET),
@@ -108,12 +112,13 @@ KINDS: tuple[ArtifactKind, ...] = (
                  "a Core ML ML Program (coremltools.convert of torch.export of one sample, FLOAT32 compute), the .mlpackage zipped, "
                  "fed sample by sample; predicted by Core ML on macOS only (elsewhere built, its spec checked, not applicable: "
                  "replay its bundle on a Mac)",
-                 build_rank=137, groups=("edge",), packages=("torch", "coremltools"), layers=None, preload=("coremltools",), options=()),
+                 build_rank=137, groups=("edge",), packages=("torch", "coremltools"), layers=None, preload=("coremltools", *EXPORT), options=()),
     ArtifactKind("litert", ".tflite", "float", "export_check.artifacts.litert", None, "litert",
                  "a LiteRT (TensorFlow Lite) flatbuffer converted by litert-torch (the example's batch, resized to each batch fed; "
                  "a declared dynamic axis the file keeps fixed gets one signature per golden size, at most 16), "
                  "run by the LiteRT interpreter through its signatures (needs litert-torch and ai-edge-litert: tox -e litert)",
-                 build_rank=138, groups=("edge",), packages=("torch", "litert-torch", "ai-edge-litert"), layers=None, preload=(), options=()),
+                 build_rank=138, groups=("edge",), packages=("torch", "litert-torch", "ai-edge-litert"), layers=None,
+                 preload=("litert_torch", *EXPORT), options=()),
 )
 KIND_NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 KINDS_BY_NAME: dict[str, ArtifactKind] = {k.name: k for k in KINDS}

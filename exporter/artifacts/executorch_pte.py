@@ -308,8 +308,7 @@ def exported_program(ctx: BuildContext) -> tuple[Any, Bounds]:
 def warm_patterns() -> None:
     """Build the pattern graphs XNNPACK's lowering matches every model against (bilinear upsampling, SDPA: each
     exported with torch.export and cached by ``lru_cache`` on first use; 4-6 s) in this process: the build server
-    calls it once, and every build child forked after it inherits them. ``torch.fx.Interpreter`` starts tqdm's
-    monitor thread on the way; it is ended, so that the server stays single-threaded and safe to fork."""
+    calls it once, and every build child forked after it inherits them."""
     with warnings.catch_warnings(), redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         require_executorch()
@@ -317,11 +316,6 @@ def warm_patterns() -> None:
 
         bilinear_2d.get_graphs_dict()
         sdpa.get_graphs()
-    tqdm: Any = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
-    monitor = getattr(tqdm, "monitor", None)
-    if monitor is not None:
-        monitor.exit()
-        tqdm.monitor = None
 
 
 def _pin_threads(threads: int) -> None:

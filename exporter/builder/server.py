@@ -284,6 +284,19 @@ def _import(name: str) -> None:
         if function:
             _WARMED.add(name)
             getattr(found, function)()
+            _end_helper_threads()
+
+
+def _end_helper_threads() -> None:
+    """End the threads a warm-up left behind, so that this server stays single-threaded and safe to fork (a child
+    forked while another thread holds a lock waits on it forever). torch.fx's ``Interpreter`` (torch.export's
+    decompositions, XNNPACK's passes) opens a tqdm bar, disabled, whose first use starts tqdm's monitor thread;
+    a child that opens a bar starts its own."""
+    tqdm: Any = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
+    monitor = getattr(tqdm, "monitor", None)
+    if monitor is not None:
+        monitor.exit()
+        tqdm.monitor = None
 
 
 def warm_up() -> None:

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, read_report
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO, read_report
 from export_check.cli import main
-from litert_runs import multi_io_run
+from litert_runs import by_hand, eager_model, multi_io_run
 from runner_contract import eager_by_hand, holds_the_runner_contract
 
 pytest.importorskip("ai_edge_litert", reason="the litert kind runs in its own environment: tox -e litert (README, \"Artifact groups\")")
@@ -125,3 +125,55 @@ def test_the_two_output_detector_passes_and_each_outputs_mae_is_the_interpreters
         mae = float(np.concatenate(parts).mean())
         assert mae < 1e-5
         assert measured[name] == pytest.approx(mae, rel=1e-6, abs=1e-12), name
+
+
+# The sequence recogniser (issue 27, "dynamic shapes as the device sees them"): torch.export unrolls its LSTM over the
+# example's width, so its file gets one signature per width in the golden set, and the runner picks the one each batch
+# matches. (In this file, not beside the token classifier: the two files take about as long, one per worker.)
+
+@pytest.fixture(scope="module")
+def recogniser(tmp_path_factory: pytest.TempPathFactory):
+    """The bundled sequence recogniser (image (N, 1, 16, W), W = 48, 64, 80; a BiLSTM; time-major output) on its bundled golden set."""
+    folder = tmp_path_factory.mktemp("litert-recogniser")
+    weights = REPO / "models" / "checkpoints" / "sequence_recognizer.pth"
+    code = main(["check", str(weights), "--config", str(REPO / "models" / "examples" / "sequence_recognizer.toml"), "--artifacts",
+                 "litert", "-q", "--no-cache", "--out", str(folder / "out"), "--json", str(folder / "r.json")])
+    return code, read_report(folder / "r.json"), REPO / "models" / "examples" / "sequence_recognizer_golden", weights
+
+
+def test_the_lstm_recogniser_is_unrolled_once_per_golden_width_and_matches_the_interpreter_by_hand(recogniser) -> None:
+    from ai_edge_litert.interpreter import Interpreter
+
+    code, report, golden_dir, weights = recogniser
+    row = next(r for r in report["rows"] if r["name"] == "litert")
+    assert code == 0 and row["status"] == "pass", row["reasons"]
+    details = row["details"]
+    assert details["signatures"] == "image axis 3 at 48, 64, 80: one signature each (len_48, len_64, len_80)"
+    assert "unrolls the LSTM over the example's time steps (pytorch/pytorch#115092)" in details["signatures_why"]
+    assert details["batch_in_file"].startswith("1 (fed sample by sample: ")
+    listed = Interpreter(model_path=row["artifact"]["path"]).get_signature_list()
+    assert sorted(listed) == ["len_48", "len_64", "len_80"]
+    # time-major output (T, N, 11): the samples are joined on axis 1
+    mae, used, count = by_hand(row["artifact"]["path"], golden_dir, eager_model("SequenceRecognizer", weights), ["image"], 1)
+    assert count == 24 and used == set(listed) and mae < 1e-5
+    assert row["metrics"]["mae"] == pytest.approx(mae, rel=1e-9)
+
+
+def test_more_golden_sizes_than_the_signature_cap_is_not_applicable_naming_the_setting(tmp_path: Path) -> None:
+    """17 distinct widths of the recogniser (its LSTM goes straight to buckets): refused before anything is converted."""
+    from export_check.artifacts import BuildContext, litert
+    from export_check.artifacts.base import NotApplicable
+    from export_check.golden.manifest import load_golden
+
+    signature = load_golden(REPO / "models" / "examples" / "sequence_recognizer_golden").signature
+    ctx = BuildContext(model=eager_model("SequenceRecognizer", REPO / "models" / "checkpoints" / "sequence_recognizer.pth"),
+                       example={"image": torch.zeros(2, 1, 16, 48)}, opset=17, onnx_exporter="torchscript", threads=1,
+                       signature=signature, axis_sizes=tuple((("image", 3, 48 + 4 * k),) for k in range(litert.MAX_SIGNATURES + 1)))
+    with pytest.raises(NotApplicable) as refused:
+        litert.build(ctx, tmp_path / "litert.tflite", None)
+    message = str(refused.value)
+    assert message.startswith("not applicable: a .tflite converted from the example would keep its image axis 3 at 48: "), message
+    assert message.endswith("; one signature per size would take 17 (the golden set's distinct sizes of image axis 3), above the 16 a "
+                            "file is given (litert.MAX_SIGNATURES): record the golden set with fewer lengths, or pad its samples to "
+                            "a few bucket lengths"), message
+    assert not (tmp_path / "litert.tflite").exists()

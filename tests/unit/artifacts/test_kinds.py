@@ -4,6 +4,7 @@ everything the tool knows about kinds is read off the rows (issue 26: a kind is 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import importlib.util
 import re
 from pathlib import Path
@@ -39,7 +40,11 @@ def test_every_row_states_every_fact(kind: ArtifactKind) -> None:
     assert set(kind.groups) <= set(GROUP_NAMES) - {"all"}
     assert kind.packages and "torch" in kind.packages and all(re.fullmatch(r"[a-z0-9][a-z0-9._-]*", p) for p in kind.packages)
     assert kind.layers is None or kind.layers in METHODS
-    assert all(importlib.util.find_spec(m.partition(".")[0]) is not None for m in kind.preload), "preload names an importable module"
+    if all(_installed(package) for package in kind.packages):  # litert's live in an environment of their own (tox -e litert)
+        for entry in kind.preload:  # a module, or module:function (a warm-up the build server runs once)
+            module, _, function = entry.partition(":")
+            assert importlib.util.find_spec(module.partition(".")[0]) is not None, f"preload names an importable module: {entry}"
+            assert not function or callable(getattr(importlib.import_module(module), function, None)), f"no such warm-up: {entry}"
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     settable = {o.field for o in OPTIONS}
     assert set(kind.options) <= fields & settable, "options are run settings a user can set"
@@ -70,3 +75,11 @@ def test_every_kind_has_its_documented_line_and_a_test_of_its_own() -> None:
         assert line is not None, f"docs/explanation/artifacts-and-gates.md's kind table has no line for {kind.name}"
         assert kind.suffix in line
         assert f'"{kind.name}"' in tests, f"no test names {kind.name}"
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True

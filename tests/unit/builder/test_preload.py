@@ -58,3 +58,18 @@ def test_a_request_of_no_known_kind_imports_nothing(module: str) -> None:
     build._import_for({"kind": "no-such-kind"})
     build._import_for({})
     assert module not in sys.modules
+
+
+def test_the_torch_export_warm_up_is_every_exporting_kinds_and_leaves_the_server_single_threaded() -> None:
+    import threading
+
+    warm = "export_check.artifacts._program:warm_export"
+    on_export = ("torch-export", "torchao-int8-dynamic", "aoti", "onnx-dynamo", "pt2e-int8-static", "executorch",
+                 "executorch-int8", "coreml", "litert")
+    assert [name for name in on_export if warm not in KINDS_BY_NAME[name].preload] == []
+    assert warm not in PRELOAD  # a default run (no torch.export) does not pay it
+    before = set(threading.enumerate())
+    server._WARMED.discard(warm)
+    server._import(warm)  # torch.export's decompositions start tqdm's monitor thread: the server ends it
+    assert set(threading.enumerate()) <= before, [t.name for t in threading.enumerate()]  # no thread left behind
+    assert warm in server._WARMED
