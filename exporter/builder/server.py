@@ -33,11 +33,13 @@ import signal
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..artifacts import KINDS_BY_NAME
+from ..artifacts._common import captured_fd
 from ..artifacts.base import RUNTIME_LOADERS
 from . import lifeline, protocol
 from .crash import disk_full
@@ -275,11 +277,15 @@ _WARMED: set[str] = set()
 
 
 def _import(name: str) -> None:
-    """Import the module ``name``; ``module:function``: import it and call the function (a warm-up), once."""
+    """Import the module ``name``; ``module:function``: import it and call the function (a warm-up), once. What the
+    import prints is dropped: this server's stderr is the user's terminal, and a build child that imported the module
+    itself had its output captured (torchao's optional kernels that fail to load, torch's deprecation log lines)."""
     module, _, function = name.partition(":")
     if name in _WARMED or (not function and module in sys.modules):
         return
-    with contextlib.suppress(Exception):  # a preload only saves time: a module that fails here fails where it is needed
+    # a preload only saves time: a module that fails here fails where it is needed, in the child, which says why
+    with captured_fd(2, 0), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings(), contextlib.suppress(Exception):
+        warnings.simplefilter("ignore")
         found = importlib.import_module(module)
         if function:
             _WARMED.add(name)

@@ -20,6 +20,13 @@ from export_check.builder import server
 from export_check.builder.server import BuildServer
 
 WARM = '''
+import os
+import sys
+import warnings
+
+os.write(2, b"Failed to load libnative.so: a native line on file descriptor 2\\n")
+sys.stderr.write("a Python line on stderr\\n")
+warnings.warn("a deprecation", DeprecationWarning)
 CALLS = []
 
 
@@ -51,6 +58,13 @@ def test_a_kinds_own_preload_is_imported_in_the_server_and_its_warm_up_runs_once
     build._import_for({"kind": "executorch"})  # the next build of the kind: nothing imported or warmed again
     assert sys.modules[module].CALLS == [1]
     assert "no_such_module_anywhere" not in sys.modules  # a preload only saves time: its failure is the build's to say
+
+
+def test_what_a_preload_prints_does_not_reach_the_terminal(module: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """The server's stderr is the user's terminal; a build child that imported the module itself had its output captured."""
+    server._import(module)
+    assert module in sys.modules
+    assert capfd.readouterr() == ("", "")
 
 
 def test_a_request_of_no_known_kind_imports_nothing(module: str) -> None:
