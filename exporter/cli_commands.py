@@ -139,11 +139,11 @@ def cmd_golden(args: argparse.Namespace) -> int:
             print(f"recorded {len(recorded)} inputs and their reference {lifecycle.describe_outputs(recorded)} into {golden_dir}")
             print(lifecycle.describe_kinds(recorded, params.signature))
         from .config import Thresholds
-        from .gates import small_set_notes
+        from .gates import per_sample_agreement, small_set_notes
         from .options import OPTIONS
 
         gates = Thresholds.from_options({o.gate.name: params.settings.get(o.python) for o in OPTIONS if o.gate is not None})
-        for note in small_set_notes(gates, len(recorded)):
+        for note in small_set_notes(gates, len(recorded), per_sample_agreement(recorded.signature)):
             print(f"note: {note}")
         return EXIT_PASS
     notes = []

@@ -136,16 +136,29 @@ def flips_text(changed: int, samples: int, bound: float) -> str:
 
 def _top1_reason(metrics: Metrics, value: float, bound: float) -> str:
     text = f"{_agreement_title(metrics)} {value:.1%} < {bound:.1%}"
-    if metrics.agreement not in ("top-1", "decoded") or not metrics.images:  # per position: a count of positions, not of samples
+    if metrics.agreement not in PER_SAMPLE or not metrics.images:  # per position: a count of positions, not of samples
         return text
     beside = ("" if metrics.position_agreement is None or metrics.agreement != "decoded"
               else f"; per-position agreement {metrics.position_agreement:.1%}")  # what blank frames hide
     return f"{text} ({flips_text(len(metrics.top1_changed), metrics.images, bound)}{beside})"
 
 
-def small_set_notes(thresholds: Any, samples: int) -> list[str]:
+PER_SAMPLE = ("top-1", "decoded")  # the agreements counted in samples (per position: a count of positions)
+
+
+def per_sample_agreement(signature: Any) -> bool:
+    """Whether any compared output of ``signature`` is judged by an agreement counted in samples: a ``logits`` output's
+    top-1, a CTC output's decoded texts (:data:`compare.AGREEMENT`, ``compare.DECODED``)."""
+    return any(o.compared and (o.kind == "logits" or (o.kind == "sequence-logits" and o.ctc_blank is not None)) for o in signature.outputs)
+
+
+def small_set_notes(thresholds: Any, samples: int, per_sample: bool = True) -> list[str]:
     """A line per sample-level agreement gate that ``samples`` golden samples are too few to judge with any slack:
-    one changed sample fails it (said at record and under check -v)."""
+    one changed sample fails it (said at record and under check -v). None when no output is judged by an agreement
+    counted in samples (``per_sample`` False: only ``values`` outputs, or sequences judged per position), as no such
+    gate is applied then."""
+    if not per_sample:
+        return []
     notes = []
     for family, gate in thresholds.gates:
         for bound, name in ((gate.min_top1, "top-1"), (gate.min_topk, f"top-{top_k_of(gate)}")):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from ..errors import folded
-from ..gates import GATE_METRICS, GateMetric, small_set_notes
+from ..gates import GATE_METRICS, PER_SAMPLE, GateMetric, small_set_notes
 from ..messages import coverage_summary
 from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
@@ -234,7 +234,9 @@ def render(report: Report, style: Style | None = None) -> str:
         extra += [f"note {row.name}: {folded(note)}" for row in report.rows for note in row.notes if note not in row.concerns]
         extra += [f"int8 coverage {row.name}: {coverage_summary(row.int8_coverage)}" for row in report.rows if row.int8_coverage]
         extra.append(f"checks: {checks_description(report)}")
-        extra += [f"note: {note}" for note in small_set_notes(report.thresholds, report.golden.inputs)]
+        per_sample = any(m.agreement in PER_SAMPLE and m.top1_agreement is not None for row in report.rows if row.metrics is not None
+                         for m in (row.metrics, *(o.metrics for o in row.outputs)))
+        extra += [f"note: {note}" for note in small_set_notes(report.thresholds, report.golden.inputs, per_sample)]
         if report.timings:
             extra.append("timings: " + ", ".join(f"{stage} {seconds:.1f}s" for stage, seconds in report.timings))
     for block in (per_output, extra, _cache_lines(report)):

@@ -172,3 +172,16 @@ def test_record_says_which_agreement_gates_the_set_is_too_small_to_judge(detecto
     assert "note: fp16 gate top-1 agreement >= 99.0%: 16 golden samples are too few to tolerate one changed sample" in out
     assert "100 samples would let one pass" in out and "50 samples would let one pass" in out
     assert "note: int8 gate" not in out
+    # every output a value (no top-1 anywhere, so no agreement gate is applied): nothing to say of agreement gates
+    values = folder / "values.toml"
+    values.write_text(loose.read_text().replace('golden = "small"', 'golden = "values"') + '[outputs.scores]\nkind = "values"\n')
+    samples = folder / "unlabelled"
+    shutil.copytree(folder / "samples", samples, ignore=shutil.ignore_patterns("labels.json"))
+    assert main(["golden", "record", str(MODELS / "checkpoints" / "digit_detector.pth"), "--config", str(values), "--inputs", str(samples)]) == 0
+    out = capsys.readouterr().out
+    assert "output kinds: boxes values (settings); scores values (settings)." in out, out
+    assert "too few to tolerate" not in out
+    assert main(["check", str(MODELS / "checkpoints" / "digit_detector.pth"), "--config", str(values), "--artifacts", "onnx",
+                 "--no-cache", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "checks: " in out and "too few to tolerate" not in out  # check -v: the same

@@ -219,3 +219,17 @@ def test_a_top1_failure_says_how_many_changed_and_how_many_the_set_size_tolerate
     assert (f"({need} would let one pass)" in reason) == (tolerated == 0)
     notes = small_set_notes(Thresholds().with_gates(int8=Gate(max_relative_mae=0.05, min_top1=bound)), samples)
     assert any(n.startswith("int8 gate top-1") for n in notes) == (tolerated == 0)
+    assert small_set_notes(Thresholds().with_gates(int8=Gate(max_relative_mae=0.05, min_top1=bound)), samples, per_sample=False) == []
+
+
+def test_only_outputs_judged_per_sample_make_the_small_set_notes_apply() -> None:
+    from export_check.gates import per_sample_agreement
+    from export_check.signature import InputSpec, OutputSpec, Signature
+
+    def signature(*outputs: OutputSpec) -> Signature:
+        return Signature(inputs=(InputSpec(name="x"),), outputs=outputs)
+
+    assert per_sample_agreement(signature(OutputSpec("logits")))
+    assert per_sample_agreement(signature(OutputSpec("text", kind="sequence-logits", ctc_blank=0)))  # decoded texts, per sample
+    assert not per_sample_agreement(signature(OutputSpec("energy", kind="values"), OutputSpec("frames", kind="sequence-logits")))
+    assert not per_sample_agreement(signature(OutputSpec("values", kind="values"), OutputSpec("logits", compared=False)))
