@@ -43,6 +43,7 @@ from .golden.goldenset import MANIFEST, VERSION_1, GoldenSet, stack_batches
 from .measurements import EagerSelfCheck, Observation
 from .messages import load_needs
 from .model import EagerRunner
+from .signature import outputs_mismatch
 from .versions import kernel_choices
 
 
@@ -160,10 +161,8 @@ class Replay:
 
     def _compared(self, outputs: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
         """The compared outputs, samples first; every one must be there."""
-        missing = [o.name for o in self.compared if o.name not in outputs]
-        if missing:
-            raise ArtifactError(f"{what} returned outputs {', '.join(outputs) or 'none'}; the golden set has "
-                                f"{', '.join(self.signature.output_names)} (missing: {', '.join(missing)})")
+        if any(o.name not in outputs for o in self.compared):
+            raise outputs_mismatch(what, outputs, self.signature)
         return samples_first({o.name: outputs[o.name] for o in self.compared}, self.signature)
 
     def _eager(self, index: int, start: int, feeds: dict[str, np.ndarray], record: bool) -> dict[str, np.ndarray]:

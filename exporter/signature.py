@@ -5,11 +5,15 @@ A golden set records the signature it was recorded with (format 2; a format-1 se
 runners take ``{input name: array}`` and return ``{output name: array}``, the replay compares each
 output on its own, the judge gates each one, and the reports show each one.
 
-Output names are stable: dict keys as they are, ``output_0``, ``output_1``, ... for positions, and
-dotted paths for nestings (``boxes.0``). Axes are numbered on the batched array (batch axis included).
+Output names are stable: dict keys as they are, a named tuple's or a dataclass's field names,
+``output_0``, ``output_1``, ... for positions, and dotted paths for nestings (``boxes.0``). Axes are
+numbered on the batched array (batch axis included).
 
 >>> flatten_outputs({"boxes": 1, "extra": (2, 3)})
 {'boxes': 1, 'extra.0': 2, 'extra.1': 3}
+>>> from collections import namedtuple
+>>> flatten_outputs(namedtuple("Out", "energy forces")(1, (2, 3)))
+{'energy': 1, 'forces.0': 2, 'forces.1': 3}
 >>> default_kind(2, "float32"), default_kind(2, "float32", name="landmarks")
 ('logits', 'values')
 """
@@ -98,16 +102,13 @@ def flatten_outputs(out: Any, prefix: str = "") -> dict[str, Any]:
 
     A bare leaf is ``{"": leaf}`` at the top; callers name it (``logits`` for format 1).
     """
-    if isinstance(out, Mapping):
-        items: list[tuple[str, Any]] = [(str(k), v) for k, v in out.items()]
-    elif isinstance(out, (tuple, list)):
-        items = [(f"output_{i}" if not prefix else str(i), v) for i, v in enumerate(out)]
-    else:
+    items = _named_items(out, prefix)
+    if items is None:
         return {prefix: out}
     flat: dict[str, Any] = {}
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else key
-        leaves = flatten_outputs(value, name) if isinstance(value, (Mapping, tuple, list)) else {name: value}
+        leaves = flatten_outputs(value, name) if _named_items(value, name) is not None else {name: value}
         clash = next((n for n in leaves if n in flat), None)
         if clash is not None:  # {"a.b": x, "a": {"b": y}}: one of them would be lost, never compared
             from .errors import ArtifactError
@@ -116,6 +117,38 @@ def flatten_outputs(out: Any, prefix: str = "") -> dict[str, Any]:
                                 "holding a dot, or a number key beside a position); rename one, so that every output is recorded and compared")
         flat.update(leaves)
     return flat
+
+
+def _named_items(out: Any, prefix: str) -> list[tuple[str, Any]] | None:
+    """The named parts of a structure (a mapping, a named tuple, a dataclass, a tuple or list), or None for a leaf."""
+    import dataclasses
+
+    if isinstance(out, Mapping):
+        return [(str(k), v) for k, v in out.items()]
+    fields = getattr(out, "_fields", None)
+    if isinstance(out, tuple) and isinstance(fields, tuple):  # a named tuple: its fields
+        return [(str(k), v) for k, v in zip(fields, out, strict=True)]
+    if isinstance(out, (tuple, list)):
+        return [(f"output_{i}" if not prefix else str(i), v) for i, v in enumerate(out)]
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):  # torch.export's register_dataclass outputs
+        # a field left None is not an output (an optional loss, as transformers' ModelOutput leaves out)
+        return [(f.name, getattr(out, f.name)) for f in dataclasses.fields(out) if getattr(out, f.name) is not None]
+    return None
+
+
+def outputs_mismatch(what: str, returned: Any, signature: Signature) -> Any:
+    """The error for a model or file that returned outputs other than the golden set's (``returned``: their names):
+    which are missing and, for a set recorded with positional names before named tuples and dataclasses were named by
+    their fields, how to fix it."""
+    from .errors import ArtifactError
+
+    returned, names = list(returned), signature.output_names
+    missing = [n for n in names if n not in returned]
+    positional = len(names) == len(returned) and names == tuple(f"output_{i}" for i in range(len(names)))
+    hint = ("; a named tuple's or a dataclass's outputs are named by their fields since issue 25, and this set was recorded "
+            "before: re-record it (golden record --force)" if positional and set(returned) != set(names) else "")
+    return ArtifactError(f"{what} returned outputs {', '.join(returned) or 'none'}; the golden set has {', '.join(names)} "
+                         f"(missing: {', '.join(missing)}){hint}")
 
 
 # Output names that say what an output holds, read from the name's last word backwards (``pred_boxes`` ->

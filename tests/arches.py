@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -125,6 +126,19 @@ class EnergyTupleNet(EnergyNet):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
         embedding = self.body(x)
         return embedding, self.head(embedding).squeeze(-1)
+
+
+class EnergyOut(NamedTuple):
+    embedding: torch.Tensor
+    energy: torch.Tensor
+
+
+class EnergyNamedNet(EnergyNet):
+    """``EnergyTupleNet`` returning a named tuple: its outputs are named by its fields, ``embedding`` and ``energy``."""
+
+    def forward(self, x: torch.Tensor) -> EnergyOut:  # type: ignore[override]
+        embedding = self.body(x)
+        return EnergyOut(embedding, self.head(embedding).squeeze(-1))
 
 
 # what ColouredMessages logs while ONNX exports it: a multi-line table, as quantizers log theirs

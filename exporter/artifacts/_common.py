@@ -255,6 +255,12 @@ class TorchModuleRunner:
         with torch.inference_mode():
             out = self.module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in args),
                               **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in kwargs.items()})
+        names = self.signature.output_names
+        if (type(out) in (tuple, list) and len(names) > 1 and len(out) == len(names) and all(isinstance(v, torch.Tensor) for v in out)
+                and names != tuple(f"output_{i}" for i in range(len(names)))):
+            # a named tuple or a dataclass the file returns as a plain tuple (a TorchScript trace keeps no field names):
+            # its fields in their order, as eager's named them
+            return output_arrays(dict(zip(names, out, strict=True)), self.path.name)
         return output_arrays(out, self.path.name, self.signature.outputs[0].name if len(self.signature.outputs) == 1 else "output")
 
 

@@ -28,12 +28,12 @@ from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import logits_of
 from ..config import RunConfig
-from ..errors import ArtifactError, describe_exception
+from ..errors import describe_exception
 from ..feeds import Feeds, length, samples_first, take
 from ..golden.goldenset import GoldenSet
 from ..measurements import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
-from ..signature import SINGLE, Signature
+from ..signature import SINGLE, Signature, outputs_mismatch
 from . import LATENCY_REPEATS, determinism, shapes
 from .trace import ReplayTrace
 
@@ -44,7 +44,7 @@ def primary_rows(outputs: Mapping[str, np.ndarray], signature: Signature, what: 
     """The first compared output, one row per sample: what the diagnostics compare."""
     spec = signature.compared_outputs()[0] if signature.compared_outputs() else signature.outputs[0]
     if spec.name not in outputs:
-        raise ArtifactError(f"{what} returned outputs {', '.join(outputs)}; the golden set has {', '.join(signature.output_names)}")
+        raise outputs_mismatch(what, outputs, signature)
     return logits_of(samples_first({spec.name: outputs[spec.name]}, signature), what)
 
 
@@ -54,7 +54,7 @@ def compared_rows(outputs: Mapping[str, np.ndarray], signature: Signature, what:
     specs = signature.compared_outputs() or signature.outputs[:1]
     missing = [s.name for s in specs if s.name not in outputs]
     if missing:
-        raise ArtifactError(f"{what} returned outputs {', '.join(outputs)}; the golden set has {', '.join(signature.output_names)}")
+        raise outputs_mismatch(what, outputs, signature)
     return shapes.side_by_side(samples_first({s.name: outputs[s.name] for s in specs}, signature))
 
 

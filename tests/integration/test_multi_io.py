@@ -15,6 +15,7 @@ import torch
 from arches import (
     DictOutputNet,
     EnergyColumnNet,
+    EnergyNamedNet,
     EnergyNet,
     EnergyTupleNet,
     MaskedSequenceNet,
@@ -154,10 +155,11 @@ def test_a_setting_leaves_an_output_out_and_every_view_says_so(dict_recorded, ca
     assert "settings name outputs nope, the golden set has scores, boxes" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("factory, inputs", [(EnergyNet, ".npy"), (EnergyTupleNet, ".npz")])
+@pytest.mark.parametrize("factory, inputs", [(EnergyNet, ".npy"), (EnergyTupleNet, ".npz"), (EnergyNamedNet, ".npz")])
 def test_one_value_per_sample_round_trips_through_record_check_and_approve(factory, inputs: str, tmp_path: Path) -> None:
-    """A (batch,) output, alone (from .npy inputs, which once made it a format-1 (N, 1) reference)
-    and second in a tuple: recorded as (N,), checked green, approved, checked green again (issue 25)."""
+    """A (batch,) output, alone (from .npy inputs, which once made it a format-1 (N, 1) reference), second in a
+    tuple, and second in a named tuple (named by its fields, in every row: the TorchScript files return a plain
+    tuple): recorded as (N,), checked green, approved, checked green again (issue 25)."""
     model = seeded(factory)
     checkpoint = save_state(model, tmp_path / "model.pth")
     arch = f"{TESTS / 'arches.py'}:{factory.__name__}"
@@ -167,7 +169,7 @@ def test_one_value_per_sample_round_trips_through_record_check_and_approve(facto
     folder.mkdir()
     for i, sample in enumerate(x):
         np.save(folder / f"s{i:03d}.npy", sample) if inputs == ".npy" else np.savez(folder / f"s{i:03d}.npz", x=sample)
-    energy_name = "output" if factory is EnergyNet else "output_1"
+    energy_name = {EnergyNet: "output", EnergyTupleNet: "output_1", EnergyNamedNet: "energy"}[factory]
 
     def by_hand(net: torch.nn.Module) -> np.ndarray:  # the truth: eager run by hand, outside the tool
         with torch.inference_mode():
@@ -185,6 +187,9 @@ def test_one_value_per_sample_round_trips_through_record_check_and_approve(facto
     code, report = _check(tmp_path, checkpoint, arch, "clean")
     assert code == 0, [(r["name"], r["reasons"]) for r in report["rows"]]
     assert all(r["status"] == "pass" and r["metrics"]["images"] == 20 for r in report["rows"])
+    if factory is EnergyNamedNet:
+        assert {r["name"]: [o["name"] for o in r["outputs"]] for r in report["rows"]} == {
+            r["name"]: ["embedding", "energy"] for r in report["rows"]}
     for row in report["rows"]:  # no argmax on one value per sample: no top-1 figure for it
         energy = row["metrics"] if factory is EnergyNet else row["outputs"][1]["metrics"]
         assert energy["agreement"] == "none" and energy["top1_agreement"] is None
@@ -202,6 +207,26 @@ def test_one_value_per_sample_round_trips_through_record_check_and_approve(facto
     np.testing.assert_allclose(stored, new_truth, rtol=0, atol=1e-6)
     code, report = _check(tmp_path, retrained, arch, "approved")
     assert code == 0, [(r["name"], r["reasons"]) for r in report["rows"]]
+
+
+def test_a_set_recorded_with_positional_names_for_a_named_tuple_says_to_re_record_it(tmp_path: Path, capsys) -> None:
+    """A golden set recorded before named tuples were named by their fields (output_0, output_1; recorded here from the
+    same weights returned as a plain tuple): the check is an error that says why and how to fix it."""
+    checkpoint = save_state(seeded(EnergyTupleNet), tmp_path / "model.pth")
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for i, x in enumerate(np.random.default_rng(0).standard_normal((8, 12)).astype(np.float32)):
+        np.savez(folder / f"s{i}.npz", x=x)
+    golden = tmp_path / "golden"
+    assert main(["golden", "record", str(checkpoint), "--arch", f"{TESTS / 'arches.py'}:EnergyTupleNet", "--inputs", str(folder),
+                 "--golden", str(golden), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(checkpoint), "--arch", f"{TESTS / 'arches.py'}:EnergyNamedNet", "--golden", str(golden), "--out",
+                 str(tmp_path / "out"), "--no-cache", "-q", "--artifacts", "onnx"]) == 2
+    err = capsys.readouterr().err
+    assert "returned outputs embedding, energy; the golden set has output_0, output_1 (missing: output_0, output_1); a named " \
+           "tuple's or a dataclass's outputs are named by their fields since issue 25, and this set was recorded before: " \
+           "re-record it (golden record --force)" in err, err
 
 
 def test_a_set_that_flattened_a_per_sample_value_says_to_re_record_it(tmp_path: Path, capsys) -> None:

@@ -31,6 +31,25 @@ def test_flatten_outputs_names_every_leaf_in_order() -> None:
     assert list(flatten_outputs({"b": 1, "a": 2})) == ["b", "a"]  # the model's order, not sorted
 
 
+def test_named_tuples_and_dataclasses_are_named_by_their_fields() -> None:
+    import dataclasses
+    from collections import namedtuple
+
+    Energies = namedtuple("Energies", "energy forces")
+
+    @dataclasses.dataclass
+    class Output:  # what torch.export.register_dataclass takes; transformers-style optional fields left None
+        logits: Any
+        hidden: Any
+        loss: Any = None
+
+    assert flatten_outputs(Energies(1, (2, 3))) == {"energy": 1, "forces.0": 2, "forces.1": 3}
+    assert flatten_outputs(Output(logits=1, hidden=Energies(2, 3))) == {"logits": 1, "hidden.energy": 2, "hidden.forces": 3}
+    assert flatten_outputs({"a": Output(1, 2, loss=4)}) == {"a.logits": 1, "a.hidden": 2, "a.loss": 4}
+    assert flatten_outputs([Energies(1, 2)]) == {"output_0.energy": 1, "output_0.forces": 2}
+    assert flatten_outputs(Output) == {"": Output}  # the class itself is a leaf (refused later, naming it), not its fields
+
+
 def test_two_outputs_that_flatten_to_one_name_are_refused() -> None:
     with pytest.raises(ArtifactError, match="both named 'a.b'"):
         flatten_outputs({"a.b": 1, "a": {"b": 2}})
