@@ -183,6 +183,11 @@ class Layout:
     def ctc(self) -> bool:
         return self.ctc_blank is not None and self.kind == "sequence-logits"
 
+    @property
+    def agreement(self) -> str:
+        """What agreement means for the output (``Metrics.agreement``): its decoded texts' for a CTC output, else its kind's."""
+        return DECODED if self.ctc else AGREEMENT.get(self.kind, "top-1")
+
 
 class Stream(Protocol):
     """A metric streamed over the set, batch by batch: ``add`` takes one batch of reference and
@@ -331,7 +336,7 @@ class ErrorAccumulator:
                  top_ks: tuple[int, ...] = (), ctc_blank: int | None = None) -> None:
         self.kind, self.class_axis = kind, class_axis
         layout = Layout(kind, class_axis, ctc_blank)
-        self._decoded = layout.ctc
+        self._decoded, self._agreement = layout.ctc, layout.agreement
         self._topk = dict.fromkeys(top_ks, 0)  # k -> samples whose k highest classes are the reference's
         self._tolerances = {pair: Tolerance(*pair) for pair in dict.fromkeys(tolerances)}
         self._max_abs_at: Element | None = None
@@ -454,7 +459,7 @@ class ErrorAccumulator:
             nonfinite=self._nonfinite,
             per_image_mae=tuple(float(v) for v in per_image),
             reference_mean_abs=self._ref_abs_sum / self._values if self._values else 0.0,
-            agreement=DECODED if self._decoded else AGREEMENT.get(self.kind, "top-1"),
+            agreement=self._agreement,
             max_abs_at=self._max_abs_at,
             tolerances=tuple(self._tolerances.values()),
             streamed=tuple((name, stream.value()) for name, stream in self._streams.items()),

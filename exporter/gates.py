@@ -147,9 +147,11 @@ PER_SAMPLE = ("top-1", "decoded")  # the agreements counted in samples (per posi
 
 
 def per_sample_agreement(signature: Any) -> bool:
-    """Whether any compared output of ``signature`` is judged by an agreement counted in samples: a ``logits`` output's
-    top-1, a CTC output's decoded texts (:data:`compare.AGREEMENT`, ``compare.DECODED``)."""
-    return any(o.compared and (o.kind == "logits" or (o.kind == "sequence-logits" and o.ctc_blank is not None)) for o in signature.outputs)
+    """Whether any compared output of ``signature`` is judged by an agreement counted in samples (``compare.Layout.agreement``):
+    a ``logits`` output's top-1, a CTC output's decoded texts."""
+    from .compare import Layout
+
+    return any(o.compared and Layout(o.kind, o.class_axis, o.ctc_blank).agreement in PER_SAMPLE for o in signature.outputs)
 
 
 def small_set_notes(thresholds: Any, samples: int, per_sample: bool = True) -> list[str]:

@@ -97,6 +97,11 @@ class Signature:
 SINGLE = Signature(inputs=(InputSpec("input"),), outputs=(OutputSpec("logits"),))
 
 
+def positional_names(count: int) -> tuple[str, ...]:
+    """The names of ``count`` outputs returned by position: ``output_0``, ``output_1``, ..."""
+    return tuple(f"output_{i}" for i in range(count))
+
+
 def flatten_outputs(out: Any, prefix: str = "") -> dict[str, Any]:
     """A model's output structure as ``{stable name: leaf}``, in a deterministic order.
 
@@ -144,7 +149,7 @@ def outputs_mismatch(what: str, returned: Any, signature: Signature) -> Any:
 
     returned, names = list(returned), signature.output_names
     missing = [n for n in names if n not in returned]
-    positional = len(names) == len(returned) and names == tuple(f"output_{i}" for i in range(len(names)))
+    positional = len(names) == len(returned) and names == positional_names(len(names))
     hint = ("; a named tuple's or a dataclass's outputs are named by their fields since issue 25, and this set was recorded "
             "before: re-record it (golden record --force)" if positional and set(returned) != set(names) else "")
     return ArtifactError(f"{what} returned outputs {', '.join(returned) or 'none'}; the golden set has {', '.join(names)} "

@@ -19,9 +19,9 @@ import numpy as np
 from ..errors import ArtifactError, plain_text
 from ..files import replacing
 from ..pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVELS, ORT_LOG_SEVERITY, quiet_onnxruntime
-from ..signature import SINGLE, Signature
+from ..signature import SINGLE, Signature, positional_names
 from ._heap import reused_heap
-from .base import feeds_to_args, named_outputs, output_arrays, single_input
+from .base import feeds_to_args, listed_outputs, named_outputs, output_arrays, single_input
 
 
 @contextlib.contextmanager
@@ -257,10 +257,10 @@ class TorchModuleRunner:
                               **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in kwargs.items()})
         names = self.signature.output_names
         if (type(out) in (tuple, list) and len(names) > 1 and len(out) == len(names) and all(isinstance(v, torch.Tensor) for v in out)
-                and names != tuple(f"output_{i}" for i in range(len(names)))):
+                and names != positional_names(len(names))):
             # a named tuple or a dataclass the file returns as a plain tuple (a TorchScript trace keeps no field names):
             # its fields in their order, as eager's named them
-            return output_arrays(dict(zip(names, out, strict=True)), self.path.name)
+            return output_arrays(listed_outputs(list(out), self.signature), self.path.name)
         return output_arrays(out, self.path.name, self.signature.outputs[0].name if len(self.signature.outputs) == 1 else "output")
 
 

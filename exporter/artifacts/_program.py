@@ -57,18 +57,14 @@ def warm_export() -> None:
     """torch.export's first call in a process imports and sets up most of its machinery (3 s on this project's 2-core
     machine; 0.1 s for the next call): the build server calls this once, on a small model with a bounded dynamic
     batch, decomposed, before the first child of a kind built on torch.export (``ArtifactKind.preload``), so that
-    every such child starts warm."""
-    import warnings
-
+    every such child starts warm (``builder.server._import`` runs it, keeping what it prints off the terminal)."""
     import torch
 
     model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2), torch.nn.ReLU(), torch.nn.Flatten(),
                                 torch.nn.Linear(8, 2)).eval()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        batch = torch.export.Dim("batch", min=1, max=64)
-        program = torch.export.export(model, (torch.zeros(2, 1, 4, 4),), dynamic_shapes=({0: batch},), strict=False)
-        program.run_decompositions()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(model, (torch.zeros(2, 1, 4, 4),), dynamic_shapes=({0: batch},), strict=False)
+    program.run_decompositions()
 
 
 def export_program(ctx: BuildContext, model: Any = None, check_guards: bool = True) -> Any:

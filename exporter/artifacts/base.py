@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ArtifactError
-from ..signature import SINGLE, Signature
+from ..signature import SINGLE, Signature, positional_names
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,9 +54,9 @@ def positional_inputs(feeds: Mapping[str, Any], signature: Signature) -> list[An
 def listed_outputs(values: list[Any], signature: Signature) -> dict[str, Any]:
     """A runtime's outputs, a list in the model's order, named as the golden set names them (one output:
     ``logits``); ``output_0``, ``output_1``, ... when their count is not the signature's."""
-    names = [OUTPUT] if signature is SINGLE else list(signature.output_names)
+    names = (OUTPUT,) if signature is SINGLE else signature.output_names
     if len(names) != len(values):
-        names = [f"output_{i}" for i in range(len(values))]
+        names = positional_names(len(values))
     return dict(zip(names, values, strict=True))
 
 

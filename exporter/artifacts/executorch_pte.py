@@ -308,14 +308,13 @@ def exported_program(ctx: BuildContext) -> tuple[Any, Bounds]:
 def warm_patterns() -> None:
     """Build the pattern graphs XNNPACK's lowering matches every model against (bilinear upsampling, SDPA: each
     exported with torch.export and cached by ``lru_cache`` on first use; 4-6 s) in this process: the build server
-    calls it once, and every build child forked after it inherits them."""
-    with warnings.catch_warnings(), redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        require_executorch()
-        from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
+    calls it once (``builder.server._import``, which keeps what it prints off the terminal), and every build child
+    forked after it inherits them."""
+    require_executorch()
+    from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
 
-        bilinear_2d.get_graphs_dict()
-        sdpa.get_graphs()
+    bilinear_2d.get_graphs_dict()
+    sdpa.get_graphs()
 
 
 def _pin_threads(threads: int) -> None:
