@@ -267,6 +267,7 @@ def test_the_servers_warm_up_builds_xnnpacks_pattern_graphs_and_leaves_it_single
 
     warm = "export_check.artifacts.executorch_pte:warm_patterns"
     assert warm in KINDS_BY_NAME[KIND].preload
+    server._end_helper_threads()  # a monitor an earlier test started would hide one the warm-up leaves
     before = set(threading.enumerate())
     server._WARMED.discard(warm)
     server._import(warm)  # as the server runs it: tqdm's monitor thread, which XNNPACK's passes start, ended

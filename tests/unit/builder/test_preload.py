@@ -82,6 +82,7 @@ def test_the_torch_export_warm_up_is_every_exporting_kinds_and_leaves_the_server
                  "executorch-int8", "coreml", "litert")
     assert [name for name in on_export if warm not in KINDS_BY_NAME[name].preload] == []
     assert warm not in PRELOAD  # a default run (no torch.export) does not pay it
+    server._end_helper_threads()  # a monitor an earlier test started would hide one the warm-up leaves
     before = set(threading.enumerate())
     server._WARMED.discard(warm)
     server._import(warm)  # torch.export's decompositions start tqdm's monitor thread: the server ends it
