@@ -259,7 +259,20 @@ from pathlib import Path
 import torch
 
 repo = Path(sys.argv[1])
+# What the run needs that lives under /tmp (a checkout and its environment cloned into mktemp -d) is bound back into
+# the new /tmp at the same paths, from a view of the old /tmp kept outside it for the time of the mounts.
+needed = sorted({p for p in (Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), repo.resolve()) if Path("/tmp") in p.parents})
+kept = Path(os.path.expanduser("~")) / f".export-check-kept-tmp-{os.getpid()}"
+if needed:
+    kept.mkdir()
+    subprocess.run(["mount", "--bind", "/tmp", str(kept)], check=True)
 subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/tmp"], check=True)  # this namespace's own /tmp: no one else sees it
+for path in needed:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(kept / path.relative_to("/tmp")), str(path)], check=True)
+if needed:
+    subprocess.run(["umount", str(kept)], check=True)
+    kept.rmdir()
 checkpoint = Path("/tmp/ckpts/model.pth")
 checkpoint.parent.mkdir()
 state = torch.load(repo / "models" / "checkpoints" / "resnet_digits.pth", weights_only=True)
