@@ -102,8 +102,14 @@ def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], f
                       noise=noise, column=column, cell=cell_of)
 
 
-def _agreement_title(metrics: Metrics) -> str:
+def agreement_name(metrics: Metrics) -> str:
+    """What ``metrics.top1_agreement`` counts, in words (a reason's, a chart's, a pytest failure's)."""
     return {"top-1": "top-1 agreement", "decoded": "decoded exact-match rate"}.get(metrics.agreement, "per-position agreement")
+
+
+def changed_name(metrics: Metrics) -> str:
+    """What ``metrics.top1_changed`` lists, in words: the samples whose top-1, decoded text or some position's argmax moved."""
+    return {"top-1": "top-1 changed", "decoded": "decoded text changed"}.get(metrics.agreement, "an argmax changed")
 
 
 def tolerated_flips(bound: float, samples: int) -> int:
@@ -135,7 +141,7 @@ def flips_text(changed: int, samples: int, bound: float) -> str:
 
 
 def _top1_reason(metrics: Metrics, value: float, bound: float) -> str:
-    text = f"{_agreement_title(metrics)} {value:.1%} < {bound:.1%}"
+    text = f"{agreement_name(metrics)} {value:.1%} < {bound:.1%}"
     if metrics.agreement not in PER_SAMPLE or not metrics.images:  # per position: a count of positions, not of samples
         return text
     beside = ("" if metrics.position_agreement is None or metrics.agreement != "decoded"

@@ -19,6 +19,7 @@ import pytest
 
 from .config import Thresholds
 from .errors import folded
+from .gates import agreement_name, changed_name
 from .pytest_session import REGEN_FLAG, Outcome, run_config, session_state
 
 if TYPE_CHECKING:
@@ -61,10 +62,10 @@ def describe_row(report: Report, row: Row) -> str:
         more = f", … {len(m.top1_changed)} in all" if len(m.top1_changed) > 8 else ""
         lines.append(
             f"  metrics over {m.images} inputs: MAE {m.mae:.3e}, max |err| {m.max_abs:.3e}, median input MAE "
-            f"{m.median_abs:.3e}{'' if m.top1_agreement is None else f', top-1 agreement {m.top1_agreement:.1%}'}, non-finite {m.nonfinite}"
+            f"{m.median_abs:.3e}{'' if m.top1_agreement is None else f', {agreement_name(m)} {m.top1_agreement:.1%}'}, non-finite {m.nonfinite}"
         )
         if changed:
-            lines.append(f"  top-1 changed on: {changed}{more}")
+            lines.append(f"  {changed_name(m)} on: {changed}{more}")
     if row.artifact is not None:
         lines.append(f"  artifact: {row.artifact.path} ({row.artifact.size_bytes} bytes, sha256 {row.artifact.sha256[:12]})")
     lines += [f"  note: {folded(note)}" for note in row.notes[:5]]

@@ -12,12 +12,24 @@ import html
 import math
 from pathlib import Path
 
+from ..gates import agreement_name
 from ..measurements import LayerComparison
 from ..messages import layer_method, layers_summary
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
 from .node_data import command
-from .views import accuracy_text, checks_description, labelled, latency_ms, latency_text, rerun_text, shapes_text, size_text, top1_text
+from .views import (
+    accuracy_text,
+    agreement_heading,
+    checks_description,
+    labelled,
+    latency_ms,
+    latency_text,
+    rerun_text,
+    shapes_text,
+    size_text,
+    top1_text,
+)
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 GATE_COLOUR = "#444444"
@@ -177,7 +189,7 @@ def tradeoff_point(row: Row) -> tuple[float, float, str, float | None] | str:
     if m.label_accuracy is not None:
         accuracy, what = 100.0 * m.label_accuracy, "accuracy on the golden labels"
     elif m.top1_agreement is not None:
-        accuracy, what = 100.0 * m.top1_agreement, "top-1 agreement with its reference"
+        accuracy, what = 100.0 * m.top1_agreement, f"{agreement_name(m)} with its reference"
     else:
         return "no accuracy: its output has no classes (values)"
     return ms, accuracy, what, None if row.artifact is None else row.artifact.size_bytes / 1024
@@ -235,7 +247,7 @@ def _fmt(value: float | None) -> str:
 def _summary_table(report: Report) -> str:
     allclose = bounds.shown(report)  # an atol/rtol gate: the count of values outside it, per row
     accuracy = labelled(report)
-    head = ("", "artifact", "vs", "gate", "MAE", "max abs", *(("allclose",) if allclose else ()), "top-1",
+    head = ("", "artifact", "vs", "gate", "MAE", "max abs", *(("allclose",) if allclose else ()), agreement_heading(report),
             *(("accuracy",) if accuracy else ()), "batch sizes", "rerun", "ms/img", "size", "verdict")
     out = ["<table class='summary'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for row in report.rows:

@@ -14,7 +14,18 @@ from ..measurements import LayerComparison
 from ..messages import layer_method, layers_summary, reproduce_command
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from . import bounds, write_text_atomic
-from .views import accuracy_text, checks_description, labelled, latency_text, output_lines, rerun_text, shapes_text, size_text, top1_text
+from .views import (
+    accuracy_text,
+    agreement_heading,
+    checks_description,
+    labelled,
+    latency_text,
+    output_lines,
+    rerun_text,
+    shapes_text,
+    size_text,
+    top1_text,
+)
 
 ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌", NOT_APPLICABLE: "➖"}
 
@@ -95,8 +106,8 @@ def render(report: Report) -> str:
         + ("" if golden.label_accuracy is None else f"; eager top-1 accuracy on the labels {golden.label_accuracy:.1%}")
         + f"; {report.seconds:.1f}s",
         "",
-        "| | artifact | gate | MAE | max abs |" + (" allclose |" if allclose else "") + " top-1 |" + (" accuracy |" if accuracy else "")
-        + " batch sizes | rerun | ms/img | size |",
+        "| | artifact | gate | MAE | max abs |" + (" allclose |" if allclose else "") + f" {agreement_heading(report)} |"
+        + (" accuracy |" if accuracy else "") + " batch sizes | rerun | ms/img | size |",
         "|---|---|---|---:|---:|" + ("---:|" if allclose else "") + "---:|" + ("---:|" if accuracy else "") + ":---:|---:|---:|---:|",
         *(_row(row, allclose, accuracy) for row in report.rows),
         "",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from ..gates import changed_name
 from ..messages import SHORTFALL
 from ..results import FAIL, Report, Row
 
@@ -89,6 +90,6 @@ def next_steps(report: Report, names: list[str] | None = None) -> list[str]:
             docs.append(DOCS_GATES)
         changed = changed_inputs(row, names)
         if changed:
-            lines.append(f"top-1 changed on {row.name}: {changed}")
+            lines.append(f"{changed_name(row.metrics) if row.metrics else 'top-1 changed'} on {row.name}: {changed}")
     lines.append("docs: " + "; ".join(dict.fromkeys(docs)))
     return lines

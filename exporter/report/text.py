@@ -19,7 +19,7 @@ from __future__ import annotations
 import shutil
 import textwrap
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from ..errors import folded
@@ -30,7 +30,18 @@ from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..settings import settings_line
 from . import bounds
 from .next_steps import next_steps
-from .views import checks_description, diagnostic_lines, latency_text, output_lines, position_text, rerun_text, shapes_text, size_text, top1_text
+from .views import (
+    agreement_heading,
+    checks_description,
+    diagnostic_lines,
+    latency_text,
+    output_lines,
+    position_text,
+    rerun_text,
+    shapes_text,
+    size_text,
+    top1_text,
+)
 
 DEFAULT_WIDTH = 100  # when the output is not a terminal
 MIN_WIDTH = 40  # the verdict, the artifact and its MAE
@@ -125,13 +136,14 @@ def _metric_cell(metric: GateMetric) -> Callable[[Row, Report], str]:
     return lambda row, _: "-" if row.metrics is None else metric.cell(row.metrics)
 
 
+AGREEMENT = "agreement"  # the agreement column, titled by what its figures count (views.agreement_heading)
 COLUMNS: tuple[Column, ...] = (
     Column("verdict", lambda r, _: _STATUS[r.status], 0),
     Column("artifact", lambda r, _: r.name, 0),
     Column("MAE", lambda r, _: _fmt(r.metrics.mae if r.metrics else None), 0),
     Column("max|err|", lambda r, _: _fmt(r.metrics.max_abs if r.metrics else None), 1),
     Column("allclose", lambda r, _: bounds.cell(r), 2),
-    Column("top-1", lambda r, _: top1_text(r.metrics), 3),
+    Column(AGREEMENT, lambda r, _: top1_text(r.metrics), 3),  # its heading: views.agreement_heading
     Column("batch", lambda r, _: shapes_text(r), 4),
     Column("rerun", lambda r, _: rerun_text(r), 5),
     Column("gate", _gate, 6),
@@ -141,7 +153,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("within float MAE", _vs_reference, 10, verbose=True),
     Column("cache", lambda r, _: r.cache or "-", 11, verbose=True),
     *(Column(m.column, _metric_cell(m), 12, verbose=True) for m in GATE_METRICS if m.column),
-    # beside a CTC output's decoded exact-match rate (the top-1 column): its per-frame agreement
+    # beside a CTC output's decoded exact-match rate (the agreement column): its per-frame agreement
     Column("per-pos", lambda r, _: position_text(r.metrics), 12, verbose=True),
 )
 
@@ -149,7 +161,9 @@ COLUMNS: tuple[Column, ...] = (
 def _columns_of(report: Report, verbose: bool) -> list[Column]:
     allclose = bounds.shown(report)
     decoded = any(r.metrics is not None and r.metrics.agreement == "decoded" for r in report.rows)
-    return [c for c in COLUMNS if (verbose or not c.verbose) and (allclose or c.title != "allclose") and (decoded or c.title != "per-pos")]
+    heading = agreement_heading(report)
+    return [replace(c, title=heading) if c.title == AGREEMENT else c for c in COLUMNS
+            if (verbose or not c.verbose) and (allclose or c.title != "allclose") and (decoded or c.title != "per-pos")]
 
 
 def _fit(columns: list[Column], cells: list[list[str]], width: int) -> tuple[list[int], list[int]]:

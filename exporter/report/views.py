@@ -36,6 +36,20 @@ def top1_text(metrics: Metrics | None) -> str:
     return f"{metrics.top1_agreement:.1%}"
 
 
+# The agreement column's heading, by what its figures count (Metrics.agreement); "top-1" only where every figure is one
+_HEADINGS = {"top-1": "top-1", "per-position": "per-pos", "decoded": "decoded"}
+
+
+def agreement_heading(report: Report) -> str:
+    """The heading of the agreement column (the one ``top1_text`` fills): ``top-1`` where every figure shown is a
+    top-1 agreement, ``per-pos`` where every one is a per-position agreement (a sequence output), ``decoded`` where
+    every one is a CTC output's decoded exact-match rate, ``agree`` for a mix; ``top-1`` when no row has one."""
+    kinds = {r.metrics.agreement for r in report.rows if r.metrics is not None and r.metrics.top1_agreement is not None}
+    if len(kinds) > 1:
+        return "agree"
+    return _HEADINGS.get(next(iter(kinds)), "agree") if kinds else "top-1"
+
+
 def position_text(metrics: Metrics | None) -> str:
     """The per-position agreement of a CTC output (judged on its decoded text); a dash for any other output."""
     if metrics is None or metrics.agreement != "decoded" or metrics.position_agreement is None:

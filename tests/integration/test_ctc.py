@@ -154,19 +154,39 @@ def test_a_stored_report_judged_again_with_cer_gates_fails_below_the_measured_ra
         f"character error rate {measured['eager']:.2%} > {measured['eager'] / 2:.2%} (greedy CTC decoding; 13 of 24 samples' "
         "decoded text changed)"]
     capsys.readouterr()
-    main(["judge", str(stored), "-v"])  # the terminal: decoded agreement in top-1, per-position and CER beside it under -v
+    main(["judge", str(stored), "-v"])  # the terminal: decoded agreement in its column, per-position and CER beside it under -v
     out = capsys.readouterr().out
     eager = next(r for r in report["rows"] if r["name"] == "eager")["metrics"]
+    header = next(line for line in out.splitlines() if line.startswith("verdict"))
+    assert header.split()[:5] == ["verdict", "artifact", "MAE", "max|err|", "decoded"] and "top-1" not in header, header
     assert "per-pos" in out and "CER" in out
     assert f"{eager['top1_agreement']:.1%}" in out and f"{eager['position_agreement']:.1%}" in out and f"{eager['cer']:.2%}" in out
 
 
-def test_the_real_recogniser_passes_with_its_blank_declared_and_cer_gated_at_zero(tmp_path: Path) -> None:
-    code, report = _check(tmp_path, CHECKPOINT, "--artifacts", "onnx", "--max-cer", "0")
+def test_the_bundled_example_declares_its_blank_passes_with_cer_gated_at_zero_and_heads_its_column_by_what_it_counts(
+        tmp_path: Path, capsys) -> None:
+    """The recogniser's bundled settings, as shipped, judge it on its decoded text; the agreement column is headed
+    ``decoded`` (terminal and Markdown), and ``per-pos`` when the same output is judged frame by frame."""
+    example = MODELS / "examples" / "sequence_recognizer.toml"
+    assert "ctc-blank = 0" in example.read_text()
+    capsys.readouterr()
+    code = main(["check", str(CHECKPOINT), "--config", str(example), "--out", str(tmp_path / "out"), "--no-cache", "--artifacts", "onnx",
+                 "--max-cer", "0", "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")])
+    out = capsys.readouterr().out
     assert code == 0
-    for row in report["rows"]:
+    for row in json.loads((tmp_path / "r.json").read_text())["rows"]:
         m = row["metrics"]
         assert row["status"] == "pass" and m["agreement"] == "decoded" and m["cer"] == 0.0 and m["top1_agreement"] == 1.0, row["name"]
+    header = next(line for line in out.splitlines() if line.startswith("verdict"))
+    assert header.split()[4] == "decoded" and "top-1" not in header, header
+    assert "| max abs | decoded |" in (tmp_path / "r.md").read_text()
+    frames = tmp_path / "frames.toml"  # the same output without its blank: per-position argmax agreement
+    frames.write_text("[outputs.output]\nbatch-axis = 1\n")
+    code = main(["check", str(CHECKPOINT), "--arch", ARCH, "--golden", str(GOLDEN), "--config", str(frames), "--out", str(tmp_path / "out2"),
+                 "--no-cache", "--artifacts", "onnx", "--json", str(tmp_path / "f.json")])
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("verdict"))
+    assert code == 0 and header.split()[4] == "per-pos" and "top-1" not in header, header
+    assert {r["metrics"]["agreement"] for r in json.loads((tmp_path / "f.json").read_text())["rows"]} == {"per-position"}
 
 
 @pytest.mark.parametrize(("blank", "says"), [

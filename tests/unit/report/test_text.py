@@ -15,7 +15,8 @@ from export_check.config import Thresholds
 from export_check.files import FileInfo
 from export_check.judge import judge_rows
 from export_check.measurements import Observation
-from export_check.report.text import COLUMNS, Style, render, use_colour
+from export_check.report.text import AGREEMENT, COLUMNS, Style, render, use_colour
+from export_check.report.views import agreement_heading
 from export_check.results import GoldenSummary, Report
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -69,8 +70,12 @@ def test_every_line_fits_a_terminal_the_verdict_comes_first_and_nothing_is_left_
     assert [(r[0], r[1]) for r in rows] == [({"pass": "PASS", "fail": "FAIL", "error": "ERROR"}[row.status], row.name)
                                            for row in report.rows]
     # per-pos: only beside a CTC output's decoded agreement, which these reports have none of
-    expected = {c.title for c in COLUMNS if (verbose or not c.verbose) and (tolerant or c.title != "allclose") and c.title != "per-pos"}
-    titles = {c.title for c in COLUMNS}
+    # the agreement column is headed by what its figures count: top-1 agreements in these reports
+    assert agreement_heading(report) == "top-1"
+    title = {AGREEMENT: "top-1"}
+    expected = {title.get(c.title, c.title) for c in COLUMNS
+                if (verbose or not c.verbose) and (tolerant or c.title != "allclose") and c.title != "per-pos"}
+    titles = {title.get(c.title, c.title) for c in COLUMNS}
     shown = {t for t in titles if re.search(rf"(^|  ){re.escape(t)}(  |$)", table[0])}
     if verbose:  # what does not fit is under each row, named
         under = {t for t in titles for line in table[2:] if line.startswith("    ") and f"{t} " in line}
