@@ -14,6 +14,7 @@ and is an error when no sample is left to judge.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import captured_warnings, dedupe
 from .artifacts.base import NotApplicable, logits_of
 from .builder.builds import BuildOutcome, Builds, Progress
-from .builder.protocol import PRIVATE_PREFIX
+from .builder.protocol import PRIVATE_PREFIX, first_sample
 from .compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
 from .config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
 from .diagnostics.run import EAGER, Diagnoser, eager_seconds_per_image
@@ -157,6 +158,16 @@ class Replay:
         if failure is not None:  # it loads here, beside the architecture, and failed where nothing of it is imported
             self.errors[kind.name] = load_needs(outcome.path.name, "", "", None, failure.description)
             return None
+        if outcome.clean_first is not None:
+            with captured_warnings(outcome.notes):
+                differs = clean_process_difference(runner, ctx, outcome.clean_first)
+            if differs is not None:
+                self.errors[kind.name] = (
+                    f"{outcome.path.name} computes differently in this process than where nothing of the architecture is imported: "
+                    f"{differs} on the first golden sample; something importing the architecture does (a global torch setting, a "
+                    "registered op, a patched library) changes what the file computes, so a replay here would not be a deployed "
+                    "process's: move that out of the architecture's import")
+                return None
         return runner
 
     def _compared(self, outputs: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
@@ -286,6 +297,32 @@ class Replay:
 Explain = Callable[[Observation], Observation]
 # Given the diagnostics' probe and plan, what explains a measured row (the pipeline's ``explain.Explainer``)
 ExplainFor = Callable[[Any, Any], Explain]
+
+
+def clean_process_difference(runner: Any, ctx: BuildContext, clean: dict[str, Any]) -> str | None:
+    """How the first golden sample's outputs of ``runner`` (the file reloaded in this process, which imported the
+    architecture) differ from ``clean`` (the same file's, in the build server's load host, which imported nothing of
+    it; builder/server.py's probe): ``None`` when every output is the same, bit for bit (the same file, input,
+    runtime and thread count compute the same; NaN equals NaN). A first run that raises here is the replay's to
+    report (``None``)."""
+    feeds = first_sample(ctx)
+    if feeds is None:
+        return None
+    try:
+        here = runner.infer(feeds)
+    except Exception:
+        return None
+    found = []
+    for name, theirs in clean.items():
+        ours = np.asarray(here[name]) if name in here else None
+        if ours is None:
+            found.append(f"output {name} is missing")
+        elif ours.shape != theirs.shape or ours.dtype != theirs.dtype:
+            found.append(f"output {name} is {ours.dtype}{list(ours.shape)} here, {theirs.dtype}{list(theirs.shape)} there")
+        elif not np.array_equal(ours, theirs, equal_nan=ours.dtype.kind in "fc"):
+            gap = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+            found.append(f"output {name} differs by max |diff| {float(np.nanmax(gap)) if np.isfinite(gap).any() else math.inf:.3g}")
+    return "; ".join(found) or None
 
 
 def _imported_here(missing: str, how: str) -> bool:

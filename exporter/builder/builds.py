@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext
 from ..artifacts._common import captured_warnings
@@ -52,6 +52,9 @@ class BuildOutcome:
     not_applicable: bool = False  # ``error`` says why the kind does not apply (artifacts.base.NotApplicable)
     # Built, but did not load in a process that has imported nothing of the architecture (builder/server.py's load host)
     load_failure: LoadFailure | None = None
+    # The outputs of the first golden sample as that process computed them (protocol.first_sample): the reload
+    # here runs it again and must compute the same (observe.clean_process_difference); None: not probed there
+    clean_first: dict[str, Any] | None = None
 
 
 class BuildJob:
@@ -86,6 +89,7 @@ class BuildJob:
                 with captured_warnings(outcome.notes):
                     outcome.details = self._pending.wait(outcome.notes)
                 outcome.load_failure = self._pending.load
+                outcome.clean_first = self._pending.first
                 outcome.path = self.path if self.target is None else commit(self.path, self.target)
             except NotApplicable as exc:  # the kind does not apply to this model: a row of its own
                 self._failed(outcome, str(exc))

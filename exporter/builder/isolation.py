@@ -106,6 +106,7 @@ class PendingBuild:
         # The file built but did not load in the load host (server.py), where nothing of the architecture
         # is imported; None when it did, or when it was built in-process (no such process then).
         self.load: LoadFailure | None = None
+        self.first: dict[str, Any] | None = None  # the first sample's outputs as the load host computed them
 
     def _build_in_process(self) -> None:
         began = time.perf_counter()
@@ -145,6 +146,7 @@ class PendingBuild:
         if status == "ok":
             self._details = dict(reply["details"])
             self.load = reply.get("load")
+            self.first = reply.get("first")
         elif status == "unpicklable":  # e.g. a class defined in a __main__ script: no worse off than before isolation
             self.notes.append(f"built in-process, not isolated: the build process cannot rebuild the model ({reply['description']})"[:300])
             self._build_in_process()

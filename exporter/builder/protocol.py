@@ -18,7 +18,9 @@ A request (parent -> server), one per build, in build order::
 A reply (server -> parent), one per request, in request order: ``status`` (``ok``, ``raised``,
 ``crashed``, ``timeout``, ``unpicklable``, ``source-failed``) and, as it applies, ``details``,
 ``notes``, ``exception``/``description``, ``signal``/``exit_code``, ``stderr``, ``seconds``, ``pid``,
-and ``load``: the :class:`LoadFailure` of a file that built but did not load in the load host.
+``load``: the :class:`LoadFailure` of a file that built but did not load in the load host, and ``first``:
+the outputs of the file's first golden sample (``first_sample``) as the load host computed them, where
+nothing of the architecture is imported (the parent computes them again and compares: observe.py).
 
 The server and its load host (server -> load host, one per built file; the same reply fields)::
 
@@ -112,3 +114,20 @@ def missing_at_load(texts: list[str]) -> tuple[str, str]:
                 found = match.groupdict()
                 return how, found["name"] if "name" in found else f"{found['module']}.{found['attr']}"
     return "", ""
+
+
+def first_sample(ctx: Any) -> dict[str, Any] | None:
+    """The named inputs of the example batch's first sample (the golden set's first), batch axis kept: what the
+    load probe runs through each file built, in the load host, and what the parent runs again through the file it
+    reloaded to compare (``observe.clean_process_difference``). None without an example."""
+    from collections.abc import Mapping
+
+    from ..artifacts.base import INPUT
+
+    example = getattr(ctx, "example", None)
+    if example is None:
+        return None
+    if isinstance(example, Mapping):
+        axes = {spec.name: spec.batch_axis for spec in getattr(getattr(ctx, "signature", None), "inputs", ())}
+        return {name: value.narrow(axes.get(name, 0), 0, 1).numpy() for name, value in example.items()}
+    return {INPUT: example[:1].numpy()}

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,8 +198,11 @@ class BuildServer:
                 "its load process is gone" if loaded is None else f"its load process cannot read the build context ({loaded.get('description')})")
             reply.setdefault("notes", []).append(f"loaded beside the model, not in a process without the architecture: {why}"[:300])
             loaded = self._run_in_child({**request, "timeout": left}, ctx, load_here)
+            loaded.pop("first", None)  # computed beside the model: nothing to compare the parent's run with
         reply["seconds"] = float(reply.get("seconds", 0.0)) + float(loaded.get("seconds", 0.0))
         status = loaded.get("status")
+        if status == "ok" and loaded.get("first") is not None:
+            reply["first"] = loaded["first"]
         if status == "raised":
             reply["load"] = loaded.get("load") or protocol.LoadFailure(str(loaded.get("description", "")))
         elif status == "timeout":
@@ -383,7 +386,9 @@ def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
             _pin_threads(ctx)
             module = importlib.import_module(request["module"])
             with captured_warnings([]):  # the parent's reload reports the runtime's warnings, once
-                probe(module, Path(request["path"]), ctx)
+                first = probe(module, Path(request["path"]), ctx)
+            if first is not None:
+                reply["first"] = first
     except Exception as exc:
         how, missing = protocol.missing_at_load([*_chain_texts(exc), *logged])
         if isinstance(exc, FirstRunFailed) and not missing:
@@ -427,34 +432,31 @@ def _chain_texts(exc: BaseException) -> list[str]:
     return texts
 
 
-def probe(module: Any, path: Path, ctx: Any) -> None:
+def probe(module: Any, path: Path, ctx: Any) -> dict[str, Any] | None:
     """The load probe: reload the artifact just built from its file and run the first sample of the
     example batch (the golden set's first batch) through it, in a load child (:class:`LoadHost`) under
-    what is left of the build timeout; raises what the load raised, and :class:`FirstRunFailed` from what the run raised.
+    what is left of the build timeout; its outputs (the parent compares them with its own run of the same
+    sample); raises what the load raised, and :class:`FirstRunFailed` from what the run raised.
 
     An artifact that hangs or crashes when loaded or run then costs its row (the build's timeout or
     crash), never the run: the parent loads and replays it without a time limit of its own, and
     relies on this probe (and, for a file restored from the cache, on the cache's authentication).
     """
-    example = getattr(ctx, "example", None)
-    if example is None or not hasattr(module, "open_runner"):
-        return
-    from ..artifacts.base import INPUT
-
     # One sample of it: what hangs or crashes on load or on the first run does so on one sample too, at
     # a fraction of a large model's batch cost (measured on the bundled ResNet under load: 0.1-0.2 s
     # per ONNX file, 0.4-0.7 s for int8 ONNX, 0.7-1.6 s per TorchScript file, most of it the first
     # run's JIT profiling, all on the build core while this process replays).
-    axes = {spec.name: spec.batch_axis for spec in getattr(getattr(ctx, "signature", None), "inputs", ())}
-    if isinstance(example, Mapping):
-        feeds = {name: value.narrow(axes.get(name, 0), 0, 1).numpy() for name, value in example.items()}
-    else:
-        feeds = {INPUT: example[:1].numpy()}
+    import numpy as np
+
+    feeds = protocol.first_sample(ctx)
+    if feeds is None or not hasattr(module, "open_runner"):
+        return None
     with module.open_runner(path, ctx) as runner:
         try:
-            runner.infer(feeds)
+            outputs = runner.infer(feeds)
         except Exception as exc:
             raise FirstRunFailed(str(exc)) from exc
+    return {name: np.asarray(value) for name, value in outputs.items()}
 
 
 class FirstRunFailed(Exception):

@@ -2,7 +2,13 @@
 process that has imported nothing of the user's architecture. A torch.export ``.pt2`` whose output is a
 pytree node class of the user's (as a transformers ``ModelOutput`` is) loads only where that class is
 imported, so its row is an error naming the class and its module; the same model returning a dict passes.
-The truth comes from outside the tool: ``torch.export.load`` of the file in a fresh interpreter."""
+The truth comes from outside the tool: ``torch.export.load`` of the file in a fresh interpreter.
+
+And each file computes here what it computes there: the reload that replays it runs the first golden sample
+again and must get the load host's outputs bit for bit. An architecture whose import turns on flushing subnormal
+floats to zero (``torch.set_flush_denormal(True)``, a CPU speed tip) makes the TorchScript files compute another
+output in the checking process than in a deployed one; their rows are errors that say so, with the difference
+measured by hand (the file run with and without the flush)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -190,3 +197,73 @@ def test_a_tiny_transformers_classifier_pt2_names_the_transformers_output_class(
     reason = rows["torch-export"]["reasons"][0]
     assert "needs transformers.modeling_outputs.SequenceClassifierOutput registered as a pytree node to load" in reason, reason
     assert "import transformers.modeling_outputs in the deployed process" in reason, reason
+
+
+SUBNORMAL = textwrap.dedent(
+    '''
+    import torch
+    from torch import nn
+
+    torch.set_flush_denormal(True)  # run by importing the architecture: every torch kernel of this thread flushes subnormals
+
+
+    class Rescaled(nn.Module):
+        """A head whose output passes through subnormal values (about 1e-40) on its way back to scale."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x) * 1e-20 * 1e-20 * 1e20 * 1e20
+    '''
+).lstrip()
+
+
+def test_a_file_that_computes_otherwise_beside_the_architecture_is_an_error_with_the_difference_by_hand(tmp_path: Path) -> None:
+    import torch
+
+    (tmp_path / "subnormal.py").write_text(SUBNORMAL)
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        np.save(inputs / f"s{i}.npy", rng.standard_normal(16).astype(np.float32))
+    # the weights, made in a fresh interpreter (the architecture's import must not flush this test process's thread)
+    subprocess.run([sys.executable, "-c", "import torch, subnormal; torch.manual_seed(0); "
+                    "torch.save(subnormal.Rescaled().state_dict(), 'w.pth')"], cwd=tmp_path, check=True)
+    cli = [sys.executable, "-m", "export_check"]
+    arch = ["--arch", "subnormal.py:Rescaled", "--golden", "g"]
+    subprocess.run([*cli, "golden", "record", "w.pth", *arch, "--inputs", "inputs"], cwd=tmp_path, check=True, capture_output=True)
+    run = subprocess.run([*cli, "w.pth", *arch, "--no-cache", "-q", "--out", "out", "--artifacts", "torchscript-trace,torchscript-script,onnx",
+                          "--json", "r.json"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 1, run.stderr
+    rows = {r["name"]: r for r in json.loads((tmp_path / "r.json").read_text())["rows"]}
+    # by hand: the file on the first golden sample, in this process as deployed, and with the flush the architecture turns on
+    from export_check.golden.manifest import load_golden
+
+    golden = load_golden(tmp_path / "g")
+    first = torch.from_numpy(golden.load_input(golden.inputs[0])[None])
+    for name in ("torchscript-trace", "torchscript-script"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit.load warns of its deprecation
+            module = torch.jit.load(str(tmp_path / "out" / f"{name}.pt"))
+        with torch.inference_mode():
+            deployed = module(first)
+            try:
+                assert torch.set_flush_denormal(True)  # x86: FTZ/DAZ are there to set
+                flushed = module(first)
+            finally:
+                torch.set_flush_denormal(False)
+        gap = float((deployed - flushed).abs().max())
+        assert gap > 0.1  # a real difference: the flushed file outputs its bias only
+        row = rows[name]
+        assert row["status"] == "error" and row["metrics"] is None, row
+        assert row["reasons"] == [f"{name}.pt computes differently in this process than where nothing of the architecture is imported: "
+                                  f"output logits differs by max |diff| {gap:.3g} on the first golden sample; something importing the "
+                                  "architecture does (a global torch setting, a registered op, a patched library) changes what the file "
+                                  "computes, so a replay here would not be a deployed process's: move that out of the architecture's import"]
+    # onnxruntime runs its own kernels, untouched by torch's flag: its file computes the same in both processes (and fails
+    # against eager, which the flag moved: eager's output is the bias alone)
+    assert not any("computes differently" in reason for reason in rows["onnx"]["reasons"])
+    assert rows["onnx"]["metrics"] is not None
