@@ -304,14 +304,24 @@ def clean_process_difference(runner: Any, ctx: BuildContext, clean: dict[str, An
     architecture) differ from ``clean`` (the same file's, in the build server's load host, which imported nothing of
     it; builder/server.py's probe): ``None`` when every output is the same, bit for bit (the same file, input,
     runtime and thread count compute the same; NaN equals NaN). A first run that raises here is the replay's to
-    report (``None``)."""
+    report (``None``); so is a file that does not reproduce itself (random ops, dropout left on): when the outputs
+    differ, the sample is run once more here, and a second run unlike the first says nothing of the architecture
+    (the determinism check fails such a file)."""
     feeds = first_sample(ctx)
     if feeds is None:
         return None
     try:
         here = runner.infer(feeds)
+        found = _differences(here, clean)
+        if found and _differences(runner.infer(feeds), {name: np.asarray(value) for name, value in here.items()}):
+            return None
     except Exception:
         return None
+    return "; ".join(found) or None
+
+
+def _differences(here: dict[str, Any], clean: dict[str, Any]) -> list[str]:
+    """What differs between the outputs ``here`` and ``clean`` (the reference), output by output, bit for bit."""
     found = []
     for name, theirs in clean.items():
         ours = np.asarray(here[name]) if name in here else None
@@ -322,7 +332,7 @@ def clean_process_difference(runner: Any, ctx: BuildContext, clean: dict[str, An
         elif not np.array_equal(ours, theirs, equal_nan=ours.dtype.kind in "fc"):
             gap = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
             found.append(f"output {name} differs by max |diff| {float(np.nanmax(gap)) if np.isfinite(gap).any() else math.inf:.3g}")
-    return "; ".join(found) or None
+    return found
 
 
 def _imported_here(missing: str, how: str) -> bool:
