@@ -1,5 +1,5 @@
 """The cpu_sensitive tests again under capped instruction sets (README, "What varies by CPU"); tox runs it
-right after the suite, in the same environment:
+in its ``checks`` environment, beside the suite (``./dev test``):
 
     python tests/run_narrowed.py [pytest arguments]
 
