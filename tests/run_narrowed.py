@@ -38,7 +38,7 @@ def main(args: list[str]) -> int:
     for name, caps, marker in RUNS:
         shown = " ".join(f"{k}={v}" for k, v in caps.items())
         if name == "avx2" and not above_avx2():
-            print(f"\n=== narrowed run '{name}': not run: this CPU has nothing above AVX2, so the suite above was this run", flush=True)
+            print(f"\n=== narrowed run '{name}': not run: this CPU has nothing above AVX2, so the suite's own run is this run", flush=True)
             continue
         print(f"\n=== narrowed run '{name}': {shown} pytest -m '{marker}' {' '.join(args)}", flush=True)
         code = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-m", marker, *args],
