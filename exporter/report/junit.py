@@ -45,7 +45,7 @@ def metric_lines(row: Row) -> list[str]:
             f"mae: {_num(m.mae)}",
             f"max_abs: {_num(m.max_abs)}",
             f"median_image_mae: {_num(m.median_abs)}",
-            f"top1_agreement: {'-' if m.top1_agreement is None else f'{m.top1_agreement:.6g}'}",
+            f"top1_agreement: {'-' if m.top1_agreement is None else f'{m.top1_agreement:.6g}'} (agreement: {m.agreement})",
             f"top1_changed: {list(m.top1_changed)}",
             *([] if m.label_accuracy is None else [f"label_accuracy: {accuracy_text(m)} (points against its reference)"]),
             f"nonfinite: {m.nonfinite}",

@@ -171,7 +171,7 @@ def test_the_bundled_example_declares_its_blank_passes_with_cer_gated_at_zero_an
     assert "ctc-blank = 0" in example.read_text()
     capsys.readouterr()
     code = main(["check", str(CHECKPOINT), "--config", str(example), "--out", str(tmp_path / "out"), "--no-cache", "--artifacts", "onnx",
-                 "--max-cer", "0", "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")])
+                 "--max-cer", "0", "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"), "--junit", str(tmp_path / "r.xml")])
     out = capsys.readouterr().out
     assert code == 0
     for row in json.loads((tmp_path / "r.json").read_text())["rows"]:
@@ -180,6 +180,7 @@ def test_the_bundled_example_declares_its_blank_passes_with_cer_gated_at_zero_an
     header = next(line for line in out.splitlines() if line.startswith("verdict"))
     assert header.split()[4] == "decoded" and "top-1" not in header, header
     assert "| max abs | decoded |" in (tmp_path / "r.md").read_text()
+    assert "top1_agreement: 1 (agreement: decoded)" in (tmp_path / "r.xml").read_text()
     frames = tmp_path / "frames.toml"  # the same output without its blank: per-position argmax agreement
     frames.write_text("[outputs.output]\nbatch-axis = 1\n")
     code = main(["check", str(CHECKPOINT), "--arch", ARCH, "--golden", str(GOLDEN), "--config", str(frames), "--out", str(tmp_path / "out2"),
