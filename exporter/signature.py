@@ -113,7 +113,7 @@ def flatten_outputs(out: Any, prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in items:
         name = f"{prefix}.{key}" if prefix else key
-        leaves = flatten_outputs(value, name) if _named_items(value, name) is not None else {name: value}
+        leaves = flatten_outputs(value, name)  # a leaf comes back as {name: value}
         clash = next((n for n in leaves if n in flat), None)
         if clash is not None:  # {"a.b": x, "a": {"b": y}}: one of them would be lost, never compared
             from .errors import ArtifactError
@@ -134,7 +134,7 @@ def _named_items(out: Any, prefix: str) -> list[tuple[str, Any]] | None:
     if isinstance(out, tuple) and isinstance(fields, tuple):  # a named tuple: its fields
         return [(str(k), v) for k, v in zip(fields, out, strict=True)]
     if isinstance(out, (tuple, list)):
-        return [(f"output_{i}" if not prefix else str(i), v) for i, v in enumerate(out)]
+        return list(zip(positional_names(len(out)) if not prefix else map(str, range(len(out))), out, strict=True))
     if dataclasses.is_dataclass(out) and not isinstance(out, type):  # torch.export's register_dataclass outputs
         # a field left None is not an output (an optional loss, as transformers' ModelOutput leaves out)
         return [(f.name, getattr(out, f.name)) for f in dataclasses.fields(out) if getattr(out, f.name) is not None]
