@@ -30,6 +30,7 @@ from .messages import (
     percent,
     recording_notes,
     reduced_summary,
+    size_refused_cause,
     within_float_noise,
 )
 from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
@@ -172,10 +173,7 @@ def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: 
                 reasons.append(f"batch size check: the artifact fails at the main batch size {main}: {run.error}")
                 continue
             works = "" if main_fails else f" while batch size {main} works"
-            reasons.append(
-                f"batch size {run.size} fails ({run.error}){works}: the export specialised the batch size "
-                "(a shape baked in by tracing, or a graph whose batch axis was fixed)"
-            )
+            reasons.append(f"batch size {run.size} fails ({run.error}){works}: {size_refused_cause(run.error)}")
             continue
         found = size_gate_reasons(run, gate)
         if not found or (run.size == main and replayed):
@@ -278,21 +276,36 @@ def _status_before_layers(obs: Observation, thresholds: Thresholds) -> str:
     return FAIL if reasons else PASS
 
 
+def _values_only(obs: Observation) -> Observation:
+    """``obs`` without its batch-size runs that raised: what is left fails on values a table can compare. A size the file
+    refuses (a bound planned in it, a specialised export) has no values, and where the row passes a per-layer table or a
+    reduction finds nothing (measured: an executorch row refusing batch 64 spent 15 s on a table of no departure)."""
+    sizes = obs.diagnostics.sizes if obs.diagnostics is not None else None
+    if sizes is None or obs.diagnostics is None:
+        return obs
+
+    def ran(runs: tuple[BatchSizeRun, ...]) -> tuple[BatchSizeRun, ...]:
+        return tuple(run for run in runs if run.error is None)
+
+    sizes = replace(sizes, runs=ran(sizes.runs), outputs=tuple((name, ran(runs)) for name, runs in sizes.outputs))
+    return replace(obs, diagnostics=replace(obs.diagnostics, sizes=sizes))
+
+
 def wants_layers(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bool:
-    """Whether the row deserves a per-layer table: a failing row of a family that has one, or an
-    int8-style row whenever ``--diagnose`` asks (``GateFamily.layers``)."""
+    """Whether the row deserves a per-layer table: a row of a family that has one failing on values (not only on batch
+    sizes it refused: ``_values_only``), or an int8-style row whenever ``--diagnose`` asks (``GateFamily.layers``)."""
     if obs.family == EAGER:
         return False
     layers = FAMILIES[obs.family].layers
-    status = _status_before_layers(obs, thresholds)
+    status = _status_before_layers(_values_only(obs), thresholds)
     return (layers == "on-fail" and status == FAIL) or (layers == "quantization" and (status == FAIL or diagnose))
 
 
 def wants_reduction(obs: Observation, thresholds: Thresholds) -> bool:
-    """Whether the row deserves its smallest failing subgraph (``diagnostics.reduce``): a failing row
-    whose file is an ONNX graph."""
+    """Whether the row deserves its smallest failing subgraph (``diagnostics.reduce``): a row whose file is an ONNX
+    graph failing on values (``_values_only``)."""
     return (obs.family != EAGER and obs.artifact is not None and obs.artifact.path.endswith(".onnx")
-            and _status_before_layers(obs, thresholds) == FAIL)
+            and _status_before_layers(_values_only(obs), thresholds) == FAIL)
 
 
 def reduction_missing(obs: Observation, thresholds: Thresholds) -> bool:

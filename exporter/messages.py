@@ -161,6 +161,28 @@ def _layers_summary(layers: LayerComparison) -> str:
     return text
 
 
+# How a runner says an input passed the size its file was planned for (executorch_pte: a bounded dynamic axis);
+# the judge then names that bound as the cause of the refused batch size (``size_refused_cause``), not a specialised export.
+BEYOND_BOUND = "above the bound of"
+
+
+def beyond_bound(what: str, bound: int, where: str) -> str:
+    """
+    >>> beyond_bound("batch 64", 32, "the .pte")
+    'batch 64 above the bound of 32 planned in the .pte'
+    """
+    return f"{what} {BEYOND_BOUND} {bound} planned in {where}"
+
+
+def size_refused_cause(error: str) -> str:
+    """Why the artifact raised at a batch size where eager runs: past a bound planned in its file (the runner said which),
+    else a batch size the export specialised."""
+    if f" {BEYOND_BOUND} " in error:
+        return ("the file was planned for batches up to the bound named above, and its runtime refuses larger ones: deploy it "
+                "only within that bound, or export it with a larger one")
+    return "the export specialised the batch size (a shape baked in by tracing, or a graph whose batch axis was fixed)"
+
+
 def batch_size_cause(run: BatchSizeRun, artifact: bool, eager: bool, family: str) -> str:
     """Why the artifact disagrees with eager at this batch size, from whether each of them moved (the
     judge decides that, against the row's bound) from its own output at the main size."""

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..diagnostics.shapes import PROBE_IMAGES
 from ..errors import ArtifactError
+from ..messages import beyond_bound
 from ._common import NativeWarning, atomic_path, captured_fd
 from ._program import dynamic_axes_of, export_inputs, require_dynamic_program
 from ._recurrent import RECURRENCE, recurrent_types, with_scan_lstm
@@ -395,7 +396,7 @@ class PteRunner:
             for axis, (size, bound) in enumerate(zip(array.shape, sizes, strict=False)):
                 if size > bound:
                     what = f"batch {size}" if axis == batch_axis else f"{name} axis {axis} is {size},"
-                    found.append(f"{what} above the bound of {bound} planned in the .pte")
+                    found.append(beyond_bound(what, bound, "the .pte"))
         return found
 
     def _execute(self, arrays: list[np.ndarray]) -> list[np.ndarray]:

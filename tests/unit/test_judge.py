@@ -146,6 +146,35 @@ def test_layer_tables_go_to_failing_float_rows_and_to_int8_rows_under_diagnose()
     assert row.status == "pass" and row.diagnostics.layers is not None and not any(r.startswith("where") for r in row.reasons)
 
 
+def test_a_size_the_file_refuses_names_its_bound_and_gets_no_table_while_a_size_off_by_values_does() -> None:
+    """A batch size that raised has no values to compare layer by layer, and at the replay's size the row agrees: no
+    per-layer table (nor an ONNX reduction); the cause is the bound the runner named, or else a specialised export."""
+    from export_check.judge import wants_reduction
+    from export_check.measurements import FileInfo
+    from export_check.messages import beyond_bound
+
+    bound = f"ArtifactError: executorch: Attempted to resize a bounded tensor; {beyond_bound('batch 64', 32, 'the .pte')}"
+    refused = measured(sizes=SizeRuns(main_size=16, runs=(agreeing(1, 8), agreeing(16, 64), BatchSizeRun(64, images=0, error=bound))))
+    row = judge_row(obs(diagnostics=refused), DEFAULTS)
+    assert row.status == "fail" and len(row.reasons) == 1, row.reasons
+    assert row.reasons[0].startswith("batch size 64 fails (ArtifactError: executorch: Attempted to resize a bounded tensor; batch 64 "
+                                     "above the bound of 32 planned in the .pte) while batch size 16 works: the file was planned for "
+                                     "batches up to the bound named above"), row.reasons
+    assert "specialised" not in row.reasons[0]
+    onnx = FileInfo(path="out/onnx.onnx", size_bytes=1, sha256="0" * 64)
+    assert not wants_layers(obs(diagnostics=refused), DEFAULTS, diagnose=False)
+    assert not wants_reduction(obs(diagnostics=refused, artifact=onnx), DEFAULTS)
+    baked = measured(sizes=SizeRuns(main_size=16, runs=(BatchSizeRun(1, images=0, error="RuntimeError: shape '[16, 64]' is invalid"),
+                                                        agreeing(16, 64))))
+    assert judge_row(obs(diagnostics=baked), DEFAULTS).reasons[0].endswith(
+        "while batch size 16 works: the export specialised the batch size (a shape baked in by tracing, or a graph whose batch axis was fixed)")
+    # off by values at a size: that size's table (and reduction) still comes
+    off = measured(sizes=SizeRuns(main_size=16, runs=(agreeing(1, 8, mae=0.1, moved=0.3), agreeing(16, 64),
+                                                      BatchSizeRun(64, images=0, error=bound))))
+    assert wants_layers(obs(diagnostics=off), DEFAULTS, diagnose=False)
+    assert wants_reduction(obs(diagnostics=off, artifact=onnx), DEFAULTS)
+
+
 def test_a_cached_observation_lacking_the_table_its_verdict_wants_is_not_enough() -> None:
     strict = DEFAULTS.with_gates(float=Gate(max_mae=1e-9))
     cached = obs(diagnostics=measured())  # observed under the default gate: passed, no table
