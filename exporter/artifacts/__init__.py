@@ -13,7 +13,7 @@ from __future__ import annotations
 from .base import ArtifactKind, BuildContext, Runner
 
 __all__ = ["ArtifactKind", "BuildContext", "Runner", "KINDS", "KIND_NAMES", "KINDS_BY_NAME", "BUILD_ORDER", "GROUPS", "GROUP_NAMES",
-           "PRELOAD", "DEFAULT_KINDS", "resolve_kinds", "unknown_kinds_message"]
+           "PRELOAD", "preload_of", "DEFAULT_KINDS", "resolve_kinds", "unknown_kinds_message"]
 
 ONNX = ("torch", "onnx", "onnxscript", "onnx-ir", "onnxruntime")  # what builds and runs an ONNX file
 OPSET, EXPORTER = ("opset",), ("opset", "onnx_exporter")  # the settings an ONNX export reads (dynamo: its own exporter)
@@ -130,8 +130,17 @@ GROUPS: dict[str, tuple[str, ...]] = {
     **{group: tuple(k.name for k in KINDS if group in k.groups) for group in GROUP_NAMES if group != "all"},
     "all": KIND_NAMES,
 }
-# The modules the build server imports ahead while idle, in every run: the default kinds', in build order, each
-# once (exporter/builder/server.py). The other kinds' are imported when the run builds them, before their child.
+
+
+def preload_of(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """What the build server imports ahead while idle for a run of the kinds ``names``: torch, then their preloads in
+    build order, each once (exporter/builder/server.py). A module no kind of the run needs is not imported (onnxsim:
+    1.1 s of CPU, in every run that builds no simplified ONNX file, before); each kind's own are imported before its
+    first child anyway (``BuildServer._import_for``)."""
+    return tuple(dict.fromkeys(("torch", *(module for kind in BUILD_ORDER if kind.name in names for module in kind.preload))))
+
+
+# The modules the build server imports ahead while idle until a run says its kinds (``preload_of``): the default kinds'.
 PRELOAD: tuple[str, ...] = tuple(dict.fromkeys(module for kind in BUILD_ORDER if "default" in kind.groups for module in kind.preload))
 DEFAULT_KINDS: tuple[str, ...] = GROUPS["default"]
 

@@ -59,6 +59,10 @@ class ServerProcess:
         self._waiting.append(pending)
         protocol.send(self._out, request)
 
+    def tell(self, message: dict[str, Any]) -> None:
+        """Send a message the server answers with nothing (``preload``)."""
+        protocol.send(self._out, message)
+
     def in_flight(self) -> bool:
         return bool(self._waiting)
 

@@ -51,6 +51,7 @@ has imported nothing of the user's architecture), protocol.py (the messages betw
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import sys
@@ -59,6 +60,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..artifacts import preload_of
 from ..errors import ArtifactError, describe_exception
 from .client import ServerProcess
 from .crash import crash_message, last_words, remove_partial, revive
@@ -204,8 +206,8 @@ class BuildService:
         self.server: ServerProcess | None = None
         self._pickled: tuple[Any, str, bytes] | None = None  # (ctx, key, its pickle): the last context sent
 
-    def prewarm(self) -> None:
-        """Start the build server now, before the model is loaded.
+    def prewarm(self, kinds: tuple[str, ...] = ()) -> None:
+        """Start the build server now, before the model is loaded, and have it import what ``kinds`` need ahead.
 
         In a fresh process (torch not imported yet, one thread) the server is forked from this process
         right after importing torch and before any torch op has run: it starts with torch loaded at no
@@ -217,14 +219,16 @@ class BuildService:
         if not enabled():
             return
         with self.lock:
-            if self.server is not None and self.server.alive():
-                return
-            fresh = "torch" not in sys.modules and threading.active_count() == 1
-            if self.server is not None:
-                self.server.close()
-            import torch  # noqa: F401  (the caller needs it next anyway)
+            if self.server is None or not self.server.alive():
+                fresh = "torch" not in sys.modules and threading.active_count() == 1
+                if self.server is not None:
+                    self.server.close()
+                import torch  # noqa: F401  (the caller needs it next anyway)
 
-            self.server = ServerProcess(fork=fresh)
+                self.server = ServerProcess(fork=fresh)
+            if kinds:
+                with contextlib.suppress(OSError, ValueError):  # a server that is gone is found so by the first build
+                    self.server.tell({"preload": list(preload_of(kinds))})
 
     def start(self, kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None,
               runtimes: tuple[str, ...] = ()) -> PendingBuild:
@@ -337,9 +341,9 @@ SERVICE = BuildService()
 atexit.register(SERVICE.shutdown)
 
 
-def prewarm() -> None:
+def prewarm(kinds: tuple[str, ...] = ()) -> None:
     """Start this process's build server now, before the model is loaded (:meth:`BuildService.prewarm`)."""
-    SERVICE.prewarm()
+    SERVICE.prewarm(kinds)
 
 
 def start(kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None, runtimes: tuple[str, ...] = ()) -> PendingBuild:

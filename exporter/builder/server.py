@@ -87,36 +87,38 @@ class BuildServer:
         self.pending = [name for name in protocol.PRELOAD if name not in sys.modules]
         if "torch" in sys.modules:
             warm_up()
-        requests = os.fdopen(request_fd, "rb")
-        replies = os.fdopen(reply_fd, "wb")
-        while True:
-            self._preload_until_readable(request_fd)
-            self._ready_for_children()
-            try:
-                request = protocol.receive(requests)
-            except EOFError:
-                return  # the parent is gone or done
-            if self.loads is None and self.clean:
-                # The run's heavy loaders (torch.export's deserializer): imported here, once, before forking the
-                # load host and the build children, which need them (measured: 2-4 s each when they imported
-                # them apart; on the bundled ResNet, torch-export with torchscript-trace and onnx ran 1.19x slower).
-                for runtime in sorted({*request.get("runtimes", ()), _runtime(request)}):
-                    for name in RUNTIME_LOADERS.get(runtime, ()):
-                        _import(name)
-                self.loads = LoadHost(self.life_fd, (request_fd, reply_fd))
-            ctx, refused = self._context(request)
-            if refused is None and self.built.get(request.get("source") or "", "ok") != "ok":
-                # Its source file's build failed here: a file at that path is stale, never build from it.
-                refused = {"status": "source-failed", "notes": []}
-            if refused is None and self.loads is not None:  # the load host imports this file's loader while it builds
-                self.loads.prepare(_runtime(request))
-            if refused is None:
-                self._import_for(request)
-            reply = refused if refused is not None else self._run_in_child(request, ctx)
-            if reply.get("status") == "ok":
-                reply = self._load(request, ctx, reply)
-            self.built[request["path"]] = reply.get("status", "crashed")
-            protocol.send(replies, reply)
+        with os.fdopen(request_fd, "rb") as requests, os.fdopen(reply_fd, "wb") as replies:
+            while True:
+                self._preload_until_readable(request_fd)
+                self._ready_for_children()
+                try:
+                    request = protocol.receive(requests)
+                except EOFError:
+                    return  # the parent is gone or done
+                if "preload" in request:  # the run's kinds' imports (artifacts.preload_of), in place of the default's; no reply
+                    self.pending = [name for name in request["preload"] if name not in sys.modules]
+                    continue
+                if self.loads is None and self.clean:
+                    # The run's heavy loaders (torch.export's deserializer): imported here, once, before forking the
+                    # load host and the build children, which need them (measured: 2-4 s each when they imported
+                    # them apart; on the bundled ResNet, torch-export with torchscript-trace and onnx ran 1.19x slower).
+                    for runtime in sorted({*request.get("runtimes", ()), _runtime(request)}):
+                        for name in RUNTIME_LOADERS.get(runtime, ()):
+                            _import(name)
+                    self.loads = LoadHost(self.life_fd, (request_fd, reply_fd))
+                ctx, refused = self._context(request)
+                if refused is None and self.built.get(request.get("source") or "", "ok") != "ok":
+                    # Its source file's build failed here: a file at that path is stale, never build from it.
+                    refused = {"status": "source-failed", "notes": []}
+                if refused is None and self.loads is not None:  # the load host imports this file's loader while it builds
+                    self.loads.prepare(_runtime(request))
+                if refused is None:
+                    self._import_for(request)
+                reply = refused if refused is not None else self._run_in_child(request, ctx)
+                if reply.get("status") == "ok":
+                    reply = self._load(request, ctx, reply)
+                self.built[request["path"]] = reply.get("status", "crashed")
+                protocol.send(replies, reply)
 
     def _stop(self, signum: int, frame: Any) -> None:
         """SIGTERM from the parent: it stopped early; end the build under way too, and leave."""

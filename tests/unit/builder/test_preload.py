@@ -88,3 +88,41 @@ def test_the_torch_export_warm_up_is_every_exporting_kinds_and_leaves_the_server
     server._import(warm)  # torch.export's decompositions start tqdm's monitor thread: the server ends it
     assert set(threading.enumerate()) <= before, [t.name for t in threading.enumerate()]  # no thread left behind
     assert warm in server._WARMED
+
+
+def test_a_run_has_the_server_import_ahead_only_what_its_kinds_need(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prewarm(kinds)`` tells the server the run's kinds' preloads (``preload_of``), which replace the default kinds'
+    idle imports: a run of TorchScript and ONNX files no longer imports onnxsim (1.1 s of CPU) beside it; an edge run
+    has ExecuTorch imported while the model loads. The message gets no reply (the builds' replies stay in order)."""
+    import os
+    import signal
+
+    from export_check.artifacts import preload_of
+    from export_check.builder import protocol
+
+    assert preload_of(("torchscript-trace", "onnx")) == ("torch", "torch.onnx", "onnx", "onnx.checker", "onnxruntime")
+    assert "onnxsim" in PRELOAD and "onnxsim" in preload_of(("onnx-simplified",))
+    assert preload_of(("executorch",))[:2] == ("torch", "executorch.runtime")
+    assert set(preload_of(("executorch",))) == {"torch", *KINDS_BY_NAME["executorch"].preload}
+    # the server's loop: the preload message sets what it imports while idle, then EOF ends it, with nothing replied
+    request_r, request_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    with os.fdopen(request_w, "wb") as out:
+        protocol.send(out, {"preload": ["json", module]})
+    previous = signal.getsignal(signal.SIGTERM)
+    build = BuildServer()
+    monkeypatch.setattr(server, "warm_up", lambda: None)
+    try:
+        build.serve(request_r, reply_w)
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # serve installs the server's own handler
+    assert build.pending == [module], "the run's list replaced the default kinds' (json is imported already)"
+    with os.fdopen(reply_r, "rb") as replies:
+        assert replies.read() == b""
+    idle_r, idle_w = os.pipe()  # nothing to read: the server is idle, and imports what is pending
+    try:
+        build._preload_until_readable(idle_r)
+    finally:
+        os.close(idle_r)
+        os.close(idle_w)
+    assert module in sys.modules and build.pending == []
