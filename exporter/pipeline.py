@@ -107,7 +107,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
 
     # Start the build server (each export runs in a child of it, so a native crash costs one row)
     # now, so that it imports the export libraries while this process loads the model.
-    isolation.prewarm(config.kinds)
+    isolation.prewarm(config.kinds, config.build_timeout or None)
     import torch
 
     with pinned_threads(config.threads), locked_out_dir(out_dir):

@@ -206,7 +206,7 @@ class BuildService:
         self.server: ServerProcess | None = None
         self._pickled: tuple[Any, str, bytes] | None = None  # (ctx, key, its pickle): the last context sent
 
-    def prewarm(self, kinds: tuple[str, ...] = ()) -> None:
+    def prewarm(self, kinds: tuple[str, ...] = (), timeout: float | None = None) -> None:
         """Start the build server now, before the model is loaded, and have it import what ``kinds`` need ahead.
 
         In a fresh process (torch not imported yet, one thread) the server is forked from this process
@@ -228,7 +228,7 @@ class BuildService:
                 self.server = ServerProcess(fork=fresh)
             if kinds:
                 with contextlib.suppress(OSError, ValueError):  # a server that is gone is found so by the first build
-                    self.server.tell({"preload": list(preload_of(kinds))})
+                    self.server.tell({"preload": list(preload_of(kinds)), "timeout": timeout})
 
     def start(self, kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None,
               runtimes: tuple[str, ...] = ()) -> PendingBuild:
@@ -341,9 +341,9 @@ SERVICE = BuildService()
 atexit.register(SERVICE.shutdown)
 
 
-def prewarm(kinds: tuple[str, ...] = ()) -> None:
+def prewarm(kinds: tuple[str, ...] = (), timeout: float | None = None) -> None:
     """Start this process's build server now, before the model is loaded (:meth:`BuildService.prewarm`)."""
-    SERVICE.prewarm(kinds)
+    SERVICE.prewarm(kinds, timeout)
 
 
 def start(kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None, runtimes: tuple[str, ...] = ()) -> PendingBuild:

@@ -74,6 +74,11 @@ class BuildServer:
         self.clean = True  # no model unpickled here yet: a load host forked now holds nothing of the user's
         self.loads: LoadHost | None = None  # the load host, forked before the first model is unpickled
         self.load_ctx: bytes | None = None  # the current context without its model, pickled for the load host
+        # How long one import here may take: the run's build timeout (its preload message, each request). An import that
+        # hangs (a library waiting on the network at import, say) would otherwise keep this server from ever reading the
+        # next request, and the parent waits on it without a deadline of its own; abandoned, the module is imported by
+        # the child that needs it, under the build timeout, where a hang costs that row.
+        self.import_seconds: float | None = None
 
     def serve(self, request_fd: int, reply_fd: int) -> None:
         """Import the heavy libraries once, then fork one child per build request until EOF.
@@ -97,15 +102,17 @@ class BuildServer:
                     return  # the parent is gone or done
                 if "preload" in request:  # the run's kinds' imports (artifacts.preload_of), in place of the default's; no reply
                     self.pending = [name for name in request["preload"] if name not in sys.modules]
+                    self.import_seconds = request.get("timeout") or None
                     continue
+                self.import_seconds = request.get("timeout") or None
                 if self.loads is None and self.clean:
                     # The run's heavy loaders (torch.export's deserializer): imported here, once, before forking the
                     # load host and the build children, which need them (measured: 2-4 s each when they imported
                     # them apart; on the bundled ResNet, torch-export with torchscript-trace and onnx ran 1.19x slower).
                     for runtime in sorted({*request.get("runtimes", ()), _runtime(request)}):
                         for name in RUNTIME_LOADERS.get(runtime, ()):
-                            _import(name)
-                    self.loads = LoadHost(self.life_fd, (request_fd, reply_fd))
+                            _import(name, self.import_seconds)
+                    self.loads = LoadHost(self.life_fd, (request_fd, reply_fd), self.import_seconds)
                 ctx, refused = self._context(request)
                 if refused is None and self.built.get(request.get("source") or "", "ok") != "ok":
                     # Its source file's build failed here: a file at that path is stale, never build from it.
@@ -127,11 +134,21 @@ class BuildServer:
                 os.kill(self.child, signal.SIGKILL)
         os._exit(0)
 
-    def _preload_until_readable(self, fd: int) -> None:
-        """Import pending modules, one at a time, until ``fd`` has something to read (a request, or a child's reply)."""
+    def _preload_until_readable(self, fd: int, deadline: float | None = None) -> None:
+        """Import pending modules, one at a time, until ``fd`` has something to read (a request, or a child's reply).
+        ``deadline`` (perf_counter): the building child's; an import is cut short before it (and tried again later),
+        so that this server is back reading the child's reply in time: a reply larger than the pipe holds waits on it."""
         while self.pending and not select.select([fd], [], [], 0)[0]:
+            seconds = self.import_seconds
+            if deadline is not None:
+                left = deadline - time.perf_counter() - 0.5
+                if left <= 0:
+                    return
+                seconds = left if seconds is None else min(seconds, left)
             name = self.pending.pop(0)
-            _import(name)
+            if _import(name, seconds) and seconds != self.import_seconds:
+                _ABANDONED.discard(name)  # cut short by the child's deadline, not past the import limit: later
+                self.pending.append(name)
             if name == "torch":
                 warm_up()
 
@@ -144,7 +161,7 @@ class BuildServer:
         for name in kind.preload if kind is not None else ():
             if name in self.pending:
                 self.pending.remove(name)
-            _import(name)
+            _import(name, self.import_seconds)
 
     def _ready_for_children(self) -> None:
         """Every child needs torch: import it (and warm up) before the first fork if the idle time did not."""
@@ -247,7 +264,8 @@ class BuildServer:
         self.child = pid
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.close(result_w)
-        self._preload_until_readable(result_r)  # while the child builds, on the other core
+        # while the child builds, on the other core; back in time to read its reply
+        self._preload_until_readable(result_r, None if not request.get("timeout") else began + float(request["timeout"]))
         timeout = request.get("timeout")
         data, timed_out = _read_until_eof(result_r, None if not timeout else began + float(timeout), self.life_fd)
         if self.life_fd is not None and lifeline.parent_gone(self.life_fd):
@@ -279,23 +297,59 @@ class BuildServer:
 
 
 _WARMED: set[str] = set()
+_ABANDONED: set[str] = set()  # preloads that ran past the import time limit: not tried again here (the child imports them)
 
 
-def _import(name: str) -> None:
+def _import(name: str, seconds: float | None = None) -> bool:
     """Import the module ``name``; ``module:function``: import it and call the function (a warm-up), once. What the
     import prints is dropped: this server's stderr is the user's terminal, and a build child that imported the module
-    itself had its output captured (torchao's optional kernels that fail to load, torch's deprecation log lines)."""
+    itself had its output captured (torchao's optional kernels that fail to load, torch's deprecation log lines).
+    ``seconds``: abandoned after that long (``BuildServer.import_seconds``): True, and not tried again here."""
     module, _, function = name.partition(":")
-    if name in _WARMED or (not function and module in sys.modules):
-        return
-    # a preload only saves time: a module that fails here fails where it is needed, in the child, which says why
-    with captured_fd(2, 0), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings(), contextlib.suppress(Exception):
+    if name in _WARMED or name in _ABANDONED or (not function and module in sys.modules):
+        return name in _ABANDONED
+    # a preload only saves time: a module that fails here (or takes too long) fails where it is needed, in the child,
+    # which says why
+    with (captured_fd(2, 0), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings(), contextlib.suppress(Exception),
+          _time_limit(seconds, lambda: _ABANDONED.add(name))):
         warnings.simplefilter("ignore")
         found = importlib.import_module(module)
         if function:
             _WARMED.add(name)
             getattr(found, function)()
             _end_helper_threads()
+    return name in _ABANDONED
+
+
+class _TookTooLong(Exception):
+    """An import here ran past ``BuildServer.import_seconds``."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None, gave_up: Callable[[], None]) -> Any:
+    """Raise :class:`_TookTooLong` in the block once ``seconds`` have passed (SIGALRM: this server's main thread, which
+    is its only one; a Python-level wait, such as a socket or a sleep, is interrupted; a hang inside native code is not),
+    after calling ``gave_up``."""
+    if not seconds or seconds <= 0:
+        yield
+        return
+    expired = False
+
+    def expire(signum: int, frame: Any) -> None:
+        nonlocal expired
+        if not expired:
+            expired = True
+            gave_up()
+            raise _TookTooLong(f"still importing after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        expired = True
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _end_helper_threads() -> None:
@@ -475,7 +529,7 @@ class LoadHost:
     the server dies; it dies with the server (``PR_SET_PDEATHSIG``) and, through the lifeline, with the parent.
     """
 
-    def __init__(self, life_fd: int | None, server_fds: tuple[int, ...]) -> None:
+    def __init__(self, life_fd: int | None, server_fds: tuple[int, ...], import_seconds: float | None = None) -> None:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         server = os.getpid()
@@ -486,7 +540,7 @@ class LoadHost:
                 lifeline.die_with_parent(server)
                 for fd in (*server_fds, request_w, reply_r):
                     os.close(fd)
-                LoadServer(life_fd).serve_loads(request_r, reply_w)
+                LoadServer(life_fd, import_seconds).serve_loads(request_r, reply_w)
             except BaseException:
                 code = 1
             finally:
@@ -531,8 +585,9 @@ class LoadHost:
 class LoadServer:
     """The load host's state (see :class:`LoadHost`): the model-less context it holds, what it has yet to preload."""
 
-    def __init__(self, life_fd: int | None) -> None:
+    def __init__(self, life_fd: int | None, import_seconds: float | None = None) -> None:
         self.runner = BuildServer(life_fd)  # for its child runner (fork, timeout, reply); never given a model
+        self.runner.import_seconds = import_seconds  # its preloads too are bounded by the run's build timeout
         self.context: tuple[Any, Any] | None = None  # (key, the model-less build context)
 
     def serve_loads(self, request_fd: int, reply_fd: int) -> None:
@@ -549,6 +604,7 @@ class LoadServer:
                 request = protocol.receive(requests)
             except EOFError:
                 return  # the server is gone or done
+            self.runner.import_seconds = request.get("timeout") or self.runner.import_seconds  # the run's build timeout
             if "prepare" in request:  # a file whose loader this is will come: import it while it builds
                 self.runner.pending.extend(name for name in request["prepare"] if name not in sys.modules)
                 continue

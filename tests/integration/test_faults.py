@@ -680,3 +680,26 @@ def test_a_model_class_the_build_process_cannot_import_is_built_in_process(hook_
     for name in ("torchscript-trace", "onnx"):
         assert rows[name]["status"] == "pass"
         assert any(note.startswith("built in-process, not isolated") for note in rows[name]["notes"]), rows[name]["notes"]
+
+
+def test_a_library_that_hangs_on_import_costs_its_rows_at_the_build_timeout_not_the_run(tmp_path: Path) -> None:
+    """The build server imports a run's libraries ahead, while idle (onnxsim here); one that hangs at import (a library
+    waiting on the network, say: here a module of that name on PYTHONPATH that sleeps) kept the server from ever reading
+    a request, and the run waited forever. Now each import there is abandoned at the build timeout: the onnx row passes,
+    and the row whose build needs the library is that build's timeout."""
+    hanging = tmp_path / "hanging"
+    hanging.mkdir()
+    (hanging / "onnxsim.py").write_text("import time\ntime.sleep(600)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(hanging), os.environ.get("PYTHONPATH", "")) if p)}
+    report_path = tmp_path / "report.json"
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out", "--json", report_path,
+            "--no-cache", "--build-timeout", "6", "-q", "--artifacts", "onnx,onnx-simplified"),
+        env=env, capture_output=True, text=True, timeout=150,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {row["name"]: row for row in strict_json(report_path)["rows"]}
+    assert sorted(rows) == ["eager", "onnx", "onnx-simplified"]
+    assert rows["onnx"]["status"] == "pass" and rows["eager"]["status"] == "pass", (rows["onnx"]["reasons"], rows["eager"]["reasons"])
+    hung = rows["onnx-simplified"]
+    assert hung["status"] == "error" and hung["reasons"][0].startswith("build timed out: still running after 6 s"), hung["reasons"]
