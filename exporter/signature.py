@@ -208,7 +208,7 @@ def name_says(name: str) -> str | None:
 
 
 def choose_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False, name: str = "",
-                normalised: bool = False) -> KindChoice:
+                normalised: bool = False, layer_normed: bool = False) -> KindChoice:
     """What agreement means for an output nobody described, and why: the one place a default kind is chosen.
 
     In order: a non-float output, an output with one value per sample (per position; ``classes`` is the last
@@ -216,7 +216,8 @@ def choose_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False
     ``values``. Then the name (:func:`name_says`): boxes, landmarks, hidden states, pooled outputs, features,
     embeddings are ``values``; logits and scores keep the shape's default. Then ``normalised``: every
     position has mean 0 and std 1 over its last axis, as LayerNorm leaves hidden states (a transformer's
-    ``last_hidden_state`` under any name): ``values``. Else the shape's: a 2-D float output is ``logits``
+    ``last_hidden_state`` under any name): ``values``; so is ``layer_normed``, the same after a trained LayerNorm's
+    scale and shift (``golden.discover.layer_normed``). Else the shape's: a 2-D float output is ``logits``
     (top-1 per sample), a 3-D one ``sequence-logits`` (argmax per position), others ``values``.
 
     Measured (docs/explanation/artifacts-and-gates.md): statistics beyond these do not separate a box head
@@ -249,12 +250,16 @@ def choose_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False
     if normalised:
         return KindChoice("values", "default: every position has mean 0 and std 1 over its last axis, as after LayerNorm "
                                     "(hidden states): judged by its error")
+    if layer_normed:
+        return KindChoice("values", "default: every position's values over its last axis meet one exact linear relation, as "
+                                    "a LayerNorm's scaled and shifted output does (hidden states): judged by its error")
     return KindChoice(shape_kind, f"default for a {ndim}-D float output: {shape_gate} is gated")
 
 
-def default_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False, name: str = "", normalised: bool = False) -> str:
+def default_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False, name: str = "", normalised: bool = False,
+                 layer_normed: bool = False) -> str:
     """:func:`choose_kind`'s kind."""
-    return choose_kind(ndim, dtype, classes, unit_norm, name, normalised).kind
+    return choose_kind(ndim, dtype, classes, unit_norm, name, normalised, layer_normed).kind
 
 
 def kind_said(spec: OutputSpec, why: str) -> str:

@@ -281,7 +281,8 @@ def kind_of(name: str, ndim: int, dtype: str, arrays: Sequence[np.ndarray]) -> K
     ``arrays`` are batches or single samples, whose last axis is the output's last axis (signature.choose_kind).
     """
     classes = int(arrays[0].shape[-1]) if arrays and arrays[0].ndim else 0
-    return choose_kind(ndim, dtype, classes, unit_norm(arrays), name, normalised(arrays))
+    flat = normalised(arrays)
+    return choose_kind(ndim, dtype, classes, unit_norm(arrays), name, flat, not flat and layer_normed(arrays))
 
 
 def normalised(arrays: Sequence[np.ndarray]) -> bool:
@@ -295,6 +296,46 @@ def normalised(arrays: Sequence[np.ndarray]) -> bool:
     vectors = _float_vectors(arrays, 4)
     return vectors is not None and all(np.abs(v.mean(axis=-1)).max() <= NORMALISED_TOLERANCE
                                        and np.abs(v.std(axis=-1) - 1.0).max() <= NORMALISED_TOLERANCE for v in vectors)
+
+
+# layer_normed: the smallest singular value of the positions (centred) against the largest, below which they meet an exact
+# linear relation, and the second smallest, above which it is one relation only. Measured (float32): a LayerNorm's output
+# 3.6e-8 to 6.0e-8 (this repo's trained token classifier, both its encoder layers; a BERT from a config, with and without
+# a random scale and shift), second 0.05 to 0.29; class logits and log-probabilities 0.012 to 0.099 (the bundled ResNet,
+# the recogniser, the token classifier); softmax 1.7e-8 (told apart: probabilities); a linear head of fewer inputs than
+# outputs has many such values (its second is 2e-8 too).
+LAYER_NORMED_SMALLEST, LAYER_NORMED_SECOND = 1e-5, 1e-3
+LAYER_NORMED_MAX_WIDTH = 1024  # wider last axes (a vocabulary's logits) are not tested: the SVD's cost (3.1 s at 1024, 8192 positions)
+
+
+def layer_normed(arrays: Sequence[np.ndarray]) -> bool:
+    """Whether a float output's positions (every vector along its last axis, of 4 to 1024 values) are a LayerNorm's
+    output with its learnt scale and shift: ``γ·x̂ + β`` with every ``x̂`` summing to 0, so ``Σ_c (y_c - β_c)/γ_c = 0`` on
+    every position: one exact linear relation among the last axis' values, weighing every value, which class scores
+    do not meet. Needs twice as many positions as values per position; probabilities (one relation too: they sum to
+    1) and a constant or duplicated score (a relation on one or two values) are not.
+
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.normal(size=(200, 8)); x = (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)
+    >>> h = (x * rng.uniform(0.5, 1.5, 8) + rng.uniform(-0.3, 0.3, 8)).astype(np.float32)
+    >>> scores = rng.normal(size=(200, 8)).astype(np.float32)
+    >>> layer_normed([h]), layer_normed([scores]), layer_normed([h[:10]]), layer_normed([np.where(np.arange(8) == 3, 0, scores)])
+    (True, False, False, False)
+    """
+    vectors = _float_vectors(arrays, 4)
+    if vectors is None or len({v.shape[-1] for v in vectors}) != 1:  # a last axis that changes size holds no channels
+        return False
+    rows = np.concatenate([v.reshape(-1, v.shape[-1]) for v in vectors])
+    width = rows.shape[1]
+    if width > LAYER_NORMED_MAX_WIDTH or len(rows) < 2 * width or np.all(rows >= 0):
+        return False
+    rows = rows[:: max(1, len(rows) // (4 * width))]  # enough positions for the test, at bounded cost
+    _, singular, axes = np.linalg.svd(rows - rows.mean(axis=0), full_matrices=False)
+    if singular[0] == 0 or not (singular[-1] / singular[0] < LAYER_NORMED_SMALLEST and singular[-2] / singular[0] > LAYER_NORMED_SECOND):
+        return False
+    # the relation weighs every value (by 1/γ): a relation on a few (a constant class score, a duplicated one) is not it
+    weights = np.abs(axes[-1])
+    return bool(np.mean(weights > 0.1 * weights.max()) >= 0.9)
 
 
 def unit_norm(arrays: Sequence[np.ndarray]) -> bool:
