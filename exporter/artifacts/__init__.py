@@ -140,9 +140,9 @@ def preload_of(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(("torch", *(module for kind in BUILD_ORDER if kind.name in names for module in kind.preload))))
 
 
-# The modules the build server imports ahead while idle until a run says its kinds (``preload_of``): the default kinds'.
-PRELOAD: tuple[str, ...] = tuple(dict.fromkeys(module for kind in BUILD_ORDER if "default" in kind.groups for module in kind.preload))
 DEFAULT_KINDS: tuple[str, ...] = GROUPS["default"]
+# The modules the build server imports ahead while idle until a run says its kinds: the default kinds'.
+PRELOAD: tuple[str, ...] = preload_of(DEFAULT_KINDS)
 
 
 def unknown_kinds_message(unknown: list[str]) -> str:

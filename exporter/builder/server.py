@@ -100,11 +100,10 @@ class BuildServer:
                     request = protocol.receive(requests)
                 except EOFError:
                     return  # the parent is gone or done
+                self.import_seconds = request.get("timeout") or None  # the run's build timeout
                 if "preload" in request:  # the run's kinds' imports (artifacts.preload_of), in place of the default's; no reply
                     self.pending = [name for name in request["preload"] if name not in sys.modules]
-                    self.import_seconds = request.get("timeout") or None
                     continue
-                self.import_seconds = request.get("timeout") or None
                 if self.loads is None and self.clean:
                     # The run's heavy loaders (torch.export's deserializer): imported here, once, before forking the
                     # load host and the build children, which need them (measured: 2-4 s each when they imported
@@ -146,8 +145,8 @@ class BuildServer:
                     return
                 seconds = left if seconds is None else min(seconds, left)
             name = self.pending.pop(0)
-            if _import(name, seconds) and seconds != self.import_seconds:
-                _ABANDONED.discard(name)  # cut short by the child's deadline, not past the import limit: later
+            limited = seconds != self.import_seconds  # by the child's deadline, not the import limit: tried again later
+            if _import(name, seconds, abandon=not limited) and limited:
                 self.pending.append(name)
             if name == "torch":
                 warm_up()
@@ -300,46 +299,57 @@ _WARMED: set[str] = set()
 _ABANDONED: set[str] = set()  # preloads that ran past the import time limit: not tried again here (the child imports them)
 
 
-def _import(name: str, seconds: float | None = None) -> bool:
+def _import(name: str, seconds: float | None = None, abandon: bool = True) -> bool:
     """Import the module ``name``; ``module:function``: import it and call the function (a warm-up), once. What the
     import prints is dropped: this server's stderr is the user's terminal, and a build child that imported the module
     itself had its output captured (torchao's optional kernels that fail to load, torch's deprecation log lines).
-    ``seconds``: abandoned after that long (``BuildServer.import_seconds``): True, and not tried again here."""
+    ``seconds``: given up after that long: True, and (``abandon``: the import limit, ``BuildServer.import_seconds``,
+    ran out) never tried again here."""
     module, _, function = name.partition(":")
-    if name in _WARMED or name in _ABANDONED or (not function and module in sys.modules):
-        return name in _ABANDONED
+    if name in _ABANDONED:
+        return True
+    if name in _WARMED or (not function and module in sys.modules):
+        return False
+    limit = _Limit(seconds)
     # a preload only saves time: a module that fails here (or takes too long) fails where it is needed, in the child,
     # which says why
     with (captured_fd(2, 0), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings(), contextlib.suppress(Exception),
-          _time_limit(seconds, lambda: _ABANDONED.add(name))):
+          _time_limit(limit)):
         warnings.simplefilter("ignore")
         found = importlib.import_module(module)
         if function:
             _WARMED.add(name)
             getattr(found, function)()
             _end_helper_threads()
-    return name in _ABANDONED
+    if limit.expired and abandon:
+        _ABANDONED.add(name)
+    return limit.expired
 
 
 class _TookTooLong(Exception):
-    """An import here ran past ``BuildServer.import_seconds``."""
+    """An import here ran past its time limit."""
+
+
+@dataclasses.dataclass
+class _Limit:
+    seconds: float | None  # None or 0: no limit
+    expired: bool = False
 
 
 @contextlib.contextmanager
-def _time_limit(seconds: float | None, gave_up: Callable[[], None]) -> Any:
-    """Raise :class:`_TookTooLong` in the block once ``seconds`` have passed (SIGALRM: this server's main thread, which
-    is its only one; a Python-level wait, such as a socket or a sleep, is interrupted; a hang inside native code is not),
-    after calling ``gave_up``."""
+def _time_limit(limit: _Limit) -> Any:
+    """Raise :class:`_TookTooLong` in the block once ``limit.seconds`` have passed, and say so in ``limit.expired``
+    (SIGALRM: this server's main thread, which is its only one; a Python-level wait, such as a socket or a sleep, is
+    interrupted; a hang inside native code is not)."""
+    seconds = limit.seconds
     if not seconds or seconds <= 0:
         yield
         return
-    expired = False
+    done = False
 
     def expire(signum: int, frame: Any) -> None:
-        nonlocal expired
-        if not expired:
-            expired = True
-            gave_up()
+        if not done:
+            limit.expired = True
             raise _TookTooLong(f"still importing after {seconds:g} s")
 
     previous = signal.signal(signal.SIGALRM, expire)
@@ -348,7 +358,7 @@ def _time_limit(seconds: float | None, gave_up: Callable[[], None]) -> Any:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        expired = True
+        done = True
         signal.signal(signal.SIGALRM, previous)
 
 
