@@ -25,7 +25,8 @@ import numpy as np
 
 from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import captured_warnings, dedupe
-from .artifacts.base import NotApplicable, logits_of
+from .artifacts.base import NotApplicable, logits_of, ran_for
+from .builder import isolation
 from .builder.builds import BuildOutcome, Builds, Progress
 from .builder.protocol import PRIVATE_PREFIX, first_sample
 from .compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
@@ -147,7 +148,12 @@ class Replay:
             return None
         try:
             with captured_warnings(outcome.notes):
-                runner = stack.enter_context(kind.open_runner(outcome.path, ctx))
+                if failure is None:  # replayed where nothing of the architecture is imported, as deployed (builder/clean.py)
+                    runner = stack.enter_context(isolation.open_deployed(kind, outcome.path, ctx, outcome.notes))
+                    if isinstance(runner, isolation.CleanRunner):
+                        return runner
+                else:
+                    runner = stack.enter_context(kind.open_runner(outcome.path, ctx))
         except NotApplicable as exc:  # its runtime does not run here (Core ML off macOS): not a failure of the file
             self.errors[kind.name] = str(exc)
             outcome.not_applicable = True
@@ -223,7 +229,7 @@ class Replay:
                 try:
                     with captured_warnings(notes[name]):
                         out = self._compared(runner.infer(feeds), name)
-                    self.trace.add_output(name, start, n, side_by_side(out), time.perf_counter() - began)
+                    self.trace.add_output(name, start, n, side_by_side(out), ran_for(runner, began))
                     reference = eager
                     if name in self.calibrated:  # judged on the samples it was not calibrated on
                         keep = self._judged_mask(start, n)
@@ -236,7 +242,8 @@ class Replay:
                     shown = self.golden.inputs[start:start + n]  # the inputs by their files too: a user finds those
                     files = f" (golden inputs {shown[0].name} to {shown[-1].name})" if shown else ""
                     self.errors[name] = f"running failed at inputs {start}..{start + n - 1}: {runtime_error(exc)}{files}"
-                    self.run_failed.add(name)
+                    if not isinstance(exc, isolation.ReplayProcessDied):  # a dead runtime runs no diagnostics
+                        self.run_failed.add(name)
                     del runners[name]
                 self.seconds[name] += time.perf_counter() - began
 

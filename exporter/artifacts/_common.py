@@ -87,6 +87,14 @@ class _Capture(logging.Handler):
         first_line = text.splitlines()[0] if text else ""
         sink.append(f"{category.__name__}: {first_line}")
 
+    def add(self, note: str) -> None:
+        """A note made elsewhere (a replay child's warning, already worded), into this thread's block; a warning when none is open."""
+        sink = self._sink(threading.get_ident())
+        if sink is None:
+            warnings.warn(note, UserWarning, stacklevel=3)
+        else:
+            sink.append(note)
+
     def push(self, notes: list[str]) -> None:
         with self.guard:
             if not self.opened:
@@ -141,6 +149,12 @@ def captured_warnings(notes: list[str]) -> Iterator[None]:
         yield
     finally:
         _CAPTURE.pop(notes)
+
+
+def pass_on_notes(notes: Any) -> None:
+    """Notes a replay child captured (builder/clean.py), into the block open here, as if raised here."""
+    for note in notes:
+        _CAPTURE.add(str(note))
 
 
 class NativeWarning(UserWarning):

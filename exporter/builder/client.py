@@ -11,6 +11,7 @@ import collections
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -36,16 +37,22 @@ class ServerProcess:
         self._reply_r, reply_w = os.pipe()
         # The lifeline (lifeline.py): only this process holds its write end, and never writes to it.
         life_r, self._life_w = os.pipe()
+        # The replay channel (clean.py): the server hands its end to its load host, which forks a replay child per
+        # artifact on it; this process passes each child's socket over it.
+        self.channel, theirs = socket.socketpair()
+        self.channel_lock = threading.Lock()
         # The parent-death signal is tied to the thread that forks: ask for it only from the main thread,
         # which lives as long as this process (a test session's worker thread may end first).
         pdeathsig = threading.current_thread() is threading.main_thread()
-        ends = (request_r, reply_w, life_r, os.getpid(), pdeathsig)
+        ends = (request_r, reply_w, life_r, os.getpid(), pdeathsig, theirs.fileno())
         try:
-            self.process: Any = _fork_server(ends, (self._request_w, self._reply_r, self._life_w)) if fork else _spawn_server(ends)
+            self.process: Any = (_fork_server(ends, (self._request_w, self._reply_r, self._life_w, self.channel.fileno())) if fork
+                                 else _spawn_server(ends))
         finally:
             os.close(request_r)
             os.close(reply_w)
             os.close(life_r)
+            theirs.close()
         self._out = os.fdopen(self._request_w, "wb")
         self._in = os.fdopen(self._reply_r, "rb")
 
@@ -85,7 +92,7 @@ class ServerProcess:
         self.fail_pending(EOFError("the build server was closed"))
         if stop:
             self.process.terminate()
-        for stream in (self._out, self._in):
+        for stream in (self._out, self._in, self.channel):
             with contextlib.suppress(OSError):
                 stream.close()
         if self._life_w >= 0:  # once: the number may belong to another file after it is closed
@@ -99,15 +106,15 @@ class ServerProcess:
             self.process.wait()
 
 
-def _spawn_server(ends: tuple[int, int, int, int, bool]) -> subprocess.Popen:
+def _spawn_server(ends: tuple[int, int, int, int, bool, int]) -> subprocess.Popen:
     # -P: no current directory first on sys.path, so that an onnxruntime.py there cannot stand in for
     # the real library while the server preloads it. export_check comes from the installation (its
     # source folder is named exporter/, so a source tree on sys.path could not provide it anyway).
     code = f"from export_check.builder.server import serve; serve(*{ends!r})"
-    return subprocess.Popen([sys.executable, "-P", "-c", code], pass_fds=ends[:3], stdin=subprocess.DEVNULL, close_fds=True)
+    return subprocess.Popen([sys.executable, "-P", "-c", code], pass_fds=(*ends[:3], ends[5]), stdin=subprocess.DEVNULL, close_fds=True)
 
 
-def _fork_server(ends: tuple[int, int, int, int, bool], parent_ends: tuple[int, ...]) -> _Forked:
+def _fork_server(ends: tuple[int, int, int, int, bool, int], parent_ends: tuple[int, ...]) -> _Forked:
     from .server import serve
 
     with warnings.catch_warnings():

@@ -62,12 +62,13 @@ from typing import Any
 
 from ..artifacts import preload_of
 from ..errors import ArtifactError, describe_exception
+from .clean import CleanRunner, CleanUnavailable, ReplayProcessDied, replay_context
 from .client import ServerProcess
 from .crash import crash_message, last_words, remove_partial, revive
 from .protocol import ENV_SWITCH, PRELOAD, PRIVATE_PREFIX, LoadFailure
 
 __all__ = ["ENV_SWITCH", "PRELOAD", "BuildCrashed", "BuildTimedOut", "SourceFailed", "PendingBuild", "BuildService", "SERVICE",
-           "enabled", "prewarm", "start", "build", "settle"]
+           "enabled", "prewarm", "start", "build", "settle", "open_deployed", "CleanRunner", "CleanUnavailable", "ReplayProcessDied"]
 
 
 class BuildCrashed(ArtifactError):
@@ -205,6 +206,7 @@ class BuildService:
         self.lock = threading.Lock()
         self.server: ServerProcess | None = None
         self._pickled: tuple[Any, str, bytes] | None = None  # (ctx, key, its pickle): the last context sent
+        self._replay_ctx: tuple[Any, bytes] | None = None  # (ctx, clean.replay_context of it): the last one replayed
 
     def prewarm(self, kinds: tuple[str, ...] = (), timeout: float | None = None) -> None:
         """Start the build server now, before the model is loaded, and have it import what ``kinds`` need ahead.
@@ -308,6 +310,21 @@ class BuildService:
             self.server.close()
             self.server = None
 
+    def open_clean(self, kind: Any, path: Path, ctx: Any) -> CleanRunner:
+        """``kind``'s file at ``path`` opened in a replay child of the load host, where nothing of the architecture is
+        imported (clean.py); raises what opening it raised there, or :class:`CleanUnavailable` (no such process here:
+        isolation is off, the context needs the user's code, the host is gone)."""
+        if not enabled():
+            raise CleanUnavailable(f"build isolation is off ({ENV_SWITCH}=0)")
+        if self._replay_ctx is None or self._replay_ctx[0] is not ctx:
+            try:
+                self._replay_ctx = (ctx, replay_context(ctx))
+            except Exception as exc:
+                raise CleanUnavailable(f"its build context cannot be sent without the model ({describe_exception(exc)})"[:300]) from None
+        with self.lock:  # every file from the cache: no build has started the server yet
+            server = self._running_server()
+        return CleanRunner(server.channel, server.channel_lock, kind.module, Path(path).resolve(), self._replay_ctx[1])
+
     def receive(self, server: ServerProcess, pending: PendingBuild) -> None:
         """Read ``server``'s replies up to ``pending``'s; a server that fails on the way fails every build it still owes."""
         with self.lock:
@@ -339,6 +356,16 @@ class BuildService:
 # The one service of this process, which the module functions below (the pipeline's interface) use.
 SERVICE = BuildService()
 atexit.register(SERVICE.shutdown)
+
+
+def open_deployed(kind: Any, path: Path, ctx: Any, notes: list[str]) -> Any:
+    """``kind``'s file opened as deployed: in a replay child, where nothing of the architecture is imported
+    (:meth:`BuildService.open_clean`); beside the model where there is no such process, and ``notes`` says so."""
+    try:
+        return SERVICE.open_clean(kind, path, ctx)
+    except CleanUnavailable as exc:
+        notes.append(f"replayed beside the model, not in a process without the architecture: {exc}")
+    return kind.open_runner(path, ctx)
 
 
 def prewarm(kinds: tuple[str, ...] = (), timeout: float | None = None) -> None:

@@ -30,6 +30,7 @@ import os
 import pickle
 import select
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -41,15 +42,18 @@ from typing import Any
 from ..artifacts import KINDS_BY_NAME
 from ..artifacts._common import captured_fd
 from ..artifacts.base import RUNTIME_LOADERS
-from . import lifeline, protocol
+from . import clean, lifeline, protocol
+from .clean import pin_threads
 from .crash import disk_full
 
 
-def serve(request_fd: int, reply_fd: int, life_fd: int | None = None, parent_pid: int | None = None, pdeathsig: bool = False) -> None:
+def serve(request_fd: int, reply_fd: int, life_fd: int | None = None, parent_pid: int | None = None, pdeathsig: bool = False,
+          channel_fd: int | None = None) -> None:
     """Serve build requests from ``request_fd`` until EOF, replying on ``reply_fd``, in order.
 
     ``life_fd``: the lifeline (lifeline.py), at EOF once the parent ``parent_pid`` is gone;
-    ``pdeathsig``: also ask the kernel to kill this server when its parent dies.
+    ``pdeathsig``: also ask the kernel to kill this server when its parent dies; ``channel_fd``: the replay
+    channel (clean.py), handed to the load host.
     """
     if parent_pid is not None:
         if pdeathsig:
@@ -59,7 +63,9 @@ def serve(request_fd: int, reply_fd: int, life_fd: int | None = None, parent_pid
     # Ctrl-C at a terminal signals the whole process group: the parent alone decides (it stops this
     # server and the build under way), so neither this server nor its children print a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    BuildServer(life_fd).serve(request_fd, reply_fd)
+    server = BuildServer(life_fd)
+    server.channel_fd = channel_fd
+    server.serve(request_fd, reply_fd)
 
 
 class BuildServer:
@@ -79,6 +85,9 @@ class BuildServer:
         # next request, and the parent waits on it without a deadline of its own; abandoned, the module is imported by
         # the child that needs it, under the build timeout, where a hang costs that row.
         self.import_seconds: float | None = None
+        # The replay channel's end (clean.py), until the load host takes it: the parent replays through it, and a
+        # replay asked for before any build (every file from the cache) has the host forked for it.
+        self.channel_fd: int | None = None
 
     def serve(self, request_fd: int, reply_fd: int) -> None:
         """Import the heavy libraries once, then fork one child per build request until EOF.
@@ -95,6 +104,8 @@ class BuildServer:
         with os.fdopen(request_fd, "rb") as requests, os.fdopen(reply_fd, "wb") as replies:
             while True:
                 self._preload_until_readable(request_fd)
+                if self._replays_waiting(request_fd, reply_fd):
+                    continue
                 self._ready_for_children()
                 try:
                     request = protocol.receive(requests)
@@ -111,7 +122,7 @@ class BuildServer:
                     for runtime in sorted({*request.get("runtimes", ()), _runtime(request)}):
                         for name in RUNTIME_LOADERS.get(runtime, ()):
                             _import(name, self.import_seconds)
-                    self.loads = LoadHost(self.life_fd, (request_fd, reply_fd), self.import_seconds)
+                    self._fork_load_host(request_fd, reply_fd)
                 ctx, refused = self._context(request)
                 if refused is None and self.built.get(request.get("source") or "", "ok") != "ok":
                     # Its source file's build failed here: a file at that path is stale, never build from it.
@@ -126,6 +137,32 @@ class BuildServer:
                 self.built[request["path"]] = reply.get("status", "crashed")
                 protocol.send(replies, reply)
 
+    def _fork_load_host(self, request_fd: int, reply_fd: int) -> None:
+        """Fork the load host while this process is clean, and hand it the replay channel."""
+        self.loads = LoadHost(self.life_fd, (request_fd, reply_fd), self.import_seconds, self.channel_fd)
+        self._drop_channel()
+
+    def _drop_channel(self) -> None:
+        if self.channel_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.channel_fd)
+            self.channel_fd = None
+
+    def _replays_waiting(self, request_fd: int, reply_fd: int) -> bool:
+        """Wait for a request or a replay; True when only a replay came, before any build forked the load host: fork
+        it now, if this process is still clean; else close the channel (the parent replays beside the model, and says so)."""
+        if self.channel_fd is None:
+            return False
+        ready = select.select([request_fd, self.channel_fd], [], [])[0]
+        if request_fd in ready:
+            return False
+        if self.loads is None and self.clean:
+            self._ready_for_children()
+            self._fork_load_host(request_fd, reply_fd)
+        else:
+            self._drop_channel()
+        return True
+
     def _stop(self, signum: int, frame: Any) -> None:
         """SIGTERM from the parent: it stopped early; end the build under way too, and leave."""
         if self.child is not None:
@@ -137,7 +174,8 @@ class BuildServer:
         """Import pending modules, one at a time, until ``fd`` has something to read (a request, or a child's reply).
         ``deadline`` (perf_counter): the building child's; an import is cut short before it (and tried again later),
         so that this server is back reading the child's reply in time: a reply larger than the pipe holds waits on it."""
-        while self.pending and not select.select([fd], [], [], 0)[0]:
+        watched = [fd] if self.channel_fd is None else [fd, self.channel_fd]
+        while self.pending and not select.select(watched, [], [], 0)[0]:
             seconds = self.import_seconds
             if deadline is not None:
                 left = deadline - time.perf_counter() - 0.5
@@ -416,7 +454,7 @@ def build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     notes: list[str] = []
     path = Path(request["path"])
     try:
-        _pin_threads(ctx)
+        pin_threads(ctx)
         module = importlib.import_module(request["module"])
         source = None if request["source"] is None else Path(request["source"])
         with captured_warnings(notes):
@@ -449,7 +487,7 @@ def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     reply: dict[str, Any] = {"status": "ok"}
     try:
         with _logged_exceptions() as logged:
-            _pin_threads(ctx)
+            pin_threads(ctx)
             module = importlib.import_module(request["module"])
             with captured_warnings([]):  # the parent's reload reports the runtime's warnings, once
                 first = probe(module, Path(request["path"]), ctx)
@@ -539,7 +577,8 @@ class LoadHost:
     the server dies; it dies with the server (``PR_SET_PDEATHSIG``) and, through the lifeline, with the parent.
     """
 
-    def __init__(self, life_fd: int | None, server_fds: tuple[int, ...], import_seconds: float | None = None) -> None:
+    def __init__(self, life_fd: int | None, server_fds: tuple[int, ...], import_seconds: float | None = None,
+                 channel_fd: int | None = None) -> None:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         server = os.getpid()
@@ -550,7 +589,7 @@ class LoadHost:
                 lifeline.die_with_parent(server)
                 for fd in (*server_fds, request_w, reply_r):
                     os.close(fd)
-                LoadServer(life_fd, import_seconds).serve_loads(request_r, reply_w)
+                LoadServer(life_fd, import_seconds, channel_fd).serve_loads(request_r, reply_w)
             except BaseException:
                 code = 1
             finally:
@@ -595,10 +634,12 @@ class LoadHost:
 class LoadServer:
     """The load host's state (see :class:`LoadHost`): the model-less context it holds, what it has yet to preload."""
 
-    def __init__(self, life_fd: int | None, import_seconds: float | None = None) -> None:
+    def __init__(self, life_fd: int | None, import_seconds: float | None = None, channel_fd: int | None = None) -> None:
         self.runner = BuildServer(life_fd)  # for its child runner (fork, timeout, reply); never given a model
         self.runner.import_seconds = import_seconds  # its preloads too are bounded by the run's build timeout
+        self.runner.channel_fd = channel_fd  # its preloads pause for a replay too
         self.context: tuple[Any, Any] | None = None  # (key, the model-less build context)
+        self.replays: set[int] = set()  # the replay children running (clean.py), reaped as they end
 
     def serve_loads(self, request_fd: int, reply_fd: int) -> None:
         signal.signal(signal.SIGTERM, self.runner._stop)
@@ -608,8 +649,18 @@ class LoadServer:
             del sys.path[0]
         self.runner.pending = [name for name in protocol.LOAD_PRELOAD if name not in sys.modules]
         requests, replies = os.fdopen(request_fd, "rb"), os.fdopen(reply_fd, "wb")
+        channel = None if self.runner.channel_fd is None else socket.socket(fileno=self.runner.channel_fd)
         while True:
             self.runner._preload_until_readable(request_fd)
+            self._reap()
+            if channel is not None and channel.fileno() in select.select([request_fd, channel.fileno()], [], [])[0]:
+                pid = clean.accept(channel, (request_fd, reply_fd), self.runner.life_fd)
+                if pid is None:  # the parent closed the channel
+                    channel.close()
+                    channel = self.runner.channel_fd = None
+                elif pid > 0:
+                    self.replays.add(pid)
+                continue
             try:
                 request = protocol.receive(requests)
             except EOFError:
@@ -631,10 +682,12 @@ class LoadServer:
             protocol.send(replies, self.runner._run_in_child(request, self.context[1], load_here))
 
 
-def _pin_threads(ctx: Any) -> None:
-    threads = getattr(ctx, "threads", None)
-    if isinstance(threads, int) and threads > 0 and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(threads)
+    def _reap(self) -> None:
+        for pid in list(self.replays):
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    continue
+            self.replays.discard(pid)
 
 
 class ModelUnpickler(pickle.Unpickler):

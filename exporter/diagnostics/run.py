@@ -26,7 +26,8 @@ import numpy as np
 
 from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._common import captured_warnings, dedupe
-from ..artifacts.base import logits_of
+from ..artifacts.base import logits_of, ran_for
+from ..builder import isolation
 from ..config import RunConfig
 from ..errors import describe_exception
 from ..feeds import Feeds, length, samples_first, take
@@ -69,9 +70,23 @@ def _eager_infer(model: Any, signature: Signature = SINGLE):
     return lambda feeds: compared_rows(runner.infer(feeds), signature, EagerRunner.name)
 
 
-def _infer_of(runner: Any, name: str, signature: Signature = SINGLE):
-    """A runner as the diagnostics call it: a batch of feeds in, every compared output's rows out."""
-    return lambda feeds: compared_rows(runner.infer(feeds), signature, name)
+class _Rows:
+    """A runner as the diagnostics call it: a batch of feeds in, every compared output's rows out; ``last_seconds``:
+    its last call's time where it ran (``artifacts.base.ran_for``)."""
+
+    def __init__(self, runner: Any, name: str, signature: Signature) -> None:
+        self.runner, self.name, self.signature = runner, name, signature
+
+    def __call__(self, feeds: Feeds) -> np.ndarray:
+        return compared_rows(self.runner.infer(feeds), self.signature, self.name)
+
+    @property
+    def last_seconds(self) -> float | None:
+        return getattr(self.runner, "last_seconds", None)
+
+
+def _infer_of(runner: Any, name: str, signature: Signature = SINGLE) -> _Rows:
+    return _Rows(runner, name, signature)
 
 
 def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, plan: shapes.SizePlan,
@@ -107,7 +122,7 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
     for _ in range(reruns):
         began = time.perf_counter()
         out = infer(batch)
-        rerun_seconds.append(time.perf_counter() - began)
+        rerun_seconds.append(ran_for(infer, began))
         runs += 1
         if first is not None:
             max_abs = max(max_abs, determinism.max_abs_difference(first, out))
@@ -366,7 +381,7 @@ class Diagnoser:
         with captured_warnings(warnings_seen):
             try:
                 with contextlib.ExitStack() as stack:
-                    opened = runner or stack.enter_context(kind.open_runner(path, ctx))
+                    opened = runner or stack.enter_context(isolation.open_deployed(kind, path, ctx, warnings_seen))
                     measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, eager_at,
                                         self.plan, config.threads, self.columns, calibrated)
             except Exception as exc:

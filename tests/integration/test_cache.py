@@ -207,13 +207,13 @@ def test_a_warm_hit_imports_no_torch(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_inference_runs_with_the_pinned_settings_the_report_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not only does the report say which threads and session options were used: every eager and
-    TorchScript inference of the run sees those torch thread counts, and every onnxruntime session
-    the run opens really has those options (read back from the session, not from what was asked)."""
+    """Not only does the report say which threads and session options were used: every eager inference of the run
+    sees those torch thread counts, and so does each file's replay child (builder/clean.py), where every onnxruntime
+    session the replay opens really has those options (read back there, from the session, not from what was asked)."""
     import onnxruntime as ort
     import torch
 
-    from export_check.artifacts._common import TorchScriptRunner
+    from export_check.builder.clean import CleanRunner
     from export_check.model import EagerRunner
 
     threads = 1 if torch.get_num_threads() != 1 else 2  # not the process default, so an unpinned run shows
@@ -243,8 +243,16 @@ def test_inference_runs_with_the_pinned_settings_the_report_records(tmp_path: Pa
         })
         return session
 
+    # every file is replayed in a replay child (builder/clean.py): what its runtime uses there, read back there
+    replayed: list[dict] = []
+    real_init = CleanRunner.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        replayed.append({"kind": Path(args[3]).stem, **self.settings_in_use})
+
+    monkeypatch.setattr(CleanRunner, "__init__", recording_init)
     monkeypatch.setattr(EagerRunner, "infer", recording_infer(EagerRunner.infer, "eager"))
-    monkeypatch.setattr(TorchScriptRunner, "infer", recording_infer(TorchScriptRunner.infer, "torchscript"))
     monkeypatch.setattr(ort, "InferenceSession", recording_session)
     report = pipeline.run_check(config_for(tmp_path, None, threads=threads))
     assert report.passed and all(row.cache is None for row in report.rows)
@@ -255,11 +263,19 @@ def test_inference_runs_with_the_pinned_settings_the_report_records(tmp_path: Pa
         "intra_op_num_threads": threads, "inter_op_num_threads": 1, "execution_mode": "sequential",
         "graph_optimization_level": "all", "providers": ["CPUExecutionProvider"],
     }
-    # the replay, the batch-size runs, the rerun and the latency of eager and of torchscript-trace
-    assert {label for label, _, _ in torch_seen} == {"eager", "torchscript"}
+    # the replay, the batch-size runs, the rerun and the latency of eager here; those of every file in its replay child
+    assert {label for label, _, _ in torch_seen} == {"eager"}
     assert {(n, i) for _, n, i in torch_seen} == {(inference["torch_threads"], inference["torch_interop_threads"])}
     assert torch.get_num_threads() == outside  # and the pin is undone after the run
-    assert sessions and all(used == inference["onnxruntime"] for used in sessions), sessions
+    assert {r["kind"] for r in replayed} == {row.name for row in report.rows if row.name != "eager"}, replayed
+    for used in replayed:
+        assert (used["torch_threads"], used["torch_interop_threads"]) == (threads, 1), used
+    names = {"ORT_SEQUENTIAL": "sequential", "ORT_PARALLEL": "parallel", "ORT_ENABLE_ALL": "all", "ORT_ENABLE_EXTENDED": "extended",
+             "ORT_ENABLE_BASIC": "basic", "ORT_DISABLE_ALL": "disabled"}
+    in_child = [{k: names.get(v, v) if isinstance(v, str) else v for k, v in r["onnxruntime"].items()} for r in replayed if "onnxruntime" in r]
+    assert in_child and all(used == inference["onnxruntime"] for used in in_child), in_child
+    # a session this process opens (none for this run's rows, perhaps a diagnostic's) has them too
+    assert all(used == inference["onnxruntime"] for used in sessions), sessions
 
 
 def test_key_covers_arch_source_and_settings_but_not_thresholds(tmp_path: Path) -> None:

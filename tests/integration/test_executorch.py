@@ -23,6 +23,7 @@ from arches import TinyNet
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, seeded
 from export_check import pipeline
 from export_check.artifacts import KINDS_BY_NAME, BuildContext, executorch_pte
+from export_check.artifacts._common import captured_warnings
 from export_check.artifacts.base import INPUT, NotApplicable
 from export_check.builder.protocol import ENV_SWITCH
 from export_check.cache.secret import KEY_ENV
@@ -209,10 +210,10 @@ def test_the_layout_fed_is_the_one_exported_and_a_mismatch_is_a_failing_row(bund
     x, logits = eager
     monkeypatch.setattr(executorch_pte, "_FEED_DIM_ORDER", (0, 2, 3, 1))
     ctx = BuildContext(model=None, example=None, opset=17, onnx_exporter="torchscript", threads=1)
-    with executorch_pte.open_runner(out / "executorch.pte", ctx) as runner:
+    with captured_warnings([]), executorch_pte.open_runner(out / "executorch.pte", ctx) as runner:
         wrong = runner.infer({"input": x[:BATCH]})["logits"]
     assert float(np.abs(wrong - logits[:BATCH]).mean()) > 0.1
-    monkeypatch.setenv(ENV_SWITCH, "0")  # anything built, in this process, where the knob is set (the runner always runs here)
+    monkeypatch.setenv(ENV_SWITCH, "0")  # built and replayed in this process, where the knob is set (no replay child)
     cache, key = cached
     shutil.copytree(cache, tmp_path / "cache")  # the module's cache stays as its run left it
     monkeypatch.setenv(KEY_ENV, str(key))

@@ -78,6 +78,20 @@ if _FAULTS:
             ctypes.string_at(0)
         return open_runner
 
+    def _crashing_run(real):
+        def open_runner(path, ctx):  # it loads and runs one sample (the load probe); a batch of more crashes its runtime
+            runner = real(path, ctx)
+            one = runner.infer
+
+            def infer(feeds):
+                if len(next(iter(feeds.values()))) > 1:
+                    ctypes.string_at(0)
+                return one(feeds)
+
+            runner.infer = infer
+            return runner
+        return open_runner
+
     for _item in _FAULTS.split(","):
         _what, _, _arg = _item.partition(":")
         if _what in ("segv", "abort", "exit", "segv-mid-write", "sleep"):
@@ -85,6 +99,9 @@ if _FAULTS:
         elif _what == "slow":
             _module = importlib.import_module("export_check.artifacts." + _arg)
             _module.build = _slow_build(_module.build)
+        elif _what == "segv-run":
+            _module = importlib.import_module("export_check.artifacts." + _arg)
+            _module.open_runner = _crashing_run(_module.open_runner)
         elif _what in ("hang-load", "segv-load"):
             importlib.import_module("export_check.artifacts." + _arg).open_runner = _hostile_load(_what)
         elif _what == "hang-golden-write":
@@ -361,6 +378,26 @@ def test_an_artifact_that_hangs_or_crashes_on_load_costs_its_row_not_the_run(hoo
     assert bad["reasons"][0].startswith(expected), bad["reasons"]
     assert rows["eager"]["status"] == "pass" and rows["onnx"]["status"] == "pass"
     assert not (out / "torchscript-trace.pt").exists()  # never committed into --out
+
+
+def test_an_artifact_that_crashes_its_runtime_in_the_replay_costs_its_row_not_the_run(hook_dir: Path, tmp_path: Path) -> None:
+    """The replay runs in a replay child of the load host (builder/clean.py), not in export-check's process: a file
+    that loads, and runs its first sample, but crashes its runtime on a whole batch is that row's error. Replayed beside
+    the architecture (before), the segfault killed the run."""
+    report_path = tmp_path / "report.json"
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out", "--json", report_path,
+            "--no-cache", "--artifacts", "torchscript-trace,onnx", "-q"),
+        env=cli_env(hook_dir, "segv-run:torchscript_trace"), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    rows = {row["name"]: row for row in strict_json(report_path)["rows"]}
+    bad = rows["torchscript-trace"]
+    assert bad["status"] == "error" and bad["metrics"] is None, bad
+    assert bad["reasons"][0].startswith("running failed at inputs 0.."), bad["reasons"]
+    assert "its replay process ended while running the file, without a reply" in bad["reasons"][0], bad["reasons"]
+    assert rows["eager"]["status"] == "pass" and rows["onnx"]["status"] == "pass" and rows["onnx"]["metrics"]["mae"] <= 1e-5
 
 
 @pytest.mark.parametrize("moment", ["importing torch", "loading checkpoint", "building", "replaying"])

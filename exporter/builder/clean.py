@@ -1,0 +1,258 @@
+"""Replay every artifact in a process that has imported nothing of the user's architecture, as a deployed one has not.
+
+The load probe (server.py) loads each file built, and runs its first sample, in the load host: a process forked
+from the build server before the server unpickled any model. The replay itself (every golden sample, every batch
+size, the determinism rerun, the latency) runs there too, in a *replay child* the load host forks per artifact, and
+this process, which holds the architecture, only sends the golden inputs and reads the outputs back:
+:class:`CleanRunner` is the artifact's runner as the observe stage sees it (``Runner``: ``infer``), the file opened
+and run in that child. What the architecture's import does to the process (a global torch setting, a registered op,
+a patched library) cannot change what is measured, a file that loads only beside the architecture fails its row
+there, and a native crash while the file runs costs its row, not the run.
+
+The channel: the parent holds one end of a socket pair whose other end the build server hands to its load host
+(client.py, server.py). Per artifact the parent makes a new socket pair and passes one end over that channel
+(``socket.send_fds``); the host forks a replay child that serves the other, one message per call, in the build
+protocol's framing (protocol.py)::
+
+    parent -> child   {"module", "path", "ctx"}   once: the kind's module, the file, the run's build context without
+                                                   its model, example or calibration, pickled (``replay_context``)
+    child -> parent   {"status": "ok"} | {"status": "raised", "error": ...}   the file opened, or why not
+    parent -> child   {"feeds": {name: array}}     per call
+    child -> parent   {"outputs", "seconds", "notes"} | {"error", "notes"}    seconds: the call's own time there,
+                                                   without the messages' (what the latency reports); notes: the
+                                                   runtime's warnings (into the row's notes, as beside the model)
+
+The child ends when the parent closes its end (the runner's ``__exit__``), when the parent dies, or with the host.
+Measured (benchmarks/clean_replay.py): see docs/explanation/performance.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import lifeline, protocol
+
+_HELLO = b"r"  # the one byte sent with each passed socket
+
+
+def replay_context(ctx: Any) -> bytes:
+    """The build context a replay child opens a file with: without the model (the child must not need the
+    architecture), the example and the calibration batches (no runner reads them; they can weigh megabytes)."""
+    fields = {f.name for f in dataclasses.fields(ctx)}
+    stripped = {"model": None, "example": None, **({"calibration": ()} if "calibration" in fields else {})}
+    return pickle.dumps(dataclasses.replace(ctx, **stripped), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class CleanUnavailable(Exception):
+    """No replay child could be had (the load host is gone, or never could be forked clean): the caller replays
+    beside the model and the row says so."""
+
+
+class CleanRunner:
+    """An artifact opened and run in a replay child (see the module's docstring): the ``Runner`` the observe stage
+    replays. ``last_seconds``: the last ``infer``'s own time in the child (``artifacts.base.ran_for``)."""
+
+    def __init__(self, channel: socket.socket, channel_lock: threading.Lock, module: str, path: Path, ctx: bytes) -> None:
+        ours, theirs = socket.socketpair()
+        try:
+            with channel_lock:
+                socket.send_fds(channel, [_HELLO], [theirs.fileno()])
+        except OSError as exc:
+            ours.close()
+            raise CleanUnavailable(f"its replay process is gone ({exc.strerror or exc})") from None
+        finally:
+            theirs.close()
+        self._socket = ours
+        self._stream = ours.makefile("rwb")
+        self._lock = threading.Lock()
+        self.last_seconds: float | None = None
+        try:  # the child's first word: it was forked (an EOF instead: the host is gone, the socket never reached it)
+            self.pid = int(protocol.receive(self._stream)["pid"])
+        except (OSError, EOFError, ValueError, KeyError):
+            self.close()
+            raise CleanUnavailable("its replay process is gone") from None
+        # what the runtime there really uses, read back from it: torch's thread counts, an onnxruntime session's options
+        self.settings_in_use: dict[str, Any] = dict(self._call({"module": module, "path": str(path), "ctx": ctx}, "loading")["settings"])
+
+    def __enter__(self) -> CleanRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for closing in (self._stream, self._socket):
+            with contextlib.suppress(OSError):
+                closing.close()
+
+    def infer(self, feeds: Any) -> dict[str, np.ndarray]:
+        reply = self._call({"feeds": {name: np.asarray(value) for name, value in feeds.items()}})
+        self.last_seconds = float(reply["seconds"])
+        return dict(reply["outputs"])
+
+    def _call(self, message: dict[str, Any], doing: str = "running") -> dict[str, Any]:
+        from ..artifacts._common import pass_on_notes
+
+        with self._lock:
+            try:
+                protocol.send(self._stream, message)
+                reply = protocol.receive(self._stream)
+            except (OSError, EOFError, ValueError):
+                self.close()
+                raise ReplayProcessDied(doing) from None
+        pass_on_notes(reply.get("notes", ()))
+        if "error" in reply:
+            raise _exception(reply["error"])
+        return reply
+
+
+class ReplayProcessDied(RuntimeError):
+    """The replay child ended while it ran the file (a native crash, killed): the row's error, not the run's."""
+
+    def __init__(self, doing: str) -> None:
+        super().__init__(f"its replay process ended while {doing} the file, without a reply (it runs nothing else: a native crash "
+                         "in the runtime, or the process was killed)")
+
+
+def _exception(error: dict[str, Any]) -> BaseException:
+    """The child's exception, re-created here: itself when it unpickles, else one of its type's name and message."""
+    with contextlib.suppress(Exception):
+        exc = pickle.loads(error["pickled"])
+        if isinstance(exc, BaseException):
+            return exc
+    kind = type(str(error["type"]), (RuntimeError,), {})
+    return kind(str(error["message"]))
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    with contextlib.suppress(Exception):
+        error["pickled"] = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+    return error
+
+
+def pin_threads(ctx: Any) -> None:
+    """torch's intra-op threads as the run's context says (``--threads``), in a build, load or replay child."""
+    threads = getattr(ctx, "threads", None)
+    if isinstance(threads, int) and threads > 0 and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+
+
+def _pin_interop_threads() -> None:
+    """torch's inter-op threads as export-check's own process pins them (model.pinned_threads)."""
+    from ..pinned import TORCH_INTEROP_THREADS
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_interop_threads() != TORCH_INTEROP_THREADS:
+        with contextlib.suppress(RuntimeError):  # allowed once per process, before any inter-op work
+            torch.set_num_interop_threads(TORCH_INTEROP_THREADS)
+
+
+def settings_in_use(runner: Any) -> dict[str, Any]:
+    """What the replay child's runtime uses, read back from it: torch's thread counts and, for a runner holding an
+    onnxruntime session, the session's options and providers (enums as their names)."""
+    seen: dict[str, Any] = {}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        seen.update(torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads())
+    session = getattr(runner, "session", None)
+    if session is not None and hasattr(session, "get_session_options"):
+        used = session.get_session_options()
+        seen["onnxruntime"] = {
+            "intra_op_num_threads": used.intra_op_num_threads, "inter_op_num_threads": used.inter_op_num_threads,
+            "execution_mode": getattr(used.execution_mode, "name", str(used.execution_mode)),
+            "graph_optimization_level": getattr(used.graph_optimization_level, "name", str(used.graph_optimization_level)),
+            "providers": list(session.get_providers()),
+        }
+    return seen
+
+
+# --- the load host's side ------------------------------------------------------------------------------------------
+
+def accept(channel: socket.socket, host_fds: tuple[int, ...], life_fd: int | None) -> int | None:
+    """In the load host, once ``channel`` is readable: take the passed socket and fork its replay child; the child's
+    pid, or None when the parent closed the channel (EOF: stop watching it)."""
+    try:
+        data, fds, _, _ = socket.recv_fds(channel, 16, 4)
+    except OSError:
+        return None
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        return -1
+    host = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            lifeline.die_with_parent(host)
+            if life_fd is not None:
+                lifeline.watch(life_fd)
+            channel.close()
+            for fd in host_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            serve_replay(fds[0])
+        except BaseException:
+            code = 70
+        finally:
+            os._exit(code)
+    os.close(fds[0])
+    return pid
+
+
+def serve_replay(fd: int) -> None:
+    """The replay child: open the file the first message names, then run each batch sent until the parent closes."""
+    from ..artifacts._common import captured_warnings
+
+    with socket.socket(fileno=fd) as sock, sock.makefile("rwb") as stream:
+        protocol.send(stream, {"pid": os.getpid()})
+        opening = protocol.receive(stream)
+        notes: list[str] = []
+        try:
+            with captured_warnings(notes):
+                ctx = pickle.loads(opening["ctx"])
+                pin_threads(ctx)
+                _pin_interop_threads()
+                module = importlib.import_module(opening["module"])
+                runner = module.open_runner(Path(opening["path"]), ctx)
+                runner.__enter__()
+        except Exception as exc:
+            protocol.send(stream, {"error": _error(exc), "notes": notes})
+            return
+        protocol.send(stream, {"status": "ok", "notes": notes, "settings": settings_in_use(runner)})
+        while True:
+            try:
+                message = protocol.receive(stream)
+            except EOFError:
+                break
+            notes = []
+            try:
+                with captured_warnings(notes):
+                    began = time.perf_counter()
+                    outputs = runner.infer(message["feeds"])
+                    seconds = time.perf_counter() - began
+                    reply = {"outputs": {name: np.asarray(value) for name, value in outputs.items()}, "seconds": seconds, "notes": notes}
+            except Exception as exc:
+                reply = {"error": _error(exc), "notes": notes}
+            protocol.send(stream, reply)
+        with contextlib.suppress(Exception):
+            runner.__exit__(None, None, None)
