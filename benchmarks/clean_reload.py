@@ -1,4 +1,4 @@
-"""The load probe in a clean process (issue 25, item 5): what it costs the default check, against a tree without it.
+"""The load probe and the replay in a clean process (issue 25, item 5): what they cost a check, against a tree without them.
 
     git archive <commit-before> exporter | tar -x -C /tmp/base        # the tree to compare against
     python benchmarks/clean_reload.py --base /tmp/base/exporter --repeats 5

@@ -15,7 +15,9 @@ loads only where the architecture's classes are imported (a torch.export ``.pt2`
 pytree node class of the user's, say) fails there, and the reply carries that :class:`LoadFailure`
 for the parent to make the row's error. The probe costs what it cost in the build child (one fork
 more); should the host be gone, the probe runs in a child of this server, beside the model, and the
-row's notes say so.
+row's notes say so. The host also forks a replay child per file the parent replays (clean.py), on the
+replay channel the server hands it: a replay asked for before any build (every file from the cache)
+has the host forked for it then.
 """
 
 from __future__ import annotations
@@ -543,7 +545,7 @@ def probe(module: Any, path: Path, ctx: Any) -> dict[str, Any] | None:
     sample); raises what the load raised, and :class:`FirstRunFailed` from what the run raised.
 
     An artifact that hangs or crashes when loaded or run then costs its row (the build's timeout or
-    crash), never the run: the parent loads and replays it without a time limit of its own, and
+    crash), never the run: its replay child (clean.py) loads and replays it without a time limit of its own, and
     relies on this probe (and, for a file restored from the cache, on the cache's authentication).
     """
     # One sample of it: what hangs or crashes on load or on the first run does so on one sample too, at

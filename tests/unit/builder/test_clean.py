@@ -1,0 +1,114 @@
+"""builder/clean.py: each file is replayed in a replay child of the load host, a process that has imported nothing of the
+user's architecture, whatever this process imported.
+
+The architecture here is a module of the test's own that says, in a file named by the process id, every process that
+imports it: the test process does; the replay child that runs the file must not. Its outputs are the file's, run by
+hand in this process (bit for bit: the same file, input and thread count), its timings are its own, and what its
+runtime uses is read back there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from export_check.artifacts import KINDS_BY_NAME, BuildContext
+from export_check.artifacts._common import captured_warnings
+from export_check.builder import isolation
+from export_check.builder.clean import CleanRunner
+
+ARCH = '''
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+Path(os.environ["CLEAN_TEST_SEEN"], str(os.getpid())).write_text("imported")
+
+
+class Head(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+'''
+
+
+@pytest.fixture()
+def built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, BuildContext, Path, torch.nn.Module]:
+    """The architecture imported here (its marker file says so), and its TorchScript file built in this process."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    monkeypatch.setenv("CLEAN_TEST_SEEN", str(seen))
+    (tmp_path / "clean_test_arch.py").write_text(ARCH)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    arch = importlib.import_module("clean_test_arch")
+    monkeypatch.setitem(sys.modules, "clean_test_arch", arch)
+    model = arch.Head().eval()
+    example = torch.from_numpy(np.random.default_rng(0).standard_normal((4, 12)).astype(np.float32))
+    ctx = BuildContext(model=model, example=example, opset=17, onnx_exporter="torchscript", threads=1)
+    path = tmp_path / "torchscript-trace.pt"
+    with captured_warnings([]):
+        KINDS_BY_NAME["torchscript-trace"].build(ctx, path, None)
+    return path, ctx, seen, model
+
+
+@pytest.mark.skipif(not isolation.enabled(), reason="replay children need os.fork and isolation on (EXPORT_CHECK_ISOLATE)")
+def test_a_file_is_replayed_in_a_process_that_never_imported_the_architecture_and_gives_the_files_own_outputs(built) -> None:
+    path, ctx, seen, model = built
+    assert (seen / str(os.getpid())).exists()  # this process imported the architecture
+    batch = np.random.default_rng(1).standard_normal((9, 12)).astype(np.float32)
+    notes: list[str] = []
+    with captured_warnings(notes), isolation.open_deployed(KINDS_BY_NAME["torchscript-trace"], path, ctx, notes) as runner:
+        assert isinstance(runner, CleanRunner), notes  # not the fallback beside the model
+        got = runner.infer({"input": batch})["logits"]
+        assert runner.last_seconds is not None and 0 < runner.last_seconds < 60
+        used = runner.settings_in_use
+        child = runner.pid
+    assert child is not None and child != os.getpid()
+    assert not (seen / str(child)).exists(), sorted(p.name for p in seen.iterdir())  # it never imported the architecture
+    assert sorted(p.name for p in seen.iterdir()) == [str(os.getpid())]
+    assert used["torch_threads"] == 1 and used["torch_interop_threads"] == 1, used
+    # by hand: the same file, the same input, one thread, in this process
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit.load warns of its deprecation
+            by_hand = torch.jit.load(str(path))(torch.from_numpy(batch)).detach().numpy()
+    finally:
+        torch.set_num_threads(before)
+    assert np.array_equal(got, by_hand)
+    assert float(np.abs(got - model(torch.from_numpy(batch)).detach().numpy()).max()) < 1e-5
+
+
+@pytest.mark.skipif(not isolation.enabled(), reason="replay children need os.fork and isolation on (EXPORT_CHECK_ISOLATE)")
+def test_what_the_file_raises_there_is_raised_here_by_its_own_type_and_the_child_goes_on(built) -> None:
+    path, ctx, _, _ = built
+    notes: list[str] = []
+    with captured_warnings(notes), isolation.open_deployed(KINDS_BY_NAME["torchscript-trace"], path, ctx, notes) as runner:
+        with pytest.raises(RuntimeError) as raised:
+            runner.infer({"input": np.zeros((2, 7), np.float32)})  # 7 features where the head takes 12
+        assert "mat1 and mat2 shapes cannot be multiplied" in str(raised.value)
+        assert runner.infer({"input": np.zeros((2, 12), np.float32)})["logits"].shape == (2, 5)  # the same child, still serving
+
+
+def test_with_isolation_off_the_file_is_replayed_here_and_the_row_says_so(built, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, ctx, _, _ = built
+    monkeypatch.setenv(isolation.ENV_SWITCH, "0")
+    notes: list[str] = []
+    with captured_warnings([]), isolation.open_deployed(KINDS_BY_NAME["torchscript-trace"], path, ctx, notes) as runner:
+        assert not isinstance(runner, CleanRunner)
+        assert runner.infer({"input": np.zeros((1, 12), np.float32)})["logits"].shape == (1, 5)
+    assert notes == [f"replayed beside the model, not in a process without the architecture: build isolation is off ({isolation.ENV_SWITCH}=0)"]
