@@ -156,6 +156,10 @@ RUNTIME_LOADERS: dict[str, tuple[str, ...]] = {
     "executorch": ("executorch.runtime",),
     "coreml": ("coremltools",),  # 9-11 s: it imports scikit-learn, torchao and executorch's exir
 }
+# The runtimes a deployed process runs without torch: their files are replayed in a fresh interpreter that imports that
+# runtime and numpy only (builder/clean.py, ``RuntimeHost``), not in the load host, which holds torch and the exporters.
+# Core ML is not here: coremltools imports torch itself (and predicts on macOS only).
+RUNTIME_ALONE: frozenset[str] = frozenset({"onnxruntime", "openvino", "litert"})
 # The systems a runtime predicts on, where not every one (Core ML: macOS only).
 RUNTIME_SYSTEMS: dict[str, tuple[str, ...]] = {"coreml": ("Darwin",)}
 

@@ -7,10 +7,12 @@ this process, which holds the architecture, only sends the golden inputs and rea
 :class:`CleanRunner` is the artifact's runner as the observe stage sees it (``Runner``: ``infer``), the file opened
 and run in that child. What the architecture's import does to the process (a global torch setting, a registered op,
 a patched library) cannot change what is measured, a file that loads only beside the architecture fails its row
-there, and a native crash while the file runs costs its row, not the run.
+there, and a native crash while the file runs costs its row, not the run. A file whose runtime a deployed process
+runs without torch (``RUNTIME_ALONE``: onnxruntime, OpenVINO, LiteRT) is replayed in a child of a :class:`RuntimeHost`
+instead: a fresh interpreter that imports that runtime and numpy only, as the deployed process does.
 
 The channel: the parent holds one end of a socket pair whose other end the build server hands to its load host
-(client.py, server.py). Per artifact the parent makes a new socket pair and passes one end over that channel
+(client.py, server.py), or a runtime host holds. Per artifact the parent makes a new socket pair and passes one end over that channel
 (``socket.send_fds``); the host forks a replay child that serves the other, one message per call, in the build
 protocol's framing (protocol.py)::
 
@@ -23,7 +25,8 @@ protocol's framing (protocol.py)::
                                                    runtime's warnings (into the row's notes, as beside the model)
 
 The child ends when the parent closes its end (the runner's ``__exit__``), when the parent dies, or with the host.
-Measured (benchmarks/clean_replay.py): see docs/explanation/performance.md.
+Measured (benchmarks/clean_reload.py): docs/explanation/trust-model.md, "A file that loads only where the architecture
+is imported".
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import os
 import pickle
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -161,10 +165,14 @@ def _pin_interop_threads() -> None:
             torch.set_num_interop_threads(TORCH_INTEROP_THREADS)
 
 
+# The packages whose presence in a replay child is reported (``settings_in_use``): what the process has imported.
+_REPORTED_PACKAGES = ("torch", "onnx", "onnxsim", "onnxruntime", "openvino", "executorch", "coremltools", "ai_edge_litert")
+
+
 def settings_in_use(runner: Any) -> dict[str, Any]:
-    """What the replay child's runtime uses, read back from it: torch's thread counts and, for a runner holding an
-    onnxruntime session, the session's options and providers (enums as their names)."""
-    seen: dict[str, Any] = {}
+    """What the replay child's runtime uses, read back from it: the heavy packages imported there, torch's thread
+    counts and, for a runner holding an onnxruntime session, the session's options and providers (enums as names)."""
+    seen: dict[str, Any] = {"imported": [name for name in _REPORTED_PACKAGES if name in sys.modules]}
     torch = sys.modules.get("torch")
     if torch is not None:
         seen.update(torch_threads=torch.get_num_threads(), torch_interop_threads=torch.get_num_interop_threads())
@@ -178,6 +186,70 @@ def settings_in_use(runner: Any) -> dict[str, Any]:
             "providers": list(session.get_providers()),
         }
     return seen
+
+
+class RuntimeHost:
+    """A runtime that a deployed process runs without torch (``RUNTIME_ALONE``: onnxruntime, OpenVINO, LiteRT): a fresh
+    interpreter (``serve_host``) that imports that runtime and numpy only, and forks a replay child per file on its
+    own channel. Started by this process (the parent of a run), ahead of the replay (``BuildService.prewarm``); it
+    ends when this process closes the channel or dies."""
+
+    def __init__(self, runtime: str) -> None:
+        self.runtime = runtime
+        self.channel, theirs = socket.socketpair()
+        self.channel_lock = threading.Lock()
+        pdeathsig = threading.current_thread() is threading.main_thread()  # the signal is tied to the thread that forks
+        code = f"from export_check.builder.clean import serve_host; serve_host({theirs.fileno()}, {os.getpid()}, {runtime!r}, {pdeathsig})"
+        # -P: nothing of the current folder first on sys.path, as for the build server; a session of its own: a terminal's
+        # Ctrl-C (to the whole process group) must not reach it while it starts (a traceback), the parent ends it
+        try:
+            self.process = subprocess.Popen([sys.executable, "-P", "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                            close_fds=True, start_new_session=True)
+        finally:
+            theirs.close()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.channel.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def serve_host(channel_fd: int, parent_pid: int, runtime: str, pdeathsig: bool = True) -> None:
+    """A runtime host's process (:class:`RuntimeHost`): import the runtime, then fork a replay child per socket passed
+    on the channel, until the parent closes it."""
+    from ..artifacts.base import RUNTIME_MODULES
+
+    if pdeathsig:
+        lifeline.die_with_parent(parent_pid)
+    elif os.getppid() != parent_pid:
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent alone decides, and closes the channel
+    from ..artifacts import KINDS
+
+    # the runtime, and the runners of its kinds (none imports torch), once here rather than in each replay child
+    for name in (*RUNTIME_MODULES.get(runtime, ()), "export_check.artifacts._common", *(k.module for k in KINDS if k.runtime == runtime)):
+        with contextlib.suppress(Exception):  # one that fails to import fails in the replay child, which says why
+            importlib.import_module(name)
+    children: set[int] = set()
+    with socket.socket(fileno=channel_fd) as channel:
+        while True:
+            pid = accept(channel, (), None)
+            if pid is None:
+                return
+            if pid > 0:
+                children.add(pid)
+            for child in list(children):
+                with contextlib.suppress(ChildProcessError):
+                    if os.waitpid(child, os.WNOHANG)[0] == 0:
+                        continue
+                children.discard(child)
 
 
 # --- the load host's side ------------------------------------------------------------------------------------------

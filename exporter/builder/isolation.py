@@ -60,9 +60,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..artifacts import preload_of
+from ..artifacts import KINDS_BY_NAME, preload_of
+from ..artifacts.base import RUNTIME_ALONE
 from ..errors import ArtifactError, describe_exception
-from .clean import CleanRunner, CleanUnavailable, ReplayProcessDied, replay_context
+from .clean import CleanRunner, CleanUnavailable, ReplayProcessDied, RuntimeHost, replay_context
 from .client import ServerProcess
 from .crash import crash_message, last_words, remove_partial, revive
 from .protocol import ENV_SWITCH, PRELOAD, PRIVATE_PREFIX, LoadFailure
@@ -207,6 +208,7 @@ class BuildService:
         self.server: ServerProcess | None = None
         self._pickled: tuple[Any, str, bytes] | None = None  # (ctx, key, its pickle): the last context sent
         self._replay_ctx: tuple[Any, bytes] | None = None  # (ctx, clean.replay_context of it): the last one replayed
+        self.hosts: dict[str, RuntimeHost] = {}  # per runtime a deployed process runs without torch (RUNTIME_ALONE)
 
     def prewarm(self, kinds: tuple[str, ...] = (), timeout: float | None = None) -> None:
         """Start the build server now, before the model is loaded, and have it import what ``kinds`` need ahead.
@@ -231,6 +233,9 @@ class BuildService:
             if kinds:
                 with contextlib.suppress(OSError, ValueError):  # a server that is gone is found so by the first build
                     self.server.tell({"preload": list(preload_of(kinds)), "timeout": timeout})
+            for runtime in sorted({KINDS_BY_NAME[name].runtime for name in kinds if name in KINDS_BY_NAME} & RUNTIME_ALONE):
+                with contextlib.suppress(OSError):  # one that cannot start is found so by the first replay of its files
+                    self._host(runtime)
 
     def start(self, kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None,
               runtimes: tuple[str, ...] = ()) -> PendingBuild:
@@ -304,16 +309,30 @@ class BuildService:
             return self.server is not None and self.server.in_flight()
 
     def shutdown(self) -> None:
-        """Close the server (it finishes what it was sent, then exits); at this process's exit, so
+        """Close the server (it finishes what it was sent, then exits) and the runtime hosts; at this process's exit, so
         without the lock: a thread that still holds it must not keep the process from exiting."""
         if self.server is not None:
             self.server.close()
             self.server = None
+        hosts, self.hosts = self.hosts, {}
+        for host in hosts.values():
+            host.close()
 
-    def open_clean(self, kind: Any, path: Path, ctx: Any) -> CleanRunner:
-        """``kind``'s file at ``path`` opened in a replay child of the load host, where nothing of the architecture is
-        imported (clean.py); raises what opening it raised there, or :class:`CleanUnavailable` (no such process here:
-        isolation is off, the context needs the user's code, the host is gone)."""
+    def _host(self, runtime: str) -> RuntimeHost:
+        """The running host of ``runtime`` (started now if it is not); raises OSError when it cannot start."""
+        host = self.hosts.get(runtime)
+        if host is None or not host.alive():
+            if host is not None:
+                host.close()
+            host = self.hosts[runtime] = RuntimeHost(runtime)
+        return host
+
+    def open_clean(self, kind: Any, path: Path, ctx: Any, notes: list[str]) -> CleanRunner:
+        """``kind``'s file at ``path`` opened in a replay child, where nothing of the architecture is imported (clean.py):
+        of the host of its runtime alone for a runtime a deployed process runs without torch (``RUNTIME_ALONE``; should
+        that host not start, ``notes`` says so and the load host serves), else of the load host. Raises what opening it
+        raised there, or :class:`CleanUnavailable` (no such process here: isolation is off, the context needs the user's
+        code, the host is gone)."""
         if not enabled():
             raise CleanUnavailable(f"build isolation is off ({ENV_SWITCH}=0)")
         if self._replay_ctx is None or self._replay_ctx[0] is not ctx:
@@ -321,9 +340,18 @@ class BuildService:
                 self._replay_ctx = (ctx, replay_context(ctx))
             except Exception as exc:
                 raise CleanUnavailable(f"its build context cannot be sent without the model ({describe_exception(exc)})"[:300]) from None
+        path = Path(path).resolve()
+        if kind.runtime in RUNTIME_ALONE:  # a process holding that runtime alone, as a deployed one does
+            try:
+                with self.lock:
+                    host = self._host(kind.runtime)
+                return CleanRunner(host.channel, host.channel_lock, kind.module, path, self._replay_ctx[1])
+            except (OSError, CleanUnavailable) as exc:
+                why = exc if isinstance(exc, CleanUnavailable) else describe_exception(exc)
+                notes.append(f"replayed where torch is imported too: the process holding {kind.runtime} alone could not be had ({why})")
         with self.lock:  # every file from the cache: no build has started the server yet
             server = self._running_server()
-        return CleanRunner(server.channel, server.channel_lock, kind.module, Path(path).resolve(), self._replay_ctx[1])
+        return CleanRunner(server.channel, server.channel_lock, kind.module, path, self._replay_ctx[1])
 
     def receive(self, server: ServerProcess, pending: PendingBuild) -> None:
         """Read ``server``'s replies up to ``pending``'s; a server that fails on the way fails every build it still owes."""
@@ -362,7 +390,7 @@ def open_deployed(kind: Any, path: Path, ctx: Any, notes: list[str]) -> Any:
     """``kind``'s file opened as deployed: in a replay child, where nothing of the architecture is imported
     (:meth:`BuildService.open_clean`); beside the model where there is no such process, and ``notes`` says so."""
     try:
-        return SERVICE.open_clean(kind, path, ctx)
+        return SERVICE.open_clean(kind, path, ctx, notes)
     except CleanUnavailable as exc:
         notes.append(f"replayed beside the model, not in a process without the architecture: {exc}")
     return kind.open_runner(path, ctx)

@@ -90,6 +90,8 @@ class BuildServer:
         # The replay channel's end (clean.py), until the load host takes it: the parent replays through it, and a
         # replay asked for before any build (every file from the cache) has the host forked for it.
         self.channel_fd: int | None = None
+        # In the load host: what to do when the channel is readable (fork a replay child), also while a load child runs
+        self.on_channel: Callable[[], bool] | None = None  # False once the channel is closed
 
     def serve(self, request_fd: int, reply_fd: int) -> None:
         """Import the heavy libraries once, then fork one child per build request until EOF.
@@ -177,7 +179,14 @@ class BuildServer:
         ``deadline`` (perf_counter): the building child's; an import is cut short before it (and tried again later),
         so that this server is back reading the child's reply in time: a reply larger than the pipe holds waits on it."""
         watched = [fd] if self.channel_fd is None else [fd, self.channel_fd]
-        while self.pending and not select.select(watched, [], [], 0)[0]:
+        while self.pending:
+            ready = select.select(watched, [], [], 0)[0]
+            if ready and ready == [self.channel_fd] and self.on_channel is not None:
+                self.on_channel()  # a replay asked for: its child is forked now, and the imports go on
+                watched = [fd] if self.channel_fd is None else [fd, self.channel_fd]
+                continue
+            if ready:
+                break
             seconds = self.import_seconds
             if deadline is not None:
                 left = deadline - time.perf_counter() - 0.5
@@ -306,7 +315,8 @@ class BuildServer:
         # while the child builds, on the other core; back in time to read its reply
         self._preload_until_readable(result_r, None if not request.get("timeout") else began + float(request["timeout"]))
         timeout = request.get("timeout")
-        data, timed_out = _read_until_eof(result_r, None if not timeout else began + float(timeout), self.life_fd)
+        also = (self.channel_fd, self.on_channel) if self.channel_fd is not None and self.on_channel is not None else None
+        data, timed_out = _read_until_eof(result_r, None if not timeout else began + float(timeout), self.life_fd, also)
         if self.life_fd is not None and lifeline.parent_gone(self.life_fd):
             self._stop(signal.SIGTERM, None)  # the parent died while the child built: end both now
         if timed_out:
@@ -426,17 +436,24 @@ def warm_up() -> None:
         pickle.loads(pickle.dumps(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), torch.nn.BatchNorm2d(1), torch.nn.Linear(1, 1))))
 
 
-def _read_until_eof(fd: int, deadline: float | None, life_fd: int | None = None) -> tuple[bytes, bool]:
+def _read_until_eof(fd: int, deadline: float | None, life_fd: int | None = None,
+                    also: tuple[int, Callable[[], bool]] | None = None) -> tuple[bytes, bool]:
     """All of ``fd`` up to EOF (then closed), or what came before ``deadline`` (perf_counter) and ``True``;
-    returns early, too, when the lifeline ``life_fd`` says the parent is gone."""
+    returns early, too, when the lifeline ``life_fd`` says the parent is gone. ``also``: a descriptor and what to
+    do when it is readable meanwhile (the load host's replay channel: a replay is not kept waiting for a probe)."""
     chunks: list[bytes] = []
     watched = [fd] if life_fd is None else [fd, life_fd]
     try:
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
-            ready = select.select(watched, [], [], wait)[0]
+            ready = select.select(watched if also is None else [*watched, also[0]], [], [], wait)[0]
             if not ready:
                 return b"".join(chunks), True
+            if also is not None and also[0] in ready:
+                if not also[1]():  # the channel was closed: no more to watch
+                    also = None
+                if len(ready) == 1:
+                    continue
             if fd not in ready:
                 return b"".join(chunks), False  # the lifeline: the caller ends the child
             chunk = os.read(fd, 1 << 16)
@@ -642,6 +659,8 @@ class LoadServer:
         self.runner.channel_fd = channel_fd  # its preloads pause for a replay too
         self.context: tuple[Any, Any] | None = None  # (key, the model-less build context)
         self.replays: set[int] = set()  # the replay children running (clean.py), reaped as they end
+        self.channel: socket.socket | None = None  # the replay channel, while the parent holds its end
+        self.host_fds: tuple[int, ...] = ()  # the host's pipes to the server: a replay child closes them
 
     def serve_loads(self, request_fd: int, reply_fd: int) -> None:
         signal.signal(signal.SIGTERM, self.runner._stop)
@@ -651,17 +670,15 @@ class LoadServer:
             del sys.path[0]
         self.runner.pending = [name for name in protocol.LOAD_PRELOAD if name not in sys.modules]
         requests, replies = os.fdopen(request_fd, "rb"), os.fdopen(reply_fd, "wb")
-        channel = None if self.runner.channel_fd is None else socket.socket(fileno=self.runner.channel_fd)
+        self.channel = None if self.runner.channel_fd is None else socket.socket(fileno=self.runner.channel_fd)
+        self.host_fds = (request_fd, reply_fd)
+        if self.channel is not None:
+            self.runner.on_channel = self._accept  # also while a load child runs: a replay does not wait for a probe
         while True:
             self.runner._preload_until_readable(request_fd)
             self._reap()
-            if channel is not None and channel.fileno() in select.select([request_fd, channel.fileno()], [], [])[0]:
-                pid = clean.accept(channel, (request_fd, reply_fd), self.runner.life_fd)
-                if pid is None:  # the parent closed the channel
-                    channel.close()
-                    channel = self.runner.channel_fd = None
-                elif pid > 0:
-                    self.replays.add(pid)
+            if self.runner.channel_fd is not None and self.runner.channel_fd in select.select([request_fd, self.runner.channel_fd], [], [])[0]:
+                self._accept()
                 continue
             try:
                 request = protocol.receive(requests)
@@ -683,6 +700,18 @@ class LoadServer:
                 continue
             protocol.send(replies, self.runner._run_in_child(request, self.context[1], load_here))
 
+
+    def _accept(self) -> bool:
+        """The channel is readable: fork the replay child of the socket passed on it; False once the parent closed it."""
+        assert self.channel is not None
+        pid = clean.accept(self.channel, self.host_fds, self.runner.life_fd)
+        if pid is None:  # the parent closed the channel
+            self.channel.close()
+            self.channel = self.runner.channel_fd = self.runner.on_channel = None
+            return False
+        if pid > 0:
+            self.replays.add(pid)
+        return True
 
     def _reap(self) -> None:
         for pid in list(self.replays):

@@ -268,8 +268,11 @@ def test_inference_runs_with_the_pinned_settings_the_report_records(tmp_path: Pa
     assert {(n, i) for _, n, i in torch_seen} == {(inference["torch_threads"], inference["torch_interop_threads"])}
     assert torch.get_num_threads() == outside  # and the pin is undone after the run
     assert {r["kind"] for r in replayed} == {row.name for row in report.rows if row.name != "eager"}, replayed
-    for used in replayed:
-        assert (used["torch_threads"], used["torch_interop_threads"]) == (threads, 1), used
+    for used in replayed:  # torch where the file needs it; an ONNX file's process holds onnxruntime alone, as deployed
+        if "torch" in used["imported"]:
+            assert (used["torch_threads"], used["torch_interop_threads"]) == (threads, 1), used
+        else:
+            assert used["imported"] == ["onnxruntime"] and "onnxruntime" in used, used
     names = {"ORT_SEQUENTIAL": "sequential", "ORT_PARALLEL": "parallel", "ORT_ENABLE_ALL": "all", "ORT_ENABLE_EXTENDED": "extended",
              "ORT_ENABLE_BASIC": "basic", "ORT_DISABLE_ALL": "disabled"}
     in_child = [{k: names.get(v, v) if isinstance(v, str) else v for k, v in r["onnxruntime"].items()} for r in replayed if "onnxruntime" in r]

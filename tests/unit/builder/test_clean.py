@@ -112,3 +112,28 @@ def test_with_isolation_off_the_file_is_replayed_here_and_the_row_says_so(built,
         assert not isinstance(runner, CleanRunner)
         assert runner.infer({"input": np.zeros((1, 12), np.float32)})["logits"].shape == (1, 5)
     assert notes == [f"replayed beside the model, not in a process without the architecture: build isolation is off ({isolation.ENV_SWITCH}=0)"]
+
+
+@pytest.mark.skipif(not isolation.enabled(), reason="replay children need os.fork and isolation on (EXPORT_CHECK_ISOLATE)")
+def test_an_onnx_file_is_replayed_where_onnxruntime_alone_is_imported_not_torch(built, tmp_path: Path) -> None:
+    """A deployed ONNX process runs onnxruntime, not torch: its file is replayed in a child of a fresh interpreter that
+    imported onnxruntime and numpy only (``RUNTIME_ALONE``), and gives what onnxruntime gives here, by hand."""
+    import onnxruntime as ort
+
+    _, ctx, seen, _ = built
+    path = tmp_path / "onnx.onnx"
+    with captured_warnings([]):
+        KINDS_BY_NAME["onnx"].build(ctx, path, None)
+    batch = np.random.default_rng(2).standard_normal((5, 12)).astype(np.float32)
+    notes: list[str] = []
+    with captured_warnings(notes), isolation.open_deployed(KINDS_BY_NAME["onnx"], path, ctx, notes) as runner:
+        assert isinstance(runner, CleanRunner) and notes == [], notes
+        got = runner.infer({"input": batch})["logits"]
+        used, child = runner.settings_in_use, runner.pid
+    assert used["imported"] == ["onnxruntime"], used  # no torch, no onnx, no exporter: what a deployed process holds
+    assert used["onnxruntime"]["intra_op_num_threads"] == 1 and used["onnxruntime"]["providers"] == ["CPUExecutionProvider"], used
+    assert not (seen / str(child)).exists()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    assert np.array_equal(got, session.run(None, {session.get_inputs()[0].name: batch})[0])
