@@ -57,7 +57,7 @@ def warm_export() -> None:
     """torch.export's first call in a process imports and sets up most of its machinery (3 s on this project's 2-core
     machine; 0.1 s for the next call): the build server calls this once, on a small model with a bounded dynamic
     batch, decomposed, before the first child of a kind built on torch.export (``ArtifactKind.preload``), so that
-    every such child starts warm (``builder.server._import`` runs it, keeping what it prints off the terminal)."""
+    every such child starts warm (``builder.ahead.import_ahead`` runs it, keeping what it prints off the terminal)."""
     import torch
 
     model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2), torch.nn.ReLU(), torch.nn.Flatten(),

@@ -36,15 +36,14 @@ import socket
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..artifacts import KINDS_BY_NAME
-from ..artifacts._common import captured_fd
 from ..artifacts.base import RUNTIME_LOADERS
 from . import clean, lifeline, protocol
+from .ahead import import_ahead, warm_up
 from .clean import pin_threads
 from .crash import disk_full
 
@@ -125,7 +124,7 @@ class BuildServer:
                     # them apart; on the bundled ResNet, torch-export with torchscript-trace and onnx ran 1.19x slower).
                     for runtime in sorted({*request.get("runtimes", ()), _runtime(request)}):
                         for name in RUNTIME_LOADERS.get(runtime, ()):
-                            _import(name, self.import_seconds)
+                            import_ahead(name, self.import_seconds)
                     self._fork_load_host(request_fd, reply_fd)
                 ctx, refused = self._context(request)
                 if refused is None and self.built.get(request.get("source") or "", "ok") != "ok":
@@ -195,7 +194,7 @@ class BuildServer:
                 seconds = left if seconds is None else min(seconds, left)
             name = self.pending.pop(0)
             limited = seconds != self.import_seconds  # by the child's deadline, not the import limit: tried again later
-            if _import(name, seconds, abandon=not limited) and limited:
+            if import_ahead(name, seconds, abandon=not limited) and limited:
                 self.pending.append(name)
             if name == "torch":
                 warm_up()
@@ -209,13 +208,13 @@ class BuildServer:
         for name in kind.preload if kind is not None else ():
             if name in self.pending:
                 self.pending.remove(name)
-            _import(name, self.import_seconds)
+            import_ahead(name, self.import_seconds)
 
     def _ready_for_children(self) -> None:
         """Every child needs torch: import it (and warm up) before the first fork if the idle time did not."""
         if "torch" in self.pending:
             self.pending.remove("torch")
-            _import("torch")
+            import_ahead("torch")
             warm_up()
 
     def _context(self, request: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
@@ -343,97 +342,6 @@ class BuildServer:
         else:
             reply.update(status="crashed", exit_code=os.WEXITSTATUS(status))
         return reply
-
-
-_WARMED: set[str] = set()
-_ABANDONED: set[str] = set()  # preloads that ran past the import time limit: not tried again here (the child imports them)
-
-
-def _import(name: str, seconds: float | None = None, abandon: bool = True) -> bool:
-    """Import the module ``name``; ``module:function``: import it and call the function (a warm-up), once. What the
-    import prints is dropped: this server's stderr is the user's terminal, and a build child that imported the module
-    itself had its output captured (torchao's optional kernels that fail to load, torch's deprecation log lines).
-    ``seconds``: given up after that long: True, and (``abandon``: the import limit, ``BuildServer.import_seconds``,
-    ran out) never tried again here."""
-    module, _, function = name.partition(":")
-    if name in _ABANDONED:
-        return True
-    if name in _WARMED or (not function and module in sys.modules):
-        return False
-    limit = _Limit(seconds)
-    # a preload only saves time: a module that fails here (or takes too long) fails where it is needed, in the child,
-    # which says why
-    with (captured_fd(2, 0), contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings(), contextlib.suppress(Exception),
-          _time_limit(limit)):
-        warnings.simplefilter("ignore")
-        found = importlib.import_module(module)
-        if function:
-            _WARMED.add(name)
-            getattr(found, function)()
-            _end_helper_threads()
-    if limit.expired and abandon:
-        _ABANDONED.add(name)
-    return limit.expired
-
-
-class _TookTooLong(Exception):
-    """An import here ran past its time limit."""
-
-
-@dataclasses.dataclass
-class _Limit:
-    seconds: float | None  # None or 0: no limit
-    expired: bool = False
-
-
-@contextlib.contextmanager
-def _time_limit(limit: _Limit) -> Any:
-    """Raise :class:`_TookTooLong` in the block once ``limit.seconds`` have passed, and say so in ``limit.expired``
-    (SIGALRM: this server's main thread, which is its only one; a Python-level wait, such as a socket or a sleep, is
-    interrupted; a hang inside native code is not)."""
-    seconds = limit.seconds
-    if not seconds or seconds <= 0:
-        yield
-        return
-    done = False
-
-    def expire(signum: int, frame: Any) -> None:
-        if not done:
-            limit.expired = True
-            raise _TookTooLong(f"still importing after {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        done = True
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _end_helper_threads() -> None:
-    """End the threads a warm-up left behind, so that this server stays single-threaded and safe to fork (a child
-    forked while another thread holds a lock waits on it forever). torch.fx's ``Interpreter`` (torch.export's
-    decompositions, XNNPACK's passes) opens a tqdm bar, disabled, whose first use starts tqdm's monitor thread;
-    a child that opens a bar starts its own."""
-    tqdm: Any = getattr(sys.modules.get("tqdm.std"), "tqdm", None)
-    monitor = getattr(tqdm, "monitor", None)
-    if monitor is not None:
-        monitor.exit()
-        tqdm.monitor = None
-
-
-def warm_up() -> None:
-    """Unpickling the first module and tensor imports a tail of torch modules lazily; do it once in
-    the server rather than in every child (it is most of a child's start-up cost)."""
-    from ..artifacts import KINDS
-
-    for kind in KINDS:  # the builders' own modules are light: their heavy imports are inside build()
-        kind.impl()
-    if "torch" in sys.modules:
-        torch = sys.modules["torch"]
-        pickle.loads(pickle.dumps(torch.nn.Sequential(torch.nn.Conv2d(1, 1, 1), torch.nn.BatchNorm2d(1), torch.nn.Linear(1, 1))))
 
 
 def _read_until_eof(fd: int, deadline: float | None, life_fd: int | None = None,

@@ -85,10 +85,6 @@ class _Rows:
         return getattr(self.runner, "last_seconds", None)
 
 
-def _infer_of(runner: Any, name: str, signature: Signature = SINGLE) -> _Rows:
-    return _Rows(runner, name, signature)
-
-
 def _sizes_from(infer, trace: ReplayTrace, name: str, probe: Feeds, plan: shapes.SizePlan,
                 clock: dict[int, float] | None = None) -> dict[int, Any]:
     """Outputs at every planned size: the main size from the replay, the others run now."""
@@ -382,7 +378,7 @@ class Diagnoser:
             try:
                 with contextlib.ExitStack() as stack:
                     opened = runner or stack.enter_context(isolation.open_deployed(kind, path, ctx, warnings_seen))
-                    measured = _measure(_infer_of(opened, obs.name, self.signature), self.trace, obs.name, self.probe, eager_at,
+                    measured = _measure(_Rows(opened, obs.name, self.signature), self.trace, obs.name, self.probe, eager_at,
                                         self.plan, config.threads, self.columns, calibrated)
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))

@@ -271,14 +271,14 @@ def test_the_servers_warm_up_builds_xnnpacks_pattern_graphs_and_leaves_it_single
     graphs are then built once per server, and the server must stay safe to fork (no Python thread left behind)."""
     import threading
 
-    from export_check.builder import server
+    from export_check.builder import ahead
 
     warm = "export_check.artifacts.executorch_pte:warm_patterns"
     assert warm in KINDS_BY_NAME[KIND].preload
-    server._end_helper_threads()  # a monitor an earlier test started would hide one the warm-up leaves
+    ahead.end_helper_threads()  # a monitor an earlier test started would hide one the warm-up leaves
     before = set(threading.enumerate())
-    server._WARMED.discard(warm)
-    server._import(warm)  # as the server runs it: tqdm's monitor thread, which XNNPACK's passes start, ended
+    ahead.WARMED.discard(warm)
+    ahead.import_ahead(warm)  # as the server runs it: tqdm's monitor thread, which XNNPACK's passes start, ended
     from executorch.backends.xnnpack.partition.graphs import bilinear_2d, sdpa
 
     assert set(threading.enumerate()) <= before, [t.name for t in threading.enumerate()]  # no thread left behind

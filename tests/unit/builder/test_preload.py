@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from export_check.artifacts import KINDS_BY_NAME, PRELOAD
-from export_check.builder import server
+from export_check.builder import ahead, server
 from export_check.builder.server import BuildServer
 
 WARM = '''
@@ -62,7 +62,7 @@ def test_a_kinds_own_preload_is_imported_in_the_server_and_its_warm_up_runs_once
 
 def test_what_a_preload_prints_does_not_reach_the_terminal(module: str, capfd: pytest.CaptureFixture[str]) -> None:
     """The server's stderr is the user's terminal; a build child that imported the module itself had its output captured."""
-    server._import(module)
+    ahead.import_ahead(module)
     assert module in sys.modules
     assert capfd.readouterr() == ("", "")
 
@@ -82,12 +82,12 @@ def test_the_torch_export_warm_up_is_every_exporting_kinds_and_leaves_the_server
                  "executorch-int8", "coreml", "litert")
     assert [name for name in on_export if warm not in KINDS_BY_NAME[name].preload] == []
     assert warm not in PRELOAD  # a default run (no torch.export) does not pay it
-    server._end_helper_threads()  # a monitor an earlier test started would hide one the warm-up leaves
+    ahead.end_helper_threads()  # a monitor an earlier test started would hide one the warm-up leaves
     before = set(threading.enumerate())
-    server._WARMED.discard(warm)
-    server._import(warm)  # torch.export's decompositions start tqdm's monitor thread: the server ends it
+    ahead.WARMED.discard(warm)
+    ahead.import_ahead(warm)  # torch.export's decompositions start tqdm's monitor thread: the server ends it
     assert set(threading.enumerate()) <= before, [t.name for t in threading.enumerate()]  # no thread left behind
-    assert warm in server._WARMED
+    assert warm in ahead.WARMED
 
 
 def test_a_run_has_the_server_import_ahead_only_what_its_kinds_need(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
