@@ -196,7 +196,8 @@ class RuntimeHost:
 
     def __init__(self, runtime: str) -> None:
         self.runtime = runtime
-        self.channel, theirs = socket.socketpair()
+        # one message per passed socket, never two read as one (SOCK_SEQPACKET keeps their boundaries)
+        self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.channel_lock = threading.Lock()
         pdeathsig = threading.current_thread() is threading.main_thread()  # the signal is tied to the thread that forks
         code = f"from export_check.builder.clean import serve_host; serve_host({theirs.fileno()}, {os.getpid()}, {runtime!r}, {pdeathsig})"

@@ -39,7 +39,8 @@ class ServerProcess:
         life_r, self._life_w = os.pipe()
         # The replay channel (clean.py): the server hands its end to its load host, which forks a replay child per
         # artifact on it; this process passes each child's socket over it.
-        self.channel, theirs = socket.socketpair()
+        # one message per passed socket, never two read as one (SOCK_SEQPACKET keeps their boundaries)
+        self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.channel_lock = threading.Lock()
         # The parent-death signal is tied to the thread that forks: ask for it only from the main thread,
         # which lives as long as this process (a test session's worker thread may end first).
