@@ -174,9 +174,16 @@ def beyond_bound(what: str, bound: int, where: str) -> str:
     return f"{what} {BEYOND_BOUND} {bound} planned in {where}"
 
 
+# What a replay child's end says (builder/clean.py, ReplayProcessDied): the runtime crashed on the call, in its own process.
+RUNTIME_CRASHED = "its replay process ended while"
+
+
 def size_refused_cause(error: str) -> str:
-    """Why the artifact raised at a batch size where eager runs: past a bound planned in its file (the runner said which),
-    else a batch size the export specialised."""
+    """Why the artifact raised at a batch size where eager runs: its runtime crashed at that size (its replay process
+    ended), past a bound planned in its file (the runner said which), else a batch size the export specialised."""
+    if RUNTIME_CRASHED in error:
+        return ("its runtime crashed at this batch size (a native fault in the runtime or the file at this shape; the other sizes "
+                "ran in a new replay process): reproduce it by running the file at this batch size alone")
     if f" {BEYOND_BOUND} " in error:
         return ("the file was planned for batches up to the bound named above, and its runtime refuses larger ones: deploy it "
                 "only within that bound, or export it with a larger one")

@@ -70,6 +70,14 @@ class CleanRunner:
     replays. ``last_seconds``: the last ``infer``'s own time in the child (``artifacts.base.ran_for``)."""
 
     def __init__(self, channel: socket.socket, channel_lock: threading.Lock, module: str, path: Path, ctx: bytes) -> None:
+        self._opening = (channel, channel_lock, module, path, ctx)
+        self._lock = threading.Lock()
+        self.last_seconds: float | None = None
+        self.dead = False  # its child ended on a call: the next call opens the file in a new one (a crash costs that call)
+        self._open()
+
+    def _open(self) -> None:
+        channel, channel_lock, module, path, ctx = self._opening
         ours, theirs = socket.socketpair()
         try:
             with channel_lock:
@@ -81,8 +89,6 @@ class CleanRunner:
             theirs.close()
         self._socket = ours
         self._stream = ours.makefile("rwb")
-        self._lock = threading.Lock()
-        self.last_seconds: float | None = None
         try:  # the child's first word: it was forked (an EOF instead: the host is gone, the socket never reached it)
             self.pid = int(protocol.receive(self._stream)["pid"])
         except (OSError, EOFError, ValueError, KeyError):
@@ -103,6 +109,9 @@ class CleanRunner:
                 closing.close()
 
     def infer(self, feeds: Any) -> dict[str, np.ndarray]:
+        if self.dead:  # the last call crashed its runtime: this one runs in a new replay child, on the same file
+            self._open()
+            self.dead = False
         reply = self._call({"feeds": {name: np.asarray(value) for name, value in feeds.items()}})
         self.last_seconds = float(reply["seconds"])
         return dict(reply["outputs"])
@@ -116,6 +125,7 @@ class CleanRunner:
                 reply = protocol.receive(self._stream)
             except (OSError, EOFError, ValueError):
                 self.close()
+                self.dead = True
                 raise ReplayProcessDied(doing) from None
         pass_on_notes(reply.get("notes", ()))
         if "error" in reply:
@@ -127,8 +137,10 @@ class ReplayProcessDied(RuntimeError):
     """The replay child ended while it ran the file (a native crash, killed): the row's error, not the run's."""
 
     def __init__(self, doing: str) -> None:
-        super().__init__(f"its replay process ended while {doing} the file, without a reply (it runs nothing else: a native crash "
-                         "in the runtime, or the process was killed)")
+        from ..messages import RUNTIME_CRASHED
+
+        super().__init__(f"{RUNTIME_CRASHED} {doing} the file, without a reply (it runs nothing else: a native crash in the "
+                         "runtime, or the process was killed)")
 
 
 def _exception(error: dict[str, Any]) -> BaseException:

@@ -78,13 +78,14 @@ if _FAULTS:
             ctypes.string_at(0)
         return open_runner
 
-    def _crashing_run(real):
-        def open_runner(path, ctx):  # it loads and runs one sample (the load probe); a batch of more crashes its runtime
+    def _crashing_run(real, at=None):
+        def open_runner(path, ctx):  # it loads and runs one sample (the load probe); a batch of more (or of `at`) crashes it
             runner = real(path, ctx)
             one = runner.infer
 
             def infer(feeds):
-                if len(next(iter(feeds.values()))) > 1:
+                n = len(next(iter(feeds.values())))
+                if (n > 1) if at is None else (n == at):
                     ctypes.string_at(0)
                 return one(feeds)
 
@@ -99,9 +100,9 @@ if _FAULTS:
         elif _what == "slow":
             _module = importlib.import_module("export_check.artifacts." + _arg)
             _module.build = _slow_build(_module.build)
-        elif _what == "segv-run":
+        elif _what in ("segv-run", "segv-at-7"):
             _module = importlib.import_module("export_check.artifacts." + _arg)
-            _module.open_runner = _crashing_run(_module.open_runner)
+            _module.open_runner = _crashing_run(_module.open_runner, None if _what == "segv-run" else 7)
         elif _what in ("hang-load", "segv-load"):
             importlib.import_module("export_check.artifacts." + _arg).open_runner = _hostile_load(_what)
         elif _what == "hang-golden-write":
@@ -398,6 +399,27 @@ def test_an_artifact_that_crashes_its_runtime_in_the_replay_costs_its_row_not_th
     assert bad["reasons"][0].startswith("running failed at inputs 0.."), bad["reasons"]
     assert "its replay process ended while running the file, without a reply" in bad["reasons"][0], bad["reasons"]
     assert rows["eager"]["status"] == "pass" and rows["onnx"]["status"] == "pass" and rows["onnx"]["metrics"]["mae"] <= 1e-5
+
+
+def test_a_runtime_that_crashes_at_one_batch_size_fails_that_size_by_its_cause_and_the_other_sizes_run(hook_dir: Path,
+                                                                                                      tmp_path: Path) -> None:
+    """The replay (batches of 16) passes; the batch-size check's size 7 crashes the runtime: that size fails, named as a
+    crash, and sizes 1 and 64 run in a new replay child (they agree with eager, so they add no reason)."""
+    report_path = tmp_path / "report.json"
+    result = subprocess.run(
+        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out", "--json", report_path,
+            "--no-cache", "--artifacts", "torchscript-trace,onnx", "-q"),
+        env=cli_env(hook_dir, "segv-at-7:torchscript_trace"), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {row["name"]: row for row in strict_json(report_path)["rows"]}
+    bad = rows["torchscript-trace"]
+    assert bad["status"] == "fail" and bad["metrics"]["mae"] == 0.0, bad  # the replay itself ran, and agrees
+    sized = [reason for reason in bad["reasons"] if reason.startswith("batch size")]
+    assert len(sized) == 1 and sized[0].startswith("batch size 7 fails (ReplayProcessDied: its replay process ended while running"), sized
+    assert sized[0].endswith("its runtime crashed at this batch size (a native fault in the runtime or the file at this shape; the other "
+                             "sizes ran in a new replay process): reproduce it by running the file at this batch size alone"), sized
+    assert rows["onnx"]["status"] == "pass"
 
 
 @pytest.mark.parametrize("moment", ["importing torch", "loading checkpoint", "building", "replaying"])
