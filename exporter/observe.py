@@ -154,6 +154,10 @@ class Replay:
                         return runner
                 else:
                     runner = stack.enter_context(kind.open_runner(outcome.path, ctx))
+        except isolation.NeedsWhatItLacks as exc:  # it opens only where the architecture's import provides what it names
+            lacked = exc.failure
+            self.errors[kind.name] = load_needs(outcome.path.name, lacked.how, lacked.missing, _private_file(lacked.missing), lacked.description)
+            return None
         except NotApplicable as exc:  # its runtime does not run here (Core ML off macOS): not a failure of the file
             self.errors[kind.name] = str(exc)
             outcome.not_applicable = True

@@ -128,9 +128,20 @@ class CleanRunner:
                 self.dead = True
                 raise ReplayProcessDied(doing) from None
         pass_on_notes(reply.get("notes", ()))
+        if reply.get("load") is not None:
+            raise NeedsWhatItLacks(reply["load"])
         if "error" in reply:
             raise _exception(reply["error"])
         return reply
+
+
+class NeedsWhatItLacks(Exception):
+    """The file did not open in its replay child for want of what the architecture's import provides (``failure``: the
+    :class:`~protocol.LoadFailure` naming it): the row's error, worded by ``messages.load_needs``."""
+
+    def __init__(self, failure: protocol.LoadFailure) -> None:
+        super().__init__(failure.description)
+        self.failure = failure
 
 
 class ReplayProcessDied(RuntimeError):
@@ -307,13 +318,15 @@ def accept(channel: socket.socket, host_fds: tuple[int, ...], life_fd: int | Non
 def serve_replay(fd: int) -> None:
     """The replay child: open the file the first message names, then run each batch sent until the parent closes."""
     from ..artifacts._common import captured_warnings
+    from ..errors import describe_exception
 
     with socket.socket(fileno=fd) as sock, sock.makefile("rwb") as stream:
         protocol.send(stream, {"pid": os.getpid()})
         opening = protocol.receive(stream)
         notes: list[str] = []
+        logged: list[str] = []
         try:
-            with captured_warnings(notes):
+            with captured_warnings(notes), protocol.logged_exceptions() as logged:
                 ctx = pickle.loads(opening["ctx"])
                 pin_threads(ctx)
                 _pin_interop_threads()
@@ -321,7 +334,10 @@ def serve_replay(fd: int) -> None:
                 runner = module.open_runner(Path(opening["path"]), ctx)
                 runner.__enter__()
         except Exception as exc:
-            protocol.send(stream, {"error": _error(exc), "notes": notes})
+            # what the file needs and this process lacks (a user's pytree class, a module), worded as the load probe does
+            how, missing = protocol.missing_at_load([*protocol.chain_texts(exc), *logged])
+            failure = protocol.LoadFailure(describe_exception(exc), missing, how) if missing else None
+            protocol.send(stream, {"error": _error(exc), "notes": notes, "load": failure})
             return
         protocol.send(stream, {"status": "ok", "notes": notes, "settings": settings_in_use(runner)})
         while True:

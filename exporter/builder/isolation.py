@@ -63,13 +63,14 @@ from typing import Any
 from ..artifacts import KINDS_BY_NAME, preload_of
 from ..artifacts.base import RUNTIME_ALONE
 from ..errors import ArtifactError, describe_exception
-from .clean import CleanRunner, CleanUnavailable, ReplayProcessDied, RuntimeHost, replay_context
+from .clean import CleanRunner, CleanUnavailable, NeedsWhatItLacks, ReplayProcessDied, RuntimeHost, replay_context
 from .client import ServerProcess
 from .crash import crash_message, last_words, remove_partial, revive
 from .protocol import ENV_SWITCH, PRELOAD, PRIVATE_PREFIX, LoadFailure
 
 __all__ = ["ENV_SWITCH", "PRELOAD", "BuildCrashed", "BuildTimedOut", "SourceFailed", "PendingBuild", "BuildService", "SERVICE",
-           "enabled", "prewarm", "start", "build", "settle", "open_deployed", "CleanRunner", "CleanUnavailable", "ReplayProcessDied"]
+           "enabled", "prewarm", "start", "build", "settle", "open_deployed", "CleanRunner", "CleanUnavailable", "NeedsWhatItLacks",
+           "ReplayProcessDied"]
 
 
 class BuildCrashed(ArtifactError):

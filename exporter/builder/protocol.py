@@ -32,6 +32,8 @@ or ``{"prepare": [module, ...]}`` (no reply): a runtime's loader to import while
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import pickle
 import re
 import struct
@@ -131,3 +133,37 @@ def first_sample(ctx: Any) -> dict[str, Any] | None:
         axes = {spec.name: spec.batch_axis for spec in getattr(getattr(ctx, "signature", None), "inputs", ())}
         return {name: value.narrow(axes.get(name, 0), 0, 1).numpy() for name, value in example.items()}
     return {INPUT: example[:1].numpy()}
+
+
+@contextlib.contextmanager
+def logged_exceptions() -> Any:
+    """The exceptions attached to log records while the block runs (``log.warning(..., exc_info=True)``),
+    as text: torch.export.load logs the cause of a failed load (the pytree type not registered) and
+    raises a vaguer error, through the "torch.export" logger's own handler, which does not propagate
+    and may not exist before the load imports it. So every record is seen where it is made
+    (``Logger.handle``); this runs in a load child, which exits after it."""
+    texts: list[str] = []
+    real = logging.Logger.handle
+
+    def handle(self: logging.Logger, record: logging.LogRecord) -> Any:
+        if record.exc_info and record.exc_info[1] is not None:
+            texts.extend(chain_texts(record.exc_info[1]))
+        return real(self, record)
+
+    logging.Logger.handle = handle  # type: ignore[method-assign]
+    try:
+        yield texts
+    finally:
+        logging.Logger.handle = real  # type: ignore[method-assign]
+
+
+def chain_texts(exc: BaseException) -> list[str]:
+    """``TypeName: message`` of ``exc`` and of every exception it was raised from or during, innermost first."""
+    texts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        texts.insert(0, f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return texts

@@ -27,7 +27,6 @@ import dataclasses
 import importlib
 import importlib.util
 import io
-import logging
 import os
 import pickle
 import select
@@ -413,7 +412,7 @@ def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     os.chdir(request["cwd"])
     reply: dict[str, Any] = {"status": "ok"}
     try:
-        with _logged_exceptions() as logged:
+        with protocol.logged_exceptions() as logged:
             pin_threads(ctx)
             module = importlib.import_module(request["module"])
             with captured_warnings([]):  # the parent's reload reports the runtime's warnings, once
@@ -421,46 +420,12 @@ def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
             if first is not None:
                 reply["first"] = first
     except Exception as exc:
-        how, missing = protocol.missing_at_load([*_chain_texts(exc), *logged])
+        how, missing = protocol.missing_at_load([*protocol.chain_texts(exc), *logged])
         if isinstance(exc, FirstRunFailed) and not missing:
             return reply  # it loaded; what its first run raised is the replay's to report (tests/integration/test_hostile_files.py)
         raised = exc.__cause__ if isinstance(exc, FirstRunFailed) and exc.__cause__ is not None else exc
         reply = {"status": "raised", "load": protocol.LoadFailure(describe_exception(raised), missing, how)}
     return reply
-
-
-@contextlib.contextmanager
-def _logged_exceptions() -> Any:
-    """The exceptions attached to log records while the block runs (``log.warning(..., exc_info=True)``),
-    as text: torch.export.load logs the cause of a failed load (the pytree type not registered) and
-    raises a vaguer error, through the "torch.export" logger's own handler, which does not propagate
-    and may not exist before the load imports it. So every record is seen where it is made
-    (``Logger.handle``); this runs in a load child, which exits after it."""
-    texts: list[str] = []
-    real = logging.Logger.handle
-
-    def handle(self: logging.Logger, record: logging.LogRecord) -> Any:
-        if record.exc_info and record.exc_info[1] is not None:
-            texts.extend(_chain_texts(record.exc_info[1]))
-        return real(self, record)
-
-    logging.Logger.handle = handle  # type: ignore[method-assign]
-    try:
-        yield texts
-    finally:
-        logging.Logger.handle = real  # type: ignore[method-assign]
-
-
-def _chain_texts(exc: BaseException) -> list[str]:
-    """``TypeName: message`` of ``exc`` and of every exception it was raised from or during, innermost first."""
-    texts: list[str] = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        texts.insert(0, f"{type(current).__name__}: {current}")
-        current = current.__cause__ or current.__context__
-    return texts
 
 
 def probe(module: Any, path: Path, ctx: Any) -> dict[str, Any] | None:

@@ -137,3 +137,58 @@ def test_an_onnx_file_is_replayed_where_onnxruntime_alone_is_imported_not_torch(
     options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     assert np.array_equal(got, session.run(None, {session.get_inputs()[0].name: batch})[0])
+
+
+PYTREE = '''
+from collections import OrderedDict
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+
+class Out(OrderedDict):
+    """Named outputs in a dict subclass registered as a pytree node, as a transformers ModelOutput is."""
+
+
+pytree.register_pytree_node(Out, lambda out: (list(out.values()), list(out.keys())), lambda values, keys: Out(zip(keys, values)),
+                            serialized_type_name=f"{__name__}.Out")
+
+
+class Head(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(12, 5)
+
+    def forward(self, x: torch.Tensor) -> Out:
+        return Out(logits=self.fc(x))
+'''
+
+
+@pytest.mark.skipif(not isolation.enabled(), reason="replay children need os.fork and isolation on (EXPORT_CHECK_ISOLATE)")
+def test_a_file_that_opens_only_beside_the_architecture_names_what_it_lacks_on_every_path(tmp_path: Path,
+                                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only the load probe of a file built in the run: a file opened for replay (one restored from the cache, say)
+    that needs the user's pytree class fails in its replay child, and the error names the class, as the probe's does."""
+    from export_check.messages import load_needs
+
+    (tmp_path / "clean_test_pytree.py").write_text(PYTREE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    arch = importlib.import_module("clean_test_pytree")
+    monkeypatch.setitem(sys.modules, "clean_test_pytree", arch)
+    torch.manual_seed(0)
+    model = arch.Head().eval()
+    example = torch.zeros(2, 12)
+    ctx = BuildContext(model=model, example=example, opset=17, onnx_exporter="torchscript", threads=1)
+    path = tmp_path / "torch-export.pt2"
+    with captured_warnings([]):
+        KINDS_BY_NAME["torch-export"].build(ctx, path, None)
+    notes: list[str] = []
+    with captured_warnings(notes), pytest.raises(isolation.NeedsWhatItLacks) as lacked:
+        isolation.open_deployed(KINDS_BY_NAME["torch-export"], path, ctx, notes)
+    failure = lacked.value.failure
+    assert (failure.how, failure.missing) == ("pytree", "clean_test_pytree.Out"), failure
+    assert load_needs(path.name, failure.how, failure.missing, None, failure.description).startswith(
+        "torch-export.pt2 needs clean_test_pytree.Out registered as a pytree node to load")
+    # by hand: it loads here, where the class is registered
+    assert torch.export.load(str(path)) is not None
