@@ -95,7 +95,11 @@ class CleanRunner:
             self.close()
             raise CleanUnavailable("its replay process is gone") from None
         # what the runtime there really uses, read back from it: torch's thread counts, an onnxruntime session's options
-        self.settings_in_use: dict[str, Any] = dict(self._call({"module": module, "path": str(path), "ctx": ctx}, "loading")["settings"])
+        try:
+            self.settings_in_use: dict[str, Any] = dict(self._call({"module": module, "path": str(path), "ctx": ctx}, "loading")["settings"])
+        except BaseException:  # the file did not open there: its socket is closed here, not left to the collector
+            self.close()
+            raise
 
     def __enter__(self) -> CleanRunner:
         return self
@@ -331,8 +335,8 @@ def serve_replay(fd: int) -> None:
                 pin_threads(ctx)
                 _pin_interop_threads()
                 module = importlib.import_module(opening["module"])
-                runner = module.open_runner(Path(opening["path"]), ctx)
-                runner.__enter__()
+                opened = module.open_runner(Path(opening["path"]), ctx)
+                runner = opened.__enter__()  # what a `with` would bind
         except Exception as exc:
             # what the file needs and this process lacks (a user's pytree class, a module), worded as the load probe does
             how, missing = protocol.missing_at_load([*protocol.chain_texts(exc), *logged])
@@ -356,4 +360,4 @@ def serve_replay(fd: int) -> None:
                 reply = {"error": _error(exc), "notes": notes}
             protocol.send(stream, reply)
         with contextlib.suppress(Exception):
-            runner.__exit__(None, None, None)
+            opened.__exit__(None, None, None)
