@@ -61,8 +61,8 @@ def replay_context(ctx: Any) -> bytes:
 
 
 class CleanUnavailable(Exception):
-    """No replay child could be had (the load host is gone, or never could be forked clean): the caller replays
-    beside the model and the row says so."""
+    """No replay child could be had (isolation is off, the host is gone, or the context needs the user's code): the
+    caller replays beside the model, or a runtime's files in the load host, and the row says so."""
 
 
 class CleanRunner:
@@ -283,8 +283,9 @@ def serve_host(channel_fd: int, parent_pid: int, runtime: str, pdeathsig: bool =
 # --- the load host's side ------------------------------------------------------------------------------------------
 
 def accept(channel: socket.socket, host_fds: tuple[int, ...], life_fd: int | None) -> int | None:
-    """In the load host, once ``channel`` is readable: take the passed socket and fork its replay child; the child's
-    pid, or None when the parent closed the channel (EOF: stop watching it)."""
+    """In a host (the load host, a runtime host), once ``channel`` is readable: take the passed socket and fork its
+    replay child, which closes the host's ``host_fds``; the child's pid, -1 for a message without exactly one socket
+    (its sender sees the socket closed: it replays elsewhere), or None when the parent closed the channel (EOF)."""
     try:
         data, fds, _, _ = socket.recv_fds(channel, 16, 4)
     except OSError:
