@@ -381,19 +381,24 @@ def test_an_artifact_that_hangs_or_crashes_on_load_costs_its_row_not_the_run(hoo
     assert not (out / "torchscript-trace.pt").exists()  # never committed into --out
 
 
-def test_an_artifact_that_crashes_its_runtime_in_the_replay_costs_its_row_not_the_run(hook_dir: Path, tmp_path: Path) -> None:
-    """The replay runs in a replay child of the load host (builder/clean.py), not in export-check's process: a file
-    that loads, and runs its first sample, but crashes its runtime on a whole batch is that row's error. Replayed beside
-    the architecture (before), the segfault killed the run."""
+def replayed_with_a_fault(hook_dir: Path, tmp_path: Path, faults: str) -> dict[str, dict]:
+    """The rows of a torchscript-trace and onnx check of the bundled model run with ``faults``; it exits 1, no traceback."""
     report_path = tmp_path / "report.json"
     result = subprocess.run(
         cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out", "--json", report_path,
             "--no-cache", "--artifacts", "torchscript-trace,onnx", "-q"),
-        env=cli_env(hook_dir, "segv-run:torchscript_trace"), capture_output=True, text=True, timeout=300,
+        env=cli_env(hook_dir, faults), capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    rows = {row["name"]: row for row in strict_json(report_path)["rows"]}
+    return {row["name"]: row for row in strict_json(report_path)["rows"]}
+
+
+def test_an_artifact_that_crashes_its_runtime_in_the_replay_costs_its_row_not_the_run(hook_dir: Path, tmp_path: Path) -> None:
+    """The replay runs in a replay child of the load host (builder/clean.py), not in export-check's process: a file
+    that loads, and runs its first sample, but crashes its runtime on a whole batch is that row's error. Replayed beside
+    the architecture (before), the segfault killed the run."""
+    rows = replayed_with_a_fault(hook_dir, tmp_path, "segv-run:torchscript_trace")
     bad = rows["torchscript-trace"]
     assert bad["status"] == "error" and bad["metrics"] is None, bad
     assert bad["reasons"][0].startswith("running failed at inputs 0.."), bad["reasons"]
@@ -405,14 +410,7 @@ def test_a_runtime_that_crashes_at_one_batch_size_fails_that_size_by_its_cause_a
                                                                                                       tmp_path: Path) -> None:
     """The replay (batches of 16) passes; the batch-size check's size 7 crashes the runtime: that size fails, named as a
     crash, and sizes 1 and 64 run in a new replay child (they agree with eager, so they add no reason)."""
-    report_path = tmp_path / "report.json"
-    result = subprocess.run(
-        cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out", "--json", report_path,
-            "--no-cache", "--artifacts", "torchscript-trace,onnx", "-q"),
-        env=cli_env(hook_dir, "segv-at-7:torchscript_trace"), capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 1, result.stdout + result.stderr
-    rows = {row["name"]: row for row in strict_json(report_path)["rows"]}
+    rows = replayed_with_a_fault(hook_dir, tmp_path, "segv-at-7:torchscript_trace")
     bad = rows["torchscript-trace"]
     assert bad["status"] == "fail" and bad["metrics"]["mae"] == 0.0, bad  # the replay itself ran, and agrees
     sized = [reason for reason in bad["reasons"] if reason.startswith("batch size")]
