@@ -273,11 +273,16 @@ def serve_host(channel_fd: int, parent_pid: int, runtime: str, pdeathsig: bool =
                 return
             if pid > 0:
                 children.add(pid)
-            for child in list(children):
-                with contextlib.suppress(ChildProcessError):
-                    if os.waitpid(child, os.WNOHANG)[0] == 0:
-                        continue
-                children.discard(child)
+            reap(children)
+
+
+def reap(children: set[int]) -> None:
+    """Wait for the replay children in ``children`` that have ended (without blocking), and drop them from it."""
+    for child in list(children):
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(child, os.WNOHANG)[0] == 0:
+                continue
+        children.discard(child)
 
 
 # --- the load host's side ------------------------------------------------------------------------------------------

@@ -38,8 +38,8 @@ class ServerProcess:
         # The lifeline (lifeline.py): only this process holds its write end, and never writes to it.
         life_r, self._life_w = os.pipe()
         # The replay channel (clean.py): the server hands its end to its load host, which forks a replay child per
-        # artifact on it; this process passes each child's socket over it.
-        # one message per passed socket, never two read as one (SOCK_SEQPACKET keeps their boundaries)
+        # artifact on it; this process passes each child's socket over it, one message per socket (SOCK_SEQPACKET
+        # keeps their boundaries: two are never read as one).
         self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.channel_lock = threading.Lock()
         # The parent-death signal is tied to the thread that forks: ask for it only from the main thread,

@@ -63,15 +63,13 @@ def serve(request_fd: int, reply_fd: int, life_fd: int | None = None, parent_pid
     # Ctrl-C at a terminal signals the whole process group: the parent alone decides (it stops this
     # server and the build under way), so neither this server nor its children print a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    server = BuildServer(life_fd)
-    server.channel_fd = channel_fd
-    server.serve(request_fd, reply_fd)
+    BuildServer(life_fd, channel_fd).serve(request_fd, reply_fd)
 
 
 class BuildServer:
     """One build server's state: the child building now, the context it holds, what it built."""
 
-    def __init__(self, life_fd: int | None = None) -> None:
+    def __init__(self, life_fd: int | None = None, channel_fd: int | None = None) -> None:
         self.life_fd = life_fd  # the lifeline: readable (EOF) once the parent is gone
         self.child: int | None = None  # the pid of the child building now
         self.context: tuple[Any, Any, Any] | None = None  # (key, unpickled build context, or the refusal)
@@ -87,7 +85,7 @@ class BuildServer:
         self.import_seconds: float | None = None
         # The replay channel's end (clean.py), until the load host takes it: the parent replays through it, and a
         # replay asked for before any build (every file from the cache) has the host forked for it.
-        self.channel_fd: int | None = None
+        self.channel_fd = channel_fd
         # In the load host: what to do when the channel is readable (fork a replay child), also while a load child runs
         self.on_channel: Callable[[], bool] | None = None  # False once the channel is closed
 
@@ -527,9 +525,9 @@ class LoadServer:
     """The load host's state (see :class:`LoadHost`): the model-less context it holds, what it has yet to preload."""
 
     def __init__(self, life_fd: int | None, import_seconds: float | None = None, channel_fd: int | None = None) -> None:
-        self.runner = BuildServer(life_fd)  # for its child runner (fork, timeout, reply); never given a model
+        # for its child runner (fork, timeout, reply), never given a model; its preloads pause for a replay too
+        self.runner = BuildServer(life_fd, channel_fd)
         self.runner.import_seconds = import_seconds  # its preloads too are bounded by the run's build timeout
-        self.runner.channel_fd = channel_fd  # its preloads pause for a replay too
         self.context: tuple[Any, Any] | None = None  # (key, the model-less build context)
         self.replays: set[int] = set()  # the replay children running (clean.py), reaped as they end
         self.channel: socket.socket | None = None  # the replay channel, while the parent holds its end
@@ -549,7 +547,7 @@ class LoadServer:
             self.runner.on_channel = self._accept  # also while a load child runs: a replay does not wait for a probe
         while True:
             self.runner._preload_until_readable(request_fd)
-            self._reap()
+            clean.reap(self.replays)
             if self.runner.channel_fd is not None and self.runner.channel_fd in select.select([request_fd, self.runner.channel_fd], [], [])[0]:
                 self._accept()
                 continue
@@ -586,12 +584,6 @@ class LoadServer:
             self.replays.add(pid)
         return True
 
-    def _reap(self) -> None:
-        for pid in list(self.replays):
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG)[0] == 0:
-                    continue
-            self.replays.discard(pid)
 
 
 class ModelUnpickler(pickle.Unpickler):
