@@ -14,7 +14,7 @@ from typing import Any
 from .cli_reports import refuse_writing_over
 from .errors import UsageError
 from .options import DEFAULT_GOLDEN, from_namespace
-from .settings import golden_params, settings_files, settings_line
+from .settings import golden_params, settings_files, settings_ignored, settings_line
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -184,5 +184,5 @@ def check_points(value: Any, where: str) -> float:
 def _print_settings_and_notes(settings: dict[str, Any], notes: list[str]) -> None:
     """What ``golden record`` and ``approve`` print first: the settings file they read, then their notes."""
     print(settings_line(settings_files(settings)))
-    for note in notes:
+    for note in (*settings_ignored(settings), *notes):
         print(f"note: {note}")

@@ -297,6 +297,8 @@ class RunConfig:
     # the settings files this run read (settings.find_settings; a fleet run's fleet file first): shown and
     # recorded in every report, never part of the cache key (the values they set are)
     settings_files: tuple[str, ...] = ()
+    # the notes on settings files found beside the checkpoint and not read (settings.ignored_beside): the run's first notes
+    settings_ignored: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.arch:

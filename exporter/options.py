@@ -426,4 +426,4 @@ def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate}, values.get("output_gates"))
     return RunConfig(**config, arch_root=values["arch_root"], thresholds=thresholds,
                      signature_settings=values.get("signature_settings") or SignatureSettings(),
-                     settings_files=tuple(values.get("settings_files", ())))
+                     settings_files=tuple(values.get("settings_files", ())), settings_ignored=tuple(values.get("settings_ignored", ())))

@@ -87,7 +87,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     checkpoint_info = file_info(config.checkpoint)
     timings = {"verify_inputs": time.perf_counter() - started}
 
-    run_notes: list[str] = []
+    run_notes: list[str] = list(config.settings_ignored)
     try:
         cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256, golden.signature.to_json())
     except CacheUnavailable as exc:  # the cache is best effort: without a key or a folder, the run goes on without it
@@ -248,7 +248,7 @@ def _report(
     from .report import node_data
 
     recorded_ckpt = golden.model.get("checkpoint_sha256")
-    rows = tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict))
+    rows, node_files = node_data.write_all(tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict)), out_dir)
     return Report(
         tool_version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -272,7 +272,7 @@ def _report(
         settings_files=config.settings_files,
         run_notes=tuple(run_notes or ()),
         observations=tuple(observations),
-        node_data=node_data.write_all(rows, out_dir),
+        node_data=node_files,
     )
 
 

@@ -1,13 +1,14 @@
 """Project settings from ``[tool.export-check]`` in pyproject.toml, or ``export-check.toml``.
 
-Settings come only from places the user chose. Lookup, first found wins: ``--config PATH``; else, in
-each folder from the checkpoint's up to where it meets the current directory's way up (only when the
-checkpoint lies inside the project), then from the current directory up to the project root,
-``export-check.toml`` and then a ``pyproject.toml`` with a ``[tool.export-check]`` table. The project root is the first folder holding
-``.git`` (a repository or a worktree); where no folder above holds one, the current directory alone.
-Never a folder above the project root, never the folder of a checkpoint outside the project: a
-``pyproject.toml`` planted in ``/tmp`` or a downloads folder is not read. Every run says which
-file it read (``settings_files``: the terminal, the JSON and JUnit reports).
+Settings come only from places the user chose, as git's ``safe.directory`` and pytest's and ruff's
+discovery do: ``--config PATH``; else, from the current directory up to the project root, in each
+folder ``export-check.toml`` and then a ``pyproject.toml`` with a ``[tool.export-check]`` table, first
+found wins. The project root is the first folder holding ``.git`` (a repository or a worktree); where
+no folder above holds one, the current directory alone. The checkpoint's folder has no say: a folder
+downloaded into the project (a model zoo's archive, beside its own ``pyproject.toml``) is not a place
+the user chose to run from, so its settings are never read, and the run says so in one line
+(``settings_ignored``) naming ``--config`` as the way to use them. Never a folder above the project
+root. Every run says which file it read (``settings_files``: the terminal, the JSON and JUnit reports).
 
 Relative paths in a settings file are relative to that file. Settings files are parsed strictly and
 never executed, except that ``arch`` names code to import: a settings file's file-path ``arch`` must lie
@@ -112,11 +113,10 @@ def project_folders(start: Path | None = None) -> tuple[Path, ...]:
 
 
 def find_settings(checkpoint: Path | None = None, explicit: Path | None = None, start: Path | None = None) -> dict[str, Any]:
-    """The settings of ``explicit`` (``--config``), else of the project the run stands in (``start``,
-    default the current directory): from the checkpoint's folder up to the first folder on the way up
-    from ``start``, when the checkpoint lies inside the project (a model's own settings in a repository
-    of several), then from ``start`` up to the project root. A checkpoint outside the project gives its folder no say. The result's
-    ``_files`` names the file read (none: ``()``), ``_project`` the project its code must lie in."""
+    """The settings of ``explicit`` (``--config``), else of the project the run stands in: from ``start``
+    (default: the current directory) up to the project root. The result's ``_files`` names the file read
+    (none: ``()``), ``_project`` the project its code must lie in, ``_ignored`` the notes on settings files
+    found beside the checkpoint and not read (:func:`ignored_beside`)."""
     if explicit is not None:
         if not explicit.exists():  # a FIFO or a device exists: reading it refuses it, without waiting
             raise UsageError(f"{explicit}: settings file not found; fix --config")
@@ -124,18 +124,11 @@ def find_settings(checkpoint: Path | None = None, explicit: Path | None = None, 
         if found is None:
             raise UsageError(f"{explicit}: has no [tool.{TABLE}] table; add one or drop --config")
         found["_project"] = project_root(explicit.resolve().parent)
+        found["_ignored"] = ()
         return found
     folders = project_folders(start)
     root = folders[-1]
-    if checkpoint is not None:
-        beside = Path(os.path.realpath(Path(checkpoint).parent))  # the folder it lies in (a linked file's target may be a store)
-        if beside == root or root in beside.parents:
-            own = []  # the checkpoint's own folders, up to where the current directory's way up meets them
-            for folder in (beside, *beside.parents):
-                if folder in folders:
-                    break
-                own.append(folder)
-            folders = (*own, *folders)
+    result: dict[str, Any] = {"_files": (), "_project": root}
     for folder in folders:
         for name in (f"{TABLE}.toml", "pyproject.toml"):
             candidate = folder / name
@@ -143,8 +136,51 @@ def find_settings(checkpoint: Path | None = None, explicit: Path | None = None, 
                 found = _from_file(candidate)
                 if found is not None:
                     found["_project"] = root
-                    return found
-    return {"_files": (), "_project": root}
+                    result = found
+                    break
+        if result.get("_files"):
+            break
+    result["_ignored"] = ignored_beside(checkpoint, folders, root)
+    return result
+
+
+def ignored_beside(checkpoint: Path | None, folders: tuple[Path, ...], root: Path) -> tuple[str, ...]:
+    """One note per settings file beside ``checkpoint`` (its folder and, inside the project, the folders up
+    to where the current directory's way up meets them) that the run does not read. Found by name and
+    one bounded look for the table's header, never parsed: it is not the user's to run."""
+    if checkpoint is None:
+        return ()
+    beside = Path(os.path.realpath(Path(checkpoint).parent))
+    own = [beside]
+    if beside == root or root in beside.parents:
+        own = []
+        for folder in (beside, *beside.parents):
+            if folder in folders:
+                break
+            own.append(folder)
+    notes = []
+    for folder in own:
+        for name in (f"{TABLE}.toml", "pyproject.toml"):
+            candidate = folder / name
+            if candidate.is_file() and (name != "pyproject.toml" or _names_our_table(candidate)):
+                notes.append(f"settings: not read: {candidate}, beside the checkpoint (settings come from --config or from the project "
+                             f"the command stands in, {root}); pass --config {candidate} to use it, or run from its folder")
+    return tuple(notes)
+
+
+def _names_our_table(path: Path) -> bool:
+    """Whether a pyproject.toml's first MiB mentions ``[tool.export-check]``: a hint for the note, nothing is parsed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            return f"tool.{TABLE}".encode() in handle.read(1 << 20)
+    except OSError:
+        return False
+
+
+def settings_ignored(settings: Mapping[str, Any]) -> tuple[str, ...]:
+    """The notes on settings files found beside the checkpoint and not read, as found by :func:`find_settings`."""
+    return tuple(settings.get("_ignored", ()))
 
 
 def settings_files(settings: Mapping[str, Any]) -> tuple[str, ...]:
@@ -210,6 +246,7 @@ def check_config(explicit: Mapping[str, Any], default_out: Callable[[], Path] | 
     values["signature_settings"] = signature_settings(settings)
     values["output_gates"] = output_gates(settings)
     values["settings_files"] = (*also_read, *settings_files(settings))
+    values["settings_ignored"] = settings_ignored(settings)
     return to_run_config(values), settings
 
 

@@ -2,7 +2,7 @@
 
 The command line, ``--config``, and the project the run stands in: the current directory and its
 parents up to the first folder holding ``.git`` (the current directory alone when none does). Never a
-folder above it, never the checkpoint's folder. A shared parent folder (``/tmp``, a downloads folder)
+folder above it, never the checkpoint's folder, even inside the project (issue 47: it is named, not read). A shared parent folder (``/tmp``, a downloads folder)
 is played here by ``tmp_path/shared``: a real ``/tmp/pyproject.toml`` would reach every other run on
 this machine. Every run says which settings file it read (terminal, JSON, JUnit).
 
@@ -97,6 +97,34 @@ def test_planted_parent_settings_are_never_read_and_the_project_settings_win(sha
     assert report["settings"]["batch_size"] == 8
     assert report["rows"][0]["status"] == "fail" and report["thresholds"]["float"]["max_mae"] == 1e-5
     assert _junit_settings(tmp_path / "r.xml") == own
+
+
+def test_a_downloaded_folder_inside_the_project_gives_its_settings_no_say(tmp_path, monkeypatch, capsys) -> None:
+    """Issue 47, critical: a checkpoint in a folder downloaded *into* the user's git project, beside a third-party
+    pyproject.toml that names its own code and loosens every gate. Run from the project, the project's settings
+    apply: the planted code never runs, the perturbed model fails (exit 1), and the run names the unread file
+    in one line (terminal and JSON) with the way to use it (--config)."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "net.py").write_text("from models.resnet import ResNet\n")
+    (project / "pyproject.toml").write_text(
+        f'[tool.export-check]\narch = "net.py:ResNet"\ngolden = "{DEFAULT_GOLDEN}"\nartifacts = ["{KIND}"]\nbatch-size = 8\n')
+    zoo = project / "downloads" / "zoo"
+    marker = tmp_path / "planted-code-ran"
+    checkpoint = _perturbed(zoo / "model.pth")
+    evil = _evil(zoo.parent, marker)
+    (zoo / "pyproject.toml").write_text(f'[tool.export-check]\narch = "../{evil}"\n{LOOSE}artifacts = ["onnx"]\n')
+    monkeypatch.chdir(project)
+    code = main(_check(tmp_path, checkpoint))
+    out = capsys.readouterr().out
+    assert code == 1 and not marker.exists()
+    note = (f"settings: not read: {zoo.resolve() / 'pyproject.toml'}, beside the checkpoint (settings come from --config or from the "
+            f"project the command stands in, {project.resolve()}); pass --config {zoo.resolve() / 'pyproject.toml'} to use it, or run from its folder")
+    assert " ".join(out.split()).count(note) == 1, out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["settings_files"] == [str(project / "pyproject.toml")] and report["run_notes"][0] == note
+    assert [r["name"] for r in report["rows"]] == ["eager", KIND] and report["rows"][0]["status"] == "fail"
+    assert report["thresholds"]["float"]["max_mae"] == 1e-5
 
 
 def test_outside_any_project_only_the_current_directory_is_read(shared, tmp_path, monkeypatch, capsys) -> None:

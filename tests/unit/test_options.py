@@ -25,8 +25,9 @@ from export_check.settings import golden_params, parse_settings
 
 # RunConfig fields no option sets directly: arch_root goes with arch (the folder of the settings file
 # that named it); thresholds are set by the gate rows; signature_settings by the settings-only
-# model-inputs and outputs tables; settings_files by the lookup that found them (issue 24).
-DERIVED = {"arch_root", "thresholds", "signature_settings", "settings_files"}
+# model-inputs and outputs tables; settings_files by the lookup that found them (issue 24), settings_ignored
+# by the same lookup (the files beside the checkpoint it did not read, issue 47).
+DERIVED = {"arch_root", "thresholds", "signature_settings", "settings_files", "settings_ignored"}
 
 
 def test_every_user_settable_runconfig_field_has_exactly_one_row() -> None:

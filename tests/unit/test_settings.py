@@ -43,7 +43,11 @@ def test_the_checkpoints_folder_is_no_place_settings_come_from(tmp_path: Path, m
     (tmp_path / "pyproject.toml").write_text('[tool.export-check]\narch = "a.py:A"\n')
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")  # no .git above: the current directory alone
-    assert find_settings(tmp_path / "ckpt" / "m.pth") == {"_files": (), "_project": (tmp_path / "work").resolve()}
+    found = find_settings(tmp_path / "ckpt" / "m.pth")
+    assert (found["_files"], found["_project"]) == ((), (tmp_path / "work").resolve())
+    beside = tmp_path.resolve() / "ckpt" / "export-check.toml"
+    assert found["_ignored"] == (f"settings: not read: {beside}, beside the checkpoint (settings come from --config or from the project the "
+                                 f"command stands in, {(tmp_path / 'work').resolve()}); pass --config {beside} to use it, or run from its folder",)
 
 
 @pytest.mark.parametrize(
@@ -90,16 +94,24 @@ def test_fuzzed_tables_parse_or_fail_with_usage_error(table) -> None:
         assert parsed["arch_root"] == Path("/base")
 
 
-def test_a_checkpoint_inside_the_project_is_looked_for_from_its_folder_then_from_the_current_directory(tmp_path: Path) -> None:
-    """The model's own folder first (its settings in a repository of several models), up to where it
-    meets the current directory's way up; from there the current directory's folders in their order."""
+def test_a_checkpoint_inside_the_project_gives_its_folders_no_say_and_each_unread_file_is_named(tmp_path: Path) -> None:
+    """Issue 47: only the current directory's way up to the project root is read; settings files in the checkpoint's own
+    folders (a downloaded model folder inside the project, beside a third-party pyproject.toml) are named, never read."""
     (tmp_path / ".git").mkdir()
     for folder in ("models/a", "src"):
         (tmp_path / folder).mkdir(parents=True)
     (tmp_path / "pyproject.toml").write_text('[tool.export-check]\narch = "root.py:R"\n')
     (tmp_path / "src" / "export-check.toml").write_text('arch = "src.py:S"\n')
     checkpoint = tmp_path / "models" / "a" / "m.pth"
-    assert find_settings(checkpoint, None, tmp_path / "src")["arch"] == f"{tmp_path / 'src' / 'src.py'}:S"
+    found = find_settings(checkpoint, None, tmp_path / "src")
+    assert found["arch"] == f"{tmp_path / 'src' / 'src.py'}:S" and found["_ignored"] == ()
     (tmp_path / "models" / "export-check.toml").write_text('arch = "m.py:M"\n')
-    assert find_settings(checkpoint, None, tmp_path / "src")["arch"] == f"{tmp_path / 'models' / 'm.py'}:M"
-    assert find_settings(tmp_path / "src" / "m.pth", None, tmp_path / "src")["arch"] == f"{tmp_path / 'src' / 'src.py'}:S"
+    (tmp_path / "models" / "a" / "pyproject.toml").write_text('[tool.export-check]\narch = "evil.py:E"\n')
+    (tmp_path / "models" / "pyproject.toml").write_text('[tool.black]\n')  # another tool's: not ours, not named
+    found = find_settings(checkpoint, None, tmp_path / "src")
+    assert found["arch"] == f"{tmp_path / 'src' / 'src.py'}:S"
+    assert [note.split(",")[0] for note in found["_ignored"]] == [
+        f"settings: not read: {tmp_path.resolve() / 'models' / 'a' / 'pyproject.toml'}",
+        f"settings: not read: {tmp_path.resolve() / 'models' / 'export-check.toml'}"]
+    assert find_settings(checkpoint, None, tmp_path)["arch"] == f"{tmp_path / 'root.py'}:R"
+    assert find_settings(checkpoint, None, tmp_path / "models" / "a")["arch"] == f"{tmp_path / 'models' / 'a' / 'evil.py'}:E"  # standing there
