@@ -52,13 +52,12 @@ def _lost(job: Any, exc: BaseException) -> ModelResult:
 
 
 def _unplaceable(job: Any, cluster: dict[str, float]) -> str | None:
-    needs = {"CPU": job.num_cpus, **dict(job.resources)}
-    short = [f"{name}={amount:g}" for name, amount in needs.items() if amount > cluster.get(name, 0.0)]
+    from .placement import offered_text, unmet
+
+    short = unmet(job.num_cpus, job.resources, cluster)
     if not short:
         return None
-    return (f"no node of the Ray cluster offers {', '.join(short)} (the cluster has "
-            f"{', '.join(f'{k}={v:g}' for k, v in sorted(cluster.items()) if '.' not in k and not k.startswith('node:')) or 'nothing'}); "
-            "not checked")
+    return f"no node of the Ray cluster offers {', '.join(short)} (the cluster has {offered_text(cluster)}); not checked"
 
 
 def run_ray(jobs: Sequence[Any], address: str, on_result: Callable[[ModelResult], None], cpus: int | None = None,
@@ -67,7 +66,7 @@ def run_ray(jobs: Sequence[Any], address: str, on_result: Callable[[ModelResult]
     replay, ``replays.replay_target``); results in the order of ``jobs``, and how the cluster was reached.
     A job has ``name``, ``num_cpus``, ``resources``, ``threads`` and ``checkpoint_text`` (``plan.Job``)."""
     ray = _import_ray()
-    from .result import USAGE
+    from .placement import unplaceable_result
     from .worker import check_model
 
     local = address == LOCAL
@@ -92,8 +91,7 @@ def run_ray(jobs: Sequence[Any], address: str, on_result: Callable[[ModelResult]
         for job in jobs:
             reason = _unplaceable(job, cluster)
             if reason is not None:  # it would wait forever for a node that is not there
-                done[job.name] = ModelResult(name=job.name, checkpoint=job.checkpoint_text, report=None, error=reason,
-                                             error_kind=USAGE)
+                done[job.name] = unplaceable_result(job, reason)
                 on_result(done[job.name])
                 continue
             ref = remote.options(num_cpus=job.num_cpus, resources=dict(job.resources) or None, name=f"export-check {job.name}").remote(job)

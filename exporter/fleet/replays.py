@@ -12,8 +12,10 @@ A targets file names each target, the bundle it replays and what a Ray task of i
 
 Each target is one replay (``replay.replay_bundle``): one after another here, or one Ray task each on a
 cluster (``fleet.ray_executor.run_ray``, the executor fleets of checks use: results stream back as they
-finish; a target no node offers is an error row at once, never a task waiting forever). The result is one
-fleet report, its models named ``checkpoint @ target`` as ``merge`` names them.
+finish; a target no node offers is an error row at once, never a task waiting forever). Without ``--ray`` a
+target whose resources this machine does not offer (``fleet/placement.py``: a Mac's ``macos = 1`` on Linux)
+is an error row too, never replayed here under its name. The result is one fleet report, its models named
+``checkpoint @ target`` as ``merge`` names them.
 """
 
 from __future__ import annotations
@@ -106,9 +108,12 @@ def run_replays(jobs: list[ReplayJob], ray_address: str | None, on_result: Calla
 
         results, executor = run_ray(jobs, ray_address, on_result, task=replay_target)
     else:
+        from .placement import unplaceable_here, unplaceable_result
+
         results, executor = [], "serial"
-        for job in jobs:
-            results.append(replay_target(job))
+        for job in jobs:  # what a target declares it needs decides here too, as on a cluster
+            reason = unplaceable_here(job)
+            results.append(replay_target(job) if reason is None else unplaceable_result(job, reason))
             on_result(results[-1])
     return FleetReport(models=tuple(results), seconds=time.perf_counter() - started, executor=executor,
                        created=datetime.now(UTC).isoformat(timespec="seconds"), tool_version=__version__)

@@ -14,8 +14,9 @@ from ..results import STATUSES, plural
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 # why a model has no report: a user error stopped its check (exit 2), the check crashed (an
-# export-check bug), its worker was lost past its retries, or no merged report held it
-USAGE, INTERNAL, LOST, MISSING = "usage", "internal", "lost", "missing"
+# export-check bug), its worker was lost past its retries, no merged report held it, or nothing
+# offered the resources it declares (fleet/placement.py; exit 1: not bad input, a verdict not given)
+USAGE, INTERNAL, LOST, MISSING, UNPLACEABLE = "usage", "internal", "lost", "missing", "unplaceable"
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class ModelResult:
     checkpoint: str
     report: dict[str, Any] | None  # the model's JSON report; None when ``error`` stopped it
     error: str | None = None  # one line
-    error_kind: str | None = None  # USAGE, INTERNAL, LOST or MISSING
+    error_kind: str | None = None  # USAGE, INTERNAL, LOST, MISSING or UNPLACEABLE
     seconds: float = 0.0
     worker: str = ""  # host:pid that checked it
     attempts: int = 1

@@ -36,17 +36,17 @@ def to_json(fleet: FleetReport) -> dict[str, Any]:
 def across_machines(fleet: FleetReport) -> list[dict[str, Any]]:
     """Per artifact judged both on the build machine and on a target (``export-check replay``, merged with the
     build's report): both verdicts and MAEs side by side, and whether the verdict differs. The build is the
-    model's report without a target, of the same checkpoint (sha256)."""
-    def sha(report: dict[str, Any]) -> Any:
-        return (report.get("checkpoint") or {}).get("sha256")
+    model's report without a target of the same checkpoint, golden set and gates (``fleet.binding.identity``:
+    what ``merge`` holds a target to)."""
+    from ..fleet.binding import identity
 
-    builds = {sha(m.report): m for m in fleet.models if m.report is not None and not m.report.get("target")}
+    builds = {identity(m.report): m for m in fleet.models if m.report is not None and not m.report.get("target")}
     found = []
     for model in fleet.models:
         report = model.report
         if report is None or not report.get("target"):
             continue
-        build = builds.get(sha(report))
+        build = builds.get(identity(report))
         built = {} if build is None else {r["name"]: r for r in _rows(build)}
         for row in report["rows"]:
             there = built.get(row["name"])
