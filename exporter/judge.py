@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import gates
+from .artifacts import KINDS_BY_NAME
 from .compare import Metrics
 from .config import FAMILIES, Gate, Thresholds
 from .measurements import BatchSizeRun, EagerSelfCheck, Int8Coverage, Measured, Observation
@@ -56,12 +57,17 @@ FLOAT_REACH = 1e-5
 
 @dataclass(frozen=True)
 class FloatNoise:
-    """One compared output's float noise, measured in the run: eager against itself across batch sizes (its worst
-    per-image movement from the main size, where that stays within ``reach``, FLOAT_REACH at the output's scale),
-    and for a row that is not int8, the artifact against eager at the main size (where the batch size plays no part).
+    """One compared output's float noise, measured in the run: eager's own variation (against itself across batch
+    sizes, its worst per-image movement from the main size, where that stays within ``reach``, FLOAT_REACH at the
+    output's scale; and two calls on one batch, the eager self-check), and for a row that is not int8, the artifact
+    against eager at the main size (where the batch size plays no part). Only eager's variation is noise: the
+    artifact's own difference is evidence of noise only while it is within NOISE_FACTOR times eager's (a wrong
+    export's error is not noise however large it is: issue 44).
 
     >>> FloatNoise(eager=6e-7, artifact=1.3e-6, main=16, reach=1.7e-5).hides(1.29e-6), FloatNoise(6e-7).hides(0.006)
     (True, False)
+    >>> FloatNoise(eager=6e-7, artifact=0.01, main=16).hides(0.0011)  # the artifact's error at 16 is 17,000x eager's
+    False
     """
 
     eager: float
@@ -71,16 +77,19 @@ class FloatNoise:
 
     @property
     def level(self) -> float:
-        return max(self.eager, self.artifact or 0.0)
+        return self.eager
 
     def hides(self, value: float | None) -> bool:
-        """Whether ``value`` (a movement, a difference from eager) cannot be told from this noise."""
-        return value is not None and value <= NOISE_FACTOR * self.level
+        """Whether ``value`` (a movement, a difference from eager) cannot be told from eager's own variation, and the
+        artifact's difference at the main size cannot either."""
+        within = NOISE_FACTOR * self.level
+        return value is not None and value <= within and (self.artifact is None or self.artifact <= within)
 
 
-def float_noise(runs: tuple[BatchSizeRun, ...], main: int, scale: float, family: str) -> FloatNoise:
+def float_noise(runs: tuple[BatchSizeRun, ...], main: int, scale: float, family: str, run_to_run: float = 0.0) -> FloatNoise:
     """The float noise of one output from its batch-size runs (``FloatNoise``): eager's movements are the eager
     row's own batch-size check (every row holds them: one eager pass per size serves all), nothing runs again.
+    ``run_to_run``: eager's own MAE between two calls on one batch (its self-check), part of its variation.
 
     >>> runs = (BatchSizeRun(size=1, images=8, eager_moved=6e-7), BatchSizeRun(size=16, images=64, eager_moved=0.0, worst_image_mae=1.3e-6),
     ...         BatchSizeRun(size=44, images=44, eager_moved=0.3))
@@ -89,6 +98,7 @@ def float_noise(runs: tuple[BatchSizeRun, ...], main: int, scale: float, family:
     """
     reach = FLOAT_REACH * scale
     eager = max((r.eager_moved for r in runs if r.eager_moved is not None and r.eager_moved <= reach), default=0.0)
+    eager = max(eager, run_to_run if run_to_run <= reach else 0.0)
     at_main = next((r for r in runs if r.size == main and r.error is None), None)
     artifact = at_main.worst_image_mae if at_main is not None and family not in ("int8", EAGER) else None
     return FloatNoise(eager=eager, artifact=artifact, main=main, reach=reach)
@@ -153,12 +163,13 @@ def _moves(value: float | None, bound: float) -> bool:
 
 
 def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: float, family: str = "float",
-                  replayed: bool = True, noise: FloatNoise | None = None) -> tuple[str, ...]:
+                  replayed: bool = True, noise: FloatNoise | None = None, scales: str | None = None) -> tuple[str, ...]:
     """Reasons the artifact fails the batch-size check: at some batch size it fails (while eager
     runs) or misses its gate against eager at that same size; empty when every size agrees.
     ``replayed``: the replay judged the main size already (when it failed part way, this says how
     the main size compares). ``noise``: the output's float noise in this run (``float_noise``); a cause
-    is named only beyond ``NOISE_FACTOR`` times it, and sizes failing within it are said once as such."""
+    is named only beyond ``NOISE_FACTOR`` times it, and sizes failing within it are said once as such. ``scales``: the
+    kind's ``activation_scales`` (``activation_scales``), the only ground for "by design"."""
     noise = noise if noise is not None else FloatNoise(eager=0.0, main=main)
     reasons: list[str] = []
     within_noise: list[tuple[BatchSizeRun, tuple[str, ...]]] = []
@@ -192,7 +203,7 @@ def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: 
         worst = "" if run.worst_image is None else f"; worst image {run.worst_image}, MAE {run.worst_image_mae:.3g}"
         reasons.append(f"batch size {run.size}: against eager at the same batch size, {'; '.join(found)} "
                        f"({run.images} images{worst}): "
-                       f"{batch_size_cause(run, artifact_moves, eager_moves, family)}")
+                       f"{batch_size_cause(run, artifact_moves, eager_moves, scales)}")
     if within_noise:  # said once: which sizes, the worst of them, and the noise it cannot be told from
         sizes = [run.size for run, _ in within_noise]
         run, found = max(within_noise, key=lambda pair: pair[0].mae or 0.0)
@@ -203,14 +214,25 @@ def shape_reasons(runs: tuple[BatchSizeRun, ...], main: int, gate: Gate, bound: 
     return tuple(reasons)
 
 
-def shape_notes(runs: tuple[BatchSizeRun, ...], bound: float, family: str, reasons: tuple[str, ...]) -> tuple[str, ...]:
-    """What the batch-size runs show that is not a failure: an int8 row moving with the batch by design."""
-    if reasons or family != "int8":
+def activation_scales(name: str) -> str | None:
+    """How the kind ``name`` scales its int8 activations, from its row (``ArtifactKind.activation_scales``): "dynamic",
+    "static", or None (no int8 activations, or not a kind of the table)."""
+    kind = KINDS_BY_NAME.get(name)
+    return kind.activation_scales if kind is not None else None
+
+
+def shape_notes(runs: tuple[BatchSizeRun, ...], bound: float, scales: str | None, reasons: tuple[str, ...]) -> tuple[str, ...]:
+    """What the batch-size runs show that is not a failure: an int8 row moving with the batch, by design only where its
+    kind's row says its activation scales are dynamic (``scales``); a static one moving is said, never excused."""
+    if reasons or scales is None:
         return ()
     moved = [r for r in runs if _moves(r.moved, FLOAT_MOVE) and not _moves(r.eager_moved, FLOAT_MOVE)]
     if not moved:
         return ()
     worst = max(moved, key=lambda r: r.moved or 0.0)
+    if scales == "static":
+        return (f"moves with the batch, which its static int8 activation scales (fixed at calibration) do not explain: up to "
+                f"MAE {worst.moved:.3g} at batch size {worst.size}, within its gate against eager at every batch size",)
     return (f"moves with the batch by design (dynamic int8 activation scales are computed per batch): up to MAE "
             f"{worst.moved:.3g} at batch size {worst.size}, within its gate against eager at every batch size",)
 
@@ -238,7 +260,9 @@ def reference_mae(thresholds: Thresholds) -> float:
 
 
 def _checks(obs: Observation, measured: Measured, gate_for: GateOf, thresholds: Thresholds,
-            eager_noisy: bool = False) -> tuple[ShapeCheck | None, Rerun | None]:
+            eager_noisy: bool = False, run_to_run: float = 0.0) -> tuple[ShapeCheck | None, Rerun | None]:
+    """The batch-size check and the rerun of one row. ``run_to_run``: eager's MAE between two calls on one batch (its
+    self-check), a part of its own variation (``float_noise``)."""
     shapes = rerun = None
     if measured.sizes is not None:
         main, runs, more = measured.sizes.main_size, measured.sizes.runs, measured.sizes.outputs
@@ -254,7 +278,8 @@ def _checks(obs: Observation, measured: Measured, gate_for: GateOf, thresholds: 
             gate = gate_for(name if obs.outputs else None)
             bounds[name] = gate.mae_bound(scale)
             found = shape_reasons(output_runs, main, gate, bounds[name], obs.family, replayed=obs.metrics is not None,
-                                  noise=float_noise(output_runs, main, scale, obs.family))
+                                  noise=float_noise(output_runs, main, scale, obs.family, run_to_run if name == first else 0.0),
+                                  scales=activation_scales(obs.name))
             reasons += tuple(f"{name}: {r}" for r in found) if more else found
         shapes = ShapeCheck(main_size=main, bound=bounds[first], runs=runs, reasons=reasons, outputs=more)
     if measured.rerun is not None:
@@ -415,7 +440,7 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     if reasons and recorded and checked and recorded != checked and batch_dependent:
         reasons += (f"the golden set was recorded at batch size {recorded} and this check runs at {checked}, and the model's "
                     f"outputs depend on the batch: check at --batch-size {recorded} (or re-record) before suspecting the weights",)
-    elif reasons:
+    elif reasons and differs_measurably(obs, gate_for):
         reasons += (WRONG_WEIGHTS,)
     diagnostics = None
     m = obs.diagnostics
@@ -433,6 +458,20 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
                                         + recording_notes(details),
                                   seconds=m.seconds, eager_check=m.eager_check)
     return Row(status=FAIL if reasons else PASS, metrics=headline(obs, outputs, gate_for), reasons=reasons, diagnostics=diagnostics, **common)
+
+
+def differs_measurably(obs: Observation, gate_for: GateOf) -> bool:
+    """Whether the eager row's own numbers break its gate (a value it measured, not one it lacks: a top-k never measured
+    is no evidence about the checkpoint), the only ground for naming the checkpoint as the cause (issue 44)."""
+    pairs = ((_sole(obs), obs.metrics),) if len(obs.outputs) < 2 else tuple(obs.outputs)
+    for name, metrics in pairs:
+        if metrics is None:
+            continue
+        gate = gate_for(name)
+        measured = gate.only(m for m in gates.GATE_METRICS if not m.missing(metrics, gate))
+        if metrics.nonfinite or gates.reasons(metrics, measured):
+            return True
+    return False
 
 
 def own_gate_notes(obs: Observation, thresholds: Thresholds, gate_for: GateOf) -> tuple[str, ...]:
@@ -554,7 +593,8 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     if m.error is not None:
         return Row(status=ERROR, metrics=headline(obs, outputs, gate_for), reasons=reasons + (m.error,), replay_seconds=obs.replay_seconds,
                    **common)
-    shapes, rerun = _checks(obs, m, gate_for, thresholds, eager_noisy=noise is not None)
+    shapes, rerun = _checks(obs, m, gate_for, thresholds, eager_noisy=noise is not None,
+                            run_to_run=eager_check.mae if eager_check is not None else 0.0)
     found = (shapes.reasons if shapes else ()) + (rerun.reasons if rerun else ())
     status = FAIL if found else status
     layers = m.layers if wants_layers(obs, thresholds, diagnose) else None
@@ -564,7 +604,8 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     if reduced is not None and (reasons or found):
         stale = reduced.gate != thresholds.gate_for(obs.family).describe()
         found += ("reduced: " + reduced_summary(reduced, gate_reasons(reduced.metrics, gate) if reduced.metrics else (), stale),)
-    notes = calibrated + measured_notes(m) + (shape_notes(shapes.runs, shapes.bound, obs.family, shapes.reasons) if shapes else ())
+    notes = calibrated + measured_notes(m) + (shape_notes(shapes.runs, shapes.bound, activation_scales(obs.name), shapes.reasons)
+                                                   if shapes else ())
     diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds,
                               reduced=reduced)
     return Row(status=status, metrics=headline(obs, outputs, gate_for), reasons=reasons + found, replay_seconds=obs.replay_seconds,

@@ -190,17 +190,21 @@ def size_refused_cause(error: str) -> str:
     return "the export specialised the batch size (a shape baked in by tracing, or a graph whose batch axis was fixed)"
 
 
-def batch_size_cause(run: BatchSizeRun, artifact: bool, eager: bool, family: str) -> str:
+def batch_size_cause(run: BatchSizeRun, artifact: bool, eager: bool, scales: str | None) -> str:
     """Why the artifact disagrees with eager at this batch size, from whether each of them moved (the
-    judge decides that, against the row's bound) from its own output at the main size."""
+    judge decides that, against the row's bound) from its own output at the main size. ``scales``: the kind's
+    row's ``activation_scales`` (only "dynamic" moves with the batch by design)."""
     if eager and not artifact:
         return (f"the model's own output changes with the batch size (eager moves by MAE {run.eager_moved:.3g}) and the "
                 "artifact's does not follow: the export kept what its example batch computed (a branch on the batch's "
                 "size or values, a Python number taken from a tensor, or a shape that tracing recorded as a constant)")
     if artifact and not eager:
-        if family == "int8":
+        if scales == "dynamic":
             return (f"its output moves with the batch by design (dynamic int8 computes activation scales per batch; "
                     f"by MAE {run.moved:.3g} here), but beyond the row's gate")
+        if scales == "static":
+            return (f"only the artifact's output changes with the batch size (by MAE {run.moved:.3g}), which its static int8 activation "
+                    "scales (fixed at calibration) do not explain: a kernel or a graph that depends on the batch size")
         return (f"only the artifact's output changes with the batch size (by MAE {run.moved:.3g}): the export specialised "
                 "the batch size (a shape baked in by tracing, or a graph whose batch axis was fixed)")
     if artifact and eager:
@@ -212,7 +216,8 @@ def batch_size_cause(run: BatchSizeRun, artifact: bool, eager: bool, family: str
 def within_float_noise(bound: float, eager: float, artifact: float | None, main: int, factor: float | None) -> str:
     """Why no batch-size cause is named: the gate's MAE bound is within the model's float noise measured in this
     run (``judge.FloatNoise``: eager against itself across batch sizes, the artifact against eager at the main size).
-    ``factor``: how far beyond that noise a cause is named (None: the eager row, which names none).
+    ``factor``: how far beyond eager's variation a cause is named (None: the eager row, which names none); the judge says
+    this only when the artifact's own difference is within ``factor`` times eager's too (``judge.FloatNoise.hides``).
 
     >>> within_float_noise(5e-7, 6.1e-7, None, 16, None).split(": ")[0]
     "gate MAE<=5e-07 is within this model's float noise"
@@ -224,7 +229,8 @@ def within_float_noise(bound: float, eager: float, artifact: float | None, main:
         return (f"gate MAE<={bound:.3g} is within this model's float noise: {measured} (float rounding: kernels chosen per batch "
                 "size), not a dependence on the batch")
     return (f"gate MAE<={bound:.3g} is within this model's float noise measured in this run: {measured}; no batch-size cause "
-            f"stands out from it (one is named beyond {factor:g}x that noise): loosen the gate above the noise, or accept it")
+            f"stands out from it (each is within {factor:g}x eager's own variation; a cause is named beyond that): loosen the gate above the "
+            "noise, or accept it")
 
 
 def reduced_summary(reduced: Reduced, reasons: tuple[str, ...], stale: bool = False) -> str:

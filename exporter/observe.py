@@ -31,7 +31,7 @@ from .builder.builds import BuildOutcome, Builds, Progress
 from .builder.protocol import PRIVATE_PREFIX, first_sample
 from .compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
 from .config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
-from .diagnostics.run import EAGER, Diagnoser, eager_seconds_per_image
+from .diagnostics.run import EAGER, Diagnoser
 from .diagnostics.run import eager_self_check as self_check_of
 from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
 from .diagnostics.runtime_errors import runtime_error
@@ -524,8 +524,7 @@ def calibration_feeds(config: RunConfig, golden: GoldenSet) -> tuple[dict[str, n
 def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:
     """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
     probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
-    return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature, len(golden), config.diagnostics_budget,
-                                                     eager_seconds_per_image(batches, len(golden)))
+    return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature, len(golden), config.diagnostics_budget)
 
 
 def eager_self_check(model: Any, golden: GoldenSet, batches: GoldenBatches) -> EagerSelfCheck:

@@ -131,7 +131,11 @@ class BuildContext:
 #               build child inherits them: a default kind's while idle, in every run (artifacts.PRELOAD);
 #               another kind's before its first build's child is forked (it runs in few runs)
 #   options:    the run settings (RunConfig fields) its build or its runner reads, its source's included
-KIND_FACTS = ("build_rank", "groups", "packages", "layers", "preload", "options")
+#   activation_scales: how its int8 activations are scaled: "dynamic" (computed from each batch at run time, so an
+#               output moves with its batch-mates by design), "static" (fixed at calibration: an output must not move
+#               with the batch), or None (no int8 activations); the judge words a batch-size finding from it
+KIND_FACTS = ("build_rank", "groups", "packages", "layers", "preload", "options", "activation_scales")
+ACTIVATION_SCALES = ("dynamic", "static", None)
 
 
 # The modules each runtime (``ArtifactKind.runtime``) needs to load and run a file: what a replay on
@@ -184,6 +188,7 @@ class ArtifactKind:
     layers: str | None
     preload: tuple[str, ...]
     options: tuple[str, ...]
+    activation_scales: str | None
     # Calibrated on the golden set's calibration split (static int8): judged only on the other samples.
     calibrated: bool = False
 

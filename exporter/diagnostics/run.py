@@ -223,40 +223,38 @@ class SizeOutputs(dict):
     plan: shapes.SizePlan
 
 
-# A model whose eager pass costs at most this per image always runs the full plan of issue 12 (on the
-# bundled digit models, 0.1-3.4 ms per image even on a loaded machine, it costs 0.05-0.4 s per row);
-# a costlier one gets the budget's share (measured: ResNet-50 0.2-0.7 s per image, the benchmark's
-# transformer 0.05-0.2 s per 128-token sequence).
-SMALL_IMAGE_SECONDS = 0.01
+# A model of at most this many parameters always runs the full plan of issue 12 (the bundled digit models hold
+# 20,000-160,000 and cost 0.05-0.4 s per row at the full plan); a larger one gets the budget's share (ResNet-50:
+# 25.6 million, 0.2-0.7 s per image). The plan is decided by the model and the set alone, never by a clock: the
+# same check plans the same runs on any machine under any load (issue 44: under load the bundled ResNet measured
+# 10.2 ms per image and lost its checks to a seconds-per-image rule), and the cache keys on that rule (cache/key.py).
+SMALL_MODEL_PARAMETERS = 1_000_000
 
 
-def eager_seconds_per_image(batches: Any, golden_size: int) -> float | None:
-    """Eager's seconds per image over the golden set, from the eager pass held in memory (``GoldenBatches``)."""
-    seconds, index = 0.0, 0
-    while True:
-        try:
-            held = batches.eager(index)
-        except IndexError:
-            break
-        if held is None:
-            return None if index == 0 else seconds / max(golden_size, 1)
-        seconds += held[1]
-        index += 1
-    return seconds / max(golden_size, 1) if index else None
+def parameter_count(model: Any) -> int | None:
+    """The model's parameters, each shared one once (what the plan reads of the model); None: it holds none to count."""
+    params = getattr(model, "parameters", None)
+    if params is None:
+        return None
+    return sum(int(p.numel()) for p in params())
 
 
-def plan_for(per_image: float | None, probe_count: int, batch_size: int, golden_size: int, budget: float) -> shapes.SizePlan:
-    """The plan that fits ``budget`` (a share of the replay of ``golden_size`` images per row), or the
-    full plan when eager's own seconds per image over the golden set are at most ``SMALL_IMAGE_SECONDS``
-    (``None``: unknown, then the share)."""
+def plan_for(parameters: int | None, probe_count: int, batch_size: int, golden_size: int, budget: float) -> shapes.SizePlan:
+    """The plan that fits ``budget`` (a share of the replay of ``golden_size`` images per row, counted in images), or the
+    full plan for a model of at most ``SMALL_MODEL_PARAMETERS`` parameters (``None``: not counted, then the share).
+    A function of the model's size and the set's counts only: no clock.
+
+    >>> plan_for(78_714, 64, 16, 64, 0.15).cut, plan_for(25_600_000, 64, 16, 64, 0.15).cut[0]
+    ((), 'latency from the replay only')
+    """
     main = min(batch_size, probe_count)
     timed = golden_size // main - 1  # the replay's timed full batches after its warm-up
-    small = per_image is not None and per_image <= SMALL_IMAGE_SECONDS
+    small = parameters is not None and parameters <= SMALL_MODEL_PARAMETERS
     return shapes.bounded_plan(main, probe_count, math.inf if small else budget * golden_size, LATENCY_REPEATS - timed)
 
 
 def eager_sizes_ahead(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE, golden_size: int | None = None,
-                      budget: float = 1e9, per_image: float | None = None) -> SizeOutputs:
+                      budget: float = 1e9) -> SizeOutputs:
     """Eager over the probe at every planned size but the main one (the replay computes that one);
     the plan is chosen here (``plan_for``) and carried on the result for every row.
 
@@ -264,7 +262,7 @@ def eager_sizes_ahead(model: Any, probe: Feeds, batch_size: int, signature: Sign
     """
     infer = _eager_infer(model, signature)
     count = length(probe, signature)
-    plan = plan_for(per_image, count, batch_size, golden_size or count, budget)
+    plan = plan_for(parameter_count(model), count, batch_size, golden_size or count, budget)
     out = SizeOutputs(shapes.run_sizes(infer, probe, tuple(s for s in plan.sizes if s != plan.main), plan.main, signature, plan=plan))
     out.plan = plan
     return out
@@ -324,9 +322,7 @@ class Diagnoser:
             self.plan: shapes.SizePlan = plan
             self.eager_at = {**eager_ahead, self.main: replayed}
         else:
-            timed = trace.timed_seconds(EAGER, warmup=True)
-            per_image = sum(timed) / (len(timed) * trace.main) if timed else None
-            self.plan = plan_for(per_image, count, config.batch_size, len(golden), config.diagnostics_budget)
+            self.plan = plan_for(parameter_count(model), count, config.batch_size, len(golden), config.diagnostics_budget)
             self.eager_at = _sizes_from(self.eager_infer, trace, EAGER, self.probe, self.plan)
         self.sizes = self.plan.sizes
         self._calibrated: CalibratedProbe | None = None  # made for the first calibrated row

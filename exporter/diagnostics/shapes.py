@@ -40,10 +40,15 @@ def plan_sizes(main: int, probe: int) -> tuple[int, ...]:
 
 
 def images_at(size: int, main: int, probe: int) -> int:
-    """How many probe images run at ``size``: all at the main and full sizes, a few at the small ones;
-    always whole batches of ``size``, so that every call runs at exactly that batch size."""
-    count = probe if size >= min(main, probe) else min(probe, max(2 * size, 8))
-    return max(size, count // size * size) if size <= probe else probe
+    """How many probe images run at ``size`` in the full plan: the whole probe (``min(N, max(batch, 64))``) at every
+    size, in whole batches of ``size``, so that every call runs at exactly that batch size and a size is judged on
+    the images the gate judges (issue 44: dynamic int8 judged at batch size 1 on its first 8 images failed at relative
+    MAE 0.0575 where the whole set gives 0.0301).
+
+    >>> [images_at(size, 16, 64) for size in (1, 7, 16, 64)]
+    [64, 63, 64, 64]
+    """
+    return max(size, probe // size * size) if size <= probe else probe
 
 
 @dataclass(frozen=True)

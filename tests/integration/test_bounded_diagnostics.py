@@ -1,6 +1,6 @@
 """Diagnostics under a budget (issue 15): the bounded plan still catches a baked batch size and a
 nondeterministic artifact, says on every row what it left out, and ``--diagnostics-budget`` restores
-issue 12's full plan. The small-model rule (eager at most 10 ms per image: the full
+issue 12's full plan. The small-model rule (at most 1,000,000 parameters: the full
 plan) is switched off here so that the digit models are priced like a real-size one."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _record(tmp_path_factory, digit_images: Path, cls_name: str) -> tuple[Path, 
 
 @pytest.fixture()
 def no_floor(monkeypatch):
-    monkeypatch.setattr(diagnostics_run, "SMALL_IMAGE_SECONDS", 0.0)
+    monkeypatch.setattr(diagnostics_run, "SMALL_MODEL_PARAMETERS", 0)
 
 
 def test_the_minimum_plan_still_catches_a_baked_batch_size(tmp_path_factory, digit_images: Path, no_floor) -> None:
@@ -82,7 +82,7 @@ def test_a_large_budget_restores_the_full_plan(tmp_path_factory, digit_images: P
 
     row = next(r for r in json.loads((golden.parent / "r.json").read_text())["rows"] if r["name"] == "torchscript-script")
     runs = row["diagnostics"]["shapes"]["runs"]
-    assert [(r["size"], r["images"]) for r in runs] == [(1, 8), (7, 14), (8, 24), (24, 24)]
+    assert [(r["size"], r["images"]) for r in runs] == [(1, 24), (7, 21), (8, 24), (24, 24)]
     assert row["diagnostics"]["determinism"]["images"] == 8 and not any(n.startswith(BOUNDED) for n in row["diagnostics"]["notes"])
 
 
