@@ -16,13 +16,14 @@ HTML plot (``export-check history --html``) draws cached values hollow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
 import stat
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,22 +175,41 @@ def append(report: Any, path: Path, origin: Provenance | None = None) -> None:
     """
     from filelock import FileLock
 
+    from .cache.nofollow import Refused
+
     line = (json.dumps(summary(report, origin or provenance()), sort_keys=True, allow_nan=False) + "\n").encode()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(f"{path}.lock"):
-            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: the line would go nowhere, or block
-                    raise HistoryError(f"{path}: is not a regular file; choose a --history path of a file")
-                if os.fstat(fd).st_size and not _ends_with_newline(fd):
-                    line = b"\n" + line  # a killed writer left a partial last line: keep ours on a line of its own
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        # opened before the lock is taken: a link planted in --out is refused before anything is made beside it
+        with _opened(path, getattr(report, "out_dir", None)) as fd, FileLock(f"{path}.lock"):
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device: the line would go nowhere, or block
+                raise HistoryError(f"{path}: is not a regular file; choose a --history path of a file")
+            if os.fstat(fd).st_size and not _ends_with_newline(fd):
+                line = b"\n" + line  # a killed writer left a partial last line: keep ours on a line of its own
+            os.write(fd, line)
+            os.fsync(fd)
+    except Refused as exc:
+        raise HistoryError(str(exc)) from None
     except OSError as exc:
         raise HistoryError(f"{path}: cannot append to the history file ({exc.strerror or exc}); choose a writable --history path") from None
+
+
+@contextlib.contextmanager
+def _opened(path: Path, out_dir: str | None) -> Iterator[int]:
+    """An ``O_APPEND`` descriptor on the history file: inside the run's ``--out``, reached without following
+    a link there (``nofollow.appending``: a planted one is refused); elsewhere the user's path, as given."""
+    from .cache.nofollow import appending, within
+
+    found = within(path, out_dir)
+    if found is not None:
+        with appending(*found) as fd:
+            yield fd
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _ends_with_newline(fd: int) -> bool:

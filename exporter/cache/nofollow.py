@@ -1,4 +1,4 @@
-"""Files inside the cache, reached without following a symbolic link anywhere below its root.
+"""Files inside the cache or `--out`, reached without following a symbolic link anywhere below its root.
 
 A cache folder may be writable by someone else (a shared runner cache, a CI cache restored from
 another branch, a repository that sets ``cache-dir``), who can put a link, a FIFO or a folder where
@@ -261,11 +261,14 @@ class Folder:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp, dir_fd=self.fd)
 
-    def write_atomic(self, name: str, data: bytes) -> None:
-        """Write ``name`` whole or not at all: a temporary file, fsynced, renamed onto it, folder fsynced."""
+    def write_atomic(self, name: str, data: bytes, mode: int | None = None) -> None:
+        """Write ``name`` whole or not at all: a temporary file, fsynced, renamed onto it, folder fsynced.
+        ``mode``: its permission bits (else ``0o666`` less the umask)."""
         temp, fd = self.new_temp(name)
         try:
             try:
+                if mode is not None:
+                    os.fchmod(fd, mode)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
@@ -289,3 +292,91 @@ class Folder:
     def fsync(self) -> None:
         with contextlib.suppress(OSError):  # some filesystems refuse a directory fsync
             os.fsync(self.fd)
+
+
+def _parts(root: Path, rel: str) -> tuple[str, ...]:
+    parts = tuple(p for p in rel.split("/") if p not in ("", "."))
+    if not parts:
+        raise Refused(f"{rel!r} names no file inside {root}")
+    return parts
+
+
+def _no_link_at(folder: Folder, name: str, root: Path) -> os.stat_result | None:
+    """``lstat`` of ``name``, refused when it is anything a writer must not write through: a symbolic
+    link, a FIFO, a device, a folder."""
+    st = folder.lstat(name)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise Refused(f"{folder.path / name}: is {describe(st.st_mode)} inside {root} that export-check did not make; "
+                      "not written through it: remove it")
+    return st
+
+
+def within(path: Path, folder: Path | str | None) -> tuple[Path, str] | None:
+    """``(folder, path relative to it)`` when ``path`` lies inside ``folder`` (as spelt, or below the
+    folder's real path; no link below ``folder`` is resolved to decide), else None.
+
+    >>> within(Path("/out/r.json"), "/out"), within(Path("/elsewhere/r.json"), "/out")
+    ((PosixPath('/out'), 'r.json'), None)
+    """
+    if folder is None:
+        return None
+    target = os.path.abspath(path)
+    for root in dict.fromkeys((os.path.abspath(folder), os.path.realpath(folder))):
+        if target.startswith(root.rstrip("/") + "/"):
+            return Path(root), os.path.relpath(target, root)
+    return None
+
+
+@contextlib.contextmanager
+def appending(root: Path, rel: str) -> Iterator[int]:
+    """An ``O_APPEND`` descriptor on the regular file ``root/rel`` (made when missing), reached as
+    :func:`write_inside` reaches it; a file with another name (a hard link) is ``Refused`` too: what is
+    added would land in the file outside as well."""
+    parts = _parts(root, rel)
+    with Folder.walk(root, parts[:-1], create=True) as folder:
+        assert folder is not None
+        name = _plain(parts[-1])
+        _no_link_at(folder, name, root)
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666,
+                         dir_fd=folder.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Refused(f"{folder.path / name}: is a symbolic link inside {root} that export-check did not make; "
+                              "not written through it: remove it") from None
+            raise
+        try:
+            got = check_regular(fd, folder.path / name)
+            if got.st_nlink > 1:
+                raise Refused(f"{folder.path / name}: has {got.st_nlink - 1} other name(s) (a hard link) inside {root}; "
+                              "appending would change the file outside too: remove it")
+            yield fd
+        finally:
+            os.close(fd)
+
+
+def write_inside(root: Path, rel: str, data: bytes, *, append: bool = False, mode: int | None = None) -> Path:
+    """Write ``data`` to ``root/rel`` without following a link anywhere below ``root`` (``--out``, the
+    cache): every folder on the way is opened ``O_NOFOLLOW`` (made when missing), and a symbolic link,
+    FIFO, device or folder at the file's own name is ``Refused``, never written through or replaced. The
+    file is replaced atomically (a hard link there keeps its other name's bytes: only the name is
+    replaced), or, with ``append``, added to in one write on an ``O_APPEND|O_NOFOLLOW`` descriptor, which
+    refuses a file with another name (a hard link: the bytes would land in the file outside too).
+    The path written; ``Refused`` (one line naming the path) or ``OSError``. For example
+    ``write_inside(out, "reduced/onnx.onnx", data)`` where ``out/reduced`` links to ``~/models``:
+    ``Refused("out/reduced is a symbolic link, not a folder export-check made; not followed")``.
+    """
+    parts = _parts(root, rel)
+    if append:
+        with appending(root, rel) as fd:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        return root.joinpath(*parts)
+    with Folder.walk(root, parts[:-1], create=True) as folder:
+        assert folder is not None
+        name = _plain(parts[-1])
+        st = _no_link_at(folder, name, root)
+        folder.write_atomic(name, data, mode if mode is not None or st is None else stat.S_IMODE(st.st_mode))
+        return folder.path / name

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..artifacts import KINDS_BY_NAME
 from ..errors import error_message
 from ..files import FileInfo
-from ..measurements import Observation
+from ..measurements import Observation, Reduced
 from ..signature import SINGLE
 from .key import run_key_inputs
+from .nofollow import Refused, write_inside
 from .prune import parse_gb
 from .secret import CacheKeyUnavailable, load_key
-from .store import EAGER, HIT, MISS, REBUILT, RESTORED, UNTRUSTED_NOTE, ArtifactCache, Entry
+from .store import EAGER, HIT, MISS, REBUILT, RESTORED, UNTRUSTED_NOTE, ArtifactCache, Damaged, Entry
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -136,9 +137,46 @@ def restore_run(cache: ArtifactCache, run: CachedRun, out_dir: Path) -> tuple[li
         except OSError:
             return None  # --out cannot take it: the build path reports why
         artifact = FileInfo(path=str(dest), size_bytes=entry.size, sha256=entry.sha256)
-        observations.append(replace(entry.observation, artifact=artifact, build_seconds=None, replay_seconds=None, cache=HIT))
+        observation = _with_extras(cache, entry, out_dir)
+        if observation is None:
+            return None
+        observations.append(replace(observation, artifact=artifact, build_seconds=None, replay_seconds=None, cache=HIT))
     cache.release()  # every file is in --out: the run needs the cache no more
     return observations, run.eager.label_accuracy
+
+
+def _with_extras(cache: ArtifactCache, entry: Entry, out_dir: Path) -> Observation | None:
+    """``entry``'s observation with its reduced subgraph put in this run's ``out_dir`` and named there (not in
+    the ``--out`` of the run that stored it), written as ``nofollow.write_inside`` writes (a link planted in
+    ``--out`` is refused: the reduction then says why it is not there); ``None`` when the entry cannot give it
+    (stored without its files: the row is observed again)."""
+    obs = entry.observation
+    assert obs is not None
+    reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
+    if obs.diagnostics is None or reduced is None or reduced.path is None or reduced.data is None:
+        return obs
+    extras = {extra[0]: extra for extra in entry.extras}
+    wanted = [f"reduced/{Path(reduced.path).name}", f"reduced/{Path(reduced.data).name}"]
+    if any(name not in extras for name in wanted):
+        return None
+    try:
+        for name in wanted:
+            write_inside(out_dir, name, cache.read_extra(entry, extras[name]))
+    except Refused as exc:
+        moved = Reduced(gate=reduced.gate, model_nodes=reduced.model_nodes, optimization=reduced.optimization, error=str(exc))
+    except (Damaged, OSError):
+        return None
+    else:
+        moved = replace(reduced, path=str(out_dir / wanted[0]), data=str(out_dir / wanted[1]))
+    return replace(obs, diagnostics=replace(obs.diagnostics, reduced=moved))
+
+
+def _reduced_files(obs: Observation) -> dict[str, Path] | None:
+    """The reduced subgraph's files, by their names in ``--out``, to store beside the artifact."""
+    reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
+    if reduced is None or reduced.path is None or reduced.data is None:
+        return None
+    return {f"reduced/{Path(p).name}": Path(p) for p in (reduced.path, reduced.data)}
 
 
 def _storable(obs: Observation) -> bool:
@@ -165,7 +203,7 @@ def store_observations(
             if _storable(obs):
                 assert obs.artifact is not None
                 cache.store(obs.name, artifact=Path(obs.artifact.path), expected_sha256=obs.artifact.sha256, details=dict(obs.details),
-                            notes=obs.notes, build_seconds=obs.build_seconds, observation=obs)
+                            notes=obs.notes, build_seconds=obs.build_seconds, observation=obs, extras=_reduced_files(obs))
         notes = obs.notes
         if obs.name in cache.untrusted:
             notes += (f"{UNTRUSTED_NOTE} ({cache.untrusted[obs.name]}; the key: {cache.key.path})",)

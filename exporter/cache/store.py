@@ -66,6 +66,7 @@ LAYOUT = f"v{FORMAT}"
 META = "meta.json"
 EAGER = "eager"
 _ARTIFACT_NAME = re.compile(r"[0-9a-f]{16}\.[A-Za-z0-9]{1,16}")
+_EXTRA_AS = re.compile(r"reduced/[A-Za-z0-9][A-Za-z0-9._-]{0,99}\.(?:onnx|npz)")  # where an extra goes in --out
 
 # Per-row cache states, as the report shows them.
 HIT = "hit"  # artifact and metrics from the cache: nothing was built or replayed
@@ -99,6 +100,8 @@ class Entry:
     build_seconds: float | None
     observation: Observation | None  # None for a source built only for a derived kind
     label_accuracy: float | None = None
+    # files written beside the artifact in --out (the reduced subgraph): (name in --out, file in the entry, sha256, size)
+    extras: tuple[tuple[str, str, str, int], ...] = ()
 
 
 class Damaged(Exception):
@@ -248,6 +251,7 @@ class ArtifactCache:
                 raise Damaged(f"{file_name} is {folder.what(file_name)}, not a regular file; not followed")
             if st.st_size != size:
                 raise Damaged(f"{file_name} is truncated or grew ({st.st_size} bytes, expected {size})")
+        extras = tuple(self._extra(folder, e) for e in meta.get("extras") or ())
         observation = meta.get("observation")
         sources = meta.get("sources") or {}
         if not isinstance(sources, dict):
@@ -262,7 +266,28 @@ class ArtifactCache:
             build_seconds=meta.get("build_seconds"),
             observation=None if observation is None else from_plain(Observation, observation),
             label_accuracy=meta.get("label_accuracy"),
+            extras=extras,
         ), {str(k): str(v) for k, v in sources.items()}
+
+    @staticmethod
+    def _extra(folder: Folder, extra: Any) -> tuple[str, str, str, int]:
+        shown, file_name, sha, size = (str(extra["as"]), str(extra["file"]), str(extra["sha256"]), extra["size"])
+        if not _EXTRA_AS.fullmatch(shown) or not _ARTIFACT_NAME.fullmatch(file_name) or not isinstance(size, int):
+            raise Damaged(f"meta.json names no file to put beside the artifact ({shown!r}, {file_name!r})")
+        if folder.lstat(file_name) is None:
+            raise Damaged(f"{file_name} is missing")
+        return shown, file_name, sha, size
+
+    def read_extra(self, entry: Entry, extra: tuple[str, str, str, int]) -> bytes:
+        """The bytes of one of ``entry``'s extras, checked against its sealed sha256 (``Damaged`` else)."""
+        _, file_name, sha, size = extra
+        with self._folder(entry.name, create=False) as folder:
+            if folder is None:
+                raise Damaged("the entry folder disappeared")
+            data = folder.read(file_name, size)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise Damaged(f"{file_name} changed since it was stored")
+        return data
 
     def restore(self, entry: Entry, dest: Path) -> bool:
         """Copy the entry's artifact to ``dest`` atomically, if the copy's bytes in ``dest`` have the
@@ -321,18 +346,21 @@ class ArtifactCache:
         build_seconds: float | None = None,
         observation: Observation | None = None,
         label_accuracy: float | None = None,
+        extras: dict[str, Path] | None = None,
     ) -> None:
-        """Write one entry: the artifact file by content name, then the sealed ``meta.json``, then
-        remove the file the previous sealed ``meta.json`` named (if another); nothing else."""
+        """Write one entry: the artifact file by content name (and ``extras``: name in ``--out`` -> file, the
+        reduced subgraph), then the sealed ``meta.json``, then remove the files the previous sealed
+        ``meta.json`` named that this one does not; nothing else."""
         try:
             with self._folder(name, create=True) as folder:
                 assert folder is not None
                 if not self._hold(name, folder):  # evicted between opening and holding it (a rare race): the next run stores it
                     raise _Changed(f"the entry folder {folder.path.name} was evicted while being stored")
-                previous = self._previous_file(name, folder)
+                previous = self._previous_files(name, folder)
                 artifact_meta = None
                 if artifact is not None:
                     artifact_meta = self._store_file(folder, artifact, expected_sha256)
+                extra_meta = [{"as": shown, **self._store_file(folder, file, None)} for shown, file in (extras or {}).items()]
                 meta = {
                     "format": FORMAT,
                     "name": name,
@@ -345,24 +373,28 @@ class ArtifactCache:
                     "observation": None if observation is None else asdict(observation),
                     "label_accuracy": label_accuracy,
                     "sources": self.local_sources(),
+                    "extras": extra_meta,
                 }
                 folder.write_atomic(META, seal(self.key, self.entry_key(name), meta))
-                if previous is not None and (artifact_meta is None or previous != artifact_meta["file"]):
-                    folder.remove_file(previous)
+                kept = {m["file"] for m in (artifact_meta, *extra_meta) if m is not None}
+                for old in previous - kept:
+                    folder.remove_file(old)
+                if previous - kept:
                     folder.fsync()
         except (OSError, Refused, _Changed, TypeError, ValueError) as exc:  # TypeError/ValueError: not JSON-able
             self.problems[name] = f"cache: could not store the entry in {self.root} ({exc}); the next run rebuilds it"
 
-    def _previous_file(self, name: str, folder: Folder) -> str | None:
-        """The artifact file name the entry's current sealed meta.json gives, if it is sealed."""
+    def _previous_files(self, name: str, folder: Folder) -> set[str]:
+        """The file names (artifact, extras) the entry's current sealed meta.json gives, if it is sealed."""
         if folder.lstat(META) is None:
-            return None
+            return set()
         try:
-            artifact = self._meta(name, folder).get("artifact")
+            meta = self._meta(name, folder)
         except (Refused, NotSealed, Damaged, OSError, ValueError):
-            return None
-        file_name = artifact.get("file") if isinstance(artifact, dict) else None
-        return file_name if isinstance(file_name, str) and _ARTIFACT_NAME.fullmatch(file_name) else None
+            return set()
+        named = [meta.get("artifact"), *(meta.get("extras") or [])]
+        files = [m.get("file") for m in named if isinstance(m, dict)]
+        return {f for f in files if isinstance(f, str) and _ARTIFACT_NAME.fullmatch(f)}
 
     def _store_file(self, folder: Folder, artifact: Path, expected_sha256: str | None) -> dict[str, Any]:
         src = open_regular(artifact, follow=False)

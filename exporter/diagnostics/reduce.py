@@ -46,8 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from ..cache.nofollow import Refused, write_inside
 from ..compare import Metrics
-from ..files import write_bytes
 from ..measurements import Reduced
 from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
 
@@ -268,8 +268,8 @@ class Reducer:
 
 def _save(cut: Cut, fed: Mapping[str, np.ndarray], reference: np.ndarray, folder: Path, name: str) -> tuple[Path, Path]:
     """The subgraph and its data (``input_<i>`` in the subgraph's input order, ``reference_0``, and
-    their tensor names) written atomically as ``folder/<name>.onnx`` and ``.npz``."""
-    folder.mkdir(parents=True, exist_ok=True)
+    their tensor names) written atomically as ``folder/<name>.onnx`` and ``.npz``, following no link below
+    ``folder``'s parent (``--out``: ``nofollow.write_inside``; a planted one is ``Refused``)."""
     graph_path, data_path = folder / f"{name}.onnx", folder / f"{name}.npz"
     order = [i.name for i in cut.model.graph.input]
     arrays = {f"input_{k}": np.ascontiguousarray(fed[t]) for k, t in enumerate(order)}
@@ -278,8 +278,8 @@ def _save(cut: Cut, fed: Mapping[str, np.ndarray], reference: np.ndarray, folder
     arrays["output_names"] = np.array([cut.output], dtype=str)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)  # type: ignore[arg-type]
-    write_bytes(graph_path, cut.model.SerializeToString())
-    write_bytes(data_path, buffer.getvalue())
+    write_inside(folder.parent, f"{folder.name}/{graph_path.name}", cut.model.SerializeToString())
+    write_inside(folder.parent, f"{folder.name}/{data_path.name}", buffer.getvalue())
     return graph_path, data_path
 
 
@@ -324,7 +324,11 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
             if cut is None:
                 tried.append(f"against {_words(mode, source_path)}, {end[0]} of sample {index} breaks the gate only inside the whole graph")
                 continue
-            graph_path, data_path = _save(cut, reducer.fed(values, references), references[cut.output], folder, name)
+            try:
+                graph_path, data_path = _save(cut, reducer.fed(values, references), references[cut.output], folder, name)
+            except Refused as exc:  # a link planted in --out: the row keeps its verdict, its reduction says why it is not there
+                return Reduced(gate=gate, model_nodes=len(proto.graph.node), optimization=level, error=str(exc),
+                               seconds=time.perf_counter() - began)
             return Reduced(gate=gate, reference=mode, source=source_path.name if source_path is not None else "", sample=index,
                            path=str(graph_path), data=str(data_path), nodes=len(cut.model.graph.node), model_nodes=len(proto.graph.node),
                            inputs=cut.inputs, outputs=(cut.output,), ops=tuple(n.op_type for n in cut.model.graph.node),

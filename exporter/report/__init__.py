@@ -13,12 +13,17 @@ from ..errors import OutputError
 from . import destination
 
 
-def write_text_atomic(path: Path, text: str, append: bool = False) -> None:
-    """Write a report: readers of a regular file see the old file or the complete new one, never half."""
+def write_text_atomic(path: Path, text: str, append: bool = False, inside: Path | str | None = None) -> None:
+    """Write a report: readers of a regular file see the old file or the complete new one, never half.
+    ``inside``: the run's ``--out``, where no link is followed (a planted one is refused in one line)."""
+    from ..cache.nofollow import Refused, within
+
     try:
-        if str(path) != destination.STDOUT_NAME:
+        if str(path) != destination.STDOUT_NAME and within(Path(path), inside) is None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        destination.write(Path(path), text.encode("utf-8"), append=append)
+        destination.write(Path(path), text.encode("utf-8"), append=append, inside=inside)
+    except Refused as exc:
+        raise OutputError(str(exc)) from None
     except OSError as exc:
         raise OutputError(f"{destination.describe(path)}: cannot write the report ({exc.strerror or exc}); "
                           "choose a writable path") from None

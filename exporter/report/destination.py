@@ -10,7 +10,10 @@
 - A regular file (or a new one) is replaced atomically: readers see the old report or the whole new
   one. A new file gets ``0o666`` less the umask; a file replaced keeps its permission bits, as
   ``> file`` would.
-- A symbolic link is followed: its target is replaced atomically and the link is kept.
+- A symbolic link is followed: its target is replaced atomically and the link is kept; but never one
+  inside ``--out`` (``inside``), a folder others may write to (a CI cache, a shared runner): there the
+  report is written without following any link below ``--out`` (``nofollow.write_inside``), and a link,
+  FIFO or device at its name, or a linked folder on the way, is refused in one line.
 - ``append`` (``--markdown-append``, GitHub's ``$GITHUB_STEP_SUMMARY`` convention) adds the text at
   the end, in one ``write`` on an ``O_APPEND`` descriptor, so several checks in one job each add
   their summary.
@@ -102,8 +105,15 @@ def is_stdout(path: Path) -> bool:
         return False
 
 
-def write(path: Path, data: bytes, append: bool = False) -> None:
-    """Write ``data`` to ``path`` as the module docstring says; raises ``OSError``."""
+def write(path: Path, data: bytes, append: bool = False, inside: Path | str | None = None) -> None:
+    """Write ``data`` to ``path`` as the module docstring says (``inside``: the run's ``--out``); raises
+    ``OSError``, or ``nofollow.Refused`` for a link inside ``inside``."""
+    from ..cache.nofollow import within, write_inside
+
+    found = within(path, inside) if str(path) != STDOUT_NAME else None
+    if found is not None:
+        write_inside(*found, data, append=append)
+        return
     where = resolve(path)
     if where.fd is not None:
         _write_descriptor(where.fd, data)

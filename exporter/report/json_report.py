@@ -47,4 +47,4 @@ def as_data(report: Report) -> dict[str, Any]:
 
 
 def write(report: Report, path: Path) -> None:
-    write_text_atomic(path, render(report))
+    write_text_atomic(path, render(report), inside=report.out_dir)

@@ -136,4 +136,4 @@ def render(report: Report, hostname: str | None = None) -> str:
 
 
 def write(report: Report, path: Path) -> None:
-    write_text_atomic(path, render(report))
+    write_text_atomic(path, render(report), inside=report.out_dir)

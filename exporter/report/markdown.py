@@ -144,4 +144,4 @@ def render(report: Report) -> str:
 
 
 def write(report: Report, path: Path) -> None:
-    write_text_atomic(path, render(report))
+    write_text_atomic(path, render(report), inside=report.out_dir)

@@ -19,14 +19,16 @@ module's output against eager (yellow to red); an int8 table the SQNR in dB (red
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..cache.nofollow import Refused, write_inside
 from ..measurements import LayerComparison
 from ..results import Row
-from . import write_text_atomic
 
 SUFFIX = ".node-data.json"
 EXTENSION = "model_explorer_onnx"
@@ -64,16 +66,25 @@ def command(artifact: str, data: str) -> str:
     return f"model-explorer {artifact} --extensions={EXTENSION} --node_data_paths={data}"
 
 
-def write_all(rows: tuple[Row, ...], out_dir: Path) -> tuple[tuple[str, str], ...]:
-    """Write the node data of every row with a per-layer table of an ONNX file; (row, path) of each written."""
-    written = []
+def write_all(rows: tuple[Row, ...], out_dir: Path) -> tuple[tuple[Row, ...], tuple[tuple[str, str], ...]]:
+    """Write the node data of every row with a per-layer table of an ONNX file, following no link in ``out_dir``
+    (``nofollow.write_inside``); the rows (one whose file could not be written says why in a note, its verdict
+    as it was) and (row, path) of each written."""
+    written, kept = [], []
     for row in rows:
+        kept.append(row)
         table = row.diagnostics.layers if row.diagnostics is not None else None
         path = path_for(out_dir, row.name)
         data = None if table is None or row.artifact is None or not row.artifact.path.endswith(".onnx") else node_data(row.name, table)
         if data is None:
-            path.unlink(missing_ok=True)  # an earlier run's, for a table this run does not have: it would mislead
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):  # a link there is removed, never followed
+                path.unlink()  # an earlier run's, for a table this run does not have: it would mislead
             continue
-        write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+        try:
+            write_inside(out_dir, path.name, (json.dumps(data, indent=1) + "\n").encode())
+        except (Refused, OSError) as exc:  # advice, like the table it colours: never the run's end
+            why = str(exc) if isinstance(exc, Refused) else f"{path}: {exc.strerror or exc}"
+            kept[-1] = replace(row, notes=(*row.notes, f"Model Explorer node data not written: {why}"))
+            continue
         written.append((row.name, str(path)))
-    return tuple(written)
+    return tuple(kept), tuple(written)

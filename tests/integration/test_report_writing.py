@@ -252,3 +252,30 @@ def test_the_report_an_error_is_about_gets_no_error_report_and_the_others_do(tmp
     assert code == 2 and "--html takes one model's report" in err
     assert not (tmp_path / "r.html").exists()
     assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 2 and "<error" in (tmp_path / "r.xml").read_text()
+
+
+def test_a_link_planted_in_out_is_never_written_through_by_a_report_or_the_history(tmp_path: Path, capfd) -> None:
+    """Issue 47: --out is a folder others may write to. A report aimed there at a link to a file outside
+    (~/.bashrc), or into a linked folder, or the history into a hard link, is refused in one line (exit 2),
+    and the files outside keep their bytes; the run's other reports carry the error, or say why not."""
+    out, home = tmp_path / "out", tmp_path / "home"
+    out.mkdir(), home.mkdir()
+    (home / ".bashrc").write_bytes(b"export PATH=$HOME/bin:$PATH\n")
+    (home / "r.md").write_bytes(b"the user's notes\n")
+    (out / "r.json").symlink_to(home / ".bashrc")
+    (out / "notes").symlink_to(home)
+    before = {p.name: p.read_bytes() for p in home.iterdir()}
+    code = main(_args(tmp_path, "--json", out / "r.json", "--markdown", out / "notes" / "r.md", "--junit", tmp_path / "r.xml"))
+    _, err = capfd.readouterr()
+    line = f"export-check: error: {out / 'r.json'}: is a symbolic link inside {out} that export-check did not make; " \
+           "not written through it: remove it"
+    assert code == 2 and line in err.splitlines(), err
+    assert f"{out / 'notes'} is a symbolic link, not a folder export-check made; not followed" in err  # the error report: not there either
+    assert line.removeprefix("export-check: error: ") in (tmp_path / "r.xml").read_text()  # the safe report carries the error
+    assert {p.name: p.read_bytes() for p in home.iterdir()} == before and (out / "r.json").is_symlink()
+    os.link(home / ".bashrc", out / "history.jsonl")  # a hard link: appending would write into the file outside
+    code = main(_args(tmp_path, "--json", out / "fine.json", "--history", out / "history.jsonl"))
+    _, err = capfd.readouterr()
+    assert code == 2 and f"{out / 'history.jsonl'}: has 1 other name(s) (a hard link) inside {out}" in err, err
+    assert len(err.strip().splitlines()) == 1 and json.loads((out / "fine.json").read_text())["exit_code"] == 0
+    assert {p.name: p.read_bytes() for p in home.iterdir()} == before

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from export_check.cache.nofollow import Folder, Refused, copy_fd, describe, open_regular, sha256_fd, sha256_regular
+from export_check.cache.nofollow import Folder, Refused, copy_fd, describe, open_regular, sha256_fd, sha256_regular, within, write_inside
 
 
 @pytest.fixture
@@ -117,3 +117,60 @@ def test_describe() -> None:
 
     assert [describe(m) for m in (stat.S_IFLNK, stat.S_IFIFO, stat.S_IFDIR, stat.S_IFSOCK, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFREG)] == [
         "a symbolic link", "a FIFO", "a folder", "a socket", "a character device", "a block device", "a regular file"]
+
+
+# ---- write_inside: the one writer of every file export-check puts in --out ---------------------------------
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> tuple[Path, Path]:
+    """An --out holding what a hostile neighbour planted: a link to a file outside, a link to a folder
+    outside, a hard link to a file outside, a FIFO."""
+    out, outside = tmp_path / "out", tmp_path / "home"
+    out.mkdir(), outside.mkdir()
+    (outside / "bashrc").write_bytes(b"the user's file\n")
+    (outside / "r.onnx").write_bytes(b"the user's model\n")
+    (out / "report.json").symlink_to(outside / "bashrc")
+    (out / "reduced").symlink_to(outside)
+    os.link(outside / "bashrc", out / "history.jsonl")
+    os.mkfifo(out / "r.md")
+    return out, outside
+
+
+@pytest.mark.parametrize("rel, append, what", [
+    ("report.json", False, "report.json: is a symbolic link inside"),
+    ("report.json", True, "report.json: is a symbolic link inside"),
+    ("reduced/r.onnx", False, "reduced is a symbolic link, not a folder export-check made; not followed"),
+    ("reduced/new.npz", False, "reduced is a symbolic link, not a folder export-check made; not followed"),
+    ("history.jsonl", True, "history.jsonl: has 1 other name(s) (a hard link) inside"),
+    ("r.md", False, "r.md: is a FIFO inside"),
+])
+def test_write_inside_refuses_a_planted_link_in_one_line_and_leaves_its_target_unchanged(planted, rel: str, append: bool,
+                                                                                          what: str) -> None:
+    out, outside = planted
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    with pytest.raises(Refused) as refused:
+        write_inside(out, rel, b"export-check's bytes\n", append=append)
+    assert what in str(refused.value) and "\n" not in str(refused.value) and str(out) in str(refused.value)
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before  # nothing outside changed, nothing added there
+    assert (out / "report.json").is_symlink() and (out / "reduced").is_symlink()  # refused, not replaced either
+
+
+def test_write_inside_replaces_a_hard_link_by_name_and_writes_new_folders(planted) -> None:
+    out, outside = planted
+    assert write_inside(out, "history.jsonl", b"new\n") == out / "history.jsonl"
+    assert (outside / "bashrc").read_bytes() == b"the user's file\n"  # its other name keeps its bytes
+    assert (out / "history.jsonl").read_bytes() == b"new\n" and os.stat(out / "history.jsonl").st_nlink == 1
+    write_inside(out, "history.jsonl", b"more\n", append=True)
+    assert (out / "history.jsonl").read_bytes() == b"new\nmore\n"
+    assert write_inside(out, "sub/deeper/x.npz", b"x") == out / "sub" / "deeper" / "x.npz"
+    assert (out / "sub" / "deeper" / "x.npz").read_bytes() == b"x" and not list(out.rglob("*.partial"))
+
+
+def test_within_places_a_path_inside_the_out_folder_only_as_spelt_or_below_its_real_path(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")  # the user's own link to --out: the root may be one
+    assert within(tmp_path / "alias" / "a" / "r.json", tmp_path / "alias") == (tmp_path / "alias", "a/r.json")
+    assert within(tmp_path / "real" / "r.json", tmp_path / "alias") == (tmp_path / "real", "r.json")
+    assert within(tmp_path / "realistic" / "r.json", tmp_path / "real") is None
+    assert within(tmp_path / "r.json", tmp_path / "real") is None and within(tmp_path / "r.json", None) is None
