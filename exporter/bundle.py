@@ -55,10 +55,19 @@ def _npy(array: np.ndarray) -> bytes:
     return out.getvalue()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """``data`` at ``path``, whole or not at all (files.replacing)."""
+def _write_atomic(path: Path, data: bytes, out_dir: Path | None = None) -> None:
+    """``data`` at ``path``, whole or not at all (files.replacing); inside ``out_dir`` (the check's ``--out``)
+    following no link there (``nofollow.write_inside``: a planted one is refused in one line)."""
+    from .cache.nofollow import Refused, within, write_inside
     from .files import replacing
 
+    found = within(path, out_dir)
+    if found is not None:
+        try:
+            write_inside(*found, data)
+        except Refused as exc:
+            raise UsageError(f"--bundle {exc}") from None
+        return
     with replacing(path) as tmp:
         tmp.write_bytes(data)
 
@@ -82,7 +91,8 @@ class BundledArtifact:
 
 
 def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[BundledArtifact, Path]],
-                 batches: Iterator[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]], cache_root: Path | None = None) -> int:
+                 batches: Iterator[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]], cache_root: Path | None = None,
+                 out_dir: Path | None = None) -> int:
     """Write the bundle to ``path`` atomically: ``manifest`` (the facts of ``bundle.json`` but the members
     and artifacts), the artifact files (checked against their sha256 as they are copied) and, per batch,
     ``(start, inputs, eager outputs)``. Returns its size in bytes. Refuses (one line) without a key to seal it."""
@@ -112,7 +122,7 @@ def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[Bun
         archive.writestr(zip_entry(MANIFEST, zipfile.ZIP_STORED), text.encode("utf-8"))
         for name, data in members.items():
             archive.writestr(zip_entry(name, zipfile.ZIP_STORED), data)
-    _write_atomic(path, out.getvalue())
+    _write_atomic(path, out.getvalue(), out_dir)
     return out.tell()
 
 
@@ -171,7 +181,7 @@ def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str],
         "calibration": {"indices": list(golden.calibration_indices()), "split": golden.calibration.describe()},
         "labels": [label_json(item.label) for item in golden.inputs],  # the task accuracy of each row, at the target too
     }
-    size = write_bundle(path, manifest, artifacts, batches(), config.cache_dir)
+    size = write_bundle(path, manifest, artifacts, batches(), config.cache_dir, out_dir=config.out_dir)
     return len(artifacts), size
 
 

@@ -52,7 +52,7 @@ def write_views(report: Any, args: argparse.Namespace, markdown_append: bool = F
                 text, note = sealed(text, None if config is None else config.cache_dir)
                 if note is not None:
                     print(note, file=sys.stderr)
-            write_text_atomic(path, text, append=markdown_append and flag == "markdown")
+            write_text_atomic(path, text, append=markdown_append and flag == "markdown", inside=getattr(report, "out_dir", None))
     if getattr(args, "history", None) is not None:  # judge writes no history line: it ran nothing
         from .history import append
 
@@ -120,7 +120,8 @@ def error_reports(args: argparse.Namespace | None, exc: ExportCheckError) -> lis
     notes = []
     for flag, path in safe.items():
         try:
-            write_text_atomic(path, failure.RENDER[flag[2:]](stopped), append=flag == "--markdown" and appends_markdown(args, {}))
+            write_text_atomic(path, failure.RENDER[flag[2:]](stopped), append=flag == "--markdown" and appends_markdown(args, {}),
+                              inside=out)
         except ExportCheckError as error:
             notes.append(f"export-check: the error report was not written either: {error}")
     return notes
