@@ -253,7 +253,10 @@ def _require_ray() -> None:
 def test_ray_gives_the_serial_verdicts_and_retries_a_lost_worker(zoo: Zoo, runs: Path, tmp_path: Path) -> None:
     _require_ray()
     fleet = zoo.folder / "fleet-ray.toml"
-    fleet.write_text((zoo.folder / "fleet.toml").read_text() + add_killer(zoo, "mlp2", always=False, marker=tmp_path / "once")
+    # and a model that needs a resource no node of the local cluster offers: an error row at once; results plus it exit 1, not 2
+    unplaceable = ('[models.mlp0-on-gpu]\ncheckpoint = "mlp0/model.pth"\narch = "netdef.py:DigitsMLP"\narch-kwargs = { hidden = 8 }\n'
+                   'golden = "mlp0/golden"\nresources = { lab_gpu = 1 }\n')
+    fleet.write_text((zoo.folder / "fleet.toml").read_text() + unplaceable + add_killer(zoo, "mlp2", always=False, marker=tmp_path / "once")
                      + add_killer(zoo, "mlp3", always=True, marker=tmp_path / "always"))
     exe = Path(sys.executable).with_name("export-check")
     # the key the module's cache was sealed with: the zoo's models are cache hits, as the killers' first tries are not
@@ -272,3 +275,6 @@ def test_ray_gives_the_serial_verdicts_and_retries_a_lost_worker(zoo: Zoo, runs:
     lost = report["models"][-1]
     assert lost["name"] == "mlp3-killed" and lost["error_kind"] == "lost" and "lost 3 times" in lost["error"]
     assert len((tmp_path / "always").read_text().split()) == 3  # the first try and its 2 retries
+    gpu = next(m for m in report["models"] if m["name"] == "mlp0-on-gpu")
+    assert (gpu["status"], gpu["error_kind"], gpu["exit_code"], gpu["report"]) == ("error", "unplaceable", 1, None)
+    assert gpu["error"].startswith("no node of the Ray cluster offers lab_gpu=1 (the cluster has CPU=2")

@@ -29,12 +29,18 @@ def built(tmp_path_factory: pytest.TempPathFactory):
     from the cached run), under a key file the "device lab" shares."""
     folder = tmp_path_factory.mktemp("lab")
     key = folder / "lab.key"
+    for tag in ("a", "b"):
+        check_and_bundle(folder, key, tag)
+    return folder, key
+
+
+def check_and_bundle(folder: Path, key: Path, tag: str, kinds: str = KINDS, *flags: str) -> None:
+    """The bundled ResNet checked with ``kinds`` under the key file ``key``: its report at ``folder/build-TAG.json``, its
+    bundle at ``folder/TAG.bundle`` (``flags``: more of the check's, e.g. --sign-key)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(KEY_ENV, str(key))
-        for tag in ("a", "b"):
-            assert main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", KINDS, "-q",
-                         "--out", str(folder / "out"), "--json", str(folder / f"build-{tag}.json"), "--bundle", str(folder / f"{tag}.bundle")]) == 0
-    return folder, key
+        assert main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", kinds, "-q", *flags,
+                     "--out", str(folder / "out"), "--json", str(folder / f"build-{tag}.json"), "--bundle", str(folder / f"{tag}.bundle")]) == 0
 
 
 def test_the_same_inputs_give_the_same_bundle_bytes_and_it_holds_what_was_judged(built) -> None:
@@ -266,4 +272,41 @@ def test_a_fleet_of_targets_runs_as_ray_tasks_and_a_target_no_node_offers_is_an_
         rows = {r["name"]: r for r in model.report["rows"]}
         for name in ONNX_ROWS:
             assert rows[name]["status"] == "pass" and abs(rows[name]["metrics"]["mae"] - build[name]["metrics"]["mae"]) <= 1e-9
-    assert report.exit_code == 2  # the target that could not run is not a pass: a usage error, as a fleet's unplaceable model
+    assert report.exit_code == 1  # results plus a target that could not run: not a pass, and not bad input (exit 2)
+
+
+def test_without_ray_a_target_whose_resources_this_machine_lacks_is_an_error_row_and_exit_1(built, tmp_path: Path,
+                                                                                           monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Issue 47: ``replay --targets`` without ``--ray`` holds each target to what it declares, as a cluster does. A
+    target that needs a system this machine is not (a Mac's ``macos = 1`` here, ``linux = 1`` on a Mac) or a resource
+    it cannot vouch for (``lab_board``) is an error row naming what it needs and what this machine has, never
+    replayed here and reported under its name; the target that declares nothing is replayed and passes; exit 1."""
+    import platform
+
+    folder, key = built
+    monkeypatch.setenv(KEY_ENV, str(key))
+    other = "linux" if platform.system() == "Darwin" else "macos"
+    targets = tmp_path / "lab.toml"
+    targets.write_text(f'[targets.here]\nbundle = "{folder / "a.bundle"}"\n'
+                       f'[targets.mac-m2]\nbundle = "{folder / "a.bundle"}"\nresources = {{ {other} = 1 }}\n'
+                       f'[targets.board]\nbundle = "{folder / "a.bundle"}"\nresources = {{ lab_board = 1 }}\n')
+    out = tmp_path / "lab.json"
+    assert main(["replay", "--targets", str(targets), "--out", str(tmp_path / "out"), "--json", str(out)]) == 1
+    report = read_report(out)
+    status = {m["name"]: (m["status"], m["error_kind"]) for m in report["models"]}
+    assert status == {f"{DEFAULT_CHECKPOINT} @ here": ("pass", None), "mac-m2": ("error", "unplaceable"), "board": ("error", "unplaceable")}
+    assert report["exit_code"] == 1 and report["executor"] == "serial"
+    mac, board = report["models"][1], report["models"][2]
+    assert mac["report"] is None and mac["error"].startswith(f"needs {other}=1, which this machine does not offer (it has CPU=")
+    has = mac["error"].split("(it has ", 1)[1].split(")")[0].split(", ")
+    this = {"Darwin": "macos"}.get(platform.system(), platform.system().lower())
+    assert f"{this}=1" in has and f"{other}=1" not in has and not any(h.startswith("lab_board") for h in has)
+    assert board["error"].startswith("needs lab_board=1, which this machine does not offer")
+    assert not (tmp_path / "out" / "mac-m2").exists() and not (tmp_path / "out" / "board").exists()  # never replayed here
+    assert (tmp_path / "out" / "here").is_dir()
+    text = capsys.readouterr().out
+    assert f"mac-m2: ERROR needs {other}=1" in text and "3 models: 1 passed, 0 failed, 2 errors" in text
+
+    targets.write_text(f'[targets.mac-m2]\nbundle = "{folder / "a.bundle"}"\nresources = {{ {other} = 1 }}\n')
+    assert main(["replay", "--targets", str(targets), "--out", str(tmp_path / "out2"), "--json", str(out)]) == 1  # alone: exit 1 too
+    assert [m["status"] for m in read_report(out)["models"]] == ["error"]
