@@ -29,18 +29,12 @@ def built(tmp_path_factory: pytest.TempPathFactory):
     from the cached run), under a key file the "device lab" shares."""
     folder = tmp_path_factory.mktemp("lab")
     key = folder / "lab.key"
-    for tag in ("a", "b"):
-        check_and_bundle(folder, key, tag)
-    return folder, key
-
-
-def check_and_bundle(folder: Path, key: Path, tag: str, kinds: str = KINDS, *flags: str) -> None:
-    """The bundled ResNet checked with ``kinds`` under the key file ``key``: its report at ``folder/build-TAG.json``, its
-    bundle at ``folder/TAG.bundle`` (``flags``: more of the check's, e.g. --sign-key)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(KEY_ENV, str(key))
-        assert main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", kinds, "-q", *flags,
-                     "--out", str(folder / "out"), "--json", str(folder / f"build-{tag}.json"), "--bundle", str(folder / f"{tag}.bundle")]) == 0
+        for tag in ("a", "b"):
+            assert main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", KINDS, "-q",
+                         "--out", str(folder / "out"), "--json", str(folder / f"build-{tag}.json"), "--bundle", str(folder / f"{tag}.bundle")]) == 0
+    return folder, key
 
 
 def test_the_same_inputs_give_the_same_bundle_bytes_and_it_holds_what_was_judged(built) -> None:
