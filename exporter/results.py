@@ -273,12 +273,22 @@ class Report:
     node_data: tuple[tuple[str, str], ...] = ()
 
     @property
+    def judged(self) -> bool:
+        """Whether any row was judged and passed: a run whose every row is not applicable judged nothing."""
+        return any(row.status == PASS for row in self.rows)
+
+    @property
     def passed(self) -> bool:
-        return all(row.passed for row in self.rows)
+        """Every row passed (or does not apply), and at least one was judged: a run that judged nothing never passes."""
+        return self.judged and all(row.passed for row in self.rows)
 
     @property
     def exit_code(self) -> int:
         return 0 if self.passed else 1
+
+    def plan_cut(self) -> tuple[str, ...]:
+        """What ``--diagnostics-budget`` left out of the checks' plan (one plan per run: the first row's that says), or ()."""
+        return next((o.diagnostics.cut for o in self.observations if o.diagnostics is not None and o.diagnostics.cut), ())
 
     def counts(self) -> dict[str, int]:
         return {s: sum(r.status == s for r in self.rows) for s in STATUSES}
@@ -287,7 +297,8 @@ class Report:
         """``7 passed, 0 failed, 0 errors`` (``1 error``), and ``, 1 not applicable`` when a kind does not apply."""
         c = self.counts()
         text = f"{c[PASS]} passed, {c[FAIL]} failed, {plural(c[ERROR], 'error')}"
-        return text + (f", {c[NOT_APPLICABLE]} not applicable" if c[NOT_APPLICABLE] else "")
+        text += f", {c[NOT_APPLICABLE]} not applicable" if c[NOT_APPLICABLE] else ""
+        return text if self.judged or c[FAIL] or c[ERROR] else f"nothing judged ({text})"
 
     def row(self, name: str) -> Row:
         for row in self.rows:

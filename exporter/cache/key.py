@@ -19,10 +19,12 @@ from .. import __version__
 from ..files import sha256_file
 from ..versions import kernel_choices, library_versions
 
-# 5: ONNX per-layer tables name the graph's nodes of each module; 4: observations hold facts, not sentences, and every
+# 6: the diagnostics' plan is decided by the model's parameters and the set's counts (no clock), every size on the
+# whole probe, and the key holds that rule (``plan_rule``); 5: ONNX per-layer tables name the graph's nodes of each
+# module; 4: observations hold facts, not sentences, and every
 # stream of compare.STREAMS; 3: meta.json sealed
 # with an HMAC; 2: unsealed observations; 1: judged rows
-FORMAT = 5
+FORMAT = 6
 
 
 def arch_source_sha256(spec: str, root: Path | None = None) -> str:
@@ -79,6 +81,17 @@ def local_module_sources() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+def plan_rule() -> dict[str, Any]:
+    """What decides the diagnostics' plan (``diagnostics.run.plan_for``) besides inputs the key already holds: it reads
+    the model's parameter count (of the keyed checkpoint and architecture), the golden set's size (of the keyed
+    manifest), the batch size and ``--diagnostics-budget`` (the keyed settings), and these constants; never a clock. So
+    one key is one plan: an entry measured under a plan the budget cut is never served to a check that plans more."""
+    from ..diagnostics import LATENCY_REPEATS, SMALL_MODEL_PARAMETERS  # the package's constants only: a cache hit imports no numpy
+
+    return {"reads": ["parameters", "golden_size", "batch_size", "diagnostics_budget"], "small_model_parameters": SMALL_MODEL_PARAMETERS,
+            "latency_repeats": LATENCY_REPEATS}
+
+
 def run_key_inputs(
     *,
     checkpoint_sha256: str,
@@ -101,6 +114,7 @@ def run_key_inputs(
         "arch_source_sha256": arch_source_sha256(arch, arch_root),
         "export": export_settings,
         "inference": inference_settings,
+        "plan": plan_rule(),
         "versions": library_versions(()),  # the base packages; each kind's own are in its entry's key (store.entry_key)
         # int8, fp16 and bf16 kernels differ by CPU (VNNI, avx512_bf16) and by an instruction-set cap:
         # a cache shared between machines serves only results measured on this kind of CPU

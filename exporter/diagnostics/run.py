@@ -35,7 +35,7 @@ from ..golden.goldenset import GoldenSet
 from ..measurements import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
 from ..signature import SINGLE, Signature, outputs_mismatch
-from . import LATENCY_REPEATS, determinism, shapes
+from . import LATENCY_REPEATS, SMALL_MODEL_PARAMETERS, determinism, shapes
 from .trace import ReplayTrace
 
 EAGER = "eager"  # the trace's name for the eager model's outputs
@@ -223,12 +223,6 @@ class SizeOutputs(dict):
     plan: shapes.SizePlan
 
 
-# A model of at most this many parameters always runs the full plan of issue 12 (the bundled digit models hold
-# 20,000-160,000 and cost 0.05-0.4 s per row at the full plan); a larger one gets the budget's share (ResNet-50:
-# 25.6 million, 0.2-0.7 s per image). The plan is decided by the model and the set alone, never by a clock: the
-# same check plans the same runs on any machine under any load (issue 44: under load the bundled ResNet measured
-# 10.2 ms per image and lost its checks to a seconds-per-image rule), and the cache keys on that rule (cache/key.py).
-SMALL_MODEL_PARAMETERS = 1_000_000
 
 
 def parameter_count(model: Any) -> int | None:

@@ -260,7 +260,9 @@ def render(report: Report, style: Style | None = None) -> str:
                 out += _wrapped(text, style)
     out.append("")
     verdict = "PASSED:" if report.passed else "FAILED:"
-    out += _wrapped(f"{verdict} {report.counts_text()} in {report.seconds:.1f}s; artifacts in {report.out_dir}", style,
+    cut = report.plan_cut()  # said in the headline, not only in each row's note: fewer checks ran than the full plan
+    checks = f"; checks cut by --diagnostics-budget ({'; '.join(cut)})" if cut else ""
+    out += _wrapped(f"{verdict} {report.counts_text()} in {report.seconds:.1f}s{checks}; artifacts in {report.out_dir}", style,
                     status=PASS if report.passed else FAIL)
     steps = next_steps(report)  # a failing run ends with what to do about it
     if steps:

@@ -224,3 +224,25 @@ class BatchCentred(Clean):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.features(x)
         return self.fc(h - h.mean(dim=0, keepdim=True))
+
+
+def _silu_scaled_wrong(g, x):  # the planted bug: x * sigmoid(1.1 x) where SiLU is x * sigmoid(x)
+    scale = g.op("Constant", value_t=torch.tensor(1.1, dtype=torch.float32))
+    return g.op("Mul", x, g.op("Sigmoid", g.op("Mul", x, scale)))
+
+
+class WrongSymbolic(Clean):
+    """A custom ONNX symbolic with a wrong formula (issue 44): SiLU exported as ``x * sigmoid(1.1 x)``. Registered only
+    while an ONNX export traces the model (in that build's own child process), so no other export in any process is
+    touched. Every ONNX row is wrong at every batch size alike, by far more than eager's own variation: no float-noise
+    sentence and no advice to loosen a gate may be said of it."""
+
+    @torch.jit.unused
+    def plant(self) -> None:
+        if torch.onnx.is_in_onnx_export():
+            torch.onnx.register_custom_op_symbolic("aten::silu", _silu_scaled_wrong, 9)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.jit.is_scripting():  # a scripted model never plants it (TorchScript cannot compile the registration)
+            self.plant()
+        return self.fc(F.silu(self.features(x)))

@@ -1,6 +1,6 @@
 """Diagnostics under a budget (issue 15): the bounded plan still catches a baked batch size and a
 nondeterministic artifact, says on every row what it left out, and ``--diagnostics-budget`` restores
-issue 12's full plan. The small-model rule (at most 1,000,000 parameters: the full
+issue 12's full plan. The small-model rule (at most 5,000,000 parameters: the full
 plan) is switched off here so that the digit models are priced like a real-size one."""
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -38,11 +39,16 @@ def test_dynamic_int8_on_a_model_without_linear_layers_is_not_applicable_and_the
     assert rows["onnx"]["status"] == "pass"
     int8 = rows["torch-int8-dynamic"]
     assert int8["status"] == "not-applicable" and int8["metrics"] is None
-    assert int8["reasons"] == ["not applicable: the model has no nn.Linear, nn.LSTM or nn.GRU layer, the layers dynamic int8 "
-                               "quantization converts, so it would change nothing"]
+    (reason,) = int8["reasons"]
+    assert reason.startswith("not applicable: the model has none of the layers dynamic int8 quantization converts (torch's default "
+                             "dynamic mapping: ") and reason.endswith("), so it would change nothing")
+    # the types torch.ao's quantize_dynamic converts at int8 by default (its own qconfig_spec), named from torch's mapping
+    for layer in ("nn.Linear", "nn.LSTM", "nn.GRU", "nn.LSTMCell", "nn.GRUCell", "nn.RNNCell"):
+        assert layer in reason, layer
+    assert "nn.Embedding" not in reason and "NonDynamicallyQuantizableLinear" not in reason
     assert not (tmp_path / "out" / "torch-int8-dynamic.pt").exists()
     out = capsys.readouterr().out
-    assert "N/A torch-int8-dynamic: not applicable: the model has no nn.Linear" in out
+    assert "N/A torch-int8-dynamic: not applicable: the model has none of the layers dynamic int8 quantization converts" in out
     assert "PASSED: 2 passed, 0 failed, 0 errors, 1 not applicable" in out
     junit = (tmp_path / "j.xml").read_text()
     assert 'skipped="1"' in junit and "<skipped message=\"not applicable" in junit
@@ -64,3 +70,24 @@ def test_torchao_int8_on_a_model_without_linear_layers_is_not_applicable(tmp_pat
     with pytest.raises(NotApplicable, match="^not applicable: the model has no nn.Linear layer, the layers torchao's int8 dynamic"):
         KINDS_BY_NAME["torchao-int8-dynamic"].build(ctx, tmp_path / "torchao-int8-dynamic.pt2", None)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_model_of_lstm_cells_gets_a_built_dynamic_int8_row(tmp_path: Path, digit_images: Path) -> None:
+    """Issue 44: dynamic int8 converts nn.LSTMCell (torch's default dynamic mapping), so a model built on one gets a built
+    torch-int8-dynamic row, not "not applicable"; its file really holds the quantized cell."""
+    import torch
+    from cell_arches import CellReader
+
+    arch = f"{TESTS / 'cell_arches.py'}:CellReader"
+    checkpoint = save_state(seeded(CellReader), tmp_path / "cells.pth")
+    assert main(["golden", "record", str(checkpoint), "--arch", arch, "--inputs", str(digit_images), "--golden", str(tmp_path / "golden"),
+                 "--size", "32", "-q"]) == 0
+    code = main(["check", str(checkpoint), "--arch", arch, "--golden", str(tmp_path / "golden"), "--out", str(tmp_path / "out"),
+                 "--no-cache", "-q", "--artifacts", "torch-int8-dynamic", "--json", str(tmp_path / "r.json")])
+    row = {r["name"]: r for r in json.loads((tmp_path / "r.json").read_text())["rows"]}["torch-int8-dynamic"]
+    assert code in (0, 1) and row["status"] in ("pass", "fail") and row["metrics"] is not None, row
+    assert row["details"]["quantized_lstmcell_layers"] == "1" and row["details"]["quantized_linear_layers"] == "0"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.load's own deprecation
+        scripted = torch.jit.load(str(tmp_path / "out" / "torch-int8-dynamic.pt"))
+    assert hasattr(scripted.cell, "_packed_weight_ih") and not hasattr(scripted.cell, "weight_ih")  # int8 packed, no float weight
