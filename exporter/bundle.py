@@ -31,7 +31,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -92,12 +92,13 @@ class BundledArtifact:
 
 def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[BundledArtifact, Path]],
                  batches: Iterator[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]], cache_root: Path | None = None,
-                 out_dir: Path | None = None) -> int:
+                 signer: Any = None) -> int:
     """Write the bundle to ``path`` atomically: ``manifest`` (the facts of ``bundle.json`` but the members
     and artifacts), the artifact files (checked against their sha256 as they are copied) and, per batch,
-    ``(start, inputs, eager outputs)``. Returns its size in bytes. Refuses (one line) without a key to seal it."""
-    key, note = writer_key(cache_root)
-    if key is None:
+    ``(start, inputs, eager outputs)``. Returns its size in bytes. Signed with ``signer`` (report/signing.Signer,
+    ``--sign-key``), else sealed with the cache key; refuses (one line) without a key to seal it."""
+    key, note = writer_key(cache_root) if signer is None else (None, None)
+    if key is None and signer is None:
         raise UsageError((note or "no cache key").replace("the JSON report is not sealed", "the bundle cannot be sealed")
                          .replace("`export-check merge` will refuse it", "a replay could not trust it"))
     members: dict[str, bytes] = {}
@@ -115,18 +116,21 @@ def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[Bun
             members[f"eager/{start:08d}/{name}.npy"] = _npy(array)
     body = {**manifest, "schema": SCHEMA, "bundle_version": VERSION, "tool_version": __version__, "batches": spans,
             "artifacts": [a.to_json() for a, _ in artifacts],
-            "members": {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}}
-    text = sealed_with(json.dumps(body, indent=1, sort_keys=True, allow_nan=False) + "\n", key, DOMAIN)
+            "members": {name: hashlib.sha256(data).hexdigest() for name, data in members.items()},
+            "member_bytes": {name: len(data) for name, data in members.items()}}  # checked before a replay inflates one
+    text = json.dumps(body, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    text = signer.sign(text, DOMAIN) if key is None else sealed_with(text, key, DOMAIN)
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as archive:
         archive.writestr(zip_entry(MANIFEST, zipfile.ZIP_STORED), text.encode("utf-8"))
         for name, data in members.items():
             archive.writestr(zip_entry(name, zipfile.ZIP_STORED), data)
-    _write_atomic(path, out.getvalue(), out_dir)
+    _write_atomic(path, out.getvalue())
     return out.tell()
 
 
-def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str], None] = lambda _: None) -> tuple[int, int]:
+def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str], None] = lambda _: None,
+                 signer: Any = None) -> tuple[int, int]:
     """Write the bundle of the check ``config`` whose report is ``report`` (``check --bundle PATH``):
     every artifact the check judged (a pass or a fail), or built and could not judge here (a kind whose
     runtime does not run on this system: Core ML off macOS; not an error, nor a kind without a file), the
@@ -181,37 +185,41 @@ def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str],
         "calibration": {"indices": list(golden.calibration_indices()), "split": golden.calibration.describe()},
         "labels": [label_json(item.label) for item in golden.inputs],  # the task accuracy of each row, at the target too
     }
-    size = write_bundle(path, manifest, artifacts, batches(), config.cache_dir, out_dir=config.out_dir)
+    size = write_bundle(path, manifest, artifacts, batches(), config.cache_dir, signer)
     return len(artifacts), size
 
 
 class Bundle:
     """A bundle opened and authenticated: ``manifest`` (``bundle.json``, its seal checked), members read
-    on demand and checked against the sha256 the manifest names."""
+    on demand, bounded (exporter/bundle_reading.py) and checked against the sha256 the manifest names."""
 
-    def __init__(self, path: Path, archive: zipfile.ZipFile, manifest: dict[str, Any]) -> None:
-        self.path, self._archive, self.manifest = path, archive, manifest
+    def __init__(self, path: Path, archive: zipfile.ZipFile, manifest: dict[str, Any], source: IO[bytes] | None = None) -> None:
+        self.path, self._archive, self.manifest, self._source = path, archive, manifest, source
         self._members: dict[str, str] = manifest["members"]
+        self._sizes: dict[str, int] = manifest.get("member_bytes") or {}  # absent from a bundle written before it was recorded
 
-    def read(self, name: str) -> bytes:
+    def _stream(self, name: str, sink: Callable[[bytes], object]) -> None:
+        from .bundle_reading import stream_member
+
         expected = self._members.get(name)
         if expected is None:
             raise UsageError(f"{self.path}: names no member {name}; {FIX}")
-        try:
-            data = self._archive.read(name)
-        except zipfile.BadZipFile as exc:  # its CRC-32 no longer matches: altered (a forged CRC meets the sha256 below)
-            raise UsageError(f"{self.path}: member {name} was altered ({exc}); {FIX}") from None
-        except (KeyError, OSError, ValueError) as exc:
-            raise UsageError(f"{self.path}: member {name} cannot be read ({exc}); {FIX}") from None
-        if hashlib.sha256(data).hexdigest() != expected:
+        if stream_member(self._archive, name, self._sizes.get(name), sink, self.path, FIX) != expected:
             raise UsageError(f"{self.path}: member {name} was altered (its sha256 differs from the sealed manifest's); {FIX}")
-        return data
+
+    def read(self, name: str) -> bytes:
+        out = bytearray()
+        self._stream(name, out.extend)
+        return bytes(out)
 
     def array(self, name: str) -> np.ndarray:
-        try:
-            return np.load(io.BytesIO(self.read(name)), allow_pickle=False)
-        except ValueError as exc:
-            raise UsageError(f"{self.path}: member {name} is not a numpy array ({exc}); {FIX}") from None
+        from .errors import GoldenError
+        from .golden.reading import load_npy
+
+        try:  # the golden set's reader: its header checked before numpy allocates anything
+            return load_npy(self.read(name), Path(f"{self.path}: member {name}"), "array", FIX)
+        except GoldenError as exc:
+            raise UsageError(str(exc)) from None
 
     def batches(self, outputs: tuple[str, ...], inputs: tuple[str, ...]) -> Iterator[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]]:
         """``(start, inputs, eager outputs)`` for each batch, read one batch at a time."""
@@ -220,12 +228,17 @@ class Bundle:
                    {n: self.array(f"eager/{start:08d}/{n}.npy") for n in outputs})
 
     def extract(self, name: str, dest: Path) -> Path:
-        """The member written to ``dest`` (atomically), for a runtime that loads a path."""
-        _write_atomic(dest, self.read(name))
+        """The member streamed to ``dest`` (atomically, never held whole in memory), for a runtime that loads a path."""
+        from .files import replacing
+
+        with replacing(dest) as tmp, open(tmp, "wb") as fh:
+            self._stream(name, fh.write)
         return dest
 
     def close(self) -> None:
         self._archive.close()
+        if self._source is not None:
+            self._source.close()
 
 
 def bundle_key() -> Any:
@@ -240,42 +253,46 @@ def bundle_key() -> Any:
     return load_key(default_cache_dir())
 
 
-def open_bundle(path: Path, key: Callable[[], Any] = bundle_key) -> Bundle:
-    """The bundle at ``path``, its manifest's seal checked under this machine's key, or one UsageError line."""
-    from .parsing import load_json
+def open_bundle(path: Path, key: Callable[[], Any] = bundle_key, public: Any = None) -> Bundle:
+    """The bundle at ``path`` (a regular file: exporter/bundle_reading.py), its manifest's seal checked under
+    this machine's key, or its Ed25519 signature under ``public`` (report/signing.PublicKeys, ``--verify-key``),
+    or one UsageError line."""
+    from .bundle_reading import check_counts, open_archive
 
+    archive, source = open_archive(path, FIX)
     try:
-        archive = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such bundle; {FIX}") from None
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise UsageError(f"{path}: not a bundle ({exc}); {FIX}") from None
-    try:
-        info = archive.getinfo(MANIFEST)
-        if info.file_size > MAX_MANIFEST_BYTES:
-            raise UsageError(f"{path}: its {MANIFEST} is {info.file_size} bytes, over {MAX_MANIFEST_BYTES}; {FIX}")
-        raw = archive.read(MANIFEST)
-    except KeyError:
-        archive.close()
-        raise UsageError(f"{path}: holds no {MANIFEST}; {FIX}") from None
-    except zipfile.BadZipFile as exc:  # its CRC-32 no longer matches
-        archive.close()
-        raise UsageError(f"{path}: {MANIFEST} was altered ({exc}); {FIX}") from None
-    try:
-        body = verified(path, raw, key, domain=DOMAIN, wrote=FIX)
-        manifest = load_json(body.decode("utf-8"), path, FIX)
+        manifest = _manifest(path, archive, key, public)
+        check_counts(manifest, f"{path}: {MANIFEST}", FIX)
     except BaseException:
         archive.close()
+        source.close()
         raise
+    return Bundle(path, archive, manifest, source)
+
+
+def _manifest(path: Path, archive: zipfile.ZipFile, key: Callable[[], Any], public: Any) -> dict[str, Any]:
+    from .bundle_reading import stream_member
+    from .parsing import load_json
+
+    raw = bytearray()
+    try:
+        info = archive.getinfo(MANIFEST)
+    except KeyError:
+        raise UsageError(f"{path}: holds no {MANIFEST}; {FIX}") from None
+    if info.file_size > MAX_MANIFEST_BYTES:
+        raise UsageError(f"{path}: its {MANIFEST} is {info.file_size} bytes, over {MAX_MANIFEST_BYTES}; {FIX}")
+    stream_member(archive, MANIFEST, None, raw.extend, path, FIX)
+    body = verified(path, bytes(raw), key, domain=DOMAIN, wrote=FIX, public=public, signed_only=public is not None)
+    manifest = load_json(body.decode("utf-8"), path, FIX)
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA or manifest.get("bundle_version") != VERSION:
-        archive.close()
         raise UsageError(f"{path}: not an export-check bundle of version {VERSION}; {FIX}")
-    listed = set(manifest.get("members") or {}) | {MANIFEST}
-    extra = sorted(set(archive.namelist()) - listed)
+    members, sizes = manifest.get("members"), manifest.get("member_bytes", {})
+    if not isinstance(members, dict) or not isinstance(sizes, dict) or not all(isinstance(v, int) for v in sizes.values()):
+        raise UsageError(f"{path}: {MANIFEST} names no members and their sizes; {FIX}")
+    extra = sorted(set(archive.namelist()) - set(members) - {MANIFEST})
     if extra:
-        archive.close()
         raise UsageError(f"{path}: holds {extra[0]}, which its sealed manifest does not name; {FIX}")
-    return Bundle(path, archive, manifest)
+    return manifest
 
 
 __all__ = ["BundledArtifact", "Bundle", "open_bundle", "write_bundle"]

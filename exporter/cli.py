@@ -26,11 +26,11 @@ from . import __version__
 from .cli_commands import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, cmd_cache, cmd_golden, cmd_history
 from .cli_reports import REPORT_FLAGS, appends_markdown, error_reports, refuse_folders, refuse_writing_over, table_stream, write_views, written
 from .errors import ExportCheckError, UsageError, error_message, one_line
-from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, HISTORY, JUDGE, MERGE, REPLAY, add_arguments, for_command, from_namespace
+from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, HISTORY, JUDGE, KEYGEN, MERGE, REPLAY, add_arguments, for_command, from_namespace
 from .paths import check_outputs, escaped
 from .settings import check_config
 
-SUBCOMMANDS = ("check", "golden", "history", "merge", "cache", "replay", "judge")
+SUBCOMMANDS = ("check", "golden", "history", "merge", "cache", "replay", "judge", "keygen")
 RAY_LOCAL = "local"  # `--ray` without an address: a local cluster
 
 
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "several checkpoints (or --fleet FILE) give one report over all of them.",
     )
     parser.add_argument("--version", action="version", version=f"export-check {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge,cache,replay,judge}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge,cache,replay,judge,keygen}", parser_class=_Parser)
 
     check = sub.add_parser("check", help="export, replay and gate (the default command)",
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog="artifact kinds:\n" + _kinds_help())
@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     judge = sub.add_parser("judge", help="judge a stored JSON report again with other gates: nothing is built or replayed, torch is not "
                            "imported; the same views and exit codes as a check with those gates")
     add_arguments(judge, JUDGE)
+    add_arguments(sub.add_parser("keygen", help="make an Ed25519 key pair for --sign-key (the private key, kept on the build machine) "
+                                 "and --verify-key (KEY.pem.pub, for the machines that check)"), KEYGEN)
     history = sub.add_parser("history", help="show MAE and latency per artifact across the runs in a --history file")
     add_arguments(history, HISTORY)
     cache = sub.add_parser("cache", help="show, prune or clear the artifact cache")
@@ -167,9 +169,9 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     from .fleet.run import run_fleet
 
     refuse_folders(args)
-    for flag in ("html", "history"):
+    for flag in ("html", "history", "sign_key"):
         if getattr(args, flag) is not None:
-            raise UsageError(f"--{flag} takes one model's report; with several models write --json, --junit or --markdown")
+            raise UsageError(f"--{flag.replace('_', '-')} takes one model's report; with several models write --json, --junit or --markdown")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if args.ray is not None and args.ray != RAY_LOCAL and Path(args.ray).suffix in (".pth", ".pt", ".safetensors", ".toml"):
@@ -196,7 +198,33 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     refuse_folders(args)
     refuse_writing_over({f"--{flag}": getattr(args, flag, None) for flag in ("json", "junit", "markdown")}, args.reports,
                         "a report this merge reads")
-    return _show_fleet(merge(args.reports), args, tracebacks=False)  # the shards' own runs printed theirs
+    return _show_fleet(merge(args.reports, _public_keys(args)), args, tracebacks=False)  # the shards' own runs printed theirs
+
+
+def _public_keys(args: argparse.Namespace) -> Any:
+    """``--verify-key``'s public keys, read before anything else is (report/signing.py), or None."""
+    from .report.signing import load_public_keys
+
+    return None if getattr(args, "verify_key", None) is None else load_public_keys(args.verify_key)
+
+
+def _signer(args: argparse.Namespace) -> Any:
+    """``--sign-key``'s private key, read before the run starts (report/signing.py), or None; kept on ``args`` for write_views."""
+    from .report.signing import load_signer
+
+    if getattr(args, "sign_key", None) is not None and getattr(args, "json", None) is None and getattr(args, "bundle", None) is None:
+        raise UsageError(f"--sign-key {args.sign_key}: signs the JSON report (--json) and the bundle (--bundle); pass one of them")
+    args.signer = None if getattr(args, "sign_key", None) is None else load_signer(args.sign_key)
+    return args.signer
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from .report.signing import keygen
+
+    public, key_id = keygen(args.key_file)
+    print(f"export-check: private key {args.key_file} (mode 0600: keep it on the build machine, pass it to --sign-key); "
+          f"public key {public} (key {key_id}: give it to the machines that check, for --verify-key)")
+    return EXIT_PASS
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -206,6 +234,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if (args.bundle_file is None) == (args.targets is None):
         raise UsageError("replay: name one bundle, or a targets file with --targets FILE (see export-check replay --help)")
     if args.targets is not None:
+        if args.sign_key is not None or args.verify_key is not None:
+            raise UsageError("--sign-key and --verify-key take one bundle's replay; a targets file's replays are sealed with the shared key")
         return _cmd_replay_targets(args)
     if args.ray is not None:
         raise UsageError("--ray runs the targets of a targets file (--targets FILE), each a Ray task; one bundle replays here")
@@ -213,7 +243,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                         "the bundle this replay reads")
     progress = _progress(args.quiet)
     try:
-        report = escaped(replay_bundle(args.bundle_file, args.out, args.target, args.threads, progress))
+        public, _ = _public_keys(args), _signer(args)
+        report = escaped(replay_bundle(args.bundle_file, args.out, args.target, args.threads, progress, public))
     finally:
         progress.close()
     return _show(report, args, {})
@@ -259,6 +290,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     args.checked_config = config  # what the error reports of a run that stops later are checked against
     check_outputs(config, {f"--{flag}": getattr(args, flag) for flag in (*REPORT_FLAGS, "history", "bundle")})
     refuse_folders(args)
+    signer = _signer(args)  # a missing or wrong key fails before the run
     from .pipeline import run_check
 
     progress = _progress(args.quiet)
@@ -272,7 +304,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
         progress = _progress(args.quiet)
         try:
-            count, size = bundle_check(config, report, args.bundle, progress)
+            count, size = bundle_check(config, report, args.bundle, progress, signer)
         finally:
             progress.close()
         print(f"export-check: bundle of {count} artifact{'s' if count != 1 else ''} ({size / 1e6:.1f} MB) written to {args.bundle}; "
@@ -301,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_judge(args)
         if args.command == "cache":
             return cmd_cache(args)
+        if args.command == "keygen":
+            return _cmd_keygen(args)
         return cmd_golden(args)
     except ExportCheckError as exc:
         print(error_line(exc), file=sys.stderr)

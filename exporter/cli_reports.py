@@ -49,7 +49,7 @@ def write_views(report: Any, args: argparse.Namespace, markdown_append: bool = F
             text = render(report)
             if flag == "json":  # sealed with the cache key: `export-check merge` takes only what export-check wrote
                 config = getattr(args, "checked_config", None)
-                text, note = sealed(text, None if config is None else config.cache_dir)
+                text, note = sealed(text, None if config is None else config.cache_dir, getattr(args, "signer", None))  # --sign-key
                 if note is not None:
                     print(note, file=sys.stderr)
             write_text_atomic(path, text, append=markdown_append and flag == "markdown", inside=getattr(report, "out_dir", None))

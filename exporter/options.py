@@ -35,8 +35,8 @@ from .pinned import ORT_LEVEL_NAMES
 from .signature import SignatureSettings, parse_signature_settings
 
 CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE = "check", "golden record", "golden verify", "golden approve", "history", "merge"
-REPLAY, JUDGE = "replay", "judge"
-COMMANDS: tuple[str, ...] = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE, REPLAY, JUDGE)
+REPLAY, JUDGE, KEYGEN = "replay", "judge", "keygen"
+COMMANDS: tuple[str, ...] = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE, REPLAY, JUDGE, KEYGEN)
 CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR = "cache info", "cache prune", "cache clear"  # `export-check cache` (exporter/cache/prune.py)
 COMMANDS += (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR)
 MODEL = (CHECK, RECORD, APPROVE)  # the commands that load a checkpoint and its settings
@@ -282,6 +282,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("json", "json", "path", "write the merged report as JSON", (MERGE,), metavar="PATH"),
     Option("junit", "junit", "path", "write the merged report as JUnit XML, one test suite per model", (MERGE,), metavar="PATH"),
     Option("markdown", "markdown", "path", "write the merged report as Markdown", (MERGE,), metavar="PATH"),
+    # signed evidence (exporter/report/signing.py, needs export-check[sign]): the private key stays on the machine that writes
+    Option("sign-key", "sign_key", "path", "sign the bundle (--bundle) and the JSON report (--json) with this Ed25519 private key (PEM, "
+           "from `export-check keygen`) instead of sealing them with the shared cache key: a machine holding the public key alone can "
+           "check them and cannot make them", (CHECK, REPLAY), metavar="KEY.pem"),
+    Option("verify-key", "verify_key", "path", "replay only a bundle signed by a private key whose public key is in this PEM file "
+           "(one or more public keys; `export-check keygen KEY.pem` writes KEY.pem.pub)", (REPLAY,), metavar="PUBLIC.pem"),
+    Option("verify-key", "verify_key", "path", "check signed reports against the public keys in this PEM file (one or more, "
+           "concatenated: the build's and each lab's); a report sealed with the shared key is checked with it, as without", (MERGE,),
+           metavar="PUBLIC.pem"),
+    Option("key_file", "key_file", "path", "where the new Ed25519 private key is written (PEM, mode 0600; keep it on the build "
+           "machine); its public key goes beside it as KEY.pem.pub", (KEYGEN,), metavar="KEY.pem", positional=True),
 )
 OPTION: dict[str, Option] = {o.name: o for o in reversed(OPTIONS)}  # by name; of two rows named alike (json), the first
 SETTINGS: dict[str, Option] = {o.name: o for o in OPTIONS if o.settings}  # the keys a settings file may hold

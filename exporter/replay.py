@@ -133,10 +133,11 @@ def _field(manifest: dict[str, Any], where: str, *path: str) -> Any:
 
 
 def replay_bundle(path: Path, out_dir: Path, target: str | None = None, threads: int | None = None,
-                  progress: Progress = _quiet) -> Report:
-    """The bundle at ``path`` replayed and judged here; its artifacts are written under ``out_dir``."""
+                  progress: Progress = _quiet, public: Any = None) -> Report:
+    """The bundle at ``path`` replayed and judged here; its artifacts are written under ``out_dir``. With
+    ``public`` (report/signing.PublicKeys, ``--verify-key``) only a bundle signed by one of those keys is taken."""
     started = time.perf_counter()
-    bundle = open_bundle(path)
+    bundle = open_bundle(path, public=public)
     try:
         return _replay(bundle, out_dir, target or platform.node() or "target", threads, progress, started)
     finally:

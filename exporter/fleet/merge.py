@@ -25,7 +25,7 @@ from .result import MISSING, FleetReport, ModelResult
 FLEET_SCHEMA, MODEL_SCHEMA = "export-check-fleet-report", "export-check-report"
 
 
-def read_report(path: Path, key: Callable[[], CacheKey]) -> dict[str, Any]:
+def read_report(path: Path, key: Callable[[], CacheKey], public: Any = None) -> dict[str, Any]:
     """A JSON report of export-check (a model's or a fleet's), its seal checked on the bytes, then parsed within bounds."""
     from ..parsing import REPORT_MAX_BYTES, load_json, read_text
 
@@ -33,7 +33,7 @@ def read_report(path: Path, key: Callable[[], CacheKey]) -> dict[str, Any]:
     # bounded: a regular file (a FIFO refused), its size, UTF-8; then the seal, checked on the bytes before any
     # JSON is parsed; then the JSON within the bounds (nesting, numbers)
     text = read_text(path, REPORT_MAX_BYTES, "report", fix)
-    data = load_json(verified(path, text.encode("utf-8"), key).decode("utf-8"), path, fix)
+    data = load_json(verified(path, text.encode("utf-8"), key, public=public).decode("utf-8"), path, fix)  # public: --verify-key
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in (FLEET_SCHEMA, MODEL_SCHEMA):
         raise UsageError(f"{path}: not a JSON report of export-check (no schema {FLEET_SCHEMA!r} or {MODEL_SCHEMA!r}); "
@@ -54,7 +54,7 @@ def _models(path: Path, data: dict[str, Any]) -> list[ModelResult]:
         raise UsageError(f"{path}: a damaged export-check report (field {exc} missing or wrong); write it again with --json") from None
 
 
-def merge(paths: Sequence[Path]) -> FleetReport:
+def merge(paths: Sequence[Path], public: Any = None) -> FleetReport:
     if not paths:
         raise UsageError("merge: name the JSON reports to merge")
     by_name: dict[str, tuple[ModelResult, Path]] = {}
@@ -62,7 +62,7 @@ def merge(paths: Sequence[Path]) -> FleetReport:
     files: list[str] = []
     key = functools.cache(reader_key)  # read once, and only when a sealed report needs it
     for path in paths:
-        data = read_report(path, key)
+        data = read_report(path, key, public)
         if data["schema"] == FLEET_SCHEMA and data.get("fleet_sha256"):
             fleets[data["fleet_sha256"]] = tuple(data.get("fleet_models") or ())
             files.append(str(data.get("fleet_file") or "checkpoints on the command line"))

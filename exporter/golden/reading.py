@@ -41,6 +41,9 @@ SAMPLE_MAX_BYTES = 64 << 20
 # Every sample's decoded arrays in all, as the files' headers declare them (checked before any is
 # decompressed): 2,048 float32 RGB images of 224x224 are 1.2 GB.
 GOLDEN_MAX_BYTES = 4 << 30
+# Samples of one set: a manifest of 100,000 inputs is about 25 MB, so MANIFEST_MAX_BYTES holds about
+# 250,000; a bundle's manifest (exporter/bundle_reading.py) is held to this count before it sizes anything.
+SAMPLES_MAX = 1 << 20
 JSON_MAX_DEPTH = 32  # a manifest nests 6 levels deep
 JSON_MAX_INT_DIGITS = parsing.JSON_MAX_INT_DIGITS
 _NPY_HEADER_MAX = 10_000  # numpy's own default limit for header text
@@ -115,10 +118,10 @@ def load_json(text: str, shown: Path, fix: str = "restore it or re-record the go
 # --- arrays ------------------------------------------------------------------------------------
 
 
-def npy_header(data: bytes, shown: Path, what: str = "array") -> tuple[tuple[int, ...], np.dtype, int]:
+def npy_header(data: bytes, shown: Path, what: str = "array", fix: str = "replace it or re-record") -> tuple[tuple[int, ...], np.dtype, int]:
     """``(shape, dtype, data offset)`` of an ``.npy`` file's bytes, checked before anything is allocated:
     a readable header, no object dtype, and exactly as many data bytes as the header claims, at most
-    ``ARRAY_MAX_BYTES``."""
+    ``ARRAY_MAX_BYTES``. ``fix`` ends each refusal (a bundle's member says its own)."""
     fmt = np.lib.format
     buf = io.BytesIO(data)
     try:
@@ -131,35 +134,35 @@ def npy_header(data: bytes, shown: Path, what: str = "array") -> tuple[tuple[int
             raise ValueError(f"unknown .npy version {version}")
     except Exception as exc:  # a crafted header can raise ValueError, SyntaxError, TypeError, ...
         reason = " ".join(str(exc).split())[:120]
-        raise GoldenError(f"{shown}: not a readable .npy {what} ({type(exc).__name__}: {reason}); replace it or re-record") from None
+        raise GoldenError(f"{shown}: not a readable .npy {what} ({type(exc).__name__}: {reason}); {fix}") from None
     if dtype.hasobject:
         raise GoldenError(f"{shown}: holds pickled data or object arrays, which export-check never loads; save plain numeric arrays")
     if not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise GoldenError(f"{shown}: .npy header has shape {shape!r}; replace it or re-record")
+        raise GoldenError(f"{shown}: .npy header has shape {shape!r}; {fix}")
     count = 1
     for d in shape:
         count *= d
     claimed = count * dtype.itemsize
     if claimed > ARRAY_MAX_BYTES:
         raise GoldenError(f"{shown}: .npy header claims {dtype} {tuple(shape)}, {claimed:,} bytes, over the {ARRAY_MAX_BYTES:,}-byte "
-                          "memory budget; replace it or re-record")
+                          f"memory budget; {fix}")
     offset = buf.tell()
     if len(data) - offset != claimed:
         raise GoldenError(f"{shown}: .npy header claims {dtype} {tuple(shape)} ({claimed:,} bytes) but the file holds "
-                          f"{len(data) - offset:,} bytes of data; replace it or re-record")
+                          f"{len(data) - offset:,} bytes of data; {fix}")
     return tuple(shape), dtype, offset
 
 
-def load_npy(data: bytes, shown: Path, what: str = "array") -> np.ndarray:
+def load_npy(data: bytes, shown: Path, what: str = "array", fix: str = "replace it or re-record") -> np.ndarray:
     """An ``.npy`` file's array, its header checked first (:func:`npy_header`), no pickles."""
-    npy_header(data, shown, what)
+    npy_header(data, shown, what, fix)
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except Exception as exc:  # the header was checked; a damaged body can still fail
         reason = " ".join(str(exc).split())[:120]
-        raise GoldenError(f"{shown}: not a readable .npy {what} ({type(exc).__name__}: {reason}); replace it or re-record") from None
+        raise GoldenError(f"{shown}: not a readable .npy {what} ({type(exc).__name__}: {reason}); {fix}") from None
     if not isinstance(array, np.ndarray):
-        raise GoldenError(f"{shown}: not a .npy {what}; replace it or re-record")
+        raise GoldenError(f"{shown}: not a .npy {what}; {fix}")
     return array
 
 
@@ -237,6 +240,7 @@ __all__ = [
     "FILE_MAX_BYTES",
     "GOLDEN_MAX_BYTES",
     "SAMPLE_MAX_BYTES",
+    "SAMPLES_MAX",
     "check_sample_size",
     "declared_bytes",
     "JSON_MAX_DEPTH",

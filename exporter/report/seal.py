@@ -27,6 +27,7 @@ import hmac
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..cache.secret import KEY_ENV, CacheKey, CacheKeyError, key_file_path, load_key
 from ..errors import ExportCheckError, UsageError
@@ -71,8 +72,11 @@ def writer_key(cache_root: Path | None = None) -> tuple[CacheKey | None, str | N
         return None, f"export-check: the JSON report is not sealed ({exc}); `export-check merge` will refuse it"
 
 
-def sealed(text: str, cache_root: Path | None = None) -> tuple[str, str | None]:
-    """``text`` sealed with this user's key, and None; or ``text`` as it is and the note to print."""
+def sealed(text: str, cache_root: Path | None = None, signer: Any = None) -> tuple[str, str | None]:
+    """``text`` sealed with this user's key, and None; or ``text`` as it is and the note to print. Signed
+    instead with ``signer`` (signing.Signer, ``--sign-key``) when there is one."""
+    if signer is not None:
+        return signer.sign(text, _DOMAIN), None
     key, note = writer_key(cache_root)
     return (text, note) if key is None else (seal(text, key), None)
 
@@ -89,11 +93,20 @@ def reader_key() -> CacheKey:
 
 
 def verified(path: Path, data: bytes, key: Callable[[], CacheKey] = reader_key, domain: bytes = _DOMAIN,
-             wrote: str = "pass the --json files export-check wrote, unedited") -> bytes:
+             wrote: str = "pass the --json files export-check wrote, unedited", public: Any = None, signed_only: bool = False) -> bytes:
     """The report's JSON text if ``data`` carries a seal made with ``key()`` over the rest of it; else one
     UsageError line naming ``path``: unsealed (hand-made, or another tool's), another key, or edited.
     ``key`` is asked for only once a seal is found: an unsealed file is refused without one. ``domain``
-    and ``wrote`` (the fix the lines end with): those of a bundle's manifest, for a bundle."""
+    and ``wrote`` (the fix the lines end with): those of a bundle's manifest, for a bundle. A file signed with
+    an Ed25519 key (signing.py) is checked against ``public`` (signing.PublicKeys, ``--verify-key``) instead;
+    ``signed_only``: a shared-key seal is refused (a replay given ``--verify-key`` trusts the signature alone)."""
+    from .signing import SIGNED_HEAD, verify_signed
+
+    if data.startswith(SIGNED_HEAD):
+        return verify_signed(path, data, public, domain, wrote)
+    if signed_only and data.startswith(_HEAD):
+        raise UsageError(f"{path}: sealed with the shared cache key, not signed; --verify-key {public.path} takes what "
+                         "`export-check check --sign-key` wrote: sign it on the build machine, or replay it without --verify-key")
     if not data.startswith(_HEAD):
         what = "a report" if domain == _DOMAIN else "a bundle manifest"
         raise UsageError(f"{path}: not {what} export-check wrote (it carries no seal); {wrote}")

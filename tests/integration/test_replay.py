@@ -29,12 +29,18 @@ def built(tmp_path_factory: pytest.TempPathFactory):
     from the cached run), under a key file the "device lab" shares."""
     folder = tmp_path_factory.mktemp("lab")
     key = folder / "lab.key"
+    for tag in ("a", "b"):
+        check_and_bundle(folder, key, tag)
+    return folder, key
+
+
+def check_and_bundle(folder: Path, key: Path, tag: str, kinds: str = KINDS, *flags: str) -> None:
+    """The bundled ResNet checked with ``kinds`` under the key file ``key``: its report at ``folder/build-TAG.json``, its
+    bundle at ``folder/TAG.bundle`` (``flags``: more of the check's, e.g. --sign-key)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(KEY_ENV, str(key))
-        for tag in ("a", "b"):
-            assert main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", KINDS, "-q",
-                         "--out", str(folder / "out"), "--json", str(folder / f"build-{tag}.json"), "--bundle", str(folder / f"{tag}.bundle")]) == 0
-    return folder, key
+        assert main(["check", str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", kinds, "-q", *flags,
+                     "--out", str(folder / "out"), "--json", str(folder / f"build-{tag}.json"), "--bundle", str(folder / f"{tag}.bundle")]) == 0
 
 
 def test_the_same_inputs_give_the_same_bundle_bytes_and_it_holds_what_was_judged(built) -> None:
@@ -210,7 +216,13 @@ def test_the_docs_device_lab_workflow_runs_on_the_bundled_model(tmp_path: Path) 
         shutil.copytree(REPO / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", project / "pyproject.toml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "EXPORT_CHECK_"))}
-    env.update(EXPORT_CHECK_CACHE_KEY_FILE=str(tmp_path / "lab.key"), GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"))
+    env.update(EXPORT_CHECK_CACHE_KEY_FILE=str(tmp_path / "lab.key"), GITHUB_STEP_SUMMARY=str(tmp_path / "summary.md"),
+               SIGN_KEY=str(tmp_path / "build.pem"), LAB_KEY=str(tmp_path / "lab.pem"))
+    (project / "keys").mkdir()
+    for name in ("build", "lab"):  # the build's key pair and one lab's (the YAML's; the same lab key for both targets here)
+        assert main(["keygen", str(tmp_path / f"{name}.pem")]) == 0
+    shutil.copy(tmp_path / "build.pem.pub", project / "keys" / "build.pem.pub")
+    (project / "keys" / "trusted.pem").write_bytes((tmp_path / "build.pem.pub").read_bytes() + (tmp_path / "lab.pem.pub").read_bytes())
     targets = workflow["jobs"]["replay"]["strategy"]["matrix"]["target"]
     ran = []
     for job in ("build", "replay", "merge"):

@@ -33,7 +33,8 @@ def _write(path: Path, artifact: Path) -> int:
     rng = np.random.default_rng(0)
     batches = [(start, {"input": rng.standard_normal((4, 3)).astype(np.float32)}, {"logits": rng.standard_normal((4, 2))})
                for start in (0, 4)]
-    return write_bundle(path, {"samples": 8}, [(entry, artifact)], iter(batches), path.parent / "cache")
+    manifest = {"samples": 8, "settings": {"batch_size": 4}, "calibration": {"indices": [0]}}  # the counts a reader checks (bundle_reading.py)
+    return write_bundle(path, manifest, [(entry, artifact)], iter(batches), path.parent / "cache")
 
 
 def test_the_same_inputs_give_the_same_bytes_and_every_member_reads_back(tmp_path: Path, lab_key: Path) -> None:
