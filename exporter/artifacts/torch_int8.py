@@ -46,7 +46,7 @@ def dynamic_layer_types() -> tuple[type, ...]:
                             "(torch.ao.quantization.quantization_mappings); check torchao-int8-dynamic instead") from None
     mapping = get_default_dynamic_quant_module_mappings()
     return tuple(cls for cls, quantized in mapping.items()
-                 if ".dynamic" in quantized.__module__ and cls is not NonDynamicallyQuantizableLinear)
+                 if isinstance(cls, type) and ".dynamic" in quantized.__module__ and cls is not NonDynamicallyQuantizableLinear)
 
 
 def type_name(cls: type) -> str:

@@ -311,7 +311,7 @@ def test_onnx_names_map_back_to_modules(name: str, expected: str | None) -> None
 def test_batch_size_run_of_real_arrays_counts_rows() -> None:
     images = {"input": np.zeros((10, 3), dtype=np.float32)}
     outputs = shapes.run_sizes(lambda b: b["input"][:1], images, (1, 3, 10), 10)  # an artifact that always returns one row
-    assert outputs[1].shape == (8, 3)
+    assert outputs[1].shape == (10, 3)  # every size on the whole probe (issue 44)
     assert outputs[3] == "RowCountError: returned 1 output rows for 3 inputs"
 
 
