@@ -128,12 +128,13 @@ class World:
                 continue
             for secret in self.secrets:
                 try:
-                    artifact = unseal(CacheKey(self.key_file, secret), meta.parent.name, meta.read_bytes()).get("artifact")
+                    sealed = unseal(CacheKey(self.key_file, secret), meta.parent.name, meta.read_bytes())
                 except (NotSealed, ValueError):
                     continue
                 named.add(str(meta))
-                if artifact:
-                    named.add(str(meta.parent / artifact["file"]))
+                for file in (sealed.get("artifact"), *(sealed.get("extras") or ())):  # extras: a failing row's reduced subgraph
+                    if file:
+                        named.add(str(meta.parent / file["file"]))
         return named
 
     def assert_only_own_files_changed(self, before: dict[str, str], sealed_before: set[str]) -> None:
@@ -365,6 +366,20 @@ def test_a_symlinked_artifact_file_is_not_followed(world: World) -> None:
     assert decoy.is_file() and not decoy.is_symlink()
     world.assert_only_own_files_changed(before, sealed)
     assert sha256_file(world.out / "onnx.onnx") == row(report, "onnx")["artifact"]["sha256"]
+
+
+def test_a_link_planted_in_out_where_a_hit_restores_its_file_is_replaced_never_followed(world: World) -> None:
+    """Issue 47: a cache hit restores each artifact into --out by a rename: a link planted at the artifact's
+    name, to a file of the user's, is replaced (not written through), and the user's file keeps its bytes."""
+    world.out.mkdir()
+    (world.out / "onnx.onnx").symlink_to(world.user / "README.txt")
+    (world.out / "torchscript-trace.pt").symlink_to(world.user / "photo.png")
+    before, sealed = world.snapshot(), world.sealed_files()
+    code, report = world.check(kinds=("torchscript-trace", "onnx"))
+    assert code == 0 and report is not None and {row(report, k)["cache"] for k in ("onnx", "torchscript-trace")} == {"hit"}
+    world.assert_only_own_files_changed(before, sealed)  # README.txt and photo.png byte for byte
+    for name, kind in (("onnx.onnx", "onnx"), ("torchscript-trace.pt", "torchscript-trace")):
+        assert not (world.out / name).is_symlink() and sha256_file(world.out / name) == row(report, kind)["artifact"]["sha256"]
 
 
 def test_fifos_as_meta_json_and_as_the_artifact_never_block(world: World) -> None:

@@ -586,3 +586,37 @@ def test_fuzzed_history_lines_parse_or_fail_with_one_history_error(text: str) ->
     for row in run_.rows:
         assert row.mae is None or np.isfinite(row.mae)
         assert row.size_bytes is None or 0 <= row.size_bytes < 2**63
+
+
+def test_a_bundle_is_never_written_through_a_link_planted_in_out(tmp_path: Path, monkeypatch) -> None:
+    """Issue 47: ``--bundle OUT/...`` follows no link in --out: a linked folder on the way, or a link at the
+    bundle's own name, is one line and the user's files outside keep their bytes; a path outside --out is the
+    user's, written as before."""
+    import hashlib
+
+    from export_check.bundle import BundledArtifact, write_bundle
+    from export_check.cache.secret import KEY_ENV
+
+    monkeypatch.setenv(KEY_ENV, str(tmp_path / "lab.key"))
+    out, home = tmp_path / "out", tmp_path / "home"
+    out.mkdir(), home.mkdir()
+    (home / "b.bundle").write_bytes(b"the user's own bundle\n")
+    (out / "bundles").symlink_to(home)
+    (out / "b.bundle").symlink_to(home / "b.bundle")
+    artifact = tmp_path / "model.onnx"
+    artifact.write_bytes(b"an onnx file's bytes")
+    entry = BundledArtifact(name="onnx", family="float", file="artifacts/onnx.onnx", sha256=hashlib.sha256(b"an onnx file's bytes").hexdigest(),
+                            size_bytes=20, details=(), build_status="pass", build_metrics=None)
+
+    def write(path: Path) -> int:
+        return write_bundle(path, {"samples": 4}, [(entry, artifact)], iter([(0, {"input": np.zeros((4, 3), np.float32)},
+                                                                                 {"logits": np.zeros((4, 2))})]), tmp_path / "cache", out_dir=out)
+
+    for path, line in ((out / "bundles" / "b.bundle", f"--bundle {out / 'bundles'} is a symbolic link, not a folder export-check made"),
+                       (out / "b.bundle", f"--bundle {out / 'b.bundle'}: is a symbolic link inside {out} that export-check did not make")):
+        with pytest.raises(UsageError) as refused:
+            write(path)
+        assert str(refused.value).startswith(line) and "\n" not in str(refused.value)
+        assert (home / "b.bundle").read_bytes() == b"the user's own bundle\n" and sorted(p.name for p in home.iterdir()) == ["b.bundle"]
+    assert write(out / "kept" / "b.bundle") == (out / "kept" / "b.bundle").stat().st_size  # a folder of its own inside --out: written
+    assert zipfile.is_zipfile(out / "kept" / "b.bundle")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import onnx
@@ -91,3 +92,30 @@ def test_views_say_how_to_open_it_and_a_later_run_without_a_table_removes_it(fai
                  "--out", str(failing / "out"), "--max-mae", "1e-3"]) == 0
     capsys.readouterr()
     assert not list((failing / "out").glob("*.node-data.json"))
+
+
+def test_a_link_planted_where_node_data_goes_is_refused_and_the_row_says_so(failing: Path, tmp_path: Path) -> None:
+    """Issue 47: the node-data writer follows no link in --out. A link to a file outside at one row's name is
+    refused (that row keeps its verdict, its note says the file was not written and why), a hard link at the
+    other's is replaced by name; the files outside keep their bytes."""
+    from export_check.rejudge import judge_report
+    from export_check.report.node_data import node_data, write_all
+
+    report = judge_report(failing / "r.json", {})  # the fixture's rows, as judged: a failing onnx row with its per-layer table
+    out, home = tmp_path / "out", tmp_path / "home"
+    out.mkdir(), home.mkdir()
+    (home / ".bashrc").write_bytes(b"export PATH=$HOME/bin:$PATH\n")
+    (home / "notes.json").write_bytes(b'{"mine": true}\n')
+    (out / "onnx.node-data.json").symlink_to(home / ".bashrc")
+    os.link(home / "notes.json", out / "onnx-int8-dynamic.node-data.json")
+    before = {p.name: p.read_bytes() for p in home.iterdir()}
+    rows, written = write_all(report.rows, out)
+    assert {p.name: p.read_bytes() for p in home.iterdir()} == before and (out / "onnx.node-data.json").is_symlink()
+    by_name = {r.name: r for r in rows}
+    assert [r.status for r in rows] == [r.status for r in report.rows] and by_name["onnx"].status == "fail"
+    assert by_name["onnx"].notes[-1] == (f"Model Explorer node data not written: {out / 'onnx.node-data.json'}: is a symbolic link "
+                                         f"inside {out} that export-check did not make; not written through it: remove it")
+    assert written == (("onnx-int8-dynamic", str(out / "onnx-int8-dynamic.node-data.json")),)
+    int8 = by_name["onnx-int8-dynamic"]
+    assert json.loads((out / "onnx-int8-dynamic.node-data.json").read_text()) == json.loads(json.dumps(node_data(int8.name, int8.diagnostics.layers)))
+    assert os.stat(out / "onnx-int8-dynamic.node-data.json").st_nlink == 1

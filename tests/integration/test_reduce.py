@@ -11,6 +11,7 @@ import importlib.util
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,22 +179,51 @@ def test_exporter_bug_subgraph_is_smaller_and_fails_the_float_gate_on_its_own(in
 
 
 def test_a_cached_failing_row_keeps_its_reduction_and_a_new_gate_reduces_again(tmp_path) -> None:
-    """The record is an observation: a cache hit restores it as measured; a gate it was not reduced
-    under makes the row observed again (the files reused, the row replayed), as a per-layer table does."""
+    """The record is an observation: a cache hit restores it as measured, its files put in this run's --out
+    and named there (issue 47: it named the first run's); a gate it was not reduced under makes the row
+    observed again (the files reused, the row replayed), as a per-layer table does."""
     base = [str(DEFAULT_CHECKPOINT), "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx-fp16", "--cache-dir", str(tmp_path / "cache"),
-            "--out", str(tmp_path / "artifacts"), "-q", "--json", str(tmp_path / "r.json")]
+            "-q", "--json", str(tmp_path / "r.json")]
 
-    def run(gate: float) -> dict:
+    def run(gate: float, out: str = "artifacts") -> dict:
         with contextlib.redirect_stdout(io.StringIO()):
-            assert main([*base, "--fp16-max-mae", str(gate)]) == 1
+            assert main([*base, "--out", str(tmp_path / out), "--fp16-max-mae", str(gate)]) == 1
         return next(r for r in json.loads((tmp_path / "r.json").read_text())["rows"] if r["name"] == "onnx-fp16")
 
     cold = run(FP16_MAX_MAE)
-    hit = run(FP16_MAX_MAE)
-    assert hit["cache"] == "hit" and hit["diagnostics"]["reduced"] == cold["diagnostics"]["reduced"]
-    assert hit["reasons"] == cold["reasons"]
-    tighter = run(FP16_MAX_MAE / 10)
+    hit = run(FP16_MAX_MAE, "second")
+    before, after = cold["diagnostics"]["reduced"], hit["diagnostics"]["reduced"]
+    assert hit["cache"] == "hit" and {**after, "path": None, "data": None, "command": None} == {**before, "path": None, "data": None,
+                                                                                                  "command": None}
+    assert (after["path"], after["data"]) == (str(tmp_path / "second" / "reduced" / "onnx-fp16.onnx"),
+                                              str(tmp_path / "second" / "reduced" / "onnx-fp16.npz"))
+    assert Path(after["path"]).read_bytes() == Path(before["path"]).read_bytes()
+    assert Path(after["data"]).read_bytes() == Path(before["data"]).read_bytes()
+    shutil.rmtree(tmp_path / "artifacts")  # the first run's --out gone: the printed command runs on this run's files
+    assert str(tmp_path / "artifacts") not in after["command"] and _command_mae(after["command"]) == pytest.approx(before["metrics"]["mae"],
+                                                                                                                rel=1e-3)
+    assert [r.replace(str(tmp_path / "second"), "OUT") for r in hit["reasons"]] == [
+        r.replace(str(tmp_path / "artifacts"), "OUT") for r in cold["reasons"]]
+    # issue 47: links planted in --out, to the user's files outside; the row keeps its verdict, its reduction says why it is not there
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in ("onnx-fp16.onnx", "onnx-fp16.npz", "model.onnx"):
+        (home / name).write_bytes(f"the user's {name}\n".encode())
+    before = {p.name: p.read_bytes() for p in home.iterdir()}
+    for out in ("planted", "planted-too"):
+        (tmp_path / out).mkdir()
+        (tmp_path / out / "reduced").symlink_to(home)
+        (tmp_path / out / "onnx-fp16.onnx").symlink_to(home / "model.onnx")  # the artifact's name: replaced, never followed
+    refused = f"{tmp_path / 'planted' / 'reduced'} is a symbolic link, not a folder export-check made; not followed"
+    planted = run(FP16_MAX_MAE, "planted")  # a hit: the cached reduction is refused on its way into --out
+    assert planted["cache"] == "hit" and planted["status"] == "fail" and planted["diagnostics"]["reduced"]["error"] == refused
+    assert f"reduced: no failing subgraph written: {refused}" in planted["reasons"]
+    assert {p.name: p.read_bytes() for p in home.iterdir()} == before
+    assert not (tmp_path / "planted" / "onnx-fp16.onnx").is_symlink() and planted["artifact"]["path"] == str(tmp_path / "planted" / "onnx-fp16.onnx")
+    tighter = run(FP16_MAX_MAE / 10, "planted-too")  # reduced afresh: the reducer itself refuses to write through the link
     assert tighter["cache"] == "artifact" and tighter["diagnostics"]["reduced"]["gate"].startswith(f"MAE<={FP16_MAX_MAE / 10:g}")
+    assert tighter["status"] == "fail" and tighter["diagnostics"]["reduced"]["error"] == refused.replace("planted", "planted-too")
+    assert {p.name: p.read_bytes() for p in home.iterdir()} == before
 
 
 def test_a_report_judged_again_under_another_gate_says_its_reduction_is_of_the_old_gate(fp16, capsys, monkeypatch) -> None:
