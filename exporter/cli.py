@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
-from .cli_commands import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, cmd_cache, cmd_golden, cmd_history
+from .cli_commands import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, add_bisect, cmd_bisect, cmd_cache, cmd_golden, cmd_history
 from .cli_reports import REPORT_FLAGS, appends_markdown, error_reports, refuse_folders, refuse_writing_over, table_stream, write_views, written
 from .errors import ExportCheckError, UsageError, error_message, one_line
 from .options import CACHE_CLEAR, CACHE_INFO, CACHE_PRUNE, CHECK, HISTORY, JUDGE, KEYGEN, MERGE, REPLAY, add_arguments, for_command, from_namespace
 from .paths import check_outputs, escaped
 from .settings import check_config
 
-SUBCOMMANDS = ("check", "golden", "history", "merge", "cache", "replay", "judge", "keygen")
+SUBCOMMANDS = ("check", "golden", "history", "merge", "cache", "replay", "judge", "keygen", "bisect")
 RAY_LOCAL = "local"  # `--ray` without an address: a local cluster
 
 
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "several checkpoints (or --fleet FILE) give one report over all of them.",
     )
     parser.add_argument("--version", action="version", version=f"export-check {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge,cache,replay,judge,keygen}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{check,golden,history,merge,cache,replay,judge,keygen,bisect}", parser_class=_Parser)
 
     check = sub.add_parser("check", help="export, replay and gate (the default command)",
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog="artifact kinds:\n" + _kinds_help())
@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(judge, JUDGE)
     add_arguments(sub.add_parser("keygen", help="make an Ed25519 key pair for --sign-key (the private key, kept on the build machine) "
                                  "and --verify-key (KEY.pem.pub, for the machines that check)"), KEYGEN)
+    add_bisect(sub)
     history = sub.add_parser("history", help="show MAE and latency per artifact across the runs in a --history file")
     add_arguments(history, HISTORY)
     cache = sub.add_parser("cache", help="show, prune or clear the artifact cache")
@@ -335,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_cache(args)
         if args.command == "keygen":
             return _cmd_keygen(args)
+        if args.command == "bisect":
+            return cmd_bisect(args)
         return cmd_golden(args)
     except ExportCheckError as exc:
         print(error_line(exc), file=sys.stderr)

@@ -70,6 +70,7 @@ def _cache_command(args: argparse.Namespace) -> int:
         print(f"limit: {'none (cache-max-size = 0)' if bound is None else cache.shown_size(bound)}")
         if found.entries:
             print(f"least recently used: {_when(found.entries[0].last_used)}; most recently: {_when(found.entries[-1].last_used)}")
+        _runtime_envs_info(root)
         print(settings_line(settings_files(settings)))
         return EXIT_PASS
     if args.cache_command == "clear":
@@ -80,6 +81,7 @@ def _cache_command(args: argparse.Namespace) -> int:
     pruned = cache.prune(root, limit, wait=60.0)
     if pruned is None:
         raise UsageError(f"{root}: another export-check kept evicting from the cache for 60 s; try again when it is done")
+    _prune_runtime_envs(root, limit)
     print(f"removed {pruned.removed} entries ({cache.shown_size(pruned.freed)}) from {root}; it holds {len(pruned.left.entries)} "
           f"entries, {cache.shown_size(pruned.left.size)}" + ("" if limit is None else f" (limit {cache.shown_size(limit)})"))
     if limit is None:
@@ -87,6 +89,76 @@ def _cache_command(args: argparse.Namespace) -> int:
     if pruned.in_use:
         print(f"{pruned.in_use} entries are in use by a running check and were kept")
     return EXIT_PASS
+
+
+def _runtime_envs_info(root: Any) -> None:
+    from .cache.prune import shown_size
+    from .runtime_envs import env_usage
+
+    envs = env_usage(root)
+    print(f"runtime environments (bisect): {len(envs)}, {shown_size(sum(e.size for e in envs))} (files hard-linked into uv's cache counted)")
+
+
+def _prune_runtime_envs(root: Any, limit: int | None) -> None:
+    """``bisect``'s environments held under the same limit as the artifacts, least recently used first."""
+    from .cache.prune import shown_size
+    from .runtime_envs import prune_envs
+
+    removed, freed, in_use = prune_envs(root, limit)
+    if removed or in_use:
+        print(f"removed {removed} runtime environments ({shown_size(freed)})" + (f"; {in_use} in use by a bisect were kept" if in_use else ""))
+
+
+def add_bisect(sub: Any) -> None:
+    """The ``bisect`` subcommand's parser (its options: the table's rows for ``bisect``)."""
+    from .options import BISECT, add_arguments
+
+    add_arguments(sub.add_parser(BISECT, help="replay a bundle over a runtime's releases, each in a cached environment of its own, "
+                                 "and name the first release that judges it differently"), BISECT)
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    """``export-check bisect BUNDLE --runtime NAME [--from V --to V] [--all] | --newest``: the views, then exit 0
+    (a bisection is an answer, whatever it finds); with ``--newest`` exit 1 when upgrading changes a verdict."""
+    from .bisect import bundle_runtimes, run_bisect, run_newest, verdict_changed
+    from .bundle import open_bundle
+    from .config import default_cache_dir
+    from .report import bisect_view
+    from .runtime_envs import find_uv, prune_envs
+    from .settings import find_settings
+
+    if args.bundle_file is None:
+        raise UsageError("bisect: name the bundle to replay (written by `export-check check --bundle PATH`)")
+    if not args.newest and args.runtime is None:
+        raise UsageError("bisect: choose the runtime whose releases to replay: --runtime onnxruntime|openvino|ai-edge-litert (or --newest)")
+    if args.newest and (args.all_releases or args.from_release or args.to_release):
+        raise UsageError("bisect --newest replays the newest release only: drop --all, --from and --to")
+    if not (0 <= args.max_mae_change < 1e9):
+        raise UsageError(f"--max-mae-change must be a share >= 0, got {args.max_mae_change}")
+    refuse_writing_over({"--json": args.json, "--html": args.html}, (args.bundle_file,), "the bundle this bisect reads")
+    bundle = open_bundle(args.bundle_file)  # a bundle that is not one, or sealed under another key: one line, before any install
+    manifest = bundle.manifest
+    bundle.close()
+    find_uv()
+    settings = find_settings()
+    root = args.cache_dir or settings.get("cache_dir") or default_cache_dir()
+    progress = (lambda _: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    if args.newest:
+        searches = run_newest(args.bundle_file, manifest, root, args.runtime, args.max_mae_change, progress)
+    else:
+        if args.runtime not in bundle_runtimes(manifest):
+            raise UsageError(f"{args.bundle_file}: holds no row the {args.runtime} runtime replays; bisect a runtime the bundle has a row of")
+        searches = [run_bisect(args.bundle_file, args.runtime, root, args.from_release, args.to_release, args.all_releases,
+                               args.max_mae_change, progress)]
+    print(bisect_view.render_text(searches), end="")
+    bisect_view.write(searches, args.json, args.html)
+    from .cache.prune import parse_gb
+    from .options import OPTION
+
+    prune_envs(root, parse_gb(float(settings.get("cache_max_size", OPTION["cache-max-size"].default))))
+    newest = [(s.results["build"], s.results[s.releases[0]]) for s in searches if s.mode == "newest"]
+    # a newest release that cannot be judged here fails the guard too: nothing says upgrading is safe
+    return EXIT_FAIL if any(not new.tested or verdict_changed(build, new) for build, new in newest) else EXIT_PASS
 
 
 def _when(timestamp: float) -> str:

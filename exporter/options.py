@@ -38,7 +38,8 @@ CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE = "check", "golden record", "gold
 REPLAY, JUDGE, KEYGEN = "replay", "judge", "keygen"
 COMMANDS: tuple[str, ...] = (CHECK, RECORD, VERIFY, APPROVE, HISTORY, MERGE, REPLAY, JUDGE, KEYGEN)
 CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR = "cache info", "cache prune", "cache clear"  # `export-check cache` (exporter/cache/prune.py)
-COMMANDS += (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR)
+BISECT = "bisect"  # a bundle replayed over a runtime's releases (exporter/bisect.py)
+COMMANDS += (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR, BISECT)
 MODEL = (CHECK, RECORD, APPROVE)  # the commands that load a checkpoint and its settings
 DEFAULT_GOLDEN = Path("golden")
 DEFAULT_OUT = Path("export-check-out")
@@ -188,7 +189,7 @@ OPTIONS: tuple[Option, ...] = (
            default=_run_default("cache_max_size"), metavar="GB", settings=True, field="cache_max_size",
            check=lambda value, source: check_cache_gb(value, f"{source}: cache-max-size")),
     Option("cache-dir", "cache_dir", "path", "the artifact cache (default: cache-dir in [tool.export-check] of ./pyproject.toml, else "
-           "$XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR), metavar="DIR"),
+           "$XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR, BISECT), metavar="DIR"),
     Option("max-size", "max_size", "float", "evict least recently used entries until the cache holds at most this many GB "
            "(default: cache-max-size in [tool.export-check] of ./pyproject.toml, else 5; 0: every entry not in use; at most 1e9)", (CACHE_PRUNE,),
            metavar="GB"),
@@ -263,7 +264,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("html", "html", "path", "also write the trend as one self-contained HTML page: an inline SVG plot of MAE and latency per "
            "artifact across the runs", (HISTORY,), metavar="PATH"),
     # replay (exporter/replay.py): a bundle judged on the machine it is deployed on
-    Option("bundle_file", "bundle_file", "path", "a bundle written by `export-check check --bundle PATH`", (REPLAY,), metavar="BUNDLE",
+    Option("bundle_file", "bundle_file", "path", "a bundle written by `export-check check --bundle PATH`", (REPLAY, BISECT), metavar="BUNDLE",
            positional=True, nargs="?"),
     Option("targets", "targets", "path", "replay several targets instead: a TOML file of [targets.NAME] tables, each with bundle = "
            "\"...\" and what a Ray task of it needs (num-cpus, resources = { macos = 1 }); one report over all of them", (REPLAY,),
@@ -272,7 +273,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("out", "out", "path", "where the bundle's artifacts are written for their runtimes to load (default: {default})", (REPLAY,),
            default=Path("export-check-replay"), metavar="DIR"),
     Option("threads", "threads", "int", "intra-op threads of the runtimes (default: the check's)", (REPLAY,)),
-    Option("quiet", "quiet", "switch", "no progress lines on stderr", (REPLAY,), short="-q"),
+    Option("quiet", "quiet", "switch", "no progress lines on stderr", (REPLAY, BISECT), short="-q"),
+    Option("runtime", "runtime", "str", "the runtime whose releases to replay", (BISECT,), choices=("onnxruntime", "openvino", "ai-edge-litert")),
+    Option("from", "from_release", "str", "the oldest release to replay (default: the oldest the index offers)", (BISECT,), metavar="V"),
+    Option("to", "to_release", "str", "the newest release to replay (default: the newest the index offers)", (BISECT,), metavar="V"),
+    Option("all", "all_releases", "switch", "replay every release of the range, not a bisection, and name every boundary", (BISECT,)),
+    Option("newest", "newest", "switch", "replay the newest release of each runtime of the bundle; exit 1 if upgrading changes a verdict", (BISECT,)),
+    Option("max-mae-change", "max_mae_change", "float", "releases differ when a verdict changes or an MAE moves by more than this share "
+           "of the larger (default: {default})", (BISECT,), default=0.1, metavar="SHARE"),
+    Option("json", "json", "path", "also write the releases, rows and boundary as JSON", (BISECT,), metavar="PATH"),
+    Option("html", "html", "path", "also write one HTML page with the MAE per release drawn", (BISECT,), metavar="PATH"),
     # judge (exporter/rejudge.py): a stored report judged again with other gates
     Option("report_file", "report_file", "path", "a JSON report written by `export-check check --json` (one model's or a fleet's; "
            "a replay's too)", (JUDGE,), metavar="REPORT.json", positional=True),
