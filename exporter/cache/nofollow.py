@@ -9,6 +9,10 @@ folder's descriptor. Files are opened with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO c
 open) and must be regular files on the open descriptor (``fstat``); reads are bounded. The cache
 root itself is the user's choice and may be a link (``~/.cache`` on another disk, say).
 
+Every file export-check writes inside ``--out`` (reports and history there, the reduced subgraph, node
+data, a bundle) goes through :func:`write_inside` for the same reason: ``--out`` may be a folder others
+can write to, and a writer never follows a link it did not create there.
+
 ``pathlib`` and ``shutil`` cannot do this (they resolve every path again from the top and follow
 links), hence this module.
 """

@@ -7,7 +7,9 @@ base library versions, export-check's version and the sha256 of its own source. 
 (and the eager model) has one entry under ``sha256(run key, kind, versions of the kind's packages)``::
 
     <cache-dir>/v3/<2 hex>/<entry key>/meta.json             sealed (HMAC), committed last, atomically
-    <cache-dir>/v3/<2 hex>/<entry key>/<sha256[:16]><suffix>  the artifact file, named by content
+    <cache-dir>/v3/<2 hex>/<entry key>/<sha256[:16]><suffix>  the artifact file, named by content, and its
+                                                              row's reduced subgraph (``extras``), restored
+                                                              into each run's own --out
 
 Thresholds are not in the key: an entry holds what was observed (``measurements.Observation``:
 metrics, diagnostics, notes), never a row or a verdict, and ``judge`` applies today's gates to it on
