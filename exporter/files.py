@@ -232,14 +232,20 @@ def prepare_out_dir(out_dir: Path) -> Path:
 
 @dataclass(frozen=True)
 class FileInfo:
-    """A file as the report shows it: where, how big, its sha256."""
+    """A file as the report shows it: where, how big, its sha256. An artifact of several files (an ONNX graph
+    and its external weights, artifacts/parts.py) is its file's path and sha256, ``parts`` the files beside
+    it as (name, bytes, sha256), and ``size_bytes`` the total of all of them."""
 
     path: str
     size_bytes: int
     sha256: str
+    parts: tuple[tuple[str, int, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size_bytes": self.size_bytes, "sha256": self.sha256}
+        shown: dict[str, Any] = {"path": self.path, "size_bytes": self.size_bytes, "sha256": self.sha256}
+        if self.parts:
+            shown["parts"] = [{"name": n, "size_bytes": s, "sha256": h} for n, s, h in self.parts]
+        return shown
 
 
 def file_info(path: Path) -> FileInfo:

@@ -26,6 +26,7 @@ import numpy as np
 from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
 from .artifacts._common import captured_warnings, dedupe
 from .artifacts.base import NotApplicable, logits_of, ran_for
+from .artifacts.parts import artifact_info
 from .builder import isolation
 from .builder.builds import BuildOutcome, Builds, Progress
 from .builder.protocol import PRIVATE_PREFIX, first_sample
@@ -39,7 +40,6 @@ from .diagnostics.shapes import side_by_side
 from .diagnostics.trace import ReplayTrace
 from .errors import ArchitectureError, ArtifactError, GoldenError, describe_exception
 from .feeds import length, samples_first
-from .files import file_info
 from .golden.batches import GoldenBatches
 from .golden.goldenset import MANIFEST, VERSION_1, GoldenSet, stack_batches
 from .measurements import EagerSelfCheck, Observation
@@ -269,7 +269,7 @@ class Replay:
         return (("checked_batch_size", str(self.config.batch_size)), *((key, str(value)) for key, value in recorded if value is not None))
 
     def artifact_observation(self, kind: ArtifactKind, outcome: BuildOutcome) -> Observation:
-        artifact = file_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
+        artifact = artifact_info(outcome.path) if outcome.path is not None and outcome.path.is_file() else None
         family = precision_family(kind.family, outcome.details)
         details = dict(outcome.details)
         if family in CPU_DEPENDENT_FAMILIES:  # the verdict may change with the CPU: say which decided it

@@ -116,9 +116,11 @@ def _protected(checkpoints: tuple[Path, ...], golden_dir: Path, arch: str, read:
 
 def _artifacts(out_dir: Path) -> dict[Path, str]:
     from .artifacts import KINDS
+    from .artifacts.parts import companion_names
 
     out = _real_or_none(out_dir)
-    return {} if out is None else {out / kind.filename(): f"the {kind.name} artifact" for kind in KINDS}
+    return {} if out is None else {out / name: f"the {kind.name} artifact" for kind in KINDS
+                                   for name in (kind.filename(), *companion_names(kind.filename()))}
 
 
 def _report_refusal(flag: str, report: Path, protected: Mapping[Path, str], golden_dir: Path, seen: dict[Path, str]) -> str | None:

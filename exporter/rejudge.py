@@ -71,7 +71,7 @@ def judge_data(data: dict[str, Any], where: str, values: dict[str, Any], strict:
         diagnose = bool(settings.get("diagnose", False))
         strict = bool(settings.get("strict", False)) if strict is None else strict
         thresholds = recorded.overlaid(values)
-        checkpoint = FileInfo(**{f.name: data["checkpoint"][f.name] for f in fields(FileInfo)})
+        checkpoint = FileInfo(**{f.name: data["checkpoint"][f.name] for f in fields(FileInfo) if f.name != "parts"})
         golden = _golden(data["golden"])
         notes = [str(n) for n in data.get("run_notes") or ()]
         tool_version, out_dir, target = str(data["tool_version"]), str(data["out_dir"]), data.get("target")

@@ -1,6 +1,7 @@
 """onnx-dynamo: ``torch.onnx.export(dynamo=True)``, the torch.export-based exporter PyTorch makes the
 default since 2.9 (it needs ``onnxscript``); an ONNX kind of its own beside the TorchScript-based ``onnx``,
-since users ship both. Batch and declared axes dynamic; run in onnxruntime (CPU)."""
+since users ship both. Batch and declared axes dynamic; run in onnxruntime (CPU). Past protobuf's 2 GiB the
+weights are in one ``onnx-dynamo.onnx.data`` beside the graph (artifacts/_external.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from ..errors import ArtifactError
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
+from ._external import place, scratch
 from ._program import export_inputs
 from .base import BuildContext, NotApplicable
 
@@ -37,13 +39,15 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
         raise ArtifactError(f"torch.onnx.export(dynamo=True) failed: {type(exc).__name__}: {text}") from None
     if program is None:
         raise ArtifactError("the dynamo ONNX exporter returned no program")
-    with atomic_path(path) as tmp:
-        program.save(str(tmp), external_data=False)
+    with scratch(path) as saved, atomic_path(path) as tmp:
+        program.save(str(saved), external_data=None)  # None: external past 2 GB, in one <name>.data (what place keeps)
+        placed = place(saved, tmp, path)
         onnx.checker.check_model(str(tmp), full_check=True)
         require_dynamic_batch(tmp, "dynamo onnx export", ctx.signature)
     written = next((o.version for o in onnx.load(str(path), load_external_data=False).opset_import if o.domain in ("", "ai.onnx")), opset)
     asked = f" (asked {ctx.opset}; the dynamo exporter writes >= {DYNAMO_MIN_OPSET})" if ctx.opset < DYNAMO_MIN_OPSET else ""
-    return {"exporter": "dynamo", "opset": f"{written}{asked}", "onnxscript": str(getattr(onnxscript, "__version__", "?"))}
+    return {"exporter": "dynamo", "opset": f"{written}{asked}", "onnxscript": str(getattr(onnxscript, "__version__", "?")),
+            **placed}
 
 
 def open_runner(path: Path, ctx: BuildContext) -> OnnxRunner:

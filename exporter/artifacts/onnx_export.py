@@ -1,4 +1,6 @@
-"""onnx: ``torch.onnx.export`` with a dynamic batch axis, explicit opset and exporter."""
+"""onnx: ``torch.onnx.export`` with a dynamic batch axis, explicit opset and exporter. Past protobuf's 2 GiB
+the weights go to one ``onnx.onnx.data`` beside the graph (artifacts/_external.py): the export writes into a
+scratch folder (the legacy exporter's one file per tensor, too), ``place`` makes it the artifact."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from pathlib import Path
 
 from ..errors import ArtifactError
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
+from ._external import place, scratch
 from ._native import stdout_into_notes
 from .base import BuildContext
 
@@ -36,10 +39,10 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     # format-1 golden set), with each one's batch axis and declared axes dynamic.
     input_names = [i.name for i in ctx.signature.inputs if not i.keyword] + [i.name for i in ctx.signature.inputs if i.keyword]
     output_names = list(ctx.signature.output_names)
-    with atomic_path(path) as tmp:
+    with scratch(path) as written, atomic_path(path) as tmp:
         if ctx.onnx_exporter == "torchscript":
             with stdout_into_notes("the ONNX exporter"):
-                _legacy_export(ctx, args, kwargs, tmp, input_names, output_names)
+                _legacy_export(ctx, args, kwargs, written, input_names, output_names)
         else:
             try:
                 import onnxscript  # noqa: F401  (the dynamo exporter needs it)
@@ -59,10 +62,11 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
             )
             if program is None:  # torch returns the program when no file is given
                 raise ArtifactError("the dynamo ONNX exporter returned no program")
-            program.save(str(tmp), external_data=False)
+            program.save(str(written), external_data=None)  # None: external past 2 GB, in one <name>.data
+        placed = place(written, tmp, path)
         onnx.checker.check_model(str(tmp), full_check=True)
         require_dynamic_batch(tmp, "onnx export", ctx.signature)
-    return {"exporter": ctx.onnx_exporter, "opset": str(ctx.opset)}
+    return {"exporter": ctx.onnx_exporter, "opset": str(ctx.opset), **placed}
 
 
 def open_runner(path: Path, ctx: BuildContext) -> OnnxRunner:

@@ -6,6 +6,11 @@ The level is pinned per row and recorded in its details, because it changes what
 graph that loads at ``basic`` can crash onnxruntime at ``all`` (measured on the ViT). The build loads
 the file at that level in a separate process first, so a native crash there is this row's error,
 naming the level, and not the replay's.
+
+Past protobuf's 2 GiB (the source's weights external, artifacts/_external.py) the converter is given the
+source's path (it infers shapes from the file, as onnx's in-memory inference cannot past 2 GiB), converts
+the weights in memory, and the result is saved with its weights in one ``onnx-fp16.onnx.data`` when the
+float16 model is still over the limit.
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from pathlib import Path
 from ..errors import ArtifactError
 from ..pinned import ORT_LEVELS, ORT_LOG_SEVERITY
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
+from ._external import place, save, scratch
 from .base import BuildContext
+from .parts import companions
 
 PROBE_TIMEOUT = 300.0
 
@@ -47,14 +54,18 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     assert source is not None
-    model = onnx.load(str(source))
-    converted = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=False)
+    if companions(source):  # past 2 GiB: shape inference from the path (onnx's in-memory one serializes the model)
+        converted = convert_float_to_float16(str(source), keep_io_types=True, disable_shape_infer=False)
+    else:
+        converted = convert_float_to_float16(onnx.load(str(source)), keep_io_types=True, disable_shape_infer=False)
     level = ORT_LEVELS[ctx.fp16_optimization]  # "all" unless the settings say otherwise: pinned, recorded in details
-    with atomic_path(path) as tmp:
-        onnx.save(converted, str(tmp))
+    with scratch(path) as written, atomic_path(path) as tmp:
+        save(converted, written)
+        del converted
+        placed = place(written, tmp, path)
         require_dynamic_batch(tmp, "fp16 conversion", ctx.signature)
         probe_load(tmp, level)
-    return {"graph_optimization_level": level, "io_types": "float32 (kept)", "converter": "onnxruntime.transformers.float16"}
+    return {"graph_optimization_level": level, "io_types": "float32 (kept)", "converter": "onnxruntime.transformers.float16", **placed}
 
 
 def probe_load(path: Path, level: str) -> None:

@@ -20,6 +20,10 @@ the recipe shipped, every tried recipe's calibration error and the CPU's flags.
 ``quant_pre_process`` (shape inference and graph optimisation, which onnxruntime recommends before
 quantizing) is tried first with symbolic shape inference, then without it (it fails on the legacy
 exporter's ViT graph); when both fail the file is quantized without it and the details say so.
+
+A source with external weights (past 2 GiB, artifacts/_external.py) is pre-processed and quantized with
+onnxruntime's external-data options, each recipe's file under the artifact's own name in a folder of its
+own, so the chosen one's ``.data`` file is moved into place, not copied.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from ..versions import cpu_flags
 from ._calibration import calibration_batches, calibration_count
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
 from ._coverage import recorded
+from ._external import place
 from .base import BuildContext
+from .parts import companions, data_name
 
 # Pinned, recorded in details: what numbers the file gives depends on every one of them. Measured on the
 # bundled ResNet (32 calibration digits, 32 judged): QInt8 activations, per-channel weights MAE 0.040;
@@ -44,19 +50,20 @@ SETTINGS = {"quant_format": "QDQ", "activation_type": "QInt8", "weight_type": "Q
             "calibrate_method": "MinMax"}
 
 
-def _pre_process(source: Path, out: Path) -> str:
-    """``quant_pre_process`` of ``source`` into ``out``; how it went, for the row's details."""
+def _pre_process(source: Path, out: Path) -> tuple[Path, str]:
+    """``quant_pre_process`` of ``source`` into ``out`` (its weights in ``out``'s one ``.data`` file when the
+    source keeps them outside, artifacts/_external.py); the file to quantize and how it went, for the details."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    external = {"save_as_external_data": True, "all_tensors_to_one_file": True, "external_data_location": data_name(out.name)}
     failures = []
     for skip_symbolic in (False, True):
         try:
-            quant_pre_process(str(source), str(out), skip_symbolic_shape=skip_symbolic)
-            return "quant_pre_process" + (" (skip_symbolic_shape=True)" if skip_symbolic else "")
+            quant_pre_process(str(source), str(out), skip_symbolic_shape=skip_symbolic, **(external if companions(source) else {}))
+            return out, "quant_pre_process" + (" (skip_symbolic_shape=True)" if skip_symbolic else "")
         except Exception as exc:  # onnxruntime's shape inference raises many types; the next try or the fallback decides
             failures.append(f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}")
-    out.write_bytes(source.read_bytes())
-    return "none (quant_pre_process failed: " + "; ".join(failures) + ")"
+    return source, "none (quant_pre_process failed: " + "; ".join(failures) + ")"
 
 
 class _Reader:
@@ -94,15 +101,16 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     assert source is not None
     batches = calibration_batches(ctx, "onnx-int8-static")
     with tempfile.TemporaryDirectory(prefix="export-check-qdq-", dir=path.parent) as folder:
-        pre = Path(folder) / "pre.onnx"
-        how = _pre_process(source, pre)
+        pre, how = _pre_process(source, Path(folder) / "pre.onnx")
+        external = bool(companions(source))
         reference = float_outputs(source, batches, ctx)
         errors: dict[str, float] = {}
         failed: dict[str, str] = {}
         for name, extra in RECIPES.items():
-            candidate = Path(folder) / f"{name}.onnx"
+            (Path(folder) / name).mkdir()
+            candidate = Path(folder) / name / path.name  # the artifact's name: its .data file is then ours (_external.place)
             try:
-                _quantize(pre, candidate, batches, extra)
+                _quantize(pre, candidate, batches, {**extra, "use_external_data_format": external})
                 errors[name] = calibration_error(candidate, reference, batches, ctx)
             except Exception as exc:  # onnxruntime raises many types; the next recipe may still work
                 failed[name] = str(exc) if isinstance(exc, ArtifactError) else f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
@@ -114,7 +122,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
                                 + "; ".join(f"{name}: {why}" for name, why in failed.items()))
         chosen = min(errors, key=lambda name: errors[name])
         with atomic_path(path) as tmp:
-            tmp.write_bytes((Path(folder) / f"{chosen}.onnx").read_bytes())
+            placed = place(Path(folder) / chosen / path.name, tmp, path)
             require_dynamic_batch(tmp, "onnx static int8 quantization", ctx.signature)
     compared = ", ".join([*(f"{name} {value:.4g}" for name, value in errors.items()), *(f"{name} failed" for name in failed)])
     recipe = RECIPES[chosen]
@@ -123,7 +131,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
             "recipe": f"{chosen} (chosen on the calibration split; the worst output's relative MAE against the float file: {compared})",
             **({"recipes_failed": "; ".join(f"{name}: {why}" for name, why in failed.items())} if failed else {}),
             "cpu_flags": cpu_flags() or "unknown", "pre_process": how, "calibration_samples": str(calibration_count(batches, ctx)),
-            **recorded(path)}
+            **recorded(path), **placed}
 
 
 def _quantize(pre: Path, out: Path, batches: tuple[dict[str, Any], ...], extra: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext
+from ..artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext, parts
 from ..artifacts._common import captured_warnings
 from ..artifacts.base import NotApplicable
 from ..cache.runs import restore_artifact
@@ -65,9 +65,10 @@ class BuildJob:
     """
 
     def __init__(self, kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
-                 target: Path | None = None, runtimes: tuple[str, ...] = ()) -> None:
-        # ``path``: where the build writes; ``target``: where this process commits it once it succeeded (None: ``path`` itself)
-        self.kind, self.path, self.target = kind, path, target
+                 target: Path | None = None, runtimes: tuple[str, ...] = (), read_later: bool = True) -> None:
+        # ``path``: where the build writes; ``target``: where this process commits it once it succeeded (None: ``path`` itself);
+        # ``read_later``: a derived kind of this run may build from the file at ``path`` after the commit (commit)
+        self.kind, self.path, self.target, self.read_later = kind, path, target, read_later
         self._began = time.perf_counter()
         self._outcome: BuildOutcome | None = None
         self._notes: list[str] = []
@@ -90,7 +91,7 @@ class BuildJob:
                     outcome.details = self._pending.wait(outcome.notes)
                 outcome.load_failure = self._pending.load
                 outcome.clean_first = self._pending.first
-                outcome.path = self.path if self.target is None else commit(self.path, self.target)
+                outcome.path = self.path if self.target is None else commit(self.path, self.target, self.read_later)
             except NotApplicable as exc:  # the kind does not apply to this model: a row of its own
                 self._failed(outcome, str(exc))
                 outcome.not_applicable = True
@@ -106,17 +107,17 @@ class BuildJob:
         outcome.error = error
         for path in (self.path, self.target):
             if path is not None:
-                with contextlib.suppress(OSError):
-                    path.unlink()  # never leave a stale file from an earlier run looking like this one's
+                parts.remove(path)  # never leave a stale file (or its .data) from an earlier run looking like this one's
         outcome.seconds = time.perf_counter() - self._began
         return outcome
 
 
 def start_build(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
-                target: Path | None = None, runtimes: tuple[str, ...] = ()) -> BuildJob:
+                target: Path | None = None, runtimes: tuple[str, ...] = (), read_later: bool = True) -> BuildJob:
     """Start building one artifact file (in the build server when isolated); ``.result()`` waits for it
-    and, given a ``target``, commits the file there. ``runtimes``: those of every kind the run builds."""
-    return BuildJob(kind, ctx, path, source, timeout, target, runtimes)
+    and, given a ``target``, commits the file there. ``runtimes``: those of every kind the run builds;
+    ``read_later``: a derived kind may build from the file at ``path`` after the commit."""
+    return BuildJob(kind, ctx, path, source, timeout, target, runtimes, read_later)
 
 
 def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Path | None, timeout: float | None = None,
@@ -128,8 +129,16 @@ def build_artifact(kind: ArtifactKind, ctx: BuildContext, path: Path, source: Pa
 PRIVATE_PREFIX = ".building-"
 
 
-def commit(built: Path, target: Path) -> Path:
-    """Put the file a build wrote at ``built`` (in the run's private folder) at ``target`` atomically.
+def commit(built: Path, target: Path, read_later: bool = True) -> Path:
+    """Put the artifact a build wrote at ``built`` (in the run's private folder) at ``target``: every file of
+    it (artifacts/parts.py: an ONNX graph's external ``.data`` first, the graph last), each one atomically;
+    a companion ``target`` had from an earlier run and this build has not is removed.
+
+    A companion (an ONNX graph's ``.data``, gigabytes) is never hard-linked: onnx refuses to read external
+    data from a file with more than one link ("a potential hardlink attack"), which would fail a derived
+    kind building from the private file, and anyone's ``onnx.load`` of the file in ``--out``. It is
+    renamed into ``target``'s folder, no byte copied, unless ``read_later`` (a derived kind of this run
+    builds from the private file), when it is copied.
 
     Only a regular, non-empty file is committed (never a link). It is hard-linked (copied where the
     filesystem has no hard links) to a temporary sibling of ``target``, then renamed onto it: the
@@ -140,11 +149,30 @@ def commit(built: Path, target: Path) -> Path:
     info = os.lstat(built)
     if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
         raise ArtifactError(f"the build reported success but left no artifact file ({built.name} is not a non-empty regular file)")
+    built_names = {p.name for p in parts.companions(built)}
+    for name in parts.companion_names(built.name):
+        if name in built_names:
+            _commit_file(built.with_name(name), target.with_name(name), "copy" if read_later else "move")
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                target.with_name(name).unlink()
+    return _commit_file(built, target)
+
+
+def _commit_file(built: Path, target: Path, how: str = "link") -> Path:
+    """``built`` at ``target`` atomically: hard-linked (copied where the filesystem has no hard links), or
+    ``how`` "copy" or "move" (a rename on this filesystem)."""
+    if how == "move":
+        os.replace(built, target)
+        fsync_dir(target.parent)
+        return target
     tmp = target.with_name(f".{target.name}.commit-{os.getpid()}")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     try:
         try:
+            if how == "copy":
+                raise OSError("copied")
             os.link(built, tmp, follow_symlinks=False)
         except OSError:
             shutil.copyfile(built, tmp, follow_symlinks=False)
@@ -203,7 +231,8 @@ class Builds:
 
     def _start(self, kind: ArtifactKind) -> BuildJob:
         return start_build(kind, self.ctx, self.private / kind.filename(), self._source_path(kind), self.timeout,
-                           target=self.out_dir / kind.filename(), runtimes=tuple(sorted({k.runtime for k in self.order})))
+                           target=self.out_dir / kind.filename(), runtimes=tuple(sorted({k.runtime for k in self.order})),
+                           read_later=any(k.source == kind.name for k in self.order))
 
     def _source_path(self, kind: ArtifactKind) -> Path | None:
         """The file ``kind`` derives from: the cache's copy, committed in ``--out``, or the private one its build wrote."""
@@ -225,8 +254,7 @@ class Builds:
         if source is not None and (source.error or source.path is None):
             if job is not None:
                 job.result()  # the server refused it (in-process, it may have built from an earlier run's file)
-            with contextlib.suppress(OSError):
-                (self.out_dir / kind.filename()).unlink()  # an earlier run's file must not pass for this run's
+            parts.remove(self.out_dir / kind.filename())  # an earlier run's file must not pass for this run's
             if source.not_applicable:
                 outcome = BuildOutcome(error=f"not applicable: it is derived from {kind.source}, which does not apply", not_applicable=True)
             else:
