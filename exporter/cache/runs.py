@@ -136,7 +136,8 @@ def restore_run(cache: ArtifactCache, run: CachedRun, out_dir: Path) -> tuple[li
                 return None
         except OSError:
             return None  # --out cannot take it: the build path reports why
-        artifact = FileInfo(path=str(dest), size_bytes=entry.size, sha256=entry.sha256)
+        parts = tuple((f.shown, f.size, f.sha256) for f in entry.files[:-1])  # the companions (an ONNX graph's .data): all but the last
+        artifact = FileInfo(path=str(dest), size_bytes=entry.size + sum(size for _, size, _ in parts), sha256=entry.sha256, parts=parts)
         observation = _with_extras(cache, entry, out_dir)
         if observation is None:
             return None
@@ -203,7 +204,8 @@ def store_observations(
             if _storable(obs):
                 assert obs.artifact is not None
                 cache.store(obs.name, artifact=Path(obs.artifact.path), expected_sha256=obs.artifact.sha256, details=dict(obs.details),
-                            notes=obs.notes, build_seconds=obs.build_seconds, observation=obs, extras=_reduced_files(obs))
+                            notes=obs.notes, build_seconds=obs.build_seconds, observation=obs, extras=_reduced_files(obs),
+                            expected_parts={name: sha for name, _, sha in obs.artifact.parts})
         notes = obs.notes
         if obs.name in cache.untrusted:
             notes += (f"{UNTRUSTED_NOTE} ({cache.untrusted[obs.name]}; the key: {cache.key.path})",)

@@ -50,11 +50,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..artifacts import KINDS_BY_NAME
-from ..files import fsync_dir
+from ..artifacts.parts import companion_names, companions
+from ..files import current_umask, fsync_dir
 from ..measurements import Observation
 from ..versions import package_version
 from .key import FORMAT, local_module_sources
-from .nofollow import Folder, Refused, copy_fd, open_regular, sha256_fd, sha256_regular
+from .linked import Mismatch, Stored, from_meta, record, restore_file
+from .nofollow import Folder, Refused, copy_fd, open_regular, sha256_regular
 from .plain import from_plain
 from .prune import hold, prune, shown_size, touch
 from .sealed import MAX_META_BYTES, NotSealed, seal, unseal
@@ -104,6 +106,8 @@ class Entry:
     label_accuracy: float | None = None
     # files written beside the artifact in --out (the reduced subgraph): (name in --out, file in the entry, sha256, size)
     extras: tuple[tuple[str, str, str, int], ...] = ()
+    # every file of the artifact (artifacts/parts.py: an ONNX graph's .data first, the file itself last), as cache/linked.py restores them
+    files: tuple[Stored, ...] = ()
 
 
 class Damaged(Exception):
@@ -131,6 +135,7 @@ class ArtifactCache:
         # name -> (device, inode, descriptor) of the entry folder this run holds (prune.hold) until release()
         self._held: dict[str, tuple[int, int, int]] = {}
         self._finalizer = weakref.finalize(self, _release, self._held)
+        self.restored: dict[str, list[tuple[str, str]]] = {}  # name -> how each file was put in --out (cache/linked.py)
 
     def _hold(self, name: str, folder: Folder) -> bool:
         """Hold the entry folder ``name`` for this run (eviction skips it); ``False`` when the folder
@@ -240,19 +245,15 @@ class ArtifactCache:
     def _read(self, name: str, folder: Folder) -> tuple[Entry, dict[str, str]]:
         meta = self._meta(name, folder)
         file = sha = size = None
+        files: tuple[Stored, ...] = ()
         artifact = meta.get("artifact")
         if artifact is not None:
-            file_name, sha, size = str(artifact["file"]), str(artifact["sha256"]), artifact["size"]
-            if not _ARTIFACT_NAME.fullmatch(file_name) or not isinstance(size, int):
-                raise Damaged(f"meta.json names no artifact file ({file_name!r})")
-            file = folder.path / file_name
-            st = folder.lstat(file_name)
-            if st is None:
-                raise Damaged(f"{file_name} is missing")
-            if not stat.S_ISREG(st.st_mode):
-                raise Damaged(f"{file_name} is {folder.what(file_name)}, not a regular file; not followed")
-            if st.st_size != size:
-                raise Damaged(f"{file_name} is truncated or grew ({st.st_size} bytes, expected {size})")
+            main = from_meta({"as": KINDS_BY_NAME[name].filename(), **artifact}, name)
+            files = (*(from_meta(p, name) for p in artifact.get("parts") or ()), main)
+            allowed = {main.shown, *companion_names(main.shown)}
+            for stored in files:
+                self._check_file(folder, stored, allowed)
+            file, sha, size = folder.path / main.file, main.sha256, main.size
         extras = tuple(self._extra(folder, e) for e in meta.get("extras") or ())
         observation = meta.get("observation")
         sources = meta.get("sources") or {}
@@ -269,7 +270,21 @@ class ArtifactCache:
             observation=None if observation is None else from_plain(Observation, observation),
             label_accuracy=meta.get("label_accuracy"),
             extras=extras,
+            files=files,
         ), {str(k): str(v) for k, v in sources.items()}
+
+    @staticmethod
+    def _check_file(folder: Folder, stored: Stored, allowed: set[str]) -> None:
+        """A file of the artifact is named as one, is there, a regular file, of its sealed size."""
+        if not _ARTIFACT_NAME.fullmatch(stored.file) or stored.shown not in allowed:
+            raise Damaged(f"meta.json names no artifact file ({stored.file!r} as {stored.shown!r})")
+        st = folder.lstat(stored.file)
+        if st is None:
+            raise Damaged(f"{stored.file} is missing")
+        if not stat.S_ISREG(st.st_mode):
+            raise Damaged(f"{stored.file} is {folder.what(stored.file)}, not a regular file; not followed")
+        if st.st_size != stored.size:
+            raise Damaged(f"{stored.file} is truncated or grew ({st.st_size} bytes, expected {stored.size})")
 
     @staticmethod
     def _extra(folder: Folder, extra: Any) -> tuple[str, str, str, int]:
@@ -292,41 +307,32 @@ class ArtifactCache:
         return data
 
     def restore(self, entry: Entry, dest: Path) -> bool:
-        """Copy the entry's artifact to ``dest`` atomically, if the copy's bytes in ``dest`` have the
-        sealed sha256 and size; ``False`` (and the entry is damaged) if they do not. ``OSError``
-        when ``dest`` cannot be written."""
+        """Put every file of the entry's artifact at ``dest`` (a companion beside it), each atomically, without
+        writing or hashing bytes that are already the sealed ones (cache/linked.py); ``False`` (and the entry
+        is damaged) when the bytes put there are not. ``OSError`` when ``dest`` cannot be written."""
         assert entry.file is not None and entry.sha256 is not None and entry.size is not None
-        temp = dest.parent / f".{dest.name}.{os.urandom(8).hex()}.partial"
+        files = entry.files or (Stored(dest.name, entry.file.name, entry.sha256, entry.size),)
+        self.restored[entry.name] = []
         try:
             with self._folder(entry.name, create=False) as folder:
                 if folder is None:
                     raise Damaged("the entry folder disappeared")
-                try:
-                    src, _ = folder.open_file(entry.file.name)
-                except OSError as exc:
-                    raise Damaged(f"{entry.file.name} cannot be read ({exc.strerror or exc})") from None
-                try:
-                    out = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+                kept = {stored.shown for stored in files}
+                for name in companion_names(dest.name):
+                    if name not in kept:  # an earlier run's .data beside the file must not pass for this one's
+                        with contextlib.suppress(FileNotFoundError):
+                            (dest.parent / name).unlink()
+                for stored in files:
                     try:
-                        copy_fd(src, out, limit=entry.size)
-                        os.fsync(out)
-                        os.lseek(out, 0, os.SEEK_SET)
-                        sha, size = sha256_fd(out)  # the bytes in --out, as they will ship
-                    finally:
-                        os.close(out)
-                finally:
-                    os.close(src)
-            if size != entry.size:
-                raise Damaged(f"{entry.file.name} is truncated or grew ({size} bytes, expected {entry.size})")
-            if sha != entry.sha256:
-                raise Damaged(f"{entry.file.name} changed (sha256 {sha[:12]}… != {entry.sha256[:12]}…)")
-            os.replace(temp, dest)
-        except (Damaged, Refused) as exc:
+                        how = restore_file(folder, stored, dest.with_name(stored.shown), linkable=stored.shown == dest.name)
+                    except OSError as exc:
+                        if exc.filename is not None and Path(str(exc.filename)).parent == dest.parent:
+                            raise  # --out cannot take it
+                        raise Damaged(f"{stored.file} cannot be read ({exc.strerror or exc})") from None
+                    self.restored[entry.name].append((stored.shown, how))
+        except (Damaged, Refused, Mismatch) as exc:
             self.damaged[entry.name] = str(exc)
             return False
-        finally:
-            if temp.exists():
-                temp.unlink()
         fsync_dir(dest.parent)
         return True
 
@@ -349,6 +355,7 @@ class ArtifactCache:
         observation: Observation | None = None,
         label_accuracy: float | None = None,
         extras: dict[str, Path] | None = None,
+        expected_parts: dict[str, str] | None = None,
     ) -> None:
         """Write one entry: the artifact file by content name (and ``extras``: name in ``--out`` -> file, the
         reduced subgraph), then the sealed ``meta.json``, then remove the files the previous sealed
@@ -362,6 +369,8 @@ class ArtifactCache:
                 artifact_meta = None
                 if artifact is not None:
                     artifact_meta = self._store_file(folder, artifact, expected_sha256)
+                    artifact_meta["parts"] = [{"as": p.name, **self._store_file(folder, p, (expected_parts or {}).get(p.name))}
+                                              for p in companions(artifact)]
                 extra_meta = [{"as": shown, **self._store_file(folder, file, None)} for shown, file in (extras or {}).items()]
                 meta = {
                     "format": FORMAT,
@@ -378,7 +387,7 @@ class ArtifactCache:
                     "extras": extra_meta,
                 }
                 folder.write_atomic(META, seal(self.key, self.entry_key(name), meta))
-                kept = {m["file"] for m in (artifact_meta, *extra_meta) if m is not None}
+                kept = {m["file"] for m in (artifact_meta, *extra_meta, *(artifact_meta or {}).get("parts", ())) if m is not None}
                 for old in previous - kept:
                     folder.remove_file(old)
                 if previous - kept:
@@ -394,7 +403,7 @@ class ArtifactCache:
             meta = self._meta(name, folder)
         except (Refused, NotSealed, Damaged, OSError, ValueError):
             return set()
-        named = [meta.get("artifact"), *(meta.get("extras") or [])]
+        named = [meta.get("artifact"), *(meta.get("extras") or []), *((meta.get("artifact") or {}).get("parts") or [])]
         files = [m.get("file") for m in named if isinstance(m, dict)]
         return {f for f in files if isinstance(f, str) and _ARTIFACT_NAME.fullmatch(f)}
 
@@ -404,12 +413,14 @@ class ArtifactCache:
             temp, out = folder.new_temp("artifact")
             try:
                 try:
+                    os.fchmod(out, 0o644 & ~current_umask())  # writable by this user only: what lets a hit trust it unhashed (linked.py)
                     sha, size = copy_fd(src, out)
                     os.fsync(out)
                     if expected_sha256 is not None and sha != expected_sha256:
                         raise _Changed(f"{artifact.name} changed while being stored")
                     target = f"{sha[:16]}{artifact.suffix}"
                     folder.commit(temp, target)  # while its descriptor holds the lock (Folder.sweep_partials)
+                    seen, placed = record(out), record(src)
                 finally:
                     os.close(out)
             except BaseException:
@@ -417,7 +428,7 @@ class ArtifactCache:
                 raise
         finally:
             os.close(src)
-        return {"file": target, "sha256": sha, "size": size}
+        return {"file": target, "sha256": sha, "size": size, "seen": list(seen), "placed": list(placed)}
 
 
 def _release(held: dict[str, tuple[int, int, int]]) -> None:
