@@ -354,6 +354,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return _interrupted()
+    except SystemExit as exc:
+        if args is None:
+            raise  # argparse's own exit: --help, --version, a usage error it printed
+        # sys.exit() called by the model's code or a library it called, in this process (its factory, its eager
+        # forward): the run stopped before it judged anything, and must not end with that code (0 would pass it)
+        print(f"export-check: error: the run stopped before it judged anything: code it ran (the model's factory or forward, or a library "
+              f"it called) called sys.exit({exc.code!r}); run the model alone to find where", file=sys.stderr)
+        return EXIT_FAIL
 
 
 _SCANNED = ("json", "junit", "markdown", "html", "golden", "arch", "out")

@@ -33,7 +33,7 @@ from .cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, s
 from .cache.store import ArtifactCache
 from .config import RunConfig
 from .diagnostics.run import PendingSelfCheck
-from .errors import ExportCheckError, GoldenError, UsageError
+from .errors import ArchitectureError, ExportCheckError, GoldenError, UsageError
 from .explain import Explainer
 from .feeds import length
 from .files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
@@ -47,6 +47,7 @@ from .paths import check_outputs
 from .progress import count_message
 from .results import GoldenSummary, Report
 from .signature import SINGLE, Signature, ctc_problem
+from .timelimit import time_limit
 from .versions import library_versions
 
 Progress = Callable[[str], None]
@@ -118,7 +119,11 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
             return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings, run_notes)
         progress("loading checkpoint")
-        model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, run_notes)
+        # the factory is the user's code, run here: a hang in it is cut at the build timeout (Python-level waits)
+        with time_limit(config.build_timeout, lambda: ArchitectureError(
+                f"{config.arch}: building the model was still running after {config.build_timeout:g} s (--build-timeout); "
+                "fix the factory, or raise --build-timeout if it is just slow")):
+            model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, run_notes)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
         signature = golden.signature
         progress("running the eager model on the first batch (does it reproduce itself?)")

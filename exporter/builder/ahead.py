@@ -14,12 +14,12 @@ import dataclasses
 import importlib
 import io
 import pickle
-import signal
 import sys
 import warnings
 from typing import Any
 
 from ..artifacts._common import captured_fd
+from ..timelimit import time_limit
 
 WARMED: set[str] = set()
 ABANDONED: set[str] = set()  # preloads that ran past the import time limit: not tried again here (the child imports them)
@@ -62,30 +62,15 @@ class _Limit:
     expired: bool = False
 
 
-@contextlib.contextmanager
 def _time_limit(limit: _Limit) -> Any:
     """Raise :class:`_TookTooLong` in the block once ``limit.seconds`` have passed, and say so in ``limit.expired``
-    (SIGALRM: this server's main thread, which is its only one; a Python-level wait, such as a socket or a sleep, is
-    interrupted; a hang inside native code is not)."""
-    seconds = limit.seconds
-    if not seconds or seconds <= 0:
-        yield
-        return
-    done = False
+    (this server's main thread, which is its only one: exporter/timelimit.py)."""
 
-    def expire(signum: int, frame: Any) -> None:
-        if not done:
-            limit.expired = True
-            raise _TookTooLong(f"still importing after {seconds:g} s")
+    def expired() -> BaseException:
+        limit.expired = True
+        return _TookTooLong(f"still importing after {limit.seconds:g} s")
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        done = True
-        signal.signal(signal.SIGALRM, previous)
+    return time_limit(limit.seconds, expired)
 
 
 def end_helper_threads() -> None:

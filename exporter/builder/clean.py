@@ -69,8 +69,10 @@ class CleanRunner:
     """An artifact opened and run in a replay child (see the module's docstring): the ``Runner`` the observe stage
     replays. ``last_seconds``: the last ``infer``'s own time in the child (``artifacts.base.ran_for``)."""
 
-    def __init__(self, channel: socket.socket, channel_lock: threading.Lock, module: str, path: Path, ctx: bytes) -> None:
+    def __init__(self, channel: socket.socket, channel_lock: threading.Lock, module: str, path: Path, ctx: bytes,
+                 timeout: float | None = None) -> None:
         self._opening = (channel, channel_lock, module, path, ctx)
+        self.timeout = timeout  # seconds one call (the opening, one batch) may take before its replay child is killed
         self._lock = threading.Lock()
         self.last_seconds: float | None = None
         self.dead = False  # its child ended on a call: the next call opens the file in a new one (a crash costs that call)
@@ -88,6 +90,7 @@ class CleanRunner:
         finally:
             theirs.close()
         self._socket = ours
+        ours.settimeout(self.timeout)  # a file that hangs its runtime costs its row at the timeout, never the run
         self._stream = ours.makefile("rwb")
         try:  # the child's first word: it was forked (an EOF instead: the host is gone, the socket never reached it)
             self.pid = int(protocol.receive(self._stream)["pid"])
@@ -127,6 +130,12 @@ class CleanRunner:
             try:
                 protocol.send(self._stream, message)
                 reply = protocol.receive(self._stream)
+            except TimeoutError:
+                with contextlib.suppress(OSError):
+                    os.kill(self.pid, signal.SIGKILL)  # a child of its host, which reaps it
+                self.close()
+                self.dead = True
+                raise ReplayTimedOut(doing, self.timeout or 0.0) from None
             except (OSError, EOFError, ValueError):
                 self.close()
                 self.dead = True
@@ -156,6 +165,16 @@ class ReplayProcessDied(RuntimeError):
 
         super().__init__(f"{RUNTIME_CRASHED} {doing} the file, without a reply (it runs nothing else: a native crash in the "
                          "runtime, or the process was killed)")
+
+
+class ReplayTimedOut(ReplayProcessDied):
+    """One call of the replayed file (its opening, or one batch) ran past the run's build timeout: its replay child
+    was killed; the row's error, not the run's. Its replay process is gone, as after a crash: the row runs no
+    diagnostics (each would wait the timeout again)."""
+
+    def __init__(self, doing: str, seconds: float) -> None:
+        RuntimeError.__init__(self, f"replay timed out: still {doing} the file after {seconds:g} s, its replay process was killed; the other "
+                                 "artifacts were not affected; raise --build-timeout if this file is just slow")
 
 
 def _exception(error: dict[str, Any]) -> BaseException:

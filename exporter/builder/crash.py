@@ -83,14 +83,26 @@ def disk_full(exc: BaseException, path: Path) -> BaseException:
 
 
 def revive(reply: dict[str, Any]) -> BaseException:
-    """The exception a builder raised in its child, re-created here (or described, if it cannot be)."""
+    """The exception a builder raised in its child, re-created here (or described, if it cannot be).
+
+    An exit (``SystemExit``: ``sys.exit(0)`` in a model's forward or an exporter) or an interrupt raised there is
+    the build's, never the run's: re-raised here it would end the run, with its exit code (0), before any row
+    was judged. It becomes the row's error."""
     try:
         exc = pickle.loads(reply["exception"])
         if isinstance(exc, BaseException):
-            return exc
+            return the_rows(exc)
     except Exception:
         pass
     return ArtifactError(reply.get("description", "the builder failed in its child process"))
+
+
+def the_rows(exc: BaseException) -> BaseException:
+    """What a build raised, as its row's error: a ``SystemExit`` (``sys.exit(0)`` in a forward or an exporter) would
+    end the run with its code before anything was judged; every other exception (an interrupt too) is itself."""
+    if isinstance(exc, SystemExit):
+        return ArtifactError(f"build failed: the export called sys.exit({exc.code!r}) (SystemExit); the other artifacts were not affected")
+    return exc
 
 
 def remove_partial(path: Path, pid: int | None) -> None:

@@ -65,8 +65,10 @@ from ..artifacts.base import RUNTIME_ALONE
 from ..errors import ArtifactError, describe_exception
 from .clean import CleanRunner, CleanUnavailable, NeedsWhatItLacks, ReplayProcessDied, RuntimeHost, replay_context
 from .client import ServerProcess
-from .crash import crash_message, last_words, remove_partial, revive
+from .crash import crash_message, last_words, remove_partial, revive, the_rows
+from .forked import run_forked
 from .protocol import ENV_SWITCH, PRELOAD, PRIVATE_PREFIX, LoadFailure
+from .server import build_here
 
 __all__ = ["ENV_SWITCH", "PRELOAD", "BuildCrashed", "BuildTimedOut", "SourceFailed", "PendingBuild", "BuildService", "SERVICE",
            "enabled", "prewarm", "start", "build", "settle", "open_deployed", "CleanRunner", "CleanUnavailable", "NeedsWhatItLacks",
@@ -98,8 +100,8 @@ class PendingBuild:
     order; waiting on a later build first receives (and keeps) the earlier ones' replies.
     """
 
-    def __init__(self, kind: Any, ctx: Any, path: Path, source: Path | None) -> None:
-        self.kind, self.ctx, self.path, self.source = kind, ctx, path, source
+    def __init__(self, kind: Any, ctx: Any, path: Path, source: Path | None, timeout: float | None = None) -> None:
+        self.kind, self.ctx, self.path, self.source, self.timeout = kind, ctx, path, source, timeout
         self.notes: list[str] = []
         self.seconds: float | None = None  # the build's own time (in its child, when isolated)
         self._reply: dict[str, Any] | None = None
@@ -118,7 +120,7 @@ class PendingBuild:
         try:
             self._details = dict(self.kind.build(self.ctx, self.path, self.source) or {})
         except BaseException as exc:
-            self._error = exc
+            self._error = the_rows(exc)
         self.seconds = time.perf_counter() - began
         self._done = True
 
@@ -140,7 +142,10 @@ class PendingBuild:
     def _finish(self) -> None:
         assert self._service is not None and self._server is not None
         self._service.receive(self._server, self)
-        reply = self._reply or {}
+        self._take(self._reply or {})
+
+    def _take(self, reply: dict[str, Any]) -> None:
+        """The build's outcome from its child's reply (the server's, or one forked here: ``_build_forked``)."""
         self.notes.extend(reply.get("notes", ()))
         self.seconds = reply.get("seconds")
         remove_partial(self.path, reply.get("pid"))
@@ -152,9 +157,8 @@ class PendingBuild:
             self._details = dict(reply["details"])
             self.load = reply.get("load")
             self.first = reply.get("first")
-        elif status == "unpicklable":  # e.g. a class defined in a __main__ script: no worse off than before isolation
-            self.notes.append(f"built in-process, not isolated: the build process cannot rebuild the model ({reply['description']})"[:300])
-            self._build_in_process()
+        elif status == "unpicklable":  # e.g. a class defined in a __main__ script: built in a child forked from here
+            self._build_forked(f"the build process cannot rebuild the model ({reply['description']})")
         elif status == "raised":
             self._error = revive(reply)
         elif status == "source-failed":
@@ -168,6 +172,16 @@ class PendingBuild:
             self._error = BuildCrashed(f"build crashed: the build server died ({reply['description']}); the rest of the run goes on")
         else:
             self._error = BuildCrashed(crash_message(reply.get("signal"), reply.get("exit_code"), self.path, last_words(reply.get("stderr", ""))))
+
+    def _build_forked(self, why: str) -> None:
+        """Build in a child forked from this process, which holds the model already: for a model the build
+        server cannot be sent or cannot rebuild. Isolated as a server build is (a crash, a hang past the
+        timeout, an exit are this row's), only not from a process that imported nothing of the run."""
+        self.notes.append(f"built in a child of the run's process, not the build server: {why}"[:300])
+        request = {"module": self.kind.module, "kind": self.kind.name, "path": str(self.path),
+                   "source": None if self.source is None else str(self.source), "timeout": self.timeout,
+                   "sys_path": list(sys.path), "cwd": os.getcwd()}
+        self._take(run_forked(request, self.ctx, build_here))
 
 
 def stderr_notes(text: str) -> list[str]:
@@ -210,6 +224,7 @@ class BuildService:
         self._pickled: tuple[Any, str, bytes] | None = None  # (ctx, key, its pickle): the last context sent
         self._replay_ctx: tuple[Any, bytes] | None = None  # (ctx, clean.replay_context of it): the last one replayed
         self.hosts: dict[str, RuntimeHost] = {}  # per runtime a deployed process runs without torch (RUNTIME_ALONE)
+        self.call_timeout: float | None = None  # seconds one replayed call may take (the run's build timeout, set by prewarm)
 
     def prewarm(self, kinds: tuple[str, ...] = (), timeout: float | None = None) -> None:
         """Start the build server now, before the model is loaded, and have it import what ``kinds`` need ahead.
@@ -221,6 +236,7 @@ class BuildService:
         before torch, so that both import at once, measured no faster.) Elsewhere (a test session that
         has run models already) it is started afresh, and imports torch while this process works.
         """
+        self.call_timeout = timeout or None
         if not enabled():
             return
         with self.lock:
@@ -244,18 +260,18 @@ class BuildService:
 
         ``timeout``: seconds the build may run before its child is killed (the row becomes
         :class:`BuildTimedOut`); ``None`` or 0: no limit. ``runtimes``: those of every kind the run
-        builds, whose heavy loaders the server imports once, ahead (``artifacts.base.RUNTIME_LOADERS``). Builds in-process (at once, without a time
-        limit) when isolation is off or the context cannot be pickled.
+        builds, whose heavy loaders the server imports once, ahead (``artifacts.base.RUNTIME_LOADERS``). Builds in a child forked
+        from this process (at once, under the same timeout) when the context cannot be pickled; in-process (at once, without a
+        time limit or crash containment) only when isolation is switched off (``EXPORT_CHECK_ISOLATE=0``).
         """
-        pending = PendingBuild(kind, ctx, path, source)
+        pending = PendingBuild(kind, ctx, path, source, timeout)
         if not enabled():
             pending._build_in_process()
             return pending
         try:
             key, payload = self._pickle(ctx)
-        except Exception as exc:  # e.g. a model holding a lambda: no worse off than before isolation
-            pending.notes.append(f"built in-process, not isolated: the model cannot be pickled ({describe_exception(exc)})"[:300])
-            pending._build_in_process()
+        except Exception as exc:  # e.g. a model holding a lambda: built in a child of this process, which holds it
+            pending._build_forked(f"the model cannot be pickled ({describe_exception(exc)})")
             return pending
         request = {
             "module": kind.module,
@@ -286,7 +302,7 @@ class BuildService:
         """Run ``kind``'s builder in a child process and wait for it; return its details, append its warnings to ``notes``.
 
         Raises what the builder raised (re-created in this process), or :class:`BuildCrashed`.
-        Falls back to building in-process when isolation is off or the context cannot be pickled.
+        Builds in a child of this process when the context cannot be pickled; in-process only when isolation is off.
         """
         return self.start(kind, ctx, path, source, timeout).wait(notes)
 
@@ -346,13 +362,13 @@ class BuildService:
             try:
                 with self.lock:
                     host = self._host(kind.runtime)
-                return CleanRunner(host.channel, host.channel_lock, kind.module, path, self._replay_ctx[1])
+                return CleanRunner(host.channel, host.channel_lock, kind.module, path, self._replay_ctx[1], self.call_timeout)
             except (OSError, CleanUnavailable) as exc:
                 why = exc if isinstance(exc, CleanUnavailable) else describe_exception(exc)
                 notes.append(f"replayed where torch is imported too: the process holding {kind.runtime} alone could not be had ({why})")
         with self.lock:  # every file from the cache: no build has started the server yet
             server = self._running_server()
-        return CleanRunner(server.channel, server.channel_lock, kind.module, path, self._replay_ctx[1])
+        return CleanRunner(server.channel, server.channel_lock, kind.module, path, self._replay_ctx[1], self.call_timeout)
 
     def receive(self, server: ServerProcess, pending: PendingBuild) -> None:
         """Read ``server``'s replies up to ``pending``'s; a server that fails on the way fails every build it still owes."""

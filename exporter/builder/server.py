@@ -33,7 +33,6 @@ import select
 import signal
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +44,7 @@ from . import clean, lifeline, protocol
 from .ahead import import_ahead, warm_up
 from .clean import pin_threads
 from .crash import disk_full
+from .forked import run_forked
 
 
 def serve(request_fd: int, reply_fd: int, life_fd: int | None = None, parent_pid: int | None = None, pdeathsig: bool = False,
@@ -277,96 +277,15 @@ class BuildServer:
 
     def _run_in_child(self, request: dict[str, Any], ctx: Any, work: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None) -> dict[str, Any]:
         """Run ``work`` (a build, ``build_here``, by default) in a child forked from this process, under the
-        request's timeout; its reply, or what became of the child."""
-        result_r, result_w = os.pipe()
-        # The child's stderr goes to a file: passed on when it reports back, summed up when it crashes
-        # (a native abort prints a long C++ stack there).
-        log = tempfile.TemporaryFile()  # noqa: SIM115 (shared with the forked child; closed by `with log` once it exits)
-        began = time.perf_counter()
-        # SIGTERM (the parent stopping early) waits until self.child names the child, so _stop never misses it.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        server = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # the child: build, report, and leave without running any of the server's cleanup
-            code = 0
-            try:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-                lifeline.die_with_parent(server)  # this server is single-threaded: the signal is tied to it
-                if self.life_fd is not None:
-                    lifeline.watch(self.life_fd)
-                os.close(result_r)
-                os.dup2(log.fileno(), 2)
-                built = (work or build_here)(request, ctx)
-                sys.stderr.flush()  # into the log, before os._exit skips it
-                with os.fdopen(result_w, "wb") as out:
-                    out.write(pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL))
-            except BaseException:
-                code = 70
-            finally:
-                os._exit(code)
-        self.child = pid
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-        os.close(result_w)
-        # while the child builds, on the other core; back in time to read its reply
-        self._preload_until_readable(result_r, None if not request.get("timeout") else began + float(request["timeout"]))
-        timeout = request.get("timeout")
+        request's timeout; its reply, or what became of the child (forked.run_forked)."""
+
+        def track(pid: int | None) -> None:
+            self.child = pid
+
         also = (self.channel_fd, self.on_channel) if self.channel_fd is not None and self.on_channel is not None else None
-        data, timed_out = _read_until_eof(result_r, None if not timeout else began + float(timeout), self.life_fd, also)
-        if self.life_fd is not None and lifeline.parent_gone(self.life_fd):
-            self._stop(signal.SIGTERM, None)  # the parent died while the child built: end both now
-        if timed_out:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-        self.child = None
-        seconds = time.perf_counter() - began
-        with log:
-            log.seek(0)
-            stderr = log.read(protocol.STDERR_KEEP).decode("utf-8", "replace")
-        reply: dict[str, Any] = {"pid": pid, "stderr": stderr, "seconds": seconds}
-        if timed_out:
-            reply.update(status="timeout", timeout=float(timeout or 0))
-            return reply
-        if data:
-            try:
-                reply.update(pickle.loads(data))
-                return reply
-            except Exception:
-                pass  # the child died while writing its reply
-        if os.WIFSIGNALED(status):
-            reply.update(status="crashed", signal=os.WTERMSIG(status))
-        else:
-            reply.update(status="crashed", exit_code=os.WEXITSTATUS(status))
-        return reply
-
-
-def _read_until_eof(fd: int, deadline: float | None, life_fd: int | None = None,
-                    also: tuple[int, Callable[[], bool]] | None = None) -> tuple[bytes, bool]:
-    """All of ``fd`` up to EOF (then closed), or what came before ``deadline`` (perf_counter) and ``True``;
-    returns early, too, when the lifeline ``life_fd`` says the parent is gone. ``also``: a descriptor and what to
-    do when it is readable meanwhile (the load host's replay channel: a replay is not kept waiting for a probe)."""
-    chunks: list[bytes] = []
-    watched = [fd] if life_fd is None else [fd, life_fd]
-    try:
-        while True:
-            wait = None if deadline is None else max(0.0, deadline - time.perf_counter())
-            ready = select.select(watched if also is None else [*watched, also[0]], [], [], wait)[0]
-            if not ready:
-                return b"".join(chunks), True
-            if also is not None and also[0] in ready:
-                if not also[1]():  # the channel was closed: no more to watch
-                    also = None
-                if len(ready) == 1:
-                    continue
-            if fd not in ready:
-                return b"".join(chunks), False  # the lifeline: the caller ends the child
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return b"".join(chunks), False
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
+        # while the child builds, imports go on here, on the other core; back in time to read its reply
+        return run_forked(request, ctx, work or build_here, life_fd=self.life_fd, on_child=track, idle=self._preload_until_readable,
+                          also=also, on_parent_gone=lambda: self._stop(signal.SIGTERM, None))
 
 
 def build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:

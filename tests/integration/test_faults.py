@@ -78,13 +78,15 @@ if _FAULTS:
             ctypes.string_at(0)
         return open_runner
 
-    def _crashing_run(real, at=None):
+    def _crashing_run(real, at=None, hang=False):
         def open_runner(path, ctx):  # it loads and runs one sample (the load probe); a batch of more (or of `at`) crashes it
             runner = real(path, ctx)
             one = runner.infer
 
             def infer(feeds):
                 n = len(next(iter(feeds.values())))
+                if ((n > 1) if at is None else (n == at)) and hang:
+                    time.sleep(600)
                 if (n > 1) if at is None else (n == at):
                     ctypes.string_at(0)
                 return one(feeds)
@@ -100,9 +102,9 @@ if _FAULTS:
         elif _what == "slow":
             _module = importlib.import_module("export_check.artifacts." + _arg)
             _module.build = _slow_build(_module.build)
-        elif _what in ("segv-run", "segv-at-7"):
+        elif _what in ("segv-run", "segv-at-7", "hang-run"):
             _module = importlib.import_module("export_check.artifacts." + _arg)
-            _module.open_runner = _crashing_run(_module.open_runner, None if _what == "segv-run" else 7)
+            _module.open_runner = _crashing_run(_module.open_runner, 7 if _what == "segv-at-7" else None, hang=_what == "hang-run")
         elif _what in ("hang-load", "segv-load"):
             importlib.import_module("export_check.artifacts." + _arg).open_runner = _hostile_load(_what)
         elif _what == "hang-golden-write":
@@ -381,12 +383,12 @@ def test_an_artifact_that_hangs_or_crashes_on_load_costs_its_row_not_the_run(hoo
     assert not (out / "torchscript-trace.pt").exists()  # never committed into --out
 
 
-def replayed_with_a_fault(hook_dir: Path, tmp_path: Path, faults: str) -> dict[str, dict]:
+def replayed_with_a_fault(hook_dir: Path, tmp_path: Path, faults: str, *extra: str) -> dict[str, dict]:
     """The rows of a torchscript-trace and onnx check of the bundled model run with ``faults``; it exits 1, no traceback."""
     report_path = tmp_path / "report.json"
     result = subprocess.run(
         cli(DEFAULT_CHECKPOINT, "--arch", DEFAULT_ARCH, "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out", "--json", report_path,
-            "--no-cache", "--artifacts", "torchscript-trace,onnx", "-q"),
+            "--no-cache", "--artifacts", "torchscript-trace,onnx", "-q", *extra),
         env=cli_env(hook_dir, faults), capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1, result.stdout + result.stderr
@@ -404,6 +406,18 @@ def test_an_artifact_that_crashes_its_runtime_in_the_replay_costs_its_row_not_th
     assert bad["reasons"][0].startswith("running failed at inputs 0.."), bad["reasons"]
     assert "its replay process ended while running the file, without a reply" in bad["reasons"][0], bad["reasons"]
     assert rows["eager"]["status"] == "pass" and rows["onnx"]["status"] == "pass" and rows["onnx"]["metrics"]["mae"] <= 1e-5
+
+
+def test_an_artifact_that_hangs_its_runtime_in_the_replay_costs_its_row_at_the_build_timeout(hook_dir: Path, tmp_path: Path) -> None:
+    """Issue 47: a replayed file that hangs had no time limit (the run waited forever on its replay child). Each call
+    now waits at most --build-timeout: the child is killed, the row is an error naming the timeout, the rest pass."""
+    began = time.monotonic()
+    rows = replayed_with_a_fault(hook_dir, tmp_path, "hang-run:torchscript_trace", "--build-timeout", "8")
+    bad = rows["torchscript-trace"]
+    assert bad["status"] == "error" and bad["metrics"] is None, bad
+    assert "replay timed out: still running the file after 8 s, its replay process was killed" in bad["reasons"][0], bad["reasons"]
+    assert rows["eager"]["status"] == "pass" and rows["onnx"]["status"] == "pass"
+    assert time.monotonic() - began < 200
 
 
 def test_a_runtime_that_crashes_at_one_batch_size_fails_that_size_by_its_cause_and_the_other_sizes_run(hook_dir: Path,
@@ -710,33 +724,81 @@ def test_the_out_dir_lock_really_makes_a_second_run_wait(hook_dir: Path, tmp_pat
     assert (out / "onnx.onnx").is_file()
 
 
-def test_a_model_class_the_build_process_cannot_import_is_built_in_process(hook_dir: Path, tmp_path: Path, digit_images: Path) -> None:
-    """A class defined in the caller's ``__main__`` cannot be rebuilt in the build process: the
-    build falls back to in-process and says so, rather than failing the row."""
-    script = tmp_path / "script.py"
-    script.write_text(
-        "import json, sys, torch\n"
-        "from export_check.cli import main\n"
-        "class Net(torch.nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.conv = torch.nn.Conv2d(3, 4, 3)\n"
-        "        self.fc = torch.nn.Linear(4, 10)\n"
-        "    def forward(self, x):\n"
-        "        return self.fc(self.conv(x).mean((2, 3)))\n"
-        "torch.manual_seed(0)\n"
-        f"torch.save(Net().state_dict(), {str(tmp_path / 'net.pth')!r})\n"
-        f"common = [{str(tmp_path / 'net.pth')!r}, '--arch', '__main__:Net', '--golden', {str(tmp_path / 'golden')!r}, '-q']\n"
-        f"assert main(['golden', 'record', *common, '--inputs', {str(digit_images)!r}, '--size', '16']) == 0\n"
-        f"sys.exit(main([*common, '--out', {str(tmp_path / 'out')!r}, '--artifacts', 'torchscript-trace,onnx', '--no-cache',"
-        f" '--json', {str(tmp_path / 'report.json')!r}]))\n"
-    )
-    result = subprocess.run([sys.executable, str(script)], env=cli_env(hook_dir), capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    rows = {row["name"]: row for row in strict_json(tmp_path / "report.json")["rows"]}
+UNPICKLABLE_NET = """
+import os, signal, sys, time, torch
+from export_check.cli import main
+
+class Net(torch.nn.Module):
+    # A model the build server can be sent in no way: a class of this __main__ script, holding a lambda. Its export
+    # misbehaves as FAULT says (its eager forward does not): the run must contain it as it contains a server build.
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.fc = torch.nn.Linear(4, 10)
+        self.scale = lambda t: t * 1.0
+
+    def forward(self, x):
+        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+            fault = os.environ.get("FAULT", "")
+            if fault == "segv":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            elif fault == "exit0":
+                os._exit(0)
+            elif fault == "sys-exit0":
+                sys.exit(0)
+            elif fault == "hang":
+                time.sleep(3600)
+        return self.fc(self.scale(self.conv(x)).mean((2, 3)))
+
+torch.manual_seed(0)
+net, golden, out = sys.argv[1:4]
+torch.save(Net().state_dict(), net)
+common = [net, "--arch", "__main__:Net", "--golden", golden, "-q"]
+if not os.path.isdir(golden):
+    assert main(["golden", "record", *common, "--inputs", sys.argv[4], "--size", "16"]) == 0
+sys.exit(main([*common, "--out", out, "--artifacts", "torchscript-trace,onnx", "--no-cache", "--json", out + ".json",
+               "--build-timeout", "10"]))
+"""
+
+
+@pytest.fixture(scope="module")
+def unpicklable_script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("unpicklable")
+    (folder / "script.py").write_text(UNPICKLABLE_NET)
+    return folder
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("", None),
+    ("segv", "build crashed (signal 11, SIGSEGV) in its child process"),
+    ("exit0", "build crashed: its child process exited with code 0 before reporting back"),
+    ("sys-exit0", "build failed: the export called sys.exit(0) (SystemExit)"),
+    ("hang", "build timed out: still running after 10 s, its child process was killed"),
+])
+def test_a_model_the_build_server_cannot_take_is_built_in_a_child_of_the_run_and_contained(
+        hook_dir: Path, unpicklable_script: Path, digit_images: Path, fault: str, reason: str | None) -> None:
+    """Issue 47: a model that cannot be pickled (a __main__ class holding a lambda) was built in-process: a segfault
+    in its export killed the run with no report, a hang ignored --build-timeout, and os._exit(0) ended the run with
+    exit 0 and no rows. Now it is built in a child forked from the run's process, with the server builds' time limit
+    and crash containment: each fault is its rows' error, eager is judged, and the run exits 1 with its report."""
+    folder = unpicklable_script
+    out = folder / f"out-{fault or 'none'}"
+    result = subprocess.run([sys.executable, str(folder / "script.py"), str(folder / "net.pth"), str(folder / "golden"), str(out),
+                             str(digit_images)], env=cli_env(hook_dir, FAULT=fault), capture_output=True, text=True, timeout=600,
+                            cwd=folder)
+    assert result.returncode == (0 if reason is None else 1), result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    rows = {row["name"]: row for row in strict_json(Path(f"{out}.json"))["rows"]}
+    assert list(rows) == ["eager", "torchscript-trace", "onnx"] and rows["eager"]["status"] == "pass"
     for name in ("torchscript-trace", "onnx"):
-        assert rows[name]["status"] == "pass"
-        assert any(note.startswith("built in-process, not isolated") for note in rows[name]["notes"]), rows[name]["notes"]
+        assert any(note.startswith("built in a child of the run's process, not the build server: the model cannot be pickled")
+                   for note in rows[name]["notes"]), rows[name]["notes"]
+        if reason is None:
+            assert rows[name]["status"] == "pass" and rows[name]["metrics"]["mae"] <= 1e-5
+        else:
+            assert rows[name]["status"] == "error" and reason in rows[name]["reasons"][0], rows[name]["reasons"]
+    assert partial_files(out) == []
 
 
 def test_a_library_that_hangs_on_import_costs_its_rows_at_the_build_timeout_not_the_run(tmp_path: Path) -> None:
@@ -760,3 +822,22 @@ def test_a_library_that_hangs_on_import_costs_its_rows_at_the_build_timeout_not_
     assert rows["onnx"]["status"] == "pass" and rows["eager"]["status"] == "pass", (rows["onnx"]["reasons"], rows["eager"]["reasons"])
     hung = rows["onnx-simplified"]
     assert hung["status"] == "error" and hung["reasons"][0].startswith("build timed out: still running after 6 s"), hung["reasons"]
+
+
+@pytest.mark.parametrize("body, code, line", [
+    ("import time\n    time.sleep(3600)", 2, "building the model was still running after 3 s (--build-timeout); fix the factory"),
+    ("import sys\n    sys.exit(0)", 1, "the run stopped before it judged anything: code it ran (the model's factory or forward, or a library it "
+                                   "called) called sys.exit(0)"),
+])
+def test_a_model_factory_that_hangs_or_exits_ends_the_run_in_one_line_never_with_a_pass(tmp_path: Path, body: str, code: int,
+                                                                                       line: str) -> None:
+    """Issue 47: the factory is the user's code and runs in the run's own process. One that hangs is cut at the build
+    timeout; one that calls sys.exit(0) no longer ends the run with exit 0 and no rows."""
+    (tmp_path / "factory.py").write_text(f"def make():\n    {body}\n")
+    began = time.monotonic()
+    result = subprocess.run(cli(DEFAULT_CHECKPOINT, "--arch", "factory.py:make", "--golden", DEFAULT_GOLDEN, "--out", tmp_path / "out",
+                                "--artifacts", "onnx", "--no-cache", "--build-timeout", "3", "--json", tmp_path / "r.json", "-q"),
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert line in result.stderr and "Traceback" not in result.stderr
+    assert time.monotonic() - began < 120

@@ -177,8 +177,12 @@ def test_merge_refuses_a_model_twice_and_reports_of_other_fleets(zoo: Zoo, runs:
     monkeypatch.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(runs / "key" / "cache.key"))  # the key the runs sealed their reports with
     assert main(["merge", str(runs / "fleet.json"), str(runs / "fleet.json")]) == 2
     assert "model 'mlp0' is also in" in capsys.readouterr().err
-    monkeypatch.chdir(zoo.folder)  # standing in the zoo's project: each checkpoint's own export-check.toml applies
-    other = main([str(zoo.checkpoint("mlp0")), str(zoo.checkpoint("mlp2")), "-q", "--out", str(tmp_path / "o"), "--json", str(tmp_path / "b.json"),
+    # another fleet of two of the zoo's models, each with its own settings file named (issue 47: a checkpoint's folder has no say)
+    other_fleet = tmp_path / "other.toml"
+    other_fleet.write_text("".join(f'[models.other-{name}]\ncheckpoint = "{zoo.checkpoint(name)}"\nconfig = "{zoo.checkpoint(name).parent / "export-check.toml"}"\n\n'
+                                   for name in ("mlp0", "mlp2")))
+    monkeypatch.chdir(zoo.folder)  # standing in the zoo's project: the settings' code lies inside it
+    other = main(["--fleet", str(other_fleet), "-q", "--out", str(tmp_path / "o"), "--json", str(tmp_path / "b.json"),
                   "--cache-dir", str(runs / "cache"), "--workers", "1"])
     assert other == 0
     assert main(["merge", str(runs / "fleet.json"), str(tmp_path / "b.json")]) == 2

@@ -144,3 +144,20 @@ def test_a_values_row_shows_no_top1_figure_in_any_view() -> None:
     assert "100.0%" not in markdown.render(report) and "100.0%" not in html.render(report)
     assert "| - |" in markdown.render(report)
     assert "top1_agreement: -" in junit.render(report) and "top1_agreement: 1" not in junit.render(report)
+
+
+def test_a_run_that_judged_nothing_never_passes_in_any_view() -> None:
+    """Issue 47: every row not applicable (a replay on a target without any of the bundle's runtimes, say) judged
+    nothing: exit 1 and a verdict that says so, never PASSED."""
+    from export_check.report.markdown import render as render_markdown
+    from export_check.results import NOT_APPLICABLE
+
+    from .rows import report, row
+
+    nothing = report(row("onnx", status=NOT_APPLICABLE), row("coreml", status=NOT_APPLICABLE))
+    assert (nothing.passed, nothing.exit_code, nothing.judged) == (False, 1, False)
+    text = render(nothing, Style(width=200))
+    assert text.splitlines()[-1].startswith("FAILED: nothing judged (0 passed, 0 failed, 0 errors, 2 not applicable)")
+    assert "FAILED" in render_markdown(nothing)
+    judged = report(row("onnx"), row("coreml", status=NOT_APPLICABLE))
+    assert (judged.passed, judged.exit_code) == (True, 0) and judged.counts_text() == "1 passed, 0 failed, 0 errors, 1 not applicable"
