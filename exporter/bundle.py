@@ -9,7 +9,9 @@ with a fixed timestamp and mode, stored uncompressed. It holds
   calibration split, each artifact (kind, family, file, sha256, the row's details and the build
   machine's verdict and figures), the provenance (checkpoint and golden manifest sha256, tool and library
   versions, the build machine's CPU flags) and the sha256 of every other member;
-* ``artifacts/<kind><suffix>``: each judged artifact's file, as the check reloaded it;
+* ``artifacts/<kind><suffix>``: each judged artifact's file, as the check reloaded it, and the files beside it
+  that belong to it (artifacts/parts.py: an ONNX graph's external weights, ``artifacts/<kind>.onnx.data``),
+  named in its ``parts``;
 * ``inputs/<start>/<name>.npy``: the golden inputs, preprocessed, batch by batch (arrays: no pickles);
 * ``eager/<start>/<output>.npy``: the outputs each artifact is compared with: the eager model's on the
   build machine, batch by batch.
@@ -84,10 +86,12 @@ class BundledArtifact:
     details: tuple[tuple[str, str], ...]
     build_status: str
     build_metrics: dict[str, Any] | None
+    parts: tuple[tuple[str, str], ...] = ()  # the members beside ``file`` that belong to it (its ONNX .data), with their sha256
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "family": self.family, "file": self.file, "sha256": self.sha256, "size_bytes": self.size_bytes,
-                "details": dict(self.details), "build": {"status": self.build_status, "metrics": self.build_metrics}}
+        shown = {"name": self.name, "family": self.family, "file": self.file, "sha256": self.sha256, "size_bytes": self.size_bytes,
+                 "details": dict(self.details), "build": {"status": self.build_status, "metrics": self.build_metrics}}
+        return {**shown, "parts": [member for member, _ in self.parts]} if self.parts else shown
 
 
 def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[BundledArtifact, Path]],
@@ -107,6 +111,12 @@ def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[Bun
         if hashlib.sha256(data).hexdigest() != artifact.sha256:
             raise UsageError(f"{source}: changed since the check judged it (its sha256 differs); run the check again before bundling")
         members[artifact.file] = data
+        for member, sha in artifact.parts:  # read whole, as the file is: a bundle of a model past 2 GiB needs that much memory
+            part = source.with_name(Path(member).name).read_bytes()
+            if hashlib.sha256(part).hexdigest() != sha:
+                raise UsageError(f"{source.with_name(Path(member).name)}: changed since the check judged it (its sha256 differs); "
+                                 "run the check again before bundling")
+            members[member] = part
     spans = []
     for start, inputs, eager in batches:
         spans.append([start, int(next(iter(inputs.values())).shape[0]) if inputs else 0])
@@ -161,7 +171,8 @@ def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str],
         figures = None if headline is None else {k: headline.to_json()[k] for k in ("mae", "max_abs", "relative_mae", "top1_agreement")}
         artifacts.append((BundledArtifact(name=row.name, family=row.family, file=f"artifacts/{row.name}{KINDS_BY_NAME[row.name].suffix}",
                                           sha256=row.artifact.sha256, size_bytes=row.artifact.size_bytes, details=row.details,
-                                          build_status=row.status, build_metrics=figures), Path(row.artifact.path)))
+                                          build_status=row.status, build_metrics=figures,
+                                          parts=tuple((f"artifacts/{n}", sha) for n, _, sha in row.artifact.parts)), Path(row.artifact.path)))
     if not artifacts:
         raise UsageError(f"--bundle {path}: the check judged no artifact (every row an error or not applicable); nothing to bundle")
     progress(f"bundle: eager over the golden set again, for the {len(artifacts)} artifacts' references")

@@ -123,6 +123,18 @@ class BundleBatches:
         return None if held is None else (held, 0.0)
 
 
+def _parts(bundle: Any, artifact: dict[str, Any], dest: Path) -> list[str]:
+    """The members beside an artifact's file that belong to it (artifacts/parts.py), each one a companion of its name."""
+    from .artifacts.parts import companion_names
+
+    parts = artifact.get("parts") or []
+    allowed = {f"artifacts/{name}" for name in companion_names(dest.name)}
+    if not isinstance(parts, list) or not all(isinstance(p, str) and p in allowed for p in parts):
+        raise UsageError(f"{bundle.path}: artifact {artifact.get('name')!r} names parts {str(parts)[:80]} that are not its "
+                         "own files; pass a bundle written by `export-check check --bundle`, unedited")
+    return [str(p) for p in parts]
+
+
 def _field(manifest: dict[str, Any], where: str, *path: str) -> Any:
     value: Any = manifest
     for key in path:
@@ -192,6 +204,8 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
                 continue
             dest = out / Path(str(artifact["file"])).name
             progress(f"replay on {target}: loading {kind.name}")
+            for member in _parts(bundle, artifact, dest):  # its ONNX .data first: the graph names it
+                bundle.extract(member, dest.with_name(Path(member).name))
             outcome = BuildOutcome(path=bundle.extract(str(artifact["file"]), dest), details=details)
             runner = replay.open(kind, outcome, ctx, stack)
             if runner is not None:

@@ -8,10 +8,10 @@ matches only on the same boot of the same machine (``/proc/sys/kernel/random/boo
 system has none, nothing matches and every file is hashed as before), for the same inode, unchanged
 since (a write moves ``mtime``). Per file, in order:
 
-1. ``--out`` already holds the ``placed`` file (the warm run after a cold one in the same ``--out``):
-   nothing is written, nothing hashed.
-2. The entry's file still has its ``seen`` identity, is owned by this user and writable by no one else
-   (so its bytes are still the ones hashed when stored): it is hard-linked into ``--out`` (a graph, a
+1. The entry's file still has its ``seen`` identity, is owned by this user and writable by no one else
+   (so its bytes are still the ones hashed when stored), and ``--out`` already holds the ``placed`` file
+   (the warm run after a cold one in the same ``--out``) or that very file: nothing is written, nothing hashed.
+2. The entry's file is unaltered so (as in 1), ``--out`` holds something else: it is hard-linked into ``--out`` (a graph, a
    TorchScript or ``.pt2`` file: no byte written) or, for an ONNX ``.data`` file, copied without hashing
    (onnx refuses external data with more than one link, "a potential hardlink attack", so a linked
    ``.data`` would fail anyone's ``onnx.load`` of the file in ``--out``).
@@ -92,13 +92,12 @@ def restore_file(folder: Folder, stored: Stored, dest: Path, linkable: bool) -> 
     """Put ``stored`` (in the entry ``folder``) at ``dest``; how: "in place", "linked", "copied" or "copied, hashed".
     ``Mismatch`` when the bytes are not the sealed ones; ``Refused``/``OSError`` as the folder's reads raise."""
     here = _lstat(dest)
-    if _matches(here, stored.placed):
-        return "in place"
     src, st = folder.open_file(stored.file)
     try:
         trusted = _unaltered(st, stored.seen) and st.st_size == stored.size
-        if trusted and here is not None and (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino) and stat.S_ISREG(here.st_mode):
-            return "in place"  # linked by an earlier hit
+        linked_before = here is not None and (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino) and stat.S_ISREG(here.st_mode)
+        if trusted and (_matches(here, stored.placed) or linked_before):
+            return "in place"
         temp = dest.parent / f".{dest.name}.{os.urandom(8).hex()}.partial"
         try:
             linked = trusted and linkable and _link(folder, stored.file, temp, st)
