@@ -64,7 +64,7 @@ def check(checkpoint: PathLike, arch: str | None = None, **options: Any) -> Repo
     Raises :class:`~export_check.errors.ExportCheckError` for bad input (the CLI's exit 2); drift and
     artifact errors are rows of the report (``report.passed``, ``report.exit_code``).
     """
-    from .pipeline import run_check
+    from .run.pipeline import run_check
     from .settings import check_config
 
     config = check_config(_explicit(CHECK, "check", checkpoint, {**options, "arch": arch}))[0]

@@ -96,7 +96,7 @@ class BundledArtifact:
 
 def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[BundledArtifact, Path]],
                  batches: Iterator[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]], cache_root: Path | None = None,
-                 signer: Any = None) -> int:
+                 signer: Any = None, out_dir: Path | None = None) -> int:
     """Write the bundle to ``path`` atomically: ``manifest`` (the facts of ``bundle.json`` but the members
     and artifacts), the artifact files (checked against their sha256 as they are copied) and, per batch,
     ``(start, inputs, eager outputs)``. Returns its size in bytes. Signed with ``signer`` (report/signing.Signer,
@@ -135,7 +135,7 @@ def write_bundle(path: Path, manifest: dict[str, Any], artifacts: list[tuple[Bun
         archive.writestr(zip_entry(MANIFEST, zipfile.ZIP_STORED), text.encode("utf-8"))
         for name, data in members.items():
             archive.writestr(zip_entry(name, zipfile.ZIP_STORED), data)
-    _write_atomic(path, out.getvalue())
+    _write_atomic(path, out.getvalue(), out_dir)
     return out.tell()
 
 
@@ -196,7 +196,7 @@ def bundle_check(config: Any, report: Any, path: Path, progress: Callable[[str],
         "calibration": {"indices": list(golden.calibration_indices()), "split": golden.calibration.describe()},
         "labels": [label_json(item.label) for item in golden.inputs],  # the task accuracy of each row, at the target too
     }
-    size = write_bundle(path, manifest, artifacts, batches(), config.cache_dir, signer)
+    size = write_bundle(path, manifest, artifacts, batches(), config.cache_dir, signer, out_dir=config.out_dir)
     return len(artifacts), size
 
 

@@ -292,7 +292,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     check_outputs(config, {f"--{flag}": getattr(args, flag) for flag in (*REPORT_FLAGS, "history", "bundle")})
     refuse_folders(args)
     signer = _signer(args)  # a missing or wrong key fails before the run
-    from .pipeline import run_check
+    from .run.pipeline import run_check
 
     progress = _progress(args.quiet)
     try:

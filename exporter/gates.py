@@ -24,7 +24,7 @@ from .errors import UsageError
 
 if TYPE_CHECKING:
     from .compare import Metrics
-    from .measurements import EagerSelfCheck
+    from .run.records import EagerSelfCheck
 
 
 @dataclass(frozen=True)

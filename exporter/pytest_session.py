@@ -131,7 +131,7 @@ class _Session:
 
     def _run(self, checkpoint: Path, options: dict[str, Any], key: str) -> Outcome:
         from .errors import ExportCheckError
-        from .pipeline import run_check
+        from .run.pipeline import run_check
 
         note = None
         try:

@@ -48,7 +48,7 @@ class _Capture(logging.Handler):
     """The one process-wide capture behind every ``captured_warnings`` block, on any thread.
 
     The observe stage diagnoses one row on a worker thread while the main thread replays the next
-    (exporter/observe.py), and both capture warnings. ``warnings.catch_warnings`` and adding and
+    (exporter/run/observe.py), and both capture warnings. ``warnings.catch_warnings`` and adding and
     muting log handlers per block change process-wide state and restore it on exit: two threads
     entering and leaving in an interleaved order would restore each other's state and leave every
     later warning recorded into a finished block's list, dropped. So the first block to open installs

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..diagnostics.shapes import PROBE_IMAGES
 from ..errors import ArtifactError
-from ..messages import beyond_bound
+from ..run.sentences import beyond_bound
 from ._common import NativeWarning, atomic_path, captured_fd
 from ._program import dynamic_axes_of, export_inputs, require_dynamic_program
 from ._recurrent import RECURRENCE, recurrent_types, with_scan_lstm

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..artifacts import KINDS_BY_NAME
 from ..errors import error_message
 from ..files import FileInfo
-from ..measurements import Observation, Reduced
+from ..run.records import Observation, Reduced
 from ..signature import SINGLE
 from .key import run_key_inputs
 from .nofollow import Refused, write_inside

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from ..artifacts import KINDS_BY_NAME
 from ..artifacts.parts import companion_names, companions
 from ..files import current_umask, fsync_dir
-from ..measurements import Observation
+from ..run.records import Observation
 from ..versions import package_version
 from .key import FORMAT, local_module_sources
 from .linked import Mismatch, Stored, from_meta, record, restore_file

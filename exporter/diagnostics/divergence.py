@@ -37,8 +37,8 @@ import numpy as np
 from ..artifacts import ArtifactKind, BuildContext
 from ..artifacts._common import load_torchscript
 from ..artifacts.pt2e_int8_static import SCOPES_FILE
-from ..measurements import LayerComparison, LayerDelta
 from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
+from ..run.records import LayerComparison, LayerDelta
 
 DIVERGENCE, INT8_LAYERS = "divergence", "int8-layers"
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..compare import ErrorAccumulator
-from ..measurements import EagerSelfCheck
+from ..run.records import EagerSelfCheck
 
 SEED = 20260101
 

@@ -48,8 +48,8 @@ import numpy as np
 
 from ..cache.nofollow import Refused, write_inside
 from ..compare import Metrics
-from ..measurements import Reduced
 from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
+from ..run.records import Reduced
 
 REDUCE_SECONDS = 60.0  # the search's budget per row
 SAMPLES = 3  # the candidate samples tried, worst first, until one fails the gate on its own

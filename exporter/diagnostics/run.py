@@ -32,8 +32,8 @@ from ..config import RunConfig
 from ..errors import describe_exception
 from ..feeds import Feeds, length, samples_first, take
 from ..golden.goldenset import GoldenSet
-from ..measurements import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
 from ..model import EagerRunner
+from ..run.records import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
 from ..signature import SINGLE, Signature, outputs_mismatch
 from . import LATENCY_REPEATS, SMALL_MODEL_PARAMETERS, determinism, shapes
 from .trace import ReplayTrace

@@ -45,6 +45,6 @@ def as_result(name: str, checkpoint: str, run: Callable[[], Any], named: Callabl
 def check_model(job: Job, env: dict[str, str] | None = None) -> ModelResult:
     """``env``: variables the parent's run depends on (the cache key's path), set in this worker first."""
     os.environ.update(env or {})
-    from ..pipeline import run_check
+    from ..run.pipeline import run_check
 
     return as_result(job.name, str(job.config.checkpoint), lambda: run_check(job.config))

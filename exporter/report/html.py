@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 
 from ..gates import agreement_name
-from ..measurements import LayerComparison
-from ..messages import layer_method, layers_summary
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
+from ..run.records import LayerComparison
+from ..run.sentences import layer_method, layers_summary
 from . import bounds, write_text_atomic
 from .node_data import command
 from .views import (

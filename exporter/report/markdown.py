@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..measurements import LayerComparison
-from ..messages import layer_method, layers_summary, reproduce_command
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
+from ..run.records import LayerComparison
+from ..run.sentences import layer_method, layers_summary, reproduce_command
 from . import bounds, write_text_atomic
 from .views import (
     accuracy_text,

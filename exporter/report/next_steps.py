@@ -18,8 +18,8 @@ import shlex
 from pathlib import Path
 
 from ..gates import changed_name
-from ..messages import SHORTFALL
 from ..results import FAIL, Report, Row
+from ..run.sentences import SHORTFALL
 
 EAGER = "eager"
 SHOWN_INPUTS = 8  # the changed inputs named on a line; the rest are counted

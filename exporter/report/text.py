@@ -24,9 +24,9 @@ from typing import TextIO
 
 from ..errors import folded
 from ..gates import GATE_METRICS, PER_SAMPLE, GateMetric, small_set_notes
-from ..messages import coverage_summary
 from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
+from ..run.sentences import coverage_summary
 from ..settings import settings_line
 from . import bounds
 from .next_steps import next_steps

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..compare import Metrics
 from ..errors import folded
-from ..messages import layers_summary, module_command, reproduce_command
 from ..results import Report, Row
+from ..run.sentences import layers_summary, module_command, reproduce_command
 from .node_data import command
 
 

@@ -15,7 +15,7 @@ from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.diagnostics import run as diagnostics_run
 from export_check.diagnostics import shapes
-from export_check.pipeline import run_check
+from export_check.run.pipeline import run_check
 
 ARCHES = TESTS / "data" / "diag_arches.py"
 BOUNDED = "diagnostics bounded to"

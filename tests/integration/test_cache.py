@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
-from export_check import pipeline
 from export_check.builder import builds
 from export_check.cache.key import arch_source_sha256
 from export_check.cache.runs import open_cache
@@ -20,6 +19,7 @@ from export_check.cache.store import EAGER, ArtifactCache
 from export_check.cli import main
 from export_check.config import Gate, RunConfig, Thresholds
 from export_check.files import sha256_file
+from export_check.run import pipeline
 from export_check.settings import parse_settings
 
 KINDS = ("torchscript-trace", "onnx")

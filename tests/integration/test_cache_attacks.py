@@ -31,7 +31,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, deadline
-from export_check import pipeline
 from export_check.cache.runs import cached_run, open_cache, restore_run
 from export_check.cache.sealed import NotSealed, unseal
 from export_check.cache.secret import KEY_ENV, CacheKey, load_key
@@ -39,6 +38,7 @@ from export_check.cache.store import EAGER, UNTRUSTED_NOTE, ArtifactCache
 from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.files import sha256_file
+from export_check.run import pipeline
 
 BOTH = ("torchscript-trace", "onnx")
 # The sealed meta.json format (exporter/cache/sealed.py), written out here so that the tests forge

@@ -21,7 +21,7 @@ from export_check.cache.store import EAGER, ArtifactCache
 from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.files import sha256_file
-from export_check.pipeline import run_check
+from export_check.run.pipeline import run_check
 
 KINDS = ("torchscript-trace", "onnx")
 

@@ -13,7 +13,7 @@ from arches import BranchOnBrightness
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, save_state, seeded
 from export_check.cli import main
 from export_check.config import RunConfig
-from export_check.pipeline import run_check
+from export_check.run.pipeline import run_check
 
 # tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = pytest.mark.cpu_sensitive

@@ -13,7 +13,7 @@ import pytest
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
 from export_check.artifacts import DEFAULT_KINDS
 from export_check.config import RunConfig
-from export_check.pipeline import run_check
+from export_check.run.pipeline import run_check
 from export_check.versions import cpu_flags
 
 # tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")

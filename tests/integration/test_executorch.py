@@ -21,7 +21,6 @@ import torch
 
 from arches import TinyNet
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, seeded
-from export_check import pipeline
 from export_check.artifacts import KINDS_BY_NAME, BuildContext, executorch_pte
 from export_check.artifacts._common import captured_warnings
 from export_check.artifacts.base import INPUT, NotApplicable
@@ -29,10 +28,11 @@ from export_check.builder.protocol import ENV_SWITCH
 from export_check.cache.secret import KEY_ENV
 from export_check.config import RunConfig
 from export_check.golden.manifest import load_golden
-from export_check.messages import layers_summary
 from export_check.model import load_model
-from export_check.pipeline import run_check
 from export_check.results import Row
+from export_check.run import pipeline
+from export_check.run.pipeline import run_check
+from export_check.run.sentences import layers_summary
 from runner_contract import eager_by_hand, holds_the_runner_contract
 
 KIND, INT8 = "executorch", "executorch-int8"

@@ -179,8 +179,8 @@ def test_merge_refuses_a_model_twice_and_reports_of_other_fleets(zoo: Zoo, runs:
     assert "model 'mlp0' is also in" in capsys.readouterr().err
     # another fleet of two of the zoo's models, each with its own settings file named (issue 47: a checkpoint's folder has no say)
     other_fleet = tmp_path / "other.toml"
-    other_fleet.write_text("".join(f'[models.other-{name}]\ncheckpoint = "{zoo.checkpoint(name)}"\nconfig = "{zoo.checkpoint(name).parent / "export-check.toml"}"\n\n'
-                                   for name in ("mlp0", "mlp2")))
+    other_fleet.write_text("".join(f'[models.other-{name}]\ncheckpoint = "{zoo.checkpoint(name)}"\n'
+                                   f'config = "{zoo.checkpoint(name).parent / "export-check.toml"}"\n\n' for name in ("mlp0", "mlp2")))
     monkeypatch.chdir(zoo.folder)  # standing in the zoo's project: the settings' code lies inside it
     other = main(["--fleet", str(other_fleet), "-q", "--out", str(tmp_path / "o"), "--json", str(tmp_path / "b.json"),
                   "--cache-dir", str(runs / "cache"), "--workers", "1"])

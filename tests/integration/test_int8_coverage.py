@@ -25,8 +25,8 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
 from export_check.artifacts import _coverage
 from export_check.cli import main
 from export_check.gates import MIN_INT8_COVERAGE
-from export_check.measurements import Int8Coverage
 from export_check.model import load_model
+from export_check.run.records import Int8Coverage
 
 RECOGNISER = REPO / "models" / "checkpoints" / "sequence_recognizer.pth"
 RECOGNISER_CONFIG = REPO / "models" / "examples" / "sequence_recognizer.toml"

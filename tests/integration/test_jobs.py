@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, process_gone
-from export_check import pipeline
 from export_check.artifacts import BUILD_ORDER, DEFAULT_KINDS, KINDS_BY_NAME, BuildContext
 from export_check.artifacts._common import captured_warnings
 from export_check.builder import builds, isolation
 from export_check.config import RunConfig
 from export_check.golden.batches import GoldenBatches
+from export_check.run import pipeline
 
 MODES = ("jobs2", "jobs1", "streamed")
 DEFAULT_ORDER = [kind for kind in BUILD_ORDER if kind.name in DEFAULT_KINDS]  # what a run without --artifacts builds

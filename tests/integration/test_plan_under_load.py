@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import TESTS, save_state, seeded
 from export_check.cli import main
 from export_check.config import RunConfig
-from export_check.pipeline import run_check
+from export_check.run.pipeline import run_check
 
 ARCH = f"{TESTS / 'arches.py'}:AllConv"
 

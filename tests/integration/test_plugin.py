@@ -193,7 +193,7 @@ RELOADED = """
 import sys, tempfile
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
 import export_check.builder.builds  # keeps the BUILD_ORDER of this copy of export_check.artifacts
-for name in [m for m in sys.modules if m.startswith("export_check.artifacts") or m == "export_check.observe"]:
+for name in [m for m in sys.modules if m.startswith("export_check.artifacts") or m == "export_check.run.observe"]:
     del sys.modules[name]
 import export_check
 report = export_check.check(DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, artifacts=["torchscript-trace"],

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import export_check.pipeline  # noqa: F401  (imported once here, as test_plugin.py does: pytester's in-process runs
+import export_check.run.pipeline  # noqa: F401  (imported once here, as test_plugin.py does: pytester's in-process runs
 from export_check.golden.manifest import read_manifest  # drop the modules a run imported, and the artifact table must stay one)
 from user_project import UserModels, write_settings
 

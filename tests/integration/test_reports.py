@@ -22,9 +22,9 @@ from export_check.artifacts import DEFAULT_KINDS
 from export_check.cli import main
 from export_check.config import Gate, RunConfig, Thresholds
 from export_check.history import HistoryError, load, parse_line, render_trend
-from export_check.pipeline import run_check
 from export_check.progress import ProgressLine
 from export_check.report import html, junit, markdown
+from export_check.run.pipeline import run_check
 
 XSD = TESTS / "data" / "junit-10.xsd"
 

@@ -2,7 +2,8 @@
 
 The command line, ``--config``, and the project the run stands in: the current directory and its
 parents up to the first folder holding ``.git`` (the current directory alone when none does). Never a
-folder above it, never the checkpoint's folder, even inside the project (issue 47: it is named, not read). A shared parent folder (``/tmp``, a downloads folder)
+folder above it, never the checkpoint's folder, even inside the project (issue 47: it is named, not read). A shared
+parent folder (``/tmp``, a downloads folder)
 is played here by ``tmp_path/shared``: a real ``/tmp/pyproject.toml`` would reach every other run on
 this machine. Every run says which settings file it read (terminal, JSON, JUnit).
 
@@ -119,7 +120,8 @@ def test_a_downloaded_folder_inside_the_project_gives_its_settings_no_say(tmp_pa
     out = capsys.readouterr().out
     assert code == 1 and not marker.exists()
     note = (f"settings: not read: {zoo.resolve() / 'pyproject.toml'}, beside the checkpoint (settings come from --config or from the "
-            f"project the command stands in, {project.resolve()}); pass --config {zoo.resolve() / 'pyproject.toml'} to use it, or run from its folder")
+            f"project the command stands in, {project.resolve()}); pass --config {zoo.resolve() / 'pyproject.toml'} to use it, "
+            "or run from its folder")
     assert " ".join(out.split()).count(note) == 1, out
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["settings_files"] == [str(project / "pyproject.toml")] and report["run_notes"][0] == note

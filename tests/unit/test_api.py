@@ -48,7 +48,7 @@ def _no_run(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("the pipeline ran although the options were bad")
 
-    monkeypatch.setattr("export_check.pipeline.run_check", refuse)
+    monkeypatch.setattr("export_check.run.pipeline.run_check", refuse)
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -7,7 +7,7 @@ import json
 import math
 import shlex
 
-from .measurements import BatchSizeRun, Int8Coverage, LayerComparison, LayerDelta, Measured, Reduced
+from .records import BatchSizeRun, Int8Coverage, LayerComparison, LayerDelta, Measured, Reduced
 
 # How each per-layer method (``ArtifactKind.layers``, ``LayerComparison.method``) compares, in words.
 LAYER_METHODS = {

@@ -8,9 +8,9 @@ import numpy as np
 from export_check.compare import compare
 from export_check.config import Gate, Thresholds
 from export_check.diagnostics.run import plan_for
-from export_check.judge import WRONG_WEIGHTS, judge_row
-from export_check.measurements import Measured, Observation, SizeRuns
-from tests.unit.test_judge import agreeing, obs
+from export_check.run.judge import WRONG_WEIGHTS, judge_row
+from export_check.run.records import Measured, Observation, SizeRuns
+from .test_judge import agreeing, obs
 
 TIGHT = Thresholds.from_options({"max-mae": 5e-7})
 NOISE_WORDS = ("float noise", "loosen")

@@ -23,32 +23,33 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__, observe
-from .artifacts import KINDS_BY_NAME, BuildContext
-from .artifacts._heap import reused_heap
-from .artifacts.base import INPUT
-from .builder import isolation
-from .builder.builds import Builds
-from .cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, store_observations
-from .cache.store import ArtifactCache
-from .config import RunConfig
-from .diagnostics.run import PendingSelfCheck
-from .errors import ArchitectureError, ExportCheckError, GoldenError, UsageError
+from .. import __version__
+from ..artifacts import KINDS_BY_NAME, BuildContext
+from ..artifacts._heap import reused_heap
+from ..artifacts.base import INPUT
+from ..builder import isolation
+from ..builder.builds import Builds
+from ..cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, store_observations
+from ..cache.store import ArtifactCache
+from ..config import RunConfig
+from ..diagnostics.run import PendingSelfCheck
+from ..errors import ArchitectureError, ExportCheckError, GoldenError, UsageError
+from ..feeds import length
+from ..files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
+from ..golden.batches import GoldenBatches
+from ..golden.goldenset import MANIFEST, GoldenSet
+from ..golden.manifest import load_golden
+from ..model import EagerRunner, load_model, pinned_threads
+from ..paths import check_outputs
+from ..progress import count_message
+from ..results import GoldenSummary, Report
+from ..signature import SINGLE, Signature, ctc_problem
+from ..timelimit import time_limit
+from ..versions import library_versions
+from . import observe
 from .explain import Explainer
-from .feeds import length
-from .files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
-from .golden.batches import GoldenBatches
-from .golden.goldenset import MANIFEST, GoldenSet
-from .golden.manifest import load_golden
 from .judge import judge_rows, layers_missing
-from .measurements import Observation
-from .model import EagerRunner, load_model, pinned_threads
-from .paths import check_outputs
-from .progress import count_message
-from .results import GoldenSummary, Report
-from .signature import SINGLE, Signature, ctc_problem
-from .timelimit import time_limit
-from .versions import library_versions
+from .records import Observation
 
 Progress = Callable[[str], None]
 
@@ -250,7 +251,7 @@ def _report(
     timings: dict[str, float],
     run_notes: list[str] | None = None,
 ) -> Report:
-    from .report import node_data
+    from ..report import node_data
 
     recorded_ckpt = golden.model.get("checkpoint_sha256")
     rows, node_files = node_data.write_all(tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict)), out_dir)

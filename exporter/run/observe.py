@@ -23,30 +23,30 @@ from typing import Any
 
 import numpy as np
 
-from .artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
-from .artifacts._common import captured_warnings, dedupe
-from .artifacts.base import NotApplicable, logits_of, ran_for
-from .artifacts.parts import artifact_info
-from .builder import isolation
-from .builder.builds import BuildOutcome, Builds, Progress
-from .builder.protocol import PRIVATE_PREFIX, first_sample
-from .compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
-from .config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
-from .diagnostics.run import EAGER, Diagnoser
-from .diagnostics.run import eager_self_check as self_check_of
-from .diagnostics.run import eager_sizes_ahead as eager_sizes_at
-from .diagnostics.runtime_errors import runtime_error
-from .diagnostics.shapes import side_by_side
-from .diagnostics.trace import ReplayTrace
-from .errors import ArchitectureError, ArtifactError, GoldenError, describe_exception
-from .feeds import length, samples_first
-from .golden.batches import GoldenBatches
-from .golden.goldenset import MANIFEST, VERSION_1, GoldenSet, stack_batches
-from .measurements import EagerSelfCheck, Observation
-from .messages import load_needs
-from .model import EagerRunner
-from .signature import outputs_mismatch
-from .versions import kernel_choices
+from ..artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
+from ..artifacts._common import captured_warnings, dedupe
+from ..artifacts.base import NotApplicable, logits_of, ran_for
+from ..artifacts.parts import artifact_info
+from ..builder import isolation
+from ..builder.builds import BuildOutcome, Builds, Progress
+from ..builder.protocol import PRIVATE_PREFIX, first_sample
+from ..compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
+from ..config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
+from ..diagnostics.run import EAGER, Diagnoser
+from ..diagnostics.run import eager_self_check as self_check_of
+from ..diagnostics.run import eager_sizes_ahead as eager_sizes_at
+from ..diagnostics.runtime_errors import runtime_error
+from ..diagnostics.shapes import side_by_side
+from ..diagnostics.trace import ReplayTrace
+from ..errors import ArchitectureError, ArtifactError, GoldenError, describe_exception
+from ..feeds import length, samples_first
+from ..golden.batches import GoldenBatches
+from ..golden.goldenset import MANIFEST, VERSION_1, GoldenSet, stack_batches
+from ..model import EagerRunner
+from ..signature import outputs_mismatch
+from ..versions import kernel_choices
+from .records import EagerSelfCheck, Observation
+from .sentences import load_needs
 
 
 def eager_failure(config: RunConfig, golden: GoldenSet, start: int, feeds: dict[str, np.ndarray], exc: BaseException,

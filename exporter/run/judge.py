@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from . import gates
-from .artifacts import KINDS_BY_NAME
-from .compare import Metrics
-from .config import FAMILIES, Gate, Thresholds
-from .measurements import BatchSizeRun, EagerSelfCheck, Int8Coverage, Measured, Observation
-from .messages import (
+from .. import gates
+from ..artifacts import KINDS_BY_NAME
+from ..compare import Metrics
+from ..config import FAMILIES, Gate, Thresholds
+from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
+from .records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Measured, Observation
+from .sentences import (
     batch_size_cause,
     calibration_notes,
     coverage_shortfall,
@@ -34,7 +35,6 @@ from .messages import (
     size_refused_cause,
     within_float_noise,
 )
-from .results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
 
 EAGER = "eager"
 WRONG_WEIGHTS = "the checkpoint's logits differ from the approved reference: wrong or retrained weights?"

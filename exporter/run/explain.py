@@ -20,16 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from .artifacts import KINDS_BY_NAME, BuildContext
-from .artifacts._common import captured_warnings, dedupe
-from .compare import ErrorAccumulator, Metrics, to_samples_first
-from .config import FAMILIES, RunConfig
-from .diagnostics import divergence, shapes
-from .feeds import Feeds, length
-from .gates import top_k_of
-from .golden.goldenset import GoldenSet, stack_batches
+from ..artifacts import KINDS_BY_NAME, BuildContext
+from ..artifacts._common import captured_warnings, dedupe
+from ..compare import ErrorAccumulator, Metrics, to_samples_first
+from ..config import FAMILIES, RunConfig
+from ..diagnostics import divergence, shapes
+from ..feeds import Feeds, length
+from ..gates import top_k_of
+from ..golden.goldenset import GoldenSet, stack_batches
 from .judge import gate_reasons, size_gate_reasons, wants_layers, wants_reduction
-from .measurements import LayerComparison, Measured, Observation, Reduced
+from .records import LayerComparison, Measured, Observation, Reduced
 
 
 def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:
@@ -118,7 +118,7 @@ class Explainer:
 
     def _reduced(self, obs: Observation) -> Reduced:
         """The row's smallest failing subgraph (``diagnostics.reduce``), from its worst samples, under its gate."""
-        from .diagnostics import reduce
+        from ..diagnostics import reduce
 
         assert obs.artifact is not None
         kind, path = KINDS_BY_NAME[obs.name], Path(obs.artifact.path)
