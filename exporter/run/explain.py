@@ -47,6 +47,12 @@ def _worst_image(obs: Observation) -> int:
     return int(np.argmax(np.where(np.isnan(per_image), np.inf, per_image)))
 
 
+def explain_flagged(observations: list[Observation], explainer: Explainer) -> list[Observation]:
+    """The explain pass, after the observe stage and before the judge's last word: each row the judge flags
+    (``wants_layers``, ``wants_reduction``) gets what explains it; every other row is handed on as it is."""
+    return [explainer(obs) for obs in observations]
+
+
 class Explainer:
     """Adds per-layer tables to the rows the judge asks them for. ``probe`` and ``plan`` are the
     diagnostics' (``diagnostics.run.Diagnoser``): the same images, within the same budget."""

@@ -14,11 +14,12 @@ and is an error when no sample is left to judge.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -305,9 +306,15 @@ class Replay:
         return None
 
 
-Explain = Callable[[Observation], Observation]
-# Given the diagnostics' probe and plan, what explains a measured row (the pipeline's ``explain.Explainer``)
-ExplainFor = Callable[[Any, Any], Explain]
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """What the observe stage hands on: every row measured (eager first, then the selected kinds in order), eager's
+    accuracy on the golden labels, and the diagnostics' probe and plan (the images and sizes an explanation reuses)."""
+
+    observations: list[Observation]
+    label_accuracy: float | None
+    probe: Any
+    plan: Any
 
 
 def clean_process_difference(runner: Any, ctx: BuildContext, clean: dict[str, Any]) -> str | None:
@@ -361,10 +368,6 @@ def _private_file(dotted: str) -> str | None:
     return getattr(module, "__file__", None) or module.__name__
 
 
-def _as_observed(obs: Observation) -> Observation:
-    return obs
-
-
 def observe_all(
     config: RunConfig,
     golden: GoldenSet,
@@ -377,10 +380,9 @@ def observe_all(
     by_artifact: bool = True,
     eager_check: EagerSelfCheck | None = None,
     timings: dict[str, float] | None = None,
-    explain_for: ExplainFor | None = None,
-) -> tuple[list[Observation], float | None]:
-    """Every row observed: replayed, measured, then handed to what ``explain_for`` makes (the pipeline's:
-    the judge decides which rows need a per-layer table, and it is measured for those).
+) -> Observed:
+    """Every row observed: replayed and measured (numbers only; the pipeline then judges them, explains the rows the
+    judge flags, and judges again: run/explain.py).
 
     One loop replays every mode, a pass at a time. ``by_artifact`` (eager's outputs are held): eager's
     pass runs first, from memory, and each artifact gets a pass of its own as soon as its build is
@@ -396,13 +398,10 @@ def observe_all(
     rows: dict[str, Observation] = {}
     background = by_artifact and config.effective_jobs > 1
     diagnoser: Diagnoser | None = None
-    explain: Explain = _as_observed
 
     def eager_row() -> Diagnoser:
-        nonlocal explain
         with _inline(clock):
             made = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
-            explain = explain_for(made.probe, made.plan) if explain_for is not None else _as_observed
             rows[EAGER] = made.observe(replay.eager_observation(), ctx)
         return made
 
@@ -427,13 +426,14 @@ def observe_all(
             stack.close()
             raise
         # Batch sizes, determinism, latency: through the runners the replay used, reusing what it
-        # computed (exporter/diagnostics/trace.py); then ``explain``.
-        pending = RowDiagnosis(diagnoser, replay, observed, ctx, stack, explain)
+        # computed (exporter/diagnostics/trace.py).
+        pending = RowDiagnosis(diagnoser, replay, observed, ctx, stack)
         pending.start(background, clock)
     if pending is not None:
         rows.update(pending.result(clock))
     selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
-    return [rows[EAGER], *(rows[kind.name] for kind in selected)], replay.label_accuracy()
+    assert diagnoser is not None  # the eager row is diagnosed in every run
+    return Observed([rows[EAGER], *(rows[kind.name] for kind in selected)], replay.label_accuracy(), diagnoser.probe, diagnoser.plan)
 
 
 def _passes(builds: Builds, config: RunConfig, by_artifact: bool) -> Iterator[list[tuple[ArtifactKind, BuildOutcome]]]:
@@ -463,7 +463,7 @@ def _inline(clock: dict[str, float]) -> Any:
 
 class RowDiagnosis:
     """The diagnosis of one replay pass's rows (``Diagnoser.observe`` through the runners the replay
-    used, then ``explain``), run on a thread of its own with ``background`` (``--jobs 2`` and more)
+    used), run on a thread of its own with ``background`` (``--jobs 2`` and more)
     or at once, and the pass's runners closed when it is done.
 
     In the background it runs on the second core while the main thread replays the next row: on a
@@ -477,9 +477,9 @@ class RowDiagnosis:
     """
 
     def __init__(self, diagnoser: Diagnoser, replay: Replay, observed: list[tuple[ArtifactKind, Observation, Any | None]],
-                 ctx: BuildContext, runner_stack: contextlib.ExitStack, explain: Explain) -> None:
+                 ctx: BuildContext, runner_stack: contextlib.ExitStack) -> None:
         self.diagnoser, self.replay, self.observed, self.ctx = diagnoser, replay, observed, ctx
-        self.runner_stack, self.explain = runner_stack, explain
+        self.runner_stack = runner_stack
         self._thread: threading.Thread | None = None
         self._result: dict[str, Observation] = {}
         self._raised: BaseException | None = None
@@ -488,8 +488,7 @@ class RowDiagnosis:
         try:
             with self.runner_stack:
                 for kind, obs, runner in self.observed:
-                    measured = self.diagnoser.observe(obs, self.ctx, runner, kind.name in self.replay.run_failed)
-                    self._result[kind.name] = self.explain(measured)
+                    self._result[kind.name] = self.diagnoser.observe(obs, self.ctx, runner, kind.name in self.replay.run_failed)
         except BaseException as exc:  # re-raised on the main thread by result()
             self._raised = exc
 

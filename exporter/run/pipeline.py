@@ -1,10 +1,11 @@
-"""The one way through: config -> golden set -> build -> observe -> judge -> Report.
+"""The one way through: config -> golden set -> build -> observe -> judge -> explain -> judge -> Report.
 
 ``run_check`` produces a :class:`~export_check.results.Report`; it prints nothing and never exits. The
 CLI, the pytest plugin and fleet runs all call it. Observing and judging are separate: ``observe``
-replays and measures (``measurements.Observation``), ``judge`` alone decides, and a cached run is
-the same path with the builds and replays restored from the cache (``cache``), judged by the same
-code. Each artifact is isolated: its failure to build, load or run becomes its own ``error`` row.
+replays and measures (``records.Observation``), ``judge`` alone decides; ``explain`` is a pass of its own
+after the observe stage, on the rows the judge flags (per-layer tables, the reduced subgraph), and the
+report judges every row once more on what it added. A cached run is the same path with the builds and
+replays restored from the cache (``cache``), judged by the same code. Each artifact is isolated: its failure to build, load or run becomes its own ``error`` row.
 
 Two processes share the work (``--jobs 2``, the default on two cores or more): the build server
 (exporter/builder/isolation.py) builds the artifacts one after another, while this process runs eager
@@ -47,7 +48,7 @@ from ..signature import SINGLE, Signature, ctc_problem
 from ..timelimit import time_limit
 from ..versions import library_versions
 from . import observe
-from .explain import Explainer
+from .explain import Explainer, explain_flagged
 from .judge import judge_rows, layers_missing
 from .records import Observation
 
@@ -171,10 +172,13 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
-            observations, label_accuracy = observe.observe_all(
-                config, golden, batches, model, ctx, builds, progress, eager_ahead, by_artifact=batches.eager_held(), eager_check=eager_check,
-                timings=parts, explain_for=lambda probe, plan: Explainer(config, golden, model, probe, plan, progress, ctx),
-            )
+            observed = observe.observe_all(config, golden, batches, model, ctx, builds, progress, eager_ahead,
+                                           by_artifact=batches.eager_held(), eager_check=eager_check, timings=parts)
+            # explain: what only the rows the judge flags need (per-layer tables, the reduced subgraph); _report judges again
+            began = time.perf_counter()
+            explainer = Explainer(config, golden, model, observed.probe, observed.plan, progress, ctx)
+            observations, label_accuracy = explain_flagged(observed.observations, explainer), observed.label_accuracy
+            parts["replay/explain"] = time.perf_counter() - began
         finally:
             isolation.settle()  # a run stopped early leaves no build running behind it
         replayed = time.perf_counter() - started - sum(timings.values())
