@@ -3,8 +3,10 @@
 The same path as a check after its builds: each artifact is written out of the bundle and reloaded by
 its own runtime (``ArtifactKind.open_runner``), the golden inputs are replayed through it batch by
 batch at the build's batch size (``observe.Replay``, fed the bundle's arrays and the build machine's
-eager outputs instead of a model), the metrics are accumulated per compared output, and the one judge
-(``judge.judge_rows``) applies the bundle's gates. An artifact whose runtime is not installed here is
+eager outputs instead of a model); what a runtime decides from the CPU it runs on (OpenVINO's inference
+precision, and with it the row's gate family) is read here, from this machine's runtime (``decided_here``);
+the metrics are accumulated per compared output, and the one judge (``judge.judge_rows``) applies the
+bundle's gates. An artifact whose runtime is not installed here is
 not applicable, with the reason. The report is a :class:`results.Report` like a check's, labelled with
 the target, so every view, ``merge`` and the exit codes are the same.
 
@@ -66,6 +68,13 @@ def missing_runtime(runtime: str) -> str | None:
         except (ImportError, ValueError):  # a parent package that cannot load, or a blocked import
             return f"{module} is not installed here"
     return None
+
+
+def decided_here(kind: Any, built: dict[str, str]) -> dict[str, str]:
+    """The details a kind's runtime decides on the machine that runs it (its module's optional ``replay_details(built)``:
+    OpenVINO's inference precision from this machine's CPU plugin), replacing the build machine's; {} for other kinds."""
+    decide = getattr(kind.impl(), "replay_details", None)
+    return dict(decide(built)) if callable(decide) else {}
 
 
 class _Sample:
@@ -202,6 +211,7 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
                                                 error=f"not applicable on {target}: {missing} (the {kind.runtime} runtime replays "
                                                       f"{kind.name}); replay it where that runtime runs"))
                 continue
+            details.update(decided_here(kind, details))  # OpenVINO's precision, and so the gate family, is the target's
             dest = out / Path(str(artifact["file"])).name
             progress(f"replay on {target}: loading {kind.name}")
             for member in _parts(bundle, artifact, dest):  # its ONNX .data first: the graph names it

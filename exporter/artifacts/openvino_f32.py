@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from .base import BuildContext
-from .openvino_ir import OpenVinoRunner, build_ir
+from .openvino_ir import OpenVinoRunner, build_ir, target_details
 
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
@@ -15,3 +16,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
 
 def open_runner(path: Path, ctx: BuildContext) -> OpenVinoRunner:
     return OpenVinoRunner(path, ctx, f32=True)
+
+
+def replay_details(built: Mapping[str, str]) -> dict[str, str]:
+    return target_details(built, f32=True)

@@ -80,6 +80,28 @@ def build_ir(ctx: BuildContext, path: Path, f32: bool) -> dict[str, str]:
             "openvino": str(ov.__version__)}
 
 
+def plugin_precision() -> str:
+    """The inference precision this machine's OpenVINO CPU plugin reports as its default (``INFERENCE_PRECISION_HINT``:
+    "bf16" on a CPU with avx512_bf16 or AMX, "f32" on one without, "f16" on ARM): what a model compiled for the CPU
+    without a hint computes in here. A test monkeypatches it in the replay's process to play a target of another CPU."""
+    return _type_name(openvino().Core().get_property("CPU", "INFERENCE_PRECISION_HINT"))
+
+
+def target_details(built: Mapping[str, str], f32: bool) -> dict[str, str]:
+    """The precision-dependent details a replay decides on the target, never copied from the build (``built``): the
+    precision its OpenVINO computes in here (pinned f32, f32 under a cap below bf16, else the CPU plugin's own default),
+    the hint that decided it, its OpenVINO version; the build's precision kept beside as ``build_inference_precision``.
+    The row's gate family follows (config.precision_family), and the CPU flags are the target's (observe)."""
+    ov = openvino()
+    precision = "f32" if f32 or bf16_capped() else plugin_precision()
+    hint = precision_hint(f32) if f32 or bf16_capped() else (
+        f"runtime default on the target: its openvino's CPU plugin reports INFERENCE_PRECISION_HINT={precision}")
+    found = {"inference_precision": precision, "precision_hint": hint, "openvino": str(ov.__version__)}
+    if "inference_precision" in built:
+        found["build_inference_precision"] = str(built["inference_precision"])
+    return found
+
+
 def _type_name(value: Any) -> str:  # an openvino Type as OpenVINO spells it: "f32", "bf16"
     name = getattr(value, "get_type_name", None)
     return str(name()) if callable(name) else str(value)
@@ -128,3 +150,7 @@ def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
 
 def open_runner(path: Path, ctx: BuildContext) -> OpenVinoRunner:
     return OpenVinoRunner(path, ctx, f32=False)
+
+
+def replay_details(built: Mapping[str, str]) -> dict[str, str]:
+    return target_details(built, f32=False)
