@@ -245,7 +245,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     progress = _progress(args.quiet)
     try:
         public, _ = _public_keys(args), _signer(args)
-        report = escaped(replay_bundle(args.bundle_file, args.out, args.target, args.threads, progress, public))
+        report = escaped(replay_bundle(args.bundle_file, args.out, args.target, args.threads, progress, public, args.cache_dir))
     finally:
         progress.close()
     return _show(report, args, {})

@@ -189,7 +189,7 @@ OPTIONS: tuple[Option, ...] = (
            default=_run_default("cache_max_size"), metavar="GB", settings=True, field="cache_max_size",
            check=lambda value, source: check_cache_gb(value, f"{source}: cache-max-size")),
     Option("cache-dir", "cache_dir", "path", "the artifact cache (default: cache-dir in [tool.export-check] of ./pyproject.toml, else "
-           "$XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR, BISECT), metavar="DIR"),
+           "$XDG_CACHE_HOME/export-check, else ~/.cache/export-check)", (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR, BISECT, REPLAY), metavar="DIR"),
     Option("max-size", "max_size", "float", "evict least recently used entries until the cache holds at most this many GB "
            "(default: cache-max-size in [tool.export-check] of ./pyproject.toml, else 5; 0: every entry not in use; at most 1e9)", (CACHE_PRUNE,),
            metavar="GB"),
@@ -269,7 +269,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("targets", "targets", "path", "replay several targets instead: a TOML file of [targets.NAME] tables, each with bundle = "
            "\"...\" and what a Ray task of it needs (num-cpus, resources = { macos = 1 }); one report over all of them", (REPLAY,),
            metavar="FILE"),
-    Option("target", "target", "str", "the name of this machine in the report (default: its host name)", (REPLAY,), metavar="NAME"),
+    Option("target", "target", "str", "the name of this machine in the report (default: its host name); node or browser: run the "
+           "onnxruntime rows in onnxruntime-node, or in onnxruntime-web in headless Chromium (npm packages in the cache dir)", (REPLAY,),
+           metavar="NAME"),
     Option("out", "out", "path", "where the bundle's artifacts are written for their runtimes to load (default: {default})", (REPLAY,),
            default=Path("export-check-replay"), metavar="DIR"),
     Option("threads", "threads", "int", "intra-op threads of the runtimes (default: the check's)", (REPLAY,)),

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -39,12 +39,16 @@ from .errors import UsageError
 from .files import FileInfo, prepare_out_dir
 from .golden.goldenset import GoldenSet
 from .golden.labels import Label, check_label, labels_of, primary_labels
+from .jstargets.target import JS_TARGETS
 from .results import GoldenSummary, Report
 from .run.judge import judge_rows
 from .run.observe import Replay
 from .run.records import Observation
 from .signature import SINGLE, Signature, signature_from_json
 from .versions import ISA_VARIABLES, library_versions
+
+if TYPE_CHECKING:
+    from .jstargets.target import JsTarget
 
 Progress = Callable[[str], None]
 NOT_REPLAYED = ("diagnostics (batch sizes, determinism, latency) are the build machine's: a replay judges the golden set at the "
@@ -154,18 +158,28 @@ def _field(manifest: dict[str, Any], where: str, *path: str) -> Any:
 
 
 def replay_bundle(path: Path, out_dir: Path, target: str | None = None, threads: int | None = None,
-                  progress: Progress = _quiet, public: Any = None) -> Report:
+                  progress: Progress = _quiet, public: Any = None, cache_dir: Path | None = None) -> Report:
     """The bundle at ``path`` replayed and judged here; its artifacts are written under ``out_dir``. With
-    ``public`` (report/signing.PublicKeys, ``--verify-key``) only a bundle signed by one of those keys is taken."""
+    ``public`` (report/signing.PublicKeys, ``--verify-key``) only a bundle signed by one of those keys is taken.
+    ``target`` ``node`` or ``browser``: the onnxruntime rows run in JavaScript (``jstargets``; its npm packages
+    installed under ``cache_dir``), every other row is not applicable there."""
     started = time.perf_counter()
     bundle = open_bundle(path, public=public)
+    js = None
+    if target in JS_TARGETS:
+        from .config import default_cache_dir
+        from .jstargets.target import JsTarget
+        from .settings import find_settings
+
+        js = JsTarget(JS_TARGETS[target], cache_dir or find_settings().get("cache_dir") or default_cache_dir(), progress)
     try:
-        return _replay(bundle, out_dir, target or platform.node() or "target", threads, progress, started)
+        return _replay(bundle, out_dir, target or platform.node() or "target", threads, progress, started, js)
     finally:
         bundle.close()
 
 
-def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, progress: Progress, started: float) -> Report:
+def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, progress: Progress, started: float,
+            js: JsTarget | None = None) -> Report:
     m = bundle.manifest
     where = f"{bundle.path}: {MANIFEST}"
     signature = SINGLE if m.get("signature") is None else signature_from_json(m["signature"], where)
@@ -205,7 +219,7 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
         for artifact in artifacts:
             kind = KINDS_BY_NAME[artifact["name"]]
             details = {k: str(v) for k, v in dict(artifact.get("details") or {}).items() if k not in build_kernels}
-            missing = missing_runtime(kind.runtime)
+            missing = missing_runtime(kind.runtime) if js is None else js.missing(kind.runtime, kind.name)
             if missing is not None:
                 observations.append(Observation(name=kind.name, family=kind.family, compared_with="eager", metrics=None, not_applicable=True,
                                                 error=f"not applicable on {target}: {missing} (the {kind.runtime} runtime replays "
@@ -216,8 +230,9 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
             progress(f"replay on {target}: loading {kind.name}")
             for member in _parts(bundle, artifact, dest):  # its ONNX .data first: the graph names it
                 bundle.extract(member, dest.with_name(Path(member).name))
-            outcome = BuildOutcome(path=bundle.extract(str(artifact["file"]), dest), details=details)
-            runner = replay.open(kind, outcome, ctx, stack)
+            extracted = bundle.extract(str(artifact["file"]), dest)
+            outcome = BuildOutcome(path=extracted, details=details)
+            runner = replay.open(kind, outcome, ctx, stack) if js is None else js.open_row(replay.errors, kind, extracted, ctx, stack)
             if runner is not None:
                 runners[kind.name] = runner
             opened.append((kind, outcome))
@@ -241,12 +256,13 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
                              recorded_with=tuple(sorted(dict(golden_json.get("recorded_with") or {}).items())), label_accuracy=None),
         thresholds=thresholds,
         settings=(("batch_size", config.batch_size), ("bundle", str(bundle.path)), ("threads", config.threads)),
-        versions=tuple(sorted(library_versions(config.kinds).items())),
+        versions=tuple(sorted(({k: v for k, v in library_versions(config.kinds).items() if k != "onnxruntime"} | js.versions()
+                               if js is not None else library_versions(config.kinds)).items())),
         rows=tuple(rows),
         seconds=time.perf_counter() - started,
         out_dir=str(out),
         timings=tuple((k, round(v, 4)) for k, v in timings.items()),
-        run_notes=(NOT_REPLAYED,),
+        run_notes=(NOT_REPLAYED, *([js.note()] if js is not None else [])),
         target=target,
         observations=tuple(ordered),
     )
