@@ -39,7 +39,7 @@ class JsError(RuntimeError):
 
 def frame(header: dict[str, Any], arrays: list[tuple[str, np.ndarray]]) -> bytes:
     """One message: the header's length, the header (with each array's name, type, dims, byte count), the bytes."""
-    blobs = [np.ascontiguousarray(a) for _, a in arrays]
+    blobs = [np.asarray(a, order="C") for _, a in arrays]  # (ascontiguousarray would make a 0-d array 1-d)
     listed = [{"name": n, "type": "bool" if a.dtype == np.bool_ else a.dtype.name, "dims": list(a.shape), "bytes": a.nbytes}
               for (n, _), a in zip(arrays, blobs, strict=True)]
     head = json.dumps({**header, "tensors": listed}).encode()

@@ -38,6 +38,11 @@ def across_machines(fleet: FleetReport) -> list[dict[str, Any]]:
     build's report): both verdicts and MAEs side by side, and whether the verdict differs. The build is the
     model's report without a target of the same checkpoint, golden set and gates (``fleet.binding.identity``:
     what ``merge`` holds a target to)."""
+    return [entry for _, entry in _across(fleet)]
+
+
+def _across(fleet: FleetReport) -> list[tuple[Any, dict[str, Any]]]:
+    """``across_machines``' entries, each with the identity of the build it is held to (what groups a model's targets)."""
     from ..fleet.binding import identity
 
     builds = {identity(m.report): m for m in fleet.models if m.report is not None and not m.report.get("target")}
@@ -50,18 +55,26 @@ def across_machines(fleet: FleetReport) -> list[dict[str, Any]]:
         built = {} if build is None else {r["name"]: r for r in _rows(build)}
         for row in report["rows"]:
             there = built.get(row["name"])
-            found.append({"artifact": row["name"], "target": report["target"], "target_status": row["status"], "target_mae": _mae(row),
-                          "build_status": None if there is None else there["status"], "build_mae": None if there is None else _mae(there),
-                          "differs": there is not None and row["status"] != "not-applicable" and there["status"] != row["status"]})
+            found.append((identity(report), {
+                "artifact": row["name"], "target": report["target"], "target_status": row["status"], "target_mae": _mae(row),
+                "build_status": None if there is None else there["status"], "build_mae": None if there is None else _mae(there),
+                "differs": there is not None and row["status"] != "not-applicable" and there["status"] != row["status"]}))
     return found
 
 
 def _machine_lines(fleet: FleetReport) -> list[str]:
+    """One line per artifact of a model: the build, then every target merged (e.g. a CPU target and a browser), side by side."""
+    grouped: dict[tuple[Any, str], list[dict[str, Any]]] = {}
+    for key, entry in _across(fleet):
+        grouped.setdefault((key, entry["artifact"]), []).append(entry)
     lines = []
-    for c in across_machines(fleet):
+    for (_, artifact), entries in grouped.items():
+        c = entries[0]
         build = "not in the merged build report" if c["build_status"] is None else f"{c['build_status'].upper()} MAE {c['build_mae']}"
-        flag = "  <- verdict differs" if c["differs"] else ""
-        lines.append(f"{c['artifact']}: build {build}; {c['target']} {c['target_status'].upper()} MAE {c['target_mae']}{flag}")
+        targets = "; ".join(f"{e['target']} {e['target_status'].upper()} MAE {e['target_mae']}" for e in entries)
+        differing = [e["target"] for e in entries if e["differs"]]
+        flag = ("  <- verdict differs" + (f" on {', '.join(differing)}" if len(entries) > 1 else "")) if differing else ""
+        lines.append(f"{artifact}: build {build}; {targets}{flag}")
     return lines
 
 

@@ -36,3 +36,16 @@ def test_a_target_without_its_build_in_the_merge_says_so() -> None:
     (only,) = across_machines(_fleet(_report("edge", [("onnx", "pass", 1e-7)])))
     assert only["build_status"] is None and not only["differs"]
     assert "onnx: build not in the merged build report; edge PASS MAE 1.00e-07" in render_text(_fleet(_report("edge", [("onnx", "pass", 1e-7)])))
+
+
+def test_the_targets_of_one_build_stand_side_by_side_on_one_line_per_artifact() -> None:
+    """The build, a CPU target and a browser (replay --target node|browser): one line per artifact, the targets in merge order."""
+    build = _report(None, [("onnx", "pass", 8.52e-7), ("onnx-int8-dynamic", "pass", 0.0579)])
+    node = _report("node", [("onnx", "pass", 8.52e-7), ("onnx-int8-dynamic", "pass", 0.0579)])
+    browser = _report("browser", [("onnx", "pass", 6.5e-7), ("onnx-int8-dynamic", "error", None)])
+    fleet = _fleet(build, node, browser)
+    lines = render_text(fleet).splitlines()
+    assert "  onnx: build PASS MAE 8.52e-07; node PASS MAE 8.52e-07; browser PASS MAE 6.50e-07" in lines
+    assert "  onnx-int8-dynamic: build PASS MAE 5.79e-02; node PASS MAE 5.79e-02; browser ERROR MAE -  <- verdict differs on browser" in lines
+    assert [(c["artifact"], c["target"]) for c in across_machines(fleet)] == [("onnx", "node"), ("onnx-int8-dynamic", "node"),
+                                                                             ("onnx", "browser"), ("onnx-int8-dynamic", "browser")]
