@@ -1,0 +1,93 @@
+"""The gates of a language model's rows and the pure judge that applies them (verdict + gate -> status, reasons).
+
+Per family, measured on the bundled decoders (docs/how-to/your-own-language-model.md, "Gates"):
+
+* ``float`` (full forward, and the decode step in .pt2, ONNX, .pte): generations identical to eager's
+  on every prompt, and the teacher-forced logit MAE within 1e-5 (the house's float bound);
+* ``int8-weight`` (torchao weight-only int8): mean KL to eager within ``INT8_MAX_KL_MEAN`` nats and
+  top-1 agreement per position at least ``INT8_MIN_TOP1``; generations may differ (they are reported).
+* ``eager`` against the approved set: the float gate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .verdicts import TokenVerdict
+
+FLOAT_MAX_MAE = 1e-5
+INT8_MAX_KL_MEAN = 1e-3
+INT8_MIN_TOP1 = 0.95
+
+
+@dataclass(frozen=True)
+class GenerationGate:
+    max_mae: float | None = None
+    max_kl_mean: float | None = None
+    min_top1: float | None = None
+    identical_generations: bool = True
+
+    def describe(self) -> str:
+        """
+        >>> GenerationGate(max_mae=1e-5).describe()
+        'generations identical & MAE<=1e-05'
+        """
+        parts = ["generations identical"] if self.identical_generations else []
+        parts += [] if self.max_mae is None else [f"MAE<={self.max_mae:g}"]
+        parts += [] if self.max_kl_mean is None else [f"KL mean<={self.max_kl_mean:g}"]
+        parts += [] if self.min_top1 is None else [f"top1>={self.min_top1:.0%}"]
+        return " & ".join(parts)
+
+
+GATES = {"eager": GenerationGate(max_mae=FLOAT_MAX_MAE), "float": GenerationGate(max_mae=FLOAT_MAX_MAE),
+         "int8-weight": GenerationGate(max_kl_mean=INT8_MAX_KL_MEAN, min_top1=INT8_MIN_TOP1, identical_generations=False)}
+
+
+@dataclass(frozen=True)
+class DecodePath:
+    """What the judge knows of a row besides its numbers, to name a cause."""
+
+    is_step: bool  # the row steps a decode step with a cache (not the full forward)
+    cache_length: int | None
+    single_forward_passed: bool | None  # the full-forward row's verdict in the same run (None: not built)
+    positions_needed: int = 0  # the longest prompt + continuation
+
+
+def _divergence_reasons(row: str, verdict: TokenVerdict, against: str) -> list[str]:
+    diverged = verdict.diverged
+    first = diverged[0]
+    others = ", ".join(p.name for p in diverged[1:4]) + (", ..." if len(diverged) > 4 else "")
+    more = "" if len(diverged) == 1 else f" (and {len(diverged) - 1} more: {others})"
+    return [f"generation differs on {len(diverged)} of {len(verdict.prompts)} prompts; first: prompt {first.name} at step {first.first_step} "
+            f"(position {first.position}): {against} {first.expected_text!r} (token {first.expected}), {row} {first.got_text!r} "
+            f"(token {first.got}){more}"]
+
+
+def _cause(verdict: TokenVerdict, path: DecodePath) -> list[str]:
+    diverged = verdict.diverged
+    if not path.is_step or not diverged:
+        return []
+    first = diverged[0]
+    if path.cache_length is not None and all((p.position or 0) - 1 >= path.cache_length for p in diverged):
+        return [f"cause: the generation stops matching only past the static cache's {path.cache_length} positions "
+                f"(prompt + continuation need up to {path.positions_needed}): the cache is too short"]
+    if path.single_forward_passed:
+        return [f"cause: the single forward (full-forward) passes, so the decode path is the suspect (cache position, cache length, "
+                f"mask), from step {first.first_step} of prompt {first.name}"]
+    return []
+
+
+def judge(row: str, verdict: TokenVerdict, gate: GenerationGate, path: DecodePath, against: str = "eager") -> tuple[bool, tuple[str, ...]]:
+    """``(passed, reasons)``: every bound the row misses, then its cause when one can be named."""
+    reasons: list[str] = []
+    if gate.max_mae is not None and not verdict.mae <= gate.max_mae:
+        reasons.append(f"logit MAE {verdict.mae:.3g} > {gate.max_mae:g} over {verdict.positions} teacher-forced positions")
+    if gate.max_kl_mean is not None and not verdict.kl_mean <= gate.max_kl_mean:
+        reasons.append(f"KL to {against} {verdict.kl_mean:.3g} nats (mean; worst {verdict.kl_worst:.3g}) > {gate.max_kl_mean:g}")
+    if gate.min_top1 is not None and not verdict.top1_agreement >= gate.min_top1:
+        reasons.append(f"top-1 agreement {verdict.top1_agreement:.1%} < {gate.min_top1:.0%} of positions")
+    if gate.identical_generations and verdict.diverged:
+        reasons += _divergence_reasons(row, verdict, against)
+    if reasons:
+        reasons += _cause(verdict, path)
+    return not reasons, tuple(reasons)

@@ -1,0 +1,112 @@
+"""The artifacts of a language model: one row per kind, each written to a file and stepped from it.
+
+``full-forward`` is the single forward (``torch.export``, the sequence axis dynamic); every other kind
+is the decode step of :mod:`.steps` with its static KV cache, in the forms people ship. A kind's
+``build`` writes its file atomically; :mod:`.stepping` drives the file in its runtime.
+
+Weight-only int8 (torchao ``Int8WeightOnlyConfig``) quantizes ``nn.Linear`` weights: every projection
+of the Llama layout, only the (tied) output head of GPT-2, whose projections are ``Conv1D``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .steps import INPUTS, OUTPUTS, CachedStep, FullForward, empty_cache
+
+FLOAT, INT8_WEIGHT = "float", "int8-weight"
+
+
+@dataclass(frozen=True)
+class DecodeKind:
+    name: str
+    family: str  # the gate family: float (generations identical) or int8-weight (KL and agreement bounds)
+    suffix: str
+    runtime: str  # the stepper's runtime (stepper.py)
+    build: Callable[[nn.Module, int, Path, dict], None]  # (model, cache length, file, planted bugs)
+    needs: tuple[str, ...] = ()  # modules the build and the runtime import: absent -> not applicable
+    stepper_extra: str = ""  # what the stepper imports besides the runtime
+
+
+def _example(step: CachedStep) -> tuple[torch.Tensor, ...]:
+    key, value = empty_cache(step.model, step.cache_length)
+    return torch.tensor([0]), torch.tensor([0]), key, value
+
+
+def _written(path: Path, write: Callable[[str], None]) -> None:
+    """``write(temporary)`` beside ``path``, then renamed over it: a killed build leaves no half file."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(temporary)
+        with open(temporary, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def build_full_forward(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+    tokens = torch.export.Dim("tokens", min=2, max=int(model.config.max_position_embeddings))
+    with torch.no_grad():
+        program = torch.export.export(FullForward(model).eval(), (torch.zeros(1, 4, dtype=torch.long),),
+                                      dynamic_shapes=({1: tokens},))
+    _written(path, lambda name: torch.export.save(program, name))
+
+
+def _step_program(model: nn.Module, cache_length: int, bugs: dict) -> torch.export.ExportedProgram:
+    step = CachedStep(model, cache_length, **bugs).eval()
+    with torch.no_grad():
+        return torch.export.export(step, _example(step))
+
+
+def build_torch_export(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+    program = _step_program(model, cache_length, bugs)
+    _written(path, lambda name: torch.export.save(program, name))
+
+
+def build_onnx(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+    step = CachedStep(model, cache_length, **bugs).eval()
+
+    def write(name: str) -> None:
+        with torch.no_grad():
+            torch.onnx.export(step, _example(step), name, input_names=list(INPUTS), output_names=list(OUTPUTS),
+                              opset_version=17, dynamo=False)
+    _written(path, write)
+
+
+def build_executorch(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    program = to_edge_transform_and_lower(_step_program(model, cache_length, bugs), partitioner=[XnnpackPartitioner()])
+    buffer = program.to_executorch().buffer
+    _written(path, lambda name: Path(name).write_bytes(buffer))
+
+
+def build_torchao_int8(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    quantized = copy.deepcopy(model)
+    quantize_(quantized, Int8WeightOnlyConfig())
+    program = _step_program(quantized, cache_length, bugs)
+    _written(path, lambda name: torch.export.save(program, name))
+
+
+KINDS = (
+    DecodeKind("full-forward", FLOAT, ".pt2", "torch-export-full", build_full_forward),
+    DecodeKind("decode-torch-export", FLOAT, ".pt2", "torch-export", build_torch_export),
+    DecodeKind("decode-onnx", FLOAT, ".onnx", "onnxruntime", build_onnx, needs=("onnxruntime",)),
+    DecodeKind("decode-executorch", FLOAT, ".pte", "executorch", build_executorch, needs=("executorch",)),
+    DecodeKind("decode-torchao-int8", INT8_WEIGHT, ".pt2", "torch-export", build_torchao_int8, needs=("torchao",), stepper_extra="torchao"),
+)
+KINDS_BY_NAME = {kind.name: kind for kind in KINDS}

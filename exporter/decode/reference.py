@@ -1,0 +1,32 @@
+"""The eager reference of a language model: teacher-forced logits and the greedy continuation.
+
+Both come from the model's full forward, without any cache (the cache is what the artifacts are
+checked on): the greedy continuation re-runs the whole sequence for every new token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def greedy(model: nn.Module, prompt: np.ndarray, new_tokens: int) -> np.ndarray:
+    sequence = torch.from_numpy(np.asarray(prompt, np.int64))[None]
+    with torch.inference_mode():
+        for _ in range(new_tokens):
+            logits = model(input_ids=sequence, use_cache=False).logits[0, -1]
+            sequence = torch.cat([sequence, logits.argmax().view(1, 1)], dim=1)
+    return sequence[0, len(prompt):].numpy()
+
+
+def forced_logits(model: nn.Module, prompt: np.ndarray, continuation: np.ndarray) -> np.ndarray:
+    sequence = torch.from_numpy(np.concatenate([prompt, continuation]).astype(np.int64))[None]
+    with torch.inference_mode():
+        return model(input_ids=sequence, use_cache=False).logits[0].numpy().astype(np.float32)
+
+
+def eager_reference(model: nn.Module, prompts: list[np.ndarray], new_tokens: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``(continuations, logits)``: per prompt the greedy ``new_tokens`` and the logits over prompt + them."""
+    continuations = [greedy(model, p, new_tokens) for p in prompts]
+    return continuations, [forced_logits(model, p, c) for p, c in zip(prompts, continuations, strict=True)]

@@ -1,0 +1,156 @@
+"""A check on a generative golden set: eager, then every decode kind built, stepped from its file and judged.
+
+``run_generation`` is what ``run_check`` calls when ``config.golden`` is a generative set; it returns
+the same :class:`~export_check.results.Report` every view reads, one ``Row`` per kind: the numbers of
+the teacher-forced pass in ``metrics`` (per-position agreement), the token verdicts in ``details``,
+and every missed bound with its cause in ``reasons``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..compare import Metrics
+from ..config import RunConfig
+from ..files import file_info, locked_out_dir, prepare_out_dir
+from ..gates import Gate
+from ..model import load_model, pinned_threads
+from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, GoldenSummary, Report, Row
+from ..versions import library_versions
+from . import goldenset, reference
+from .gates import GATES, DecodePath, judge
+from .kinds import FLOAT, KINDS, DecodeKind
+from .stepping import SteppingFailed, step_file
+from .steps import cache_shape
+from .verdicts import TokenVerdict, token_verdict
+
+
+@dataclass(frozen=True)
+class Plant:
+    """Decode-path bugs planted in every decode step built (the tests'): see steps.CachedStep."""
+
+    write_offset: int = 0
+    rope_offset: bool = True
+    cache_length: int | None = None  # None: exactly the longest prompt + continuation
+    kinds: tuple[str, ...] = field(default=())  # the kinds to build; empty: every decode kind
+
+
+@dataclass(frozen=True)
+class Reference:
+    names: list[str]
+    prompts: list[np.ndarray]
+    approved: list[np.ndarray]
+    logits: list[np.ndarray]
+    generated: list[np.ndarray]
+
+
+def _metrics(verdict: TokenVerdict) -> Metrics:
+    changed = tuple(i for i, p in enumerate(verdict.prompts) if not p.equal)
+    ordered = sorted(verdict.per_prompt_mae)
+    return Metrics(images=len(verdict.prompts), mae=verdict.mae, max_abs=verdict.max_abs, median_abs=float(np.median(ordered)),
+                   top1_agreement=verdict.top1_agreement, top1_changed=changed, nonfinite=0, per_image_mae=verdict.per_prompt_mae,
+                   agreement="per-position", position_agreement=verdict.top1_agreement)
+
+
+def _details(verdict: TokenVerdict, gate_text: str, cache_length: int | None) -> tuple[tuple[str, str], ...]:
+    details = [("decode_gate", gate_text), ("generations_equal", f"{verdict.generations_equal}/{len(verdict.prompts)}"),
+               ("kl_mean", f"{verdict.kl_mean:.3g}"), ("kl_worst", f"{verdict.kl_worst:.3g}"),
+               ("top1_agreement", f"{verdict.top1_agreement:.4f}"),
+               ("perplexity", f"{verdict.perplexity:.4f} (reference {verdict.reference_perplexity:.4f}, "
+                              f"{verdict.perplexity - verdict.reference_perplexity:+.4f})")]
+    if cache_length is not None:
+        details.append(("cache_length", str(cache_length)))
+    details += [(f"diverged:{p.name}", f"step {p.first_step}: {p.expected_text!r} -> {p.got_text!r}") for p in verdict.diverged]
+    return tuple(details)
+
+
+def _row(name: str, family: str, verdict: TokenVerdict, path: DecodePath, against: str, decoded_family: str, **extra) -> tuple[Row, TokenVerdict]:
+    gate = GATES[decoded_family]
+    passed, reasons = judge(name, verdict, gate, path, against)
+    # the views' gate column; the KL bound is in details["decode_gate"] (exporter/gates.Gate bounds no KL)
+    row_gate = Gate(max_mae=gate.max_mae) if gate.max_mae is not None else Gate(max_relative_mae=1.0, min_top1=gate.min_top1)
+    return Row(name=name, family=family, compared_with=against, status=PASS if passed else FAIL, gate=row_gate, metrics=_metrics(verdict),
+               reasons=reasons, details=_details(verdict, gate.describe(), path.cache_length), **extra), verdict
+
+
+def eager_reference(model, golden: goldenset.GenerativeSet) -> Reference:
+    prompts, approved = list(golden.prompts), list(golden.continuations)
+    generated = [reference.greedy(model, p, golden.new_tokens) for p in prompts]
+    logits = [reference.forced_logits(model, p, c) for p, c in zip(prompts, approved, strict=True)]
+    return Reference(list(golden.names), prompts, approved, logits, generated)
+
+
+def _kind_row(kind: DecodeKind, model, golden: goldenset.GenerativeSet, eager: Reference, out_dir: Path, plant: Plant,
+              single_forward_passed: bool | None, decode: Callable) -> Row:
+    missing = [m for m in kind.needs if importlib.util.find_spec(m) is None]
+    gate_family = kind.family
+    family = "float" if gate_family == FLOAT else "int8"
+    if missing:
+        return Row(kind.name, family, "eager", NOT_APPLICABLE, Gate(max_mae=1e-5), None, (f"needs {', '.join(missing)}, not installed",))
+    needed = max(len(p) for p in eager.prompts) + golden.new_tokens
+    is_step = kind.name != "full-forward"
+    length = (plant.cache_length or needed) if is_step else None
+    bugs = {"write_offset": plant.write_offset, "rope_offset": plant.rope_offset} if is_step else {}
+    path = out_dir / f"{kind.name}{kind.suffix}"
+    began = time.perf_counter()
+    try:
+        kind.build(model, length or needed, path, bugs)
+    except Exception as exc:
+        return Row(kind.name, family, "eager", ERROR, Gate(max_mae=1e-5), None, (f"build failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",))
+    built = time.perf_counter() - began
+    shape = cache_shape(model, length) if length else ()
+    try:
+        stepped = step_file(kind, path, eager.prompts, eager.approved, golden.new_tokens, shape)
+    except SteppingFailed as exc:
+        return Row(kind.name, family, "eager", ERROR, Gate(max_mae=1e-5), None, (str(exc),), artifact=file_info(path), build_seconds=built)
+    verdict = token_verdict(eager.names, eager.prompts, eager.approved, eager.logits, eager.generated, stepped.forced, stepped.generated, decode)
+    decode_path = DecodePath(is_step, length, single_forward_passed, needed)
+    return _row(kind.name, family, verdict, decode_path, "eager", gate_family, artifact=file_info(path), build_seconds=built,
+                replay_seconds=stepped.seconds)[0]
+
+
+def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _: None, plant: Plant | None = None) -> Report:
+    """The check of ``config`` on its generative golden set; ``plant`` (tests only) plants decode-path bugs."""
+    started = time.perf_counter()
+    plant = plant or Plant()
+    golden = goldenset.load_set(config.golden)
+    out_dir = prepare_out_dir(config.out_dir)
+    checkpoint = file_info(config.checkpoint)
+    names = [k.name for k in KINDS]
+    chosen = plant.kinds or tuple(k for k in config.kinds if k in names) or tuple(names)
+    decode = golden.decoder()
+    with pinned_threads(config.threads), locked_out_dir(out_dir):
+        progress("loading checkpoint")
+        model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root)
+        progress("eager over the golden prompts")
+        eager = eager_reference(model, golden)
+        verdict = token_verdict(eager.names, eager.prompts, eager.approved, list(golden.logits), list(golden.continuations),
+                                tuple(eager.logits), tuple(eager.generated), decode)
+        rows = [_row("eager", "eager", verdict, DecodePath(False, None, None), "golden", "eager")[0]]
+        single_forward: bool | None = None
+        for kind in KINDS:
+            if kind.name not in chosen:
+                continue
+            progress(f"{kind.name}: build, step, judge")
+            row = _kind_row(kind, model, golden, eager, out_dir, plant, single_forward, decode)
+            if kind.name == "full-forward":
+                single_forward = row.status == PASS
+            rows.append(row)
+    return Report(
+        tool_version=__version__, created=datetime.now(UTC).isoformat(timespec="seconds"), checkpoint=checkpoint,
+        golden=GoldenSummary(path=str(config.golden), inputs=len(golden), manifest_sha256=golden.manifest_sha256,
+                             created=str(golden.manifest.get("created", "")),
+                             recorded_checkpoint_sha256=golden.manifest["model"].get("checkpoint_sha256"),
+                             recorded_with=tuple(sorted(golden.manifest.get("recorded_with", {}).items())), label_accuracy=None),
+        thresholds=config.thresholds, settings=tuple(sorted(config.settings_json().items())),
+        versions=tuple(sorted(library_versions(()).items())), rows=tuple(rows), seconds=time.perf_counter() - started,
+        out_dir=str(out_dir), run_notes=(f"generative golden set: {len(golden)} prompts x {golden.new_tokens} new tokens, "
+                                         f"each decode kind stepped token by token from its file",))
