@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from .errors import UsageError
+from .layouts import LAYOUTS, json_layout
 
 OUTPUT_KINDS = ("logits", "sequence-logits", "values")
 INPUT_DTYPES = ("float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool")
@@ -40,10 +41,12 @@ class InputSpec:
     batch_axis: int = 0
     dynamic_axes: tuple[tuple[int, str], ...] = ()  # (axis, symbol), e.g. ((1, "sequence"),)
     keyword: bool = False  # passed as ``name=value`` rather than by position
+    layout: str = "contiguous"  # the memory layout the app feeds (exporter/layouts.py): fed to every file
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "batch_axis": self.batch_axis,
+        data = {"name": self.name, "dtype": self.dtype, "batch_axis": self.batch_axis,
                 "dynamic_axes": {str(a): s for a, s in self.dynamic_axes}, "keyword": self.keyword}
+        return data if self.layout == "contiguous" else {**data, "layout": self.layout}  # manifests and keys as before
 
 
 @dataclass(frozen=True)
@@ -334,13 +337,19 @@ class SignatureSettings:
     def at_check(self, signature: Signature) -> Signature:
         """The recorded signature with what a check may change: each output's kind, class axis, CTC blank and
         whether it is compared (its batch and dynamic axes are the recording's, which the reference holds)."""
-        if signature is SINGLE and not self.outputs.get("logits"):
+        layouts = {name: table["layout"] for name, table in self.inputs.items() if "layout" in table}
+        unknown = [name for name in layouts if name not in signature.input_names]
+        if unknown:
+            raise UsageError(f"settings set the layout of input {unknown[0]}; the golden set's inputs are {', '.join(signature.input_names)}: "
+                             f"fix [tool.export-check.model-inputs.{unknown[0]}]")
+        if signature is SINGLE and not self.outputs.get("logits") and not layouts:
             return signature
+        inputs = tuple(replace(spec, layout=layouts[spec.name]) if spec.name in layouts else spec for spec in signature.inputs)
         outputs = []
         for spec in signature.outputs:
             given = {k: v for k, v in self.outputs.get(spec.name, {}).items() if k in ("kind", "class_axis", "compared", "ctc_blank")}
             outputs.append(replace(spec, **given) if given else spec)
-        return replace(signature, outputs=tuple(outputs))
+        return replace(signature, inputs=inputs, outputs=tuple(outputs))
 
     def apply_input(self, spec: InputSpec) -> InputSpec:
         given = self.inputs.get(spec.name, {})
@@ -366,8 +375,12 @@ def parse_signature_settings(inputs: Any, outputs: Any, source: str) -> Signatur
                 if not isinstance(value, bool):
                     raise UsageError(f"{where}.keyword must be true or false, got {value!r}")
                 entry["keyword"] = value
+            elif key == "layout":
+                if value not in LAYOUTS:
+                    raise UsageError(f"{where}.layout must be one of {', '.join(LAYOUTS)} (the memory layout the app feeds), got {value!r}")
+                entry["layout"] = value
             else:
-                raise UsageError(f"{where}: unknown key {key!r}; known keys: dtype, batch-axis, dynamic-axes, keyword")
+                raise UsageError(f"{where}: unknown key {key!r}; known keys: dtype, batch-axis, dynamic-axes, keyword, layout")
         parsed_in[name] = entry
     parsed_out: dict[str, dict[str, Any]] = {}
     for name, table in _tables(outputs, f"{source}: outputs").items():
@@ -422,7 +435,8 @@ def signature_from_json(data: Any, where: str) -> Signature:
         if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or item.get("dtype") not in INPUT_DTYPES:
             raise ValueError(f"{where}: an input needs a name and a dtype of {', '.join(INPUT_DTYPES)}")
         inputs.append(InputSpec(name=item["name"], dtype=item["dtype"], batch_axis=_json_int(item.get("batch_axis", 0), where),
-                                dynamic_axes=_json_axes(item.get("dynamic_axes", {}), where), keyword=bool(item.get("keyword", False))))
+                                dynamic_axes=_json_axes(item.get("dynamic_axes", {}), where), keyword=bool(item.get("keyword", False)),
+                                layout=json_layout(item.get("layout", "contiguous"), where)))
     outputs = []
     for item in data["outputs"]:
         if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or item.get("kind") not in OUTPUT_KINDS:

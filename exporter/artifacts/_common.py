@@ -226,6 +226,18 @@ def load_torchscript(path: Path) -> Any:
     return module
 
 
+def laid_out(array: np.ndarray, layout: str) -> Any:
+    """``array`` as a tensor laid out in memory as the app feeds it (``layout``: exporter/layouts.py), same values."""
+    import torch
+
+    from ..layouts import dim_order
+
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    order = dim_order(layout, tensor.dim())
+    inverse = [order.index(axis) for axis in range(len(order))]
+    return tensor if order == tuple(range(tensor.dim())) else tensor.permute(*order).contiguous().permute(*inverse)
+
+
 class TorchModuleRunner:
     """Runs a torch callable reloaded from disk (``load(path)``): named inputs by position or keyword,
     named outputs. The TorchScript, ``torch.export`` and AOTInductor runners differ in the loader only."""
@@ -266,9 +278,11 @@ class TorchModuleRunner:
             with torch.inference_mode():
                 return named_outputs(self.module(torch.from_numpy(np.ascontiguousarray(single_input(feeds)))), self.path.name)
         args, kwargs = feeds_to_args(feeds, self.signature)
+        layouts = {i.name: i.layout for i in self.signature.inputs}  # the app's (exporter/layouts.py), as every file is fed
+        positional = [i.name for i in self.signature.inputs if not i.keyword] or list(self.signature.input_names)
         with torch.inference_mode():
-            out = self.module(*(torch.from_numpy(np.ascontiguousarray(a)) for a in args),
-                              **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in kwargs.items()})
+            out = self.module(*(laid_out(a, layouts[n]) for a, n in zip(args, positional, strict=True)),
+                              **{k: laid_out(v, layouts[k]) for k, v in kwargs.items()})
         names = self.signature.output_names
         if (type(out) in (tuple, list) and len(names) > 1 and len(out) == len(names) and all(isinstance(v, torch.Tensor) for v in out)
                 and names != positional_names(len(names))):

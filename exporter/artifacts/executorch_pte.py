@@ -11,8 +11,10 @@ Two traps this module guards against:
   or channels-last ``(0, 2, 3, 1)``) as it was in the export example, and the runtime does not check
   what it is fed: a channels-last tensor fed to a program exported contiguous (or the reverse) runs
   and returns numbers off by the whole signal (MAE ~2 on the bundled ResNet, no error;
-  pytorch/executorch#21837). The runner reads the dim order of every input from the program itself
-  and feeds exactly that layout; the row's details record it.
+  pytorch/executorch#21837). The layout the app feeds is part of the signature (exporter/layouts.py;
+  default contiguous, as eager is fed): the program is exported from an example in that layout, the
+  runner feeds that layout, never the one it reads from the file, and the row's details record both;
+  a file that records another layout and fails its gate fails with that cause (``layout_mismatch``).
 * The batch bound. ExecuTorch plans memory for an upper bound of every dynamic axis, so the batch axis
   is exported as ``Dim("batch", min=1, max=BATCH_MAX)``: 64 (``diagnostics.shapes.PROBE_IMAGES``, the
   largest batch the tool's batch-size check runs) or the example batch if larger. The bound planned in
@@ -43,6 +45,7 @@ import numpy as np
 
 from ..diagnostics.shapes import PROBE_IMAGES
 from ..errors import ArtifactError
+from ..layouts import dim_order, fed_layouts, layout_details
 from ..run.sentences import beyond_bound
 from ._common import NativeWarning, atomic_path, captured_fd
 from ._program import dynamic_axes_of, export_inputs, require_dynamic_program
@@ -56,9 +59,12 @@ METHOD = "forward"
 PARTITIONER = "XnnpackPartitioner (fp32)"
 LAYOUT_NAMES = {4: "channels_last", 5: "channels_last_3d"}  # the names torch gives the non-contiguous dim orders it has formats for
 
-# Test-only: feed this dim order instead of the one the program was exported with (tests/integration/test_executorch.py
-# proves a layout mismatch is a failing row). None: the program's own, always, outside that test.
+# Test-only: feed this dim order instead of the app's layout (tests/integration/test_executorch.py proves a layout
+# mismatch is a failing row). None: the app's (the signature's), always, outside that test.
 _FEED_DIM_ORDER: tuple[int, ...] | None = None
+# Test-only: export from an example in this layout instead of the app's, as an export script that forgot the app's
+# layout does (tests/integration/test_input_layout.py). None: the app's, always, outside that test.
+_EXPORT_LAYOUT: str | None = None
 # Test-only: the batch bound to export with instead of BATCH_MAX (a file that refuses a batch the tool runs).
 _BATCH_MAX: int | None = None
 # Test-only: the bound of every declared dynamic axis instead of AXIS_FACTOR x its longest golden size.
@@ -168,6 +174,19 @@ class Bounds:
     axes: tuple[tuple[str, int, int, str], ...] = ()
     recurrence: str = ""
     inputs: tuple[str, ...] = ()  # the input names in the program's order (positional, then keyword)
+    layouts: tuple[str, ...] = ()  # the layout the app feeds each of them (the signature's)
+
+
+def fed_orders(signature: Any, ndims: list[int]) -> list[tuple[int, ...]]:
+    """The dim order fed to each input (of ``ndims`` dimensions): the app's layout, or the test-only knob's order."""
+    if _FEED_DIM_ORDER is not None:
+        return [_FEED_DIM_ORDER] * len(ndims)
+    layouts = fed_layouts(signature)
+    layouts = layouts if len(layouts) == len(ndims) else ["contiguous"] * len(ndims)
+    try:
+        return [dim_order(layout, ndim) for layout, ndim in zip(layouts, ndims, strict=True)]
+    except ValueError as exc:
+        raise ArtifactError(f"{exc}: fix layout in [tool.export-check.model-inputs]") from None
 
 
 def axis_bound(ctx: BuildContext, name: str, axis: int, example_size: int) -> tuple[int, str]:
@@ -217,10 +236,17 @@ def bounded_inputs(ctx: BuildContext, model: Any, recurrence: str = "") -> tuple
             spec[axis] = Dim.AUTO(max=limit)
             axes.append((name, axis, limit, why))
         shapes[param] = spec
+    names = (*positional, *kwargs)
+    exported = [_EXPORT_LAYOUT] * len(names) if _EXPORT_LAYOUT is not None else fed_layouts(ctx.signature)
+    if len(exported) == len(names):  # an example in the layout the app feeds: the file records that dim order
+        try:
+            by_name = {n: with_dim_order(by_name[n], dim_order(layout, by_name[n].dim())) for n, layout in zip(names, exported, strict=True)}
+        except ValueError as exc:
+            raise ArtifactError(f"{exc}: fix layout in [tool.export-check.model-inputs]") from None
     args = tuple(by_name[n] for n in positional)
     kwargs = {k: by_name[k] for k in kwargs}
     return model, args, kwargs, shapes, Bounds(batch=None if recurrence else bound, axes=tuple(axes), recurrence=recurrence,
-                                                inputs=(*positional, *kwargs))
+                                                inputs=names, layouts=tuple(fed_layouts(ctx.signature)))
 
 
 def export_bounded(ctx: BuildContext, model: Any, recurrence: str = "") -> tuple[Any, Bounds]:
@@ -290,6 +316,7 @@ def lower_and_save(program: Any, path: Path, bounds: Bounds, extra: dict[str, st
         details["axis_bounds"] = "; ".join(parts)
     if bounds.recurrence:
         details["recurrence"] = bounds.recurrence
+    details.update(layout_details(path.name, bounds.inputs, bounds.layouts, [order for order, _ in inputs]))
     return {**details, "delegates": _delegates(path), **extra, "executorch": version()}
 
 
@@ -329,7 +356,8 @@ def _pin_threads(threads: int) -> None:
 
 
 class PteRunner:
-    """The ``.pte`` loaded by the ExecuTorch Python runtime, fed in the dim order it was exported with."""
+    """The ``.pte`` loaded by the ExecuTorch Python runtime, fed in the layout the app feeds (the signature's), never
+    in the one read from the file: a file that records another computes what the app would get."""
 
     def __init__(self, path: Path, ctx: BuildContext) -> None:
         self.path, self.ctx = path, ctx
@@ -353,8 +381,6 @@ class PteRunner:
             raise ArtifactError(f"{self.path.name} has no method {METHOD!r}" + (f": {'; '.join(noise)}" if noise else ""))
         for line in noise:
             warnings.warn(f"executorch: {line}", NativeWarning, stacklevel=2)
-        if _FEED_DIM_ORDER is not None:
-            self.orders = [_FEED_DIM_ORDER] * len(self.orders)
         self.method = method
         return self
 
@@ -403,7 +429,8 @@ class PteRunner:
         import torch
 
         assert self.method is not None
-        inputs = [with_dim_order(torch.from_numpy(np.ascontiguousarray(a)), order) for a, order in zip(arrays, self.orders, strict=True)]
+        orders = fed_orders(self.ctx.signature, [a.ndim for a in arrays])
+        inputs = [with_dim_order(torch.from_numpy(np.ascontiguousarray(a)), order) for a, order in zip(arrays, orders, strict=True)]
         said: list[str] = []
         try:
             with runtime_stderr(said):

@@ -299,7 +299,10 @@ def explain_pte(kind: ArtifactKind, path: Path, batch: np.ndarray, ctx: BuildCon
     ops, the same exported program's values on the portable kernels."""
     program, manager, rebuilt = rebuild(kind, ctx)
     same = require_same_plan(path, rebuilt)
-    own = run_logged(path, manager.get_etrecord(), batch, threads)
+    from ..artifacts.executorch_pte import fed_orders
+
+    orders = fed_orders(ctx.signature, [batch.ndim])  # the layout the row was fed: the app's (exporter/layouts.py)
+    own = run_logged(path, manager.get_etrecord(), batch, threads, orders=orders)
     if not own.delegated_ops:
         return Explained(own, same_bytes=same)
     missing = _missing_portable_kernels(program)
@@ -314,7 +317,6 @@ def explain_pte(kind: ArtifactKind, path: Path, batch: np.ndarray, ctx: BuildCon
         with tempfile.TemporaryDirectory(prefix="export-check-portable-") as tmp:
             pte = Path(tmp) / "portable.pte"
             pte.write_bytes(bytes(portable.buffer))
-            orders = [order for order, _ in _inputs(path)]
             return Explained(own, run_logged(pte, portable.get_etrecord(), batch, threads, orders=orders), same_bytes=same)
     except Exception as exc:  # the file's own values stand; the row says why there is no portable table
         return Explained(own, portable_error=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", same_bytes=same)
@@ -331,10 +333,3 @@ def _missing_portable_kernels(program: Any) -> list[str]:
         return []
     registered = {name.split(".")[0] for name in Runtime.get().operator_registry.operator_names}
     return [name for name in wanted if name not in registered]
-
-
-def _inputs(path: Path) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    from ..artifacts.executorch_pte import _FEED_DIM_ORDER, program_inputs
-
-    found = program_inputs(path)
-    return [(_FEED_DIM_ORDER, sizes) for _, sizes in found] if _FEED_DIM_ORDER is not None else found

@@ -24,6 +24,7 @@ from typing import TextIO
 
 from ..errors import folded
 from ..gates import GATE_METRICS, PER_SAMPLE, GateMetric, small_set_notes
+from ..layouts import FED
 from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..run.sentences import coverage_summary
@@ -247,6 +248,7 @@ def render(report: Report, style: Style | None = None) -> str:
     if style.verbose:
         extra += [f"note {row.name}: {folded(note)}" for row in report.rows for note in row.notes if note not in row.concerns]
         extra += [f"int8 coverage {row.name}: {coverage_summary(row.int8_coverage)}" for row in report.rows if row.int8_coverage]
+        extra += [layout_line(row) for row in report.rows if FED in dict(row.details)]
         extra.append(f"checks: {checks_description(report)}")
         per_sample = any(m.agreement in PER_SAMPLE and m.top1_agreement is not None for row in report.rows if row.metrics is not None
                          for m in (row.metrics, *(o.metrics for o in row.outputs)))
@@ -270,6 +272,13 @@ def render(report: Report, style: Style | None = None) -> str:
         for text in steps:
             out += _wrapped(text, style)
     return "\n".join(out)
+
+
+def layout_line(row: Row) -> str:
+    """The layout fed to a row's file (the app's, exporter/layouts.py) and the one the file records, under ``-v``."""
+    details = dict(row.details)
+    recorded = f"; the file records {details['dim_order'].replace('_', '-')}" if "dim_order" in details else ""
+    return f"layout {row.name}: fed {details[FED]} (the app's: [tool.export-check.model-inputs.NAME] layout){recorded}"
 
 
 def _cache_lines(report: Report) -> list[str]:

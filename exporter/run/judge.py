@@ -21,6 +21,7 @@ from .. import gates
 from ..artifacts import KINDS_BY_NAME
 from ..compare import Metrics
 from ..config import FAMILIES, Gate, Thresholds
+from ..layouts import layout_reasons
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
 from .records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Measured, Observation
 from .sentences import (
@@ -581,6 +582,8 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     outputs = judge_outputs(obs, gate_for)
     common["outputs"], common["not_compared"] = outputs, obs.not_compared
     reasons = drift_reasons(obs, outputs, gate_for)
+    laid_out, layout_notes = layout_reasons(dict(obs.details), failed=bool(reasons))  # a file exported for another layout
+    reasons, common["notes"] = reasons + laid_out, common["notes"] + layout_notes
     uncovered, coverage_notes = coverage_findings(common["int8_coverage"], obs.family, strict)
     reasons += uncovered
     status = FAIL if reasons else PASS

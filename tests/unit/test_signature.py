@@ -102,6 +102,8 @@ def test_at_check_keeps_the_recorded_axes() -> None:
     ({"x": {"batch-axis": True}}, None, "got True"),
     ({"x": {"keyword": "yes"}}, None, "model-inputs.x.keyword must be true or false"),
     ({"x": {"shape": 3}}, None, "model-inputs.x: unknown key 'shape'"),
+    ({"x": {"layout": "nhwc"}}, None, "model-inputs.x.layout must be one of contiguous, channels-last (the memory layout the app feeds)"),
+    ({"x": {"layout": 1}}, None, "got 1"),
     ({"x": {"dynamic-axes": {"one": "seq"}}}, None, "axis 'one' is not an integer"),
     ({"x": {"dynamic-axes": {"1": "not a name"}}}, None, "needs a non-negative number and a symbol name"),
     ({"x": {"dynamic-axes": [1]}}, None, "must be a table of axis"),
@@ -123,6 +125,22 @@ def test_a_signature_round_trips_through_its_json() -> None:
     assert sig.input_names == ("x", "m") and sig.output_names == ("y", "z")
     with pytest.raises(KeyError):
         sig.output("nope")
+
+
+def test_the_layout_an_app_feeds_is_part_of_the_signature_at_check_and_in_its_json() -> None:
+    """Default contiguous (the eager model's), left out of the JSON so that manifests and cache keys stay as they
+    were; a setting applies at check time on any set, the format-1 one too; an input the set lacks is refused."""
+    assert SINGLE.inputs[0].layout == "contiguous" and "layout" not in SINGLE.to_json()["inputs"][0]
+    given = parse_signature_settings({"input": {"layout": "channels-last"}}, None, "s.toml")
+    checked = given.at_check(SINGLE)
+    assert checked.inputs[0].layout == "channels-last" and checked.outputs == SINGLE.outputs
+    assert checked.to_json()["inputs"][0]["layout"] == "channels-last" and signature_from_json(checked.to_json(), "m.json") == checked
+    assert checked.to_json() != SINGLE.to_json()  # the cache keys on it
+    with pytest.raises(UsageError, match=r"layout of input x; the golden set's inputs are input: fix \[tool.export-check.model-inputs.x\]"):
+        parse_signature_settings({"x": {"layout": "channels-last"}}, None, "s.toml").at_check(SINGLE)
+    bad = {**checked.to_json(), "inputs": [{**checked.to_json()["inputs"][0], "layout": "nhwc"}]}
+    with pytest.raises(ValueError, match="m.json: an input's layout must be one of contiguous, channels-last, got 'nhwc'"):
+        signature_from_json(bad, "m.json")
 
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-3, 40) | st.sampled_from(["x", "float32", "logits", "1", "seq"]),
