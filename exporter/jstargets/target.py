@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +129,7 @@ class JsTarget:
         except OSError:
             bridge.close()
             raise
-        stack.callback(_shutdown, bridge, process)
+        stack.callback(_shutdown, bridge, process, 2.0 if self.kind.name == "node" else 0.0)  # a page stays open: no grace
         bridge.alive = process_stopped(process, self.kind.program, log)
         self.runtime_versions = bridge.wait_ready()
         self.bridge = bridge
@@ -167,15 +168,31 @@ def _version(program: str) -> str:
     return ""
 
 
-def _shutdown(bridge: Bridge, process: subprocess.Popen[bytes]) -> None:
-    """The exit job (Node leaves on it), the server stopped, then the process group ended if it is still there."""
+def _exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether ``process`` has exited, without reaping it (while it is a zombie its group id stays ours)."""
+    if process.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
+    except ChildProcessError:
+        return True
+
+
+def _shutdown(bridge: Bridge, process: subprocess.Popen[bytes], grace: float) -> None:
+    """The exit job (Node leaves on it within ``grace``), the server stopped, then the process group ended: SIGTERM, then
+    SIGKILL, each to the whole group while its leader is not yet reaped, so no other process can hold that group id."""
     bridge.close()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=2.0)
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
-        if process.poll() is not None:
+    for sig, wait in ((None, grace), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        if process.returncode is not None:
+            return  # reaped already (it stopped during the replay): its group id is no longer known to be ours
+        if sig is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
+        end = time.monotonic() + wait
+        while not _exited(process) and time.monotonic() < end:
+            time.sleep(0.05)
+        if _exited(process):
             break
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=wait)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # what it left in its group (Chromium's renderers and zygotes)
+    process.wait()
