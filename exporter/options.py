@@ -269,9 +269,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("targets", "targets", "path", "replay several targets instead: a TOML file of [targets.NAME] tables, each with bundle = "
            "\"...\" and what a Ray task of it needs (num-cpus, resources = { macos = 1 }); one report over all of them", (REPLAY,),
            metavar="FILE"),
-    Option("target", "target", "str", "the name of this machine in the report (default: its host name); node or browser: run the "
-           "onnxruntime rows in onnxruntime-node, or in onnxruntime-web in headless Chromium (npm packages in the cache dir)", (REPLAY,),
-           metavar="NAME"),
+    Option("target", "target", "str", "this machine's name in the report (default: host name); node|browser: ONNX in JS", (REPLAY,), metavar="NAME"),
     Option("out", "out", "path", "where the bundle's artifacts are written for their runtimes to load (default: {default})", (REPLAY,),
            default=Path("export-check-replay"), metavar="DIR"),
     Option("threads", "threads", "int", "intra-op threads of the runtimes (default: the check's)", (REPLAY,)),
