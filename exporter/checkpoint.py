@@ -67,7 +67,7 @@ def load_state_dict(path: Path, notes: list[str] | None = None) -> dict[str, Any
         obj = _load_safetensors(path)
     else:
         _refuse_non_checkpoint(path, head)
-        obj = _load_torch(path)
+        obj = _load_torch(path, mmap=head.startswith(_ZIP_MAGIC))
     state = _unwrap(obj, path, notes)
     return _strip_prefixes(state)
 
@@ -144,14 +144,22 @@ def _check_zip_layout(path: Path) -> None:
 _GLOBAL = re.compile(r"GLOBAL ([A-Za-z_][\w.]*)")
 
 
-def _load_torch(path: Path) -> Any:
+def _load_torch(path: Path, mmap: bool = False) -> Any:
+    """The checkpoint's objects, read without unpickling code. ``mmap`` (a zip checkpoint, torch's format since 1.6):
+    its tensors are mapped from the file, not read into memory: the model then takes them over (``build_model``), so
+    a process holds one copy of the weights, shared with every other process that maps the same file (issue 43)."""
     import torch
 
     try:
         with warnings.catch_warnings():
             # torch warns about unusual pickle protocols and TorchScript zips; the error below says it all.
             warnings.simplefilter("ignore")
-            return torch.load(str(path), map_location="cpu", weights_only=True)
+            try:
+                return torch.load(str(path), map_location="cpu", weights_only=True, mmap=mmap)
+            except RuntimeError:
+                if not mmap:
+                    raise
+                return torch.load(str(path), map_location="cpu", weights_only=True)  # a zip torch cannot map: read it
     except pickle.UnpicklingError as exc:
         raise CheckpointError(_describe_unpickling(path, str(exc))) from None
     except Exception as exc:  # anything raised while parsing an untrusted file is about that file
@@ -413,9 +421,16 @@ def build_model(
         raise ArchitectureError(f"{spec}: constructing the model failed: {type(exc).__name__}: {exc}") from None
     if not isinstance(model, torch.nn.Module):
         raise ArchitectureError(f"{spec}: returned a {type(model).__name__}, not a torch.nn.Module")
-    describe_mismatch(model.state_dict(), state, checkpoint, spec)
+    expected = model.state_dict()
+    describe_mismatch(expected, state, checkpoint, spec)
+    # Where every tensor already has the model's dtype, the model takes the checkpoint's tensors over (mapped from the
+    # file: _load_torch) instead of copying them into the ones its factory made: one copy of the weights, not two.
+    # A model whose factory ties parameters (one Parameter under two names) keeps its ties: copied into, not assigned.
+    held = [id(p) for _, p in model.named_parameters(remove_duplicate=False)]
+    assign = len(held) == len(set(held)) and all(
+        isinstance(v, torch.Tensor) and v.dtype == expected[k].dtype and v.device.type == "cpu" for k, v in state.items())
     try:
-        model.load_state_dict(state, strict=True)
+        model.load_state_dict(state, strict=True, assign=assign)
     except (RuntimeError, TypeError, ValueError) as exc:  # a tensor torch cannot copy into its parameter
         reason = " ".join(str(exc).split())[:200]
         raise CheckpointError(f"{checkpoint}: its weights do not load into {spec} ({reason}); re-save the model's own state_dict") from None

@@ -52,6 +52,33 @@ def load_model(checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_ro
     return build_model(arch, arch_kwargs, state, checkpoint, arch_root)
 
 
+def fingerprint(model: Any) -> str:
+    """What tells two builds of a model apart beyond the checkpoint they read: every parameter's and buffer's name,
+    shape and dtype, and the values of the buffers the checkpoint does not hold (non-persistent: made by the factory).
+    The build server builds its own copy from a ``ModelRecipe`` and uses it only when this matches the run's."""
+    import hashlib
+    import itertools
+
+    import torch
+
+    digest = hashlib.sha256(f"{type(model).__qualname__} {model.training}\n".encode())  # a lone file's module name is per process
+    persistent = set(model.state_dict())
+    for name, tensor in itertools.chain(model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False)):
+        digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}\n".encode())
+        if name not in persistent:
+            digest.update(tensor.detach().contiguous().flatten().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def from_recipe(recipe: Any) -> Any:
+    """The model a ``ModelRecipe`` describes, built here; ValueError when it is not the run's (its fingerprint differs)."""
+    root = None if recipe.arch_root is None else Path(recipe.arch_root)
+    model = load_model(Path(recipe.checkpoint), recipe.arch, dict(recipe.arch_kwargs), root)
+    if fingerprint(model) != recipe.fingerprint:
+        raise ValueError("the model built from its checkpoint here differs from the run's (a buffer its factory makes differs)")
+    return model
+
+
 class EagerRunner:
     """The eager model as a runner: named inputs in (by position in the signature's order, or by
     keyword), named outputs out (``signature.flatten_outputs``), under inference mode.

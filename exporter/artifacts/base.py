@@ -80,6 +80,20 @@ def ran_for(runner: Any, began: float) -> float:
 
 
 @dataclass(frozen=True)
+class ModelRecipe:
+    """How another process builds the run's model itself instead of being sent it (issue 43): the build server reads
+    the checkpoint (mapped from the file, so both processes share one copy of the weights) into the same architecture,
+    and builds from it only when its ``fingerprint`` (model.fingerprint) equals the run's; otherwise the run's
+    process builds in a child of its own, which holds its model already."""
+
+    checkpoint: str
+    arch: str
+    arch_kwargs: tuple[tuple[str, Any], ...]
+    arch_root: str | None
+    fingerprint: str
+
+
+@dataclass(frozen=True)
 class BuildContext:
     """What every builder may use: the eager model, an example batch of real golden inputs (one
     tensor, or ``{input name: tensor}``), the model's signature and the export settings."""
@@ -93,6 +107,8 @@ class BuildContext:
     # The golden set's calibration split (``GoldenSet.calibration``) as batches of named inputs, for
     # the statically quantized kinds; empty when the run has none (the kind then refuses to build).
     calibration: tuple[dict[str, Any], ...] = ()
+    # How the build server builds the model itself (never sent pickled); None: it is sent with the context.
+    recipe: ModelRecipe | None = None
     fp16_optimization: str = "all"  # RunConfig.fp16_optimization: the level the onnx-fp16 row loads and runs at
     # Per declared dynamic input axis (not the batch), the longest size the golden set holds: (input, axis, size).
     # The on-device kinds bound such an axis from it (executorch_pte.axis_bound); empty: the example's size is used.

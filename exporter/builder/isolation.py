@@ -283,6 +283,8 @@ class BuildService:
             "runtimes": list(runtimes),
             "sys_path": list(sys.path),
             "cwd": os.getcwd(),
+            # export-check's own switches as this process has them now (the server was started before a caller changed one)
+            "env": {name: value for name, value in os.environ.items() if name.startswith("EXPORT_CHECK_")},
             "files": {name: m.__file__ for name, m in list(sys.modules.items()) if name.startswith(PRIVATE_PREFIX) and getattr(m, "__file__", None)},
         }
         with self.lock:
@@ -389,12 +391,17 @@ class BuildService:
     def _pickle(self, ctx: Any) -> tuple[str, bytes]:
         """The build context pickled once per run (every build of a run shares one context), with a fresh key.
 
-        The server unpickles a key's context once and forks every build of the run from it.
+        The server unpickles a key's context once and forks every build of the run from it. A context with a
+        ``recipe`` travels without its model: the server builds the model from the checkpoint itself (issue 43: the
+        model never crosses a pipe, and the weights, mapped from one file, are one copy between the processes).
         """
         if self._pickled is None or self._pickled[0] is not ctx:
+            import dataclasses
             import uuid
 
-            self._pickled = (ctx, uuid.uuid4().hex, pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL))
+            sent = dataclasses.replace(ctx, model=None) if getattr(ctx, "recipe", None) is not None else ctx
+            self._pickled = None  # a context that cannot be pickled leaves none of its predecessor's behind
+            self._pickled = (ctx, uuid.uuid4().hex, pickle.dumps(sent, protocol=pickle.HIGHEST_PROTOCOL))
         return self._pickled[1], self._pickled[2]
 
 

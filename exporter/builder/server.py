@@ -232,6 +232,10 @@ class BuildServer:
         self.clean = False  # from here on this process may hold the user's modules
         try:
             ctx = ModelUnpickler(io.BytesIO(request["ctx"]), request["files"]).load()
+            if ctx.model is None and ctx.recipe is not None:  # built here from its checkpoint, never sent (issue 43)
+                from ..model import from_recipe
+
+                ctx = dataclasses.replace(ctx, model=from_recipe(ctx.recipe))
         except Exception as exc:
             refused = {"status": "unpicklable", "notes": [], "description": f"{type(exc).__name__}: {exc}"[:200]}
             self.context = (key, None, refused)
@@ -294,6 +298,10 @@ def build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
     sys.path[:] = request["sys_path"]
     os.chdir(request["cwd"])
+    if "env" in request:  # the parent's export-check switches, as they are for this build
+        for name in [n for n in os.environ if n.startswith("EXPORT_CHECK_") and n not in request["env"]]:
+            del os.environ[name]
+        os.environ.update(request["env"])
     notes: list[str] = []
     path = Path(request["path"])
     try:

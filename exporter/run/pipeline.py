@@ -5,7 +5,8 @@ CLI, the pytest plugin and fleet runs all call it. Observing and judging are sep
 replays and measures (``records.Observation``), ``judge`` alone decides; ``explain`` is a pass of its own
 after the observe stage, on the rows the judge flags (per-layer tables, the reduced subgraph), and the
 report judges every row once more on what it added. A cached run is the same path with the builds and
-replays restored from the cache (``cache``), judged by the same code. Each artifact is isolated: its failure to build, load or run becomes its own ``error`` row.
+replays restored from the cache (``cache``), judged by the same code. Each artifact is isolated: its failure to
+build, load or run becomes its own ``error`` row.
 
 Two processes share the work (``--jobs 2``, the default on two cores or more): the build server
 (exporter/builder/isolation.py) builds the artifacts one after another, while this process runs eager
@@ -24,15 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from .. import __version__, decode
 from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._heap import reused_heap
-from ..artifacts.base import INPUT
+from ..artifacts.base import INPUT, ModelRecipe
 from ..builder import isolation
 from ..builder.builds import Builds
 from ..cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, store_observations
 from ..cache.store import ArtifactCache
 from ..config import RunConfig
+from ..decode.goldenset import is_generative
 from ..diagnostics.run import PendingSelfCheck
 from ..errors import ArchitectureError, ExportCheckError, GoldenError, UsageError
 from ..feeds import length
@@ -40,7 +42,7 @@ from ..files import FileInfo, check_readable_file, file_info, locked_out_dir, pr
 from ..golden.batches import GoldenBatches
 from ..golden.goldenset import MANIFEST, GoldenSet
 from ..golden.manifest import load_golden
-from ..model import EagerRunner, load_model, pinned_threads
+from ..model import EagerRunner, fingerprint, load_model, pinned_threads
 from ..paths import check_outputs
 from ..progress import count_message
 from ..results import GoldenSummary, Report
@@ -65,6 +67,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     check_outputs(config)  # --out must not be, or hold, what the run reads (exporter/paths.py)
     # Validate everything cheap first, so bad input fails before any export starts.
     check_readable_file(config.checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
+    if is_generative(config.golden):  # prompts for a language model: its decode loop is checked instead (issue 45)
+        return decode.run_generation(config, progress)
     golden = load_golden(config.golden)
     unknown = [n for n in config.signature_settings.outputs if n not in golden.signature.output_names]
     if unknown:
@@ -149,6 +153,9 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             fp16_optimization=config.fp16_optimization,
             axis_extents=_axis_extents(axis_sizes),
             axis_sizes=axis_sizes,
+            # the build server builds its own copy from the checkpoint (mapped: one copy of the weights between them)
+            recipe=ModelRecipe(str(config.checkpoint), config.arch, tuple(sorted(config.arch_kwargs.items())),
+                               None if config.arch_root is None else str(config.arch_root), fingerprint(model)),
         )
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next

@@ -792,7 +792,7 @@ def test_a_model_the_build_server_cannot_take_is_built_in_a_child_of_the_run_and
     rows = {row["name"]: row for row in strict_json(Path(f"{out}.json"))["rows"]}
     assert list(rows) == ["eager", "torchscript-trace", "onnx"] and rows["eager"]["status"] == "pass"
     for name in ("torchscript-trace", "onnx"):
-        assert any(note.startswith("built in a child of the run's process, not the build server: the model cannot be pickled")
+        assert any(note.startswith("built in a child of the run's process, not the build server: the build process cannot rebuild the model")
                    for note in rows[name]["notes"]), rows[name]["notes"]
         if reason is None:
             assert rows[name]["status"] == "pass" and rows[name]["metrics"]["mae"] <= 1e-5
