@@ -184,7 +184,9 @@ def cmd_golden(args: argparse.Namespace) -> int:
             # no checkpoint here: the golden folder named by the settings of the current directory
             found = find_settings()
             golden_dir = found.get("golden", DEFAULT_GOLDEN)
-        intact, lines = lifecycle.verify(golden_dir)
+        from .decode import commands as generative  # a generative golden set (issue 45)
+
+        intact, lines = generative.verify(golden_dir) if generative.goldenset.is_generative(golden_dir) else lifecycle.verify(golden_dir)
         if args.golden_dir is None:  # the golden folder came from the settings (or their absence): say which
             print(settings_line(settings_files(found)))
         print("\n".join(lines))
@@ -194,6 +196,11 @@ def cmd_golden(args: argparse.Namespace) -> int:
     params = _golden_params(args)
     common = params.common
     golden_dir = common["golden_dir"]
+    from .decode.commands import golden_command  # prompts, or a generative golden set (issue 45)
+
+    code = golden_command(args.golden_command, common, params.inputs, getattr(args, "force", False), getattr(args, "dry_run", False))
+    if code is not None:
+        return code
     if args.golden_command == "record":
         from .golden.inputs import preprocess_from_args
 

@@ -92,7 +92,7 @@ def read_prompts(inputs_dir: Path) -> tuple[list[str], list[str | None], list[np
         path = inputs_dir / "prompts.npz"
         try:
             with np.load(path, allow_pickle=False) as loaded:
-                items = [(name, np.asarray(loaded[name])) for name in loaded.files]
+                items: list[tuple[str, np.ndarray]] = [(name, np.asarray(loaded[name])) for name in loaded.files]
         except (OSError, ValueError) as exc:
             raise UsageError(f"{path}: not a readable .npz of token id arrays ({exc}); write it with numpy.savez") from None
         for name, ids in items:
@@ -112,14 +112,14 @@ def read_prompts(inputs_dir: Path) -> tuple[list[str], list[str | None], list[np
     texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not texts:
         raise UsageError(f"{path}: holds no prompt (one prompt a line); add some")
-    ids = [np.asarray(tokenizer.encode(text).ids, np.int64) for text in texts]
-    empty = [t for t, i in zip(texts, ids, strict=True) if i.size == 0]
+    encoded = [np.asarray(tokenizer.encode(text).ids, np.int64) for text in texts]
+    empty = [t for t, i in zip(texts, encoded, strict=True) if i.size == 0]
     if empty:
         raise UsageError(f"{path}: the prompt {empty[0]!r} encodes to no tokens; remove it")
-    return [f"prompt-{i:03d}" for i in range(len(texts))], list(texts), ids, tokenizer_path, new_tokens
+    return [f"prompt-{i:03d}" for i in range(len(texts))], list(texts), encoded, tokenizer_path, new_tokens
 
 
-def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+def _npz(arrays: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()

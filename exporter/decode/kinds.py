@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch import nn
 
 from .steps import INPUTS, OUTPUTS, CachedStep, FullForward, empty_cache
 
@@ -31,7 +31,7 @@ class DecodeKind:
     family: str  # the gate family: float (generations identical) or int8-weight (KL and agreement bounds)
     suffix: str
     runtime: str  # the stepper's runtime (stepper.py)
-    build: Callable[[nn.Module, int, Path, dict], None]  # (model, cache length, file, planted bugs)
+    build: Callable[[Any, int, Path, dict], None]  # (model, cache length, file, planted bugs)
     needs: tuple[str, ...] = ()  # modules the build and the runtime import: absent -> not applicable
     stepper_extra: str = ""  # what the stepper imports besides the runtime
 
@@ -55,7 +55,7 @@ def _written(path: Path, write: Callable[[str], None]) -> None:
             os.unlink(temporary)
 
 
-def build_full_forward(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+def build_full_forward(model: Any, cache_length: int, path: Path, bugs: dict) -> None:
     tokens = torch.export.Dim("tokens", min=2, max=int(model.config.max_position_embeddings))
     with torch.no_grad():
         program = torch.export.export(FullForward(model).eval(), (torch.zeros(1, 4, dtype=torch.long),),
@@ -63,18 +63,18 @@ def build_full_forward(model: nn.Module, cache_length: int, path: Path, bugs: di
     _written(path, lambda name: torch.export.save(program, name))
 
 
-def _step_program(model: nn.Module, cache_length: int, bugs: dict) -> torch.export.ExportedProgram:
+def _step_program(model: Any, cache_length: int, bugs: dict) -> torch.export.ExportedProgram:
     step = CachedStep(model, cache_length, **bugs).eval()
     with torch.no_grad():
         return torch.export.export(step, _example(step))
 
 
-def build_torch_export(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+def build_torch_export(model: Any, cache_length: int, path: Path, bugs: dict) -> None:
     program = _step_program(model, cache_length, bugs)
     _written(path, lambda name: torch.export.save(program, name))
 
 
-def build_onnx(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+def build_onnx(model: Any, cache_length: int, path: Path, bugs: dict) -> None:
     step = CachedStep(model, cache_length, **bugs).eval()
 
     def write(name: str) -> None:
@@ -84,16 +84,16 @@ def build_onnx(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> N
     _written(path, write)
 
 
-def build_executorch(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+def build_executorch(model: Any, cache_length: int, path: Path, bugs: dict) -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     program = to_edge_transform_and_lower(_step_program(model, cache_length, bugs), partitioner=[XnnpackPartitioner()])
     buffer = program.to_executorch().buffer
-    _written(path, lambda name: Path(name).write_bytes(buffer))
+    _written(path, lambda name: None if Path(name).write_bytes(buffer) else None)
 
 
-def build_torchao_int8(model: nn.Module, cache_length: int, path: Path, bugs: dict) -> None:
+def build_torchao_int8(model: Any, cache_length: int, path: Path, bugs: dict) -> None:
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
     quantized = copy.deepcopy(model)

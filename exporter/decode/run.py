@@ -8,8 +8,11 @@ and every missed bound with its cause in ``reasons``.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import json
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,7 +29,7 @@ from ..model import load_model, pinned_threads
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, GoldenSummary, Report, Row
 from ..versions import library_versions
 from . import goldenset, reference
-from .gates import GATES, DecodePath, judge
+from .gates import FLOAT_MAX_MAE, GATES, INT8_MIN_TOP1, DecodePath, judge
 from .kinds import FLOAT, KINDS, DecodeKind
 from .stepping import SteppingFailed, step_file
 from .steps import cache_shape
@@ -52,6 +55,11 @@ class Reference:
     generated: list[np.ndarray]
 
 
+# What the views' gate column and gates line show (exporter/gates.Gate bounds no KL and no generation): the decode gate
+# itself is each row's details["decode_gate"] and the run's note.
+ROW_GATES = {"eager": Gate(max_mae=FLOAT_MAX_MAE), "float": Gate(max_mae=FLOAT_MAX_MAE), "int8": Gate(max_relative_mae=1.0, min_top1=INT8_MIN_TOP1)}
+
+
 def _metrics(verdict: TokenVerdict) -> Metrics:
     changed = tuple(i for i, p in enumerate(verdict.prompts) if not p.equal)
     ordered = sorted(verdict.per_prompt_mae)
@@ -69,15 +77,14 @@ def _details(verdict: TokenVerdict, gate_text: str, cache_length: int | None) ->
     if cache_length is not None:
         details.append(("cache_length", str(cache_length)))
     details += [(f"diverged:{p.name}", f"step {p.first_step}: {p.expected_text!r} -> {p.got_text!r}") for p in verdict.diverged]
+    details.append(("token_verdict", json.dumps(verdict.to_json())))  # every figure unrounded, for the JSON report's readers
     return tuple(details)
 
 
 def _row(name: str, family: str, verdict: TokenVerdict, path: DecodePath, against: str, decoded_family: str, **extra) -> tuple[Row, TokenVerdict]:
     gate = GATES[decoded_family]
     passed, reasons = judge(name, verdict, gate, path, against)
-    # the views' gate column; the KL bound is in details["decode_gate"] (exporter/gates.Gate bounds no KL)
-    row_gate = Gate(max_mae=gate.max_mae) if gate.max_mae is not None else Gate(max_relative_mae=1.0, min_top1=gate.min_top1)
-    return Row(name=name, family=family, compared_with=against, status=PASS if passed else FAIL, gate=row_gate, metrics=_metrics(verdict),
+    return Row(name=name, family=family, compared_with=against, status=PASS if passed else FAIL, gate=ROW_GATES[family], metrics=_metrics(verdict),
                reasons=reasons, details=_details(verdict, gate.describe(), path.cache_length), **extra), verdict
 
 
@@ -94,7 +101,7 @@ def _kind_row(kind: DecodeKind, model, golden: goldenset.GenerativeSet, eager: R
     gate_family = kind.family
     family = "float" if gate_family == FLOAT else "int8"
     if missing:
-        return Row(kind.name, family, "eager", NOT_APPLICABLE, Gate(max_mae=1e-5), None, (f"needs {', '.join(missing)}, not installed",))
+        return Row(kind.name, family, "eager", NOT_APPLICABLE, ROW_GATES[family], None, (f"needs {', '.join(missing)}, not installed",))
     needed = max(len(p) for p in eager.prompts) + golden.new_tokens
     is_step = kind.name != "full-forward"
     length = (plant.cache_length or needed) if is_step else None
@@ -102,19 +109,22 @@ def _kind_row(kind: DecodeKind, model, golden: goldenset.GenerativeSet, eager: R
     path = out_dir / f"{kind.name}{kind.suffix}"
     began = time.perf_counter()
     try:
-        kind.build(model, length or needed, path, bugs)
+        with warnings.catch_warnings(record=True) as caught:  # an exporter's warnings are the row's notes, never its failure
+            warnings.simplefilter("always")
+            kind.build(model, length or needed, path, bugs)
     except Exception as exc:
-        return Row(kind.name, family, "eager", ERROR, Gate(max_mae=1e-5), None, (f"build failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",))
+        return Row(kind.name, family, "eager", ERROR, ROW_GATES[family], None, (f"build failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",))
     built = time.perf_counter() - began
     shape = cache_shape(model, length) if length else ()
     try:
         stepped = step_file(kind, path, eager.prompts, eager.approved, golden.new_tokens, shape)
     except SteppingFailed as exc:
-        return Row(kind.name, family, "eager", ERROR, Gate(max_mae=1e-5), None, (str(exc),), artifact=file_info(path), build_seconds=built)
+        return Row(kind.name, family, "eager", ERROR, ROW_GATES[family], None, (str(exc),), artifact=file_info(path), build_seconds=built)
     verdict = token_verdict(eager.names, eager.prompts, eager.approved, eager.logits, eager.generated, stepped.forced, stepped.generated, decode)
     decode_path = DecodePath(is_step, length, single_forward_passed, needed)
+    notes = tuple(dict.fromkeys(f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught))
     return _row(kind.name, family, verdict, decode_path, "eager", gate_family, artifact=file_info(path), build_seconds=built,
-                replay_seconds=stepped.seconds)[0]
+                replay_seconds=stepped.seconds, notes=notes)[0]
 
 
 def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _: None, plant: Plant | None = None) -> Report:
@@ -150,7 +160,9 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
                              created=str(golden.manifest.get("created", "")),
                              recorded_checkpoint_sha256=golden.manifest["model"].get("checkpoint_sha256"),
                              recorded_with=tuple(sorted(golden.manifest.get("recorded_with", {}).items())), label_accuracy=None),
-        thresholds=config.thresholds, settings=tuple(sorted(config.settings_json().items())),
+        thresholds=dataclasses.replace(config.thresholds, gates=tuple(ROW_GATES.items())),
+        settings=tuple(sorted(config.settings_json().items())),
         versions=tuple(sorted(library_versions(()).items())), rows=tuple(rows), seconds=time.perf_counter() - started,
         out_dir=str(out_dir), run_notes=(f"generative golden set: {len(golden)} prompts x {golden.new_tokens} new tokens, "
-                                         f"each decode kind stepped token by token from its file",))
+                                         f"each decode kind stepped token by token from its file",
+                                         "decode gates: " + "; ".join(f"{f} {g.describe()}" for f, g in GATES.items())))

@@ -71,7 +71,8 @@ def _loop_step(step, cache_shape, tokens, feed_back: int):
     """Feed ``tokens`` a step each, then ``feed_back`` argmaxes; the logits of every step and the argmaxes."""
     key = np.zeros(cache_shape, np.float32)
     value = np.zeros(cache_shape, np.float32)
-    logits, chosen = [], []
+    logits: list[np.ndarray] = []
+    chosen: list[int] = []
     token = None
     for position in range(len(tokens) + feed_back):
         token = tokens[position] if position < len(tokens) else chosen[-1]

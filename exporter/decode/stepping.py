@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def step_file(kind: DecodeKind, path: Path, prompts: list[np.ndarray], approved:
               cache_shape: tuple[int, ...], timeout: float = 600.0) -> Stepped:
     with tempfile.TemporaryDirectory(prefix="export-check-decode-") as folder:
         request, result = Path(folder) / "request.npz", Path(folder) / "result.npz"
-        arrays = {f"prompt_{i}": np.asarray(p, np.int64) for i, p in enumerate(prompts)}
+        arrays: dict[str, Any] = {f"prompt_{i}": np.asarray(p, np.int64) for i, p in enumerate(prompts)}
         arrays.update({f"approved_{i}": np.asarray(a, np.int64) for i, a in enumerate(approved)})
         np.savez(request, prompts=len(prompts), new_tokens=new_tokens, **arrays)
         command = [sys.executable, "-I", stepper.__file__, kind.runtime, str(path), str(request), str(result),

@@ -15,6 +15,8 @@ RoPE applied at position 0 in every step); they never change the full forward (:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -22,13 +24,13 @@ INPUTS = ("input_ids", "position", "past_key", "past_value")
 OUTPUTS = ("logits", "present_key", "present_value")
 
 
-def family_of(model: nn.Module) -> str:
+def family_of(model: Any) -> str:
     """``gpt2`` or ``llama``: the two layouts the step knows (a ``UsageError`` for others is the caller's)."""
     kind = getattr(getattr(model, "config", None), "model_type", None)
     return kind if kind in ("gpt2", "llama") else "unsupported"
 
 
-def cache_shape(model: nn.Module, cache_length: int) -> tuple[int, int, int, int]:
+def cache_shape(model: Any, cache_length: int) -> tuple[int, int, int, int]:
     config = model.config
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -38,21 +40,22 @@ def cache_shape(model: nn.Module, cache_length: int) -> tuple[int, int, int, int
 class FullForward(nn.Module):
     """The single forward: token ids ``(1, T)`` -> logits ``(1, T, vocab)``, no cache."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Any) -> None:
         super().__init__()
-        self.model = model
+        self.model: Any = model
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=input_ids, use_cache=False).logits
 
 
 class CachedStep(nn.Module):
-    def __init__(self, model: nn.Module, cache_length: int, write_offset: int = 0, rope_offset: bool = True) -> None:
+    def __init__(self, model: Any, cache_length: int, write_offset: int = 0, rope_offset: bool = True) -> None:
         super().__init__()
-        self.model, self.kind = model, family_of(model)
+        self.model: Any = model
+        self.kind = family_of(model)
         self.cache_length, self.write_offset, self.rope_offset = cache_length, write_offset, rope_offset
         config = model.config
-        self.heads = config.num_attention_heads
+        self.heads: int = config.num_attention_heads
         self.layers, self.kv_heads, _, self.head_dim = cache_shape(model, cache_length)
 
     def forward(self, input_ids: torch.Tensor, position: torch.Tensor, past_key: torch.Tensor,
@@ -61,7 +64,7 @@ class CachedStep(nn.Module):
         write = (slots == position + self.write_offset)[:, None]  # (S, 1): the slot this token's key and value go to
         visible = (slots <= position)[None, None, :]  # (1, 1, S)
         if self.kind == "gpt2":
-            body = self.model.transformer
+            body: Any = self.model.transformer
             hidden = (body.wte(input_ids) + body.wpe(position))[None]  # (1, 1, E)
             blocks, final_norm = body.h, body.ln_f
         else:
@@ -107,6 +110,6 @@ class CachedStep(nn.Module):
         return (weights @ value).reshape(1, 1, self.heads * self.head_dim)
 
 
-def empty_cache(model: nn.Module, cache_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+def empty_cache(model: Any, cache_length: int) -> tuple[torch.Tensor, torch.Tensor]:
     shape = cache_shape(model, cache_length)
     return torch.zeros(shape), torch.zeros(shape)
