@@ -53,7 +53,7 @@ def hand_loop_seconds_per_step(model, prompts: list[np.ndarray]) -> tuple[float,
             cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
             steps += len(prompt)
             for _ in range(NEW_TOKENS - 1):
-                out = model(input_ids=token, past_key_values=cache, use_cache=True)
+                out = model(input_ids=token, cache=cache, use_cache=True)
                 cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
                 steps += 1
     return (time.perf_counter() - began) / steps, steps
