@@ -60,7 +60,7 @@ def _npy(array: np.ndarray) -> bytes:
 def _write_atomic(path: Path, data: bytes, out_dir: Path | None = None) -> None:
     """``data`` at ``path``, whole or not at all (files.replacing); inside ``out_dir`` (the check's ``--out``)
     following no link there (``nofollow.write_inside``: a planted one is refused in one line)."""
-    from .cache.nofollow import Refused, within, write_inside
+    from .nofollow import Refused, within, write_inside
     from .files import replacing
 
     found = within(path, out_dir)

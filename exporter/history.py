@@ -175,7 +175,7 @@ def append(report: Any, path: Path, origin: Provenance | None = None) -> None:
     """
     from filelock import FileLock
 
-    from .cache.nofollow import Refused
+    from .nofollow import Refused
 
     line = (json.dumps(summary(report, origin or provenance()), sort_keys=True, allow_nan=False) + "\n").encode()
     try:
@@ -197,7 +197,7 @@ def append(report: Any, path: Path, origin: Provenance | None = None) -> None:
 def _opened(path: Path, out_dir: str | None) -> Iterator[int]:
     """An ``O_APPEND`` descriptor on the history file: inside the run's ``--out``, reached without following
     a link there (``nofollow.appending``: a planted one is refused); elsewhere the user's path, as given."""
-    from .cache.nofollow import appending, within
+    from .nofollow import appending, within
 
     found = within(path, out_dir)
     if found is not None:

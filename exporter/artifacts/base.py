@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 INPUT = "input"  # the one input's name while the golden set holds one
 OUTPUT = "logits"  # a single-tensor output's name
+# Images the diagnostics run through every file: the first PROBE_IMAGES of the golden set (or the main batch, if larger).
+# A kind whose file is planned for a batch bound plans for at least this many (executorch_pte.BATCH_MAX).
+PROBE_IMAGES = 64
 
 
 class NotApplicable(ArtifactError):

@@ -16,7 +16,7 @@ Two traps this module guards against:
   runner feeds that layout, never the one it reads from the file, and the row's details record both;
   a file that records another layout and fails its gate fails with that cause (``layout_mismatch``).
 * The batch bound. ExecuTorch plans memory for an upper bound of every dynamic axis, so the batch axis
-  is exported as ``Dim("batch", min=1, max=BATCH_MAX)``: 64 (``diagnostics.shapes.PROBE_IMAGES``, the
+  is exported as ``Dim("batch", min=1, max=BATCH_MAX)``: 64 (``artifacts.base.PROBE_IMAGES``, the
   largest batch the tool's batch-size check runs) or the example batch if larger. The bound planned in
   the file is read back and recorded; a larger batch is refused by the runtime ("Attempted to resize a
   bounded tensor with a maximum capacity of ... elements"), which is that batch's error, with the
@@ -43,14 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from ..diagnostics.shapes import PROBE_IMAGES
 from ..errors import ArtifactError
 from ..layouts import dim_order, fed_layouts, layout_details
 from ..run.sentences import beyond_bound
 from ._common import NativeWarning, atomic_path, captured_fd
 from ._program import dynamic_axes_of, export_inputs, require_dynamic_program
 from ._recurrent import RECURRENCE, recurrent_types, with_scan_lstm
-from .base import BuildContext, NotApplicable, listed_outputs, positional_inputs
+from .base import PROBE_IMAGES, BuildContext, NotApplicable, listed_outputs, positional_inputs
 
 INSTALL = 'pip install "export-check[executorch]" (or pip install executorch)'
 BATCH_MAX = PROBE_IMAGES  # the batch bound the program is planned for (or the example batch, if larger)

@@ -51,7 +51,7 @@ PRELOAD = _KINDS_PRELOAD
 # What the load host imports ahead, while idle: the runtimes among the build server's preloads (a runtime
 # that no default kind uses is imported by the load child that needs it).
 LOAD_PRELOAD = tuple(name for name in PRELOAD if any(name in modules for modules in RUNTIME_MODULES.values()))
-PRIVATE_PREFIX = "_export_check_arch_"  # checkpoint._import_file's names for lone architecture files
+PRIVATE_PREFIX = "_export_check_arch_"  # architecture._import_file's names for lone architecture files
 STDERR_KEEP = 64 << 10  # bytes of a child's stderr kept
 
 
@@ -62,14 +62,28 @@ def send(stream: Any, message: dict[str, Any]) -> None:
 
 
 def receive(stream: Any) -> dict[str, Any]:
-    header = stream.read(8)
+    """One message. The readers whose descriptor is also watched with ``select`` are unbuffered (``buffering=0``): a
+    buffered one could hold the next message already, unseen by ``select``, and the wait for it would never end."""
+    header = _exactly(stream, 8)
     if len(header) < 8:
         raise EOFError("the build server closed its pipe")
     (size,) = struct.unpack("<Q", header)
-    data = stream.read(size)
+    data = _exactly(stream, size)
     if len(data) < size:
         raise EOFError("the build server closed its pipe mid-message")
     return pickle.loads(data)  # our own server's reply: trusted
+
+
+def _exactly(stream: Any, size: int) -> bytes:
+    """``size`` bytes, or fewer at EOF: an unbuffered read may return part of what was asked."""
+    chunks, got = [], 0
+    while got < size:
+        chunk = stream.read(size - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
 @dataclass(frozen=True)

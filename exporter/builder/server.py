@@ -101,7 +101,7 @@ class BuildServer:
         self.pending = [name for name in protocol.PRELOAD if name not in sys.modules]
         if "torch" in sys.modules:
             warm_up()
-        with os.fdopen(request_fd, "rb") as requests, os.fdopen(reply_fd, "wb") as replies:
+        with os.fdopen(request_fd, "rb", buffering=0) as requests, os.fdopen(reply_fd, "wb") as replies:
             while True:
                 self._preload_until_readable(request_fd)
                 if self._replays_waiting(request_fd, reply_fd):
@@ -414,7 +414,7 @@ class LoadHost:
         os.close(request_r)
         os.close(reply_w)
         self.pid = pid
-        self._out, self._in = os.fdopen(request_w, "wb"), os.fdopen(reply_r, "rb")
+        self._out, self._in = os.fdopen(request_w, "wb"), os.fdopen(reply_r, "rb", buffering=0)
         self.sent_key: Any = None  # the key of the context the host holds
         self.gone = False
         self.prepared: set[str] = set()  # the runtimes whose loaders the host was asked to import
@@ -467,7 +467,7 @@ class LoadServer:
         if not sys.flags.safe_path and sys.path:
             del sys.path[0]
         self.runner.pending = [name for name in protocol.LOAD_PRELOAD if name not in sys.modules]
-        requests, replies = os.fdopen(request_fd, "rb"), os.fdopen(reply_fd, "wb")
+        requests, replies = os.fdopen(request_fd, "rb", buffering=0), os.fdopen(reply_fd, "wb")
         self.channel = None if self.runner.channel_fd is None else socket.socket(fileno=self.runner.channel_fd)
         self.host_fds = (request_fd, reply_fd)
         if self.channel is not None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .nofollow import Folder, Refused, copy_fd
+from ..nofollow import Folder, Refused, copy_fd
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 CHUNK = 16 << 20

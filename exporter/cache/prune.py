@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .nofollow import Folder
+from ..nofollow import Folder
 
 GB = 10**9
 DEFAULT_MAX_GB = 5.0

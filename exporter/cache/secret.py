@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ExportCheckError
-from .nofollow import describe
+from ..nofollow import describe
 
 KEY_ENV = "EXPORT_CHECK_CACHE_KEY_FILE"
 KEY_BYTES = 32

@@ -56,7 +56,7 @@ from ..run.records import Observation
 from ..versions import package_version
 from .key import FORMAT, local_module_sources
 from .linked import Mismatch, Stored, from_meta, record, restore_file
-from .nofollow import Folder, Refused, copy_fd, open_regular, sha256_regular
+from ..nofollow import Folder, Refused, copy_fd, open_regular, sha256_regular
 from .plain import from_plain
 from .prune import hold, prune, shown_size, touch
 from .sealed import MAX_META_BYTES, NotSealed, seal, unseal

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cache.nofollow import Refused, write_inside
+from ..nofollow import Refused, write_inside
 from ..compare import Metrics
 from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
 from ..run.records import Reduced

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..artifacts.base import PROBE_IMAGES
 from ..feeds import Feeds, concat, length, take
 from ..progress import count_message
 from ..signature import SINGLE, Signature
-from . import shapes
 
 
 @dataclass
@@ -43,7 +43,7 @@ class ReplayTrace:
 
     @classmethod
     def for_run(cls, golden_size: int, batch_size: int, signature: Signature = SINGLE) -> ReplayTrace:
-        return cls(main=batch_size, probe_count=min(golden_size, max(batch_size, shapes.PROBE_IMAGES)), signature=signature,
+        return cls(main=batch_size, probe_count=min(golden_size, max(batch_size, PROBE_IMAGES)), signature=signature,
                    total=golden_size)
 
     def wants(self, start: int) -> bool:

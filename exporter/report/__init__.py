@@ -16,7 +16,7 @@ from . import destination
 def write_text_atomic(path: Path, text: str, append: bool = False, inside: Path | str | None = None) -> None:
     """Write a report: readers of a regular file see the old file or the complete new one, never half.
     ``inside``: the run's ``--out``, where no link is followed (a planted one is refused in one line)."""
-    from ..cache.nofollow import Refused, within
+    from ..nofollow import Refused, within
 
     try:
         if str(path) != destination.STDOUT_NAME and within(Path(path), inside) is None:

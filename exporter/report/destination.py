@@ -108,7 +108,7 @@ def is_stdout(path: Path) -> bool:
 def write(path: Path, data: bytes, append: bool = False, inside: Path | str | None = None) -> None:
     """Write ``data`` to ``path`` as the module docstring says (``inside``: the run's ``--out``); raises
     ``OSError``, or ``nofollow.Refused`` for a link inside ``inside``."""
-    from ..cache.nofollow import within, write_inside
+    from ..nofollow import within, write_inside
 
     found = within(path, inside) if str(path) != STDOUT_NAME else None
     if found is not None:

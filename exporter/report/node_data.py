@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..cache.nofollow import Refused, write_inside
+from ..nofollow import Refused, write_inside
 from ..results import Row
 from ..run.records import LayerComparison
 

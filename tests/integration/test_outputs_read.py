@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
-from export_check.cache.nofollow import Folder
+from export_check.nofollow import Folder
 from export_check.cache.store import LAYOUT
 from export_check.cli import main
 
@@ -106,7 +106,7 @@ def test_history_never_writes_its_page_over_the_history_it_reads(tmp_path: Path,
 _KILLED = """
 import os, signal, sys
 from pathlib import Path
-from export_check.cache.nofollow import Folder
+from export_check.nofollow import Folder
 from export_check.cache.store import LAYOUT
 with Folder.walk(Path(sys.argv[1]), tuple(sys.argv[2:]), create=False) as folder:
     name, fd = folder.new_temp("artifact")

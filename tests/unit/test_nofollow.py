@@ -1,4 +1,4 @@
-"""cache/nofollow.py: below the cache root nothing is reached through a link, and only regular files are read."""
+"""nofollow.py: below the cache root nothing is reached through a link, and only regular files are read."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from export_check.cache.nofollow import Folder, Refused, copy_fd, describe, open_regular, sha256_fd, sha256_regular, within, write_inside
+from export_check.nofollow import Folder, Refused, copy_fd, describe, open_regular, sha256_fd, sha256_regular, within, write_inside
 
 
 @pytest.fixture
