@@ -108,7 +108,7 @@ def _ray_address_optional(parser: argparse.ArgumentParser) -> None:
 def _show_fleet(report: Any, args: argparse.Namespace, tracebacks: bool = True) -> int:
     """A fleet report (several models, a merge, several targets) in the terminal and every view asked for;
     after the table, the traceback of any model this run checked that hit a bug in export-check."""
-    from .report import fleet as views
+    from .fleet import views
 
     print(views.render_text(report), file=table_stream(args))
     for model in report.models if tracebacks else ():

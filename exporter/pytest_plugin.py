@@ -176,8 +176,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from datetime import UTC, datetime
 
     from . import __version__
+    from .fleet import views
     from .fleet.result import FleetReport, ModelResult
-    from .report import fleet as views
 
     folder = shared_folder(config)
     results = {}

@@ -87,7 +87,7 @@ def test_a_fleet_in_parallel_gives_each_model_its_own_serial_verdict(zoo: Zoo, r
 
     # one report over all of them, in every format
     from export_check.fleet.result import FleetReport, ModelResult
-    from export_check.report.fleet import render_text
+    from export_check.fleet.views import render_text
 
     text = render_text(FleetReport(models=tuple(ModelResult.from_json(m) for m in fleet["models"]), seconds=1.0, executor="x",
                                    created="", tool_version=""))

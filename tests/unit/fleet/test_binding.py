@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from export_check.errors import UsageError
 from export_check.fleet.binding import check_targets
 from export_check.fleet.result import FleetReport, ModelResult
-from export_check.report.fleet import across_machines
+from export_check.fleet.views import across_machines
 
 SHA_A, SHA_B = "a1" * 32, "b2" * 32
 

@@ -1,4 +1,4 @@
-"""report/fleet.py: every view of a fleet names each model that did not pass and why; the JUnit counts add up."""
+"""fleet/views.py: every view of a fleet names each model that did not pass and why; the JUnit counts add up."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 
 from export_check.fleet.result import USAGE, FleetReport, ModelResult
-from export_check.report.fleet import SCHEMA, problem_lines, render_json, render_junit, render_markdown, render_text, settings_files
+from export_check.fleet.views import SCHEMA, problem_lines, render_json, render_junit, render_markdown, render_text, settings_files
 
 
 def report(rows: list[dict], files: list[str] | None = None) -> dict:

@@ -1,10 +1,10 @@
-"""The merged report's comparison of the build machine and the targets (report/fleet.py, issue 28.5):
+"""The merged report's comparison of the build machine and the targets (fleet/views.py, issue 28.5):
 per artifact both verdicts and MAEs, and a flag where the verdict differs."""
 
 from __future__ import annotations
 
 from export_check.fleet.result import FleetReport, ModelResult
-from export_check.report.fleet import across_machines, render_markdown, render_text
+from export_check.fleet.views import across_machines, render_markdown, render_text
 
 
 def _report(target: str | None, rows: list[tuple[str, str, float | None]]) -> dict:

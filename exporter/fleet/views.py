@@ -15,9 +15,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from ..fleet.result import FleetReport, ModelResult
+from ..report import write_text_atomic
 from ..results import plural
-from . import write_text_atomic
+from .result import FleetReport, ModelResult
 
 SCHEMA, SCHEMA_VERSION = "export-check-fleet-report", 1
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -43,7 +43,7 @@ def across_machines(fleet: FleetReport) -> list[dict[str, Any]]:
 
 def _across(fleet: FleetReport) -> list[tuple[Any, dict[str, Any]]]:
     """``across_machines``' entries, each with the identity of the build it is held to (what groups a model's targets)."""
-    from ..fleet.binding import identity
+    from .binding import identity
 
     builds = {identity(m.report): m for m in fleet.models if m.report is not None and not m.report.get("target")}
     found = []
@@ -210,7 +210,7 @@ def write(fleet: FleetReport, json_path: Path | None = None, junit_path: Path | 
           markdown_append: bool = False) -> list[str]:
     """Write the views asked for; the JSON sealed with the cache key (exporter/report/seal.py), or, when
     there is no usable key, unsealed: the note saying so is returned, for the caller to print."""
-    from .seal import sealed
+    from ..report.seal import sealed
 
     notes = []
     for path, render in ((json_path, render_json), (junit_path, render_junit), (markdown_path, render_markdown)):
