@@ -1,5 +1,11 @@
 """What the benchmark scripts share: where they write, and running the real CLI in a subprocess with its
-wall time and peak memory (``run.py`` and ``large.py`` both import it; neither imports the other back)."""
+wall time, CPU and peak memory (``run.py`` and ``large.py`` both import it; neither imports the other back).
+
+Memory is always the whole process tree's PSS (``tree_pss_mb``: the command, its build server, build and
+replay children), sampled while it runs (``measured``): a fork shares its pages with its parent, so the
+sum of PSS counts each page once, where the largest process's RSS misses the children and a sum of RSS
+counts shared pages twice. CPU is user+sys of the whole tree (``wait4`` on the command: every descendant
+its parent reaped)."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,12 +24,85 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "out"
 
 
+SAMPLE_SECONDS = 0.05  # how often the tree's PSS is read while a command runs
+
+
 @dataclass
 class Run:
     wall: float
-    maxrss_mb: float
+    pss_mb: float  # the process tree's peak PSS, sampled (tree_pss_mb)
     code: int
     report: dict[str, Any] = field(default_factory=dict)
+    cpu: float = 0.0  # user+sys seconds of the whole tree
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and every live descendant of it (from each process's parent in /proc/<pid>/stat)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(parents.get(pid, ()))
+    return found
+
+
+def tree_pss_mb(root: int) -> float:
+    """The summed PSS (``/proc/<pid>/smaps_rollup``) of ``root`` and its live descendants, in MB (2**20 bytes)."""
+    total_kb = 0
+    for pid in tree_pids(root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+                for line in rollup:
+                    if line.startswith(b"Pss:"):
+                        total_kb += int(line.split()[1])
+                        break
+        except OSError:  # ended meanwhile, or a zombie
+            continue
+    return total_kb / 1024
+
+
+class TreePeak:
+    """Samples ``tree_pss_mb(root)`` on a thread every ``SAMPLE_SECONDS`` until ``stop``; ``peak`` is the largest sum."""
+
+    def __init__(self, root: int, every: float = SAMPLE_SECONDS) -> None:
+        self.root, self.every, self.peak = root, every, 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, tree_pss_mb(self.root))
+            if self._done.wait(self.every):
+                return
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return self.peak
+
+
+def measured(cmd: list[str], stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.STDOUT, env: dict[str, str] | None = None,
+             cwd: Path = REPO) -> tuple[int, float, float, float]:
+    """Run ``cmd`` to its end: (exit code, wall seconds, tree CPU seconds, tree peak PSS in MB)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=stderr, env=None if env is None else {**os.environ, **env})
+    sampler = TreePeak(proc.pid)
+    _, status, usage = os.wait4(proc.pid, 0)  # a descendant that outlives the command leaves its tree (reparented)
+    wall = time.perf_counter() - started
+    peak = sampler.stop()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, wall, usage.ru_utime + usage.ru_stime, peak
 
 
 def export_check_cmd() -> list[str]:
@@ -31,15 +111,12 @@ def export_check_cmd() -> list[str]:
 
 
 def timed(cmd: list[str], json_out: Path | None = None, expect: tuple[int, ...] = (0,), env: dict[str, str] | None = None) -> Run:
-    """Run ``cmd`` from the repo root; wall time and the child's own peak RSS (``wait4``)."""
+    """Run ``cmd`` from the repo root; wall time, the tree's CPU and its peak PSS (``measured``)."""
     log = OUT / "last-run.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as sink:
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, env=None if env is None else {**os.environ, **env})
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in expect:
-        sys.exit(f"benchmark command failed ({proc.returncode}): {shlex.join(cmd)}\n{log.read_text()[-3000:]}")
+        code, wall, cpu, peak = measured(cmd, stdout=sink, env=env)
+    if code not in expect:
+        sys.exit(f"benchmark command failed ({code}): {shlex.join(cmd)}\n{log.read_text()[-3000:]}")
     report = json.loads(json_out.read_text()) if json_out is not None else {}
-    return Run(wall=wall, maxrss_mb=usage.ru_maxrss / 1024, code=proc.returncode, report=report)
+    return Run(wall=wall, pss_mb=peak, code=code, report=report, cpu=cpu)

@@ -4,7 +4,7 @@ parameters, 128 tokens, dynamic sequence axis), defined in benchmarks/large_mode
 For each model and golden-set size it runs ``benchmarks/baseline_large.py`` (bare library calls) and a
 cold ``export-check`` (``--no-cache``; with ``--warm``, the first run into an empty cache, which also
 stores, and then a warm re-run served by it), one subprocess each, and reports wall time,
-peak RSS and the time of every stage: load, each build, each replay, and each diagnostic (batch sizes,
+the process tree's peak PSS and the time of every stage: load, each build, each replay, and each diagnostic (batch sizes,
 determinism + latency reruns, per-layer tables), from the JSON report. Everything it needs is
 generated into ``benchmarks/out/large/`` (git-ignored) from seeded data and scikit-image's bundled
 sample photographs; nothing is downloaded::
@@ -24,14 +24,13 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import OUT, REPO, Run, export_check_cmd, timed  # noqa: E402
+from harness import OUT, REPO, Run, export_check_cmd, measured, timed  # noqa: E402
 
 LARGE = OUT / "large"
 KINDS = ("torchscript-trace", "torchscript-script", "onnx", "onnx-simplified", "torch-int8-dynamic", "onnx-int8-dynamic")
@@ -101,16 +100,11 @@ def baseline(model: str, checkpoint: Path, golden: Path, work: Path, kinds: tupl
     cmd = [sys.executable, str(HERE / "baseline_large.py"), "--arch", arch_spec(model), "--arch-kwargs", json.dumps(MODELS[model][1]),
            "--checkpoint", str(checkpoint), "--golden", str(golden), "--out", str(work / "baseline"), "--json", "--kinds", ",".join(kinds)]
     sink = work / "baseline.json"
-    import os
-
-    started = time.perf_counter()
     with open(sink, "wb") as out, open(work / "baseline.stderr", "wb") as err:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
+        code, wall, cpu, peak = measured(cmd, stdout=out, stderr=err)
+    if code != 0:
         sys.exit(f"baseline failed: {shlex.join(cmd)}\n{(work / 'baseline.stderr').read_text()[-3000:]}")
-    return Run(wall=wall, maxrss_mb=usage.ru_maxrss / 1024, code=0, report=json.loads(sink.read_text()))
+    return Run(wall=wall, pss_mb=peak, code=0, report=json.loads(sink.read_text()), cpu=cpu)
 
 
 def check(model: str, checkpoint: Path, golden: Path, work: Path, cache: Path | None, extra: tuple[str, ...] = (),
@@ -197,15 +191,15 @@ def bench(model: str, count: int, repeats: int, warm: bool, kinds: tuple[str, ..
                 shutil.rmtree(cache, ignore_errors=True)
                 runs["cold"].append(check(model, checkpoint, golden, work, cache, extra, name="first", kinds=kinds))
                 runs["warm"].append(check(model, checkpoint, golden, work, cache, extra, kinds=kinds))
-                print(f"  {model} x {count} warm: {runs['warm'][-1].wall:.1f}s {runs['warm'][-1].maxrss_mb:.0f} MB", flush=True)
+                print(f"  {model} x {count} warm: {runs['warm'][-1].wall:.1f}s {runs['warm'][-1].pss_mb:.0f} MB", flush=True)
             else:
                 runs["cold"].append(check(model, checkpoint, golden, work, None, extra, kinds=kinds))
-            print(f"  {model} x {count} {name}: {runs[name][-1].wall:.1f}s {runs[name][-1].maxrss_mb:.0f} MB", flush=True)
+            print(f"  {model} x {count} {name}: {runs[name][-1].wall:.1f}s {runs[name][-1].pss_mb:.0f} MB", flush=True)
     result: dict[str, Any] = {"model": model, "images": count}
     for name, series in runs.items():
         per = [baseline_stages(r) if name == "baseline" else check_stages(r) for r in series]
         result[name] = {"walls": [r.wall for r in series], "wall": statistics.median(r.wall for r in series),
-                        "maxrss_mb": statistics.median(r.maxrss_mb for r in series),
+                        "pss_mb": statistics.median(r.pss_mb for r in series),
                         "stages": {k: statistics.median(p[k] for p in per) for k in per[0]}}
         if name != "baseline":
             result[name]["verdicts"] = {row["name"]: row["status"] for row in series[0].report["rows"]}
@@ -248,12 +242,12 @@ def render(results: list[dict[str, Any]], title: str = "## Real-size models") ->
         warm = f"{r['warm']['wall']:.2f} ({r['warm']['wall'] / b['wall']:.3f})" if "warm" in r else "-"
         lines.append(f"| {r['model']} | {r['images']} | {b['wall']:.2f} | {c['wall']:.2f} | {c['wall'] / b['wall']:.2f} | "
                      f"{diag:.2f} ({diag / c['wall']:.1%}) | {path:.2f} ({path / c['wall']:.1%}) | {warm} | "
-                     f"{b['maxrss_mb']:.0f} / {c['maxrss_mb']:.0f} ({c['maxrss_mb'] / b['maxrss_mb']:.2f}) |")
+                     f"{b['pss_mb']:.0f} / {c['pss_mb']:.0f} ({c['pss_mb'] / b['pss_mb']:.2f}) |")
     lines += ["", "| target | measured | verdict |", "| --- | --- | --- |"]
     cold = [(r["cold"]["wall"] / r["baseline"]["wall"], f"{r['model']} x {r['images']}") for r in results]
     share = [(_critical(r) / r["cold"]["wall"], f"{r['model']} x {r['images']}") for r in results]
     warm = [(r["warm"]["wall"] / r["baseline"]["wall"], f"{r['model']} x {r['images']}") for r in results if "warm" in r]
-    cnn = [(r["cold"]["maxrss_mb"] / r["baseline"]["maxrss_mb"], f"{r['model']} x {r['images']}") for r in results if r["model"] == "resnet50"]
+    cnn = [(r["cold"]["pss_mb"] / r["baseline"]["pss_mb"], f"{r['model']} x {r['images']}") for r in results if r["model"] == "resnet50"]
     for label, values, limit, fmt in (("cold run <= 1.10x the baseline", cold, 1.10, "{:.2f}x"),
                                       ("diagnostics on the critical path <= 15% of the cold run", share, DIAGNOSTIC_SHARE_TARGET, "{:.1%}"),
                                       ("warm re-run <= 0.25x the baseline", warm, 0.25, "{:.3f}x"),

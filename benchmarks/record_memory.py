@@ -2,7 +2,7 @@
 
 Records the bundled digits model (``models/checkpoints/resnet_digits.pth``) over N images of 224x224
 (scikit-learn's bundled 8x8 digits upscaled; no download), preprocessed at ``--size 224``, with the
-real CLI in a subprocess, and reads the child's peak RSS from ``os.wait4``. The target: 2,048 images
+real CLI in a subprocess, and samples the peak PSS of its whole process tree (``harness.measured``). The target: 2,048 images
 within +150 MB of 32 images (the issue measured 763 MB for 2,048 before recording streamed to disk).
 
     python benchmarks/record_memory.py                 # 32 and 2048 images, one run each
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import REPO, measured  # noqa: E402  (the tree's PSS, as every benchmark reports memory)
+
 OUT = REPO / "benchmarks" / "out" / "record-memory"
 SIDE = 224
 TARGET_MB = 150.0
@@ -54,7 +54,7 @@ def _write_images(count: int, folder: Path) -> None:
 
 
 def record(count: int, version: int = 1) -> tuple[float, float]:
-    """One ``golden record`` of ``count`` images: (seconds, peak RSS in MB). ``version`` 2: the output
+    """One ``golden record`` of ``count`` images: (seconds, the tree's peak PSS in MB). ``version`` 2: the output
     declared in a settings file, which records format 2 (the path of models of several outputs)."""
     inputs = images(count)
     golden = OUT / f"golden-{count}-v{version}"
@@ -66,16 +66,14 @@ def record(count: int, version: int = 1) -> tuple[float, float]:
         settings = OUT / "format2.toml"
         settings.write_text('[outputs.output]\nkind = "logits"\n')
         cmd += ["--config", str(settings)]
-    began = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - began
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"golden record of {count} images failed: {err.strip()}")
+    log = OUT / "record.log"
+    with open(log, "wb") as sink:
+        code, seconds, _, peak = measured(cmd, stderr=sink)
+    if code != 0:
+        raise SystemExit(f"golden record of {count} images failed: {log.read_text().strip()[-2000:]}")
     recorded = json.loads((golden / "manifest.json").read_text())
     assert len(recorded["inputs"]) == count and recorded["version"] == version, (len(recorded["inputs"]), recorded["version"])
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, peak
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = [record(count, args.format) for _ in range(args.repeats)]
         peaks[count] = statistics.median(mb for _, mb in runs)
         seconds = statistics.median(s for s, _ in runs)
-        print(f"{count:>6} images of {SIDE}x{SIDE}, format {args.format}: peak RSS {peaks[count]:.0f} MB, {seconds:.1f} s", flush=True)
+        print(f"{count:>6} images of {SIDE}x{SIDE}, format {args.format}: peak PSS (tree) {peaks[count]:.0f} MB, {seconds:.1f} s", flush=True)
     small, large = min(peaks), max(peaks)
     growth = peaks[large] - peaks[small]
     verdict = "within" if growth <= TARGET_MB else "OVER"

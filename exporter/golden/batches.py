@@ -1,9 +1,12 @@
-"""The golden set's batches for one run, decoded once when they fit in memory, streamed when not.
+"""The golden set's batches for one run, decoded once: held in memory when they fit, spilled to a file when not.
 
 A run reads the golden batches several times: the first batch is the trace example, the replay reads
-them all, the diagnostics read the first few again. Decoding is most of a small model's replay, so a
-set whose decoded inputs (and eager outputs) fit in ``MEMORY_BUDGET`` is decoded once and held; a
-larger one streams one batch at a time as before, so peak memory stays flat as the set grows.
+them all (a pass per artifact with ``--jobs 2``), the diagnostics read the first few again. Decoding is
+most of a small model's replay, so a set whose decoded inputs fit ``memory_budget()`` (``MEMORY_BUDGET``,
+or ``EXPORT_CHECK_GOLDEN_MEMORY`` bytes) is decoded once and held; a larger one is decoded once, during
+eager's pass, into an unnamed temporary file (golden/spill.py) that every later pass reads back a batch at
+a time, so peak memory is bounded by a batch, not by the set, and the numbers are the same to the bit.
+Only when that file cannot be written (a full disk) does the set stream, decoded again on every pass.
 
 A batch is its feeds, ``{input name: array}`` (``GoldenSet.feed_batches``: ``{"input": batch}`` for a
 format-1 set), and eager's output for it is ``{output name: array}``.
@@ -14,15 +17,19 @@ its libraries on the other core, which takes that work off the critical path.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
+from ..errors import UsageError
 from .goldenset import GoldenSet, feeds_length
+from .spill import SpilledBatches
 
-# Decoded inputs (and eager outputs) held in memory at most; above it the set streams.
+# Decoded inputs (and eager outputs) held in memory at most; above it the set is spilled to a file.
 MEMORY_BUDGET = 256 << 20
+ENV = "EXPORT_CHECK_GOLDEN_MEMORY"
 
 Feeds = dict[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
@@ -32,17 +39,53 @@ def _nbytes(arrays: Mapping[str, np.ndarray]) -> int:
     return sum(int(np.asarray(a).nbytes) for a in arrays.values())
 
 
+def memory_budget() -> int:
+    """Bytes of decoded golden inputs (and of eager's outputs) a run holds in memory: ``MEMORY_BUDGET``, or the
+    environment's ``EXPORT_CHECK_GOLDEN_MEMORY`` when set."""
+    value = os.environ.get(ENV, "").strip()
+    if not value:
+        return MEMORY_BUDGET
+    try:
+        return max(0, int(value))
+    except ValueError:
+        raise UsageError(f"{ENV}={value!r} is not a number of bytes; unset it or give one (e.g. 268435456)") from None
+
+
+def _chained(first: tuple[int, Feeds], rest: Iterator[tuple[int, Feeds]]) -> Iterator[tuple[int, Feeds]]:
+    yield first
+    yield from rest
+
+
 class GoldenBatches:
-    def __init__(self, golden: GoldenSet, batch_size: int, budget: int = MEMORY_BUDGET) -> None:
+    """``held``: the decoded batches when they fit the budget; else, with ``spill``, they are written to a file
+    during the first full pass (``precompute_eager``) and read back from it after; else every pass decodes."""
+
+    def __init__(self, golden: GoldenSet, batch_size: int, budget: int | None = None, spill: bool = True) -> None:
         self.golden = golden
         self.batch_size = batch_size
+        self.budget = memory_budget() if budget is None else budget
         stream = golden.feed_batches(batch_size)
         first_start, self.first = next(stream)
         per_sample = _nbytes(self.first) / max(self.length(self.first), 1)
         self.held: list[tuple[int, Feeds]] | None = None
-        if per_sample * len(golden) <= budget:
+        self._rest: Iterator[tuple[int, Feeds]] | None = None  # the batches after the first, until the spill reads them
+        self._spill: SpilledBatches | None = None  # complete once _rest is consumed
+        if per_sample * len(golden) <= self.budget:
             self.held = [(first_start, self.first), *stream]
+        elif spill and SpilledBatches.can_hold(self.first):
+            self._rest = _chained((first_start, self.first), stream)
         self._eager: list[tuple[Outputs, float]] | None = None
+
+    @property
+    def rereadable(self) -> bool:
+        """Whether a pass after the first reads decoded batches (held, or spilled) rather than decoding again."""
+        return self.held is not None or self._rest is not None or self._spill is not None
+
+    def close(self) -> None:
+        """Frees the spill file (a held or streamed set has none)."""
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
 
     def length(self, feeds: Mapping[str, np.ndarray]) -> int:
         """How many samples a batch's feeds hold."""
@@ -56,7 +99,30 @@ class GoldenBatches:
     def __iter__(self) -> Iterator[tuple[int, Feeds]]:
         if self.held is not None:
             return iter(self.held)
+        if self._spill is not None and self._rest is None:
+            return iter(self._spill)
         return self.golden.feed_batches(self.batch_size)
+
+    def _spilling(self) -> Iterator[tuple[int, Feeds]]:
+        """The first full pass over a spilled set: each batch decoded, written to the file, and yielded. A file
+        that cannot be written (``OSError``: a full disk) is dropped, and the set streams from then on."""
+        assert self._rest is not None
+        rest, self._rest = self._rest, None
+        try:
+            spill: SpilledBatches | None = SpilledBatches()
+        except OSError:
+            spill = None
+        for start, feeds in rest:
+            if spill is not None:
+                try:
+                    spill.add(start, feeds)
+                except OSError:
+                    spill.close()
+                    spill = None
+            yield start, feeds
+        if spill is not None:
+            spill.finish()
+        self._spill = spill
 
     def at(self, start: int) -> Feeds:
         for first, feeds in self:
@@ -64,35 +130,41 @@ class GoldenBatches:
                 return feeds
         raise AssertionError(f"no batch starts at {start}")
 
-    def precompute_eager(self, run: Callable[[Feeds], Outputs], budget: int = MEMORY_BUDGET) -> None:
-        """Run eager over a held set now, keeping each batch's outputs and seconds when they fit the budget.
+    def precompute_eager(self, run: Callable[[Feeds], Outputs], budget: int | None = None) -> None:
+        """Run eager over a held or spilled set now (a spilled one is written to its file on this pass), keeping
+        each batch's outputs and seconds when they fit the budget.
 
         A failure is left for the replay to meet and report, batch by batch, as it would without this.
         """
-        if self.held is None:
+        if self.held is None and self._rest is None:
             return
-        outputs, size = [], 0
-        try:
-            for _, feeds in self.held:
+        budget = self.budget if budget is None else budget
+        outputs: list[tuple[Outputs, float]] | None = []
+        size = 0
+        for _, feeds in (iter(self.held) if self.held is not None else self._spilling()):
+            if outputs is None:
+                continue  # a spilled set's file is written to its end all the same
+            try:
                 began = time.perf_counter()
                 out = run(feeds)
-                outputs.append((out, time.perf_counter() - began))
-                size += _nbytes(out)
-                if size > budget:
-                    return  # outputs too large to hold: the replay computes them batch by batch
-        except Exception:
-            return
-        self._eager = outputs
+            except Exception:
+                outputs = None
+                continue
+            outputs.append((out, time.perf_counter() - began))
+            size += _nbytes(out)
+            if size > budget:
+                outputs = None  # outputs too large to hold: the replay computes them batch by batch
+        self._eager = outputs if self.rereadable else None
 
     def head(self, count: int) -> Feeds | None:
         """The feeds of the first ``count`` samples of a held set that share the first batch's input
         shapes, concatenated along each input's batch axis (fewer when that first run of shapes is
-        shorter); ``None`` when the set streams."""
-        if self.held is None:
+        shorter); ``None`` when the set streams (or its spill is not written yet)."""
+        if self.held is None and (self._spill is None or self._rest is not None):
             return None
         shapes = self._shapes(self.first)
         parts, have = [], 0
-        for _, feeds in self.held:
+        for _, feeds in self:
             if have >= count or self._shapes(feeds) != shapes:
                 break
             parts.append(feeds)

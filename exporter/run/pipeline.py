@@ -11,7 +11,9 @@ build, load or run becomes its own ``error`` row.
 Two processes share the work (``--jobs 2``, the default on two cores or more): the build server
 (exporter/builder/isolation.py) builds the artifacts one after another, while this process runs eager
 over the golden set and then replays and diagnoses each artifact as soon as its file is written.
-With ``--jobs 1``, or a golden set too large to hold in memory, one thing happens at a time. The
+With ``--jobs 1`` one thing happens at a time. A golden set too large to hold in memory is decoded
+once into a temporary file during eager's pass (golden/batches.py), and read back from it by every
+replay; only a set that cannot be spilled (a full disk) is replayed in one pass after every build. The
 rows, their numbers and the report's order are the same either way (tests/integration/test_jobs.py).
 """
 
@@ -130,7 +132,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
                 f"{config.arch}: building the model was still running after {config.build_timeout:g} s (--build-timeout); "
                 "fix the factory, or raise --build-timeout if it is just slow")):
             model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, run_notes)
-        batches = GoldenBatches(golden, config.batch_size)  # decoded once when it fits in memory
+        batches = GoldenBatches(golden, config.batch_size)  # decoded once: held when it fits in memory, else spilled to a file
         signature = golden.signature
         progress("running the eager model on the first batch (does it reproduce itself?)")
         began = time.perf_counter()
@@ -159,8 +161,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         )
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next
-        # ones build on the other core. A streamed set is replayed once, after all the builds.
-        ahead = config.effective_jobs > 1 and batches.held is not None and isolation.enabled()
+        # ones build on the other core. A set that can only stream is replayed once, after all the builds.
+        ahead = config.effective_jobs > 1 and batches.rereadable and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
             began = time.perf_counter()
@@ -188,6 +190,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             parts["replay/explain"] = time.perf_counter() - began
         finally:
             isolation.settle()  # a run stopped early leaves no build running behind it
+            batches.close()  # a spilled set's file
         replayed = time.perf_counter() - started - sum(timings.values())
         timings["build"] = builds.waited
         timings["replay"] = replayed - builds.waited

@@ -158,7 +158,7 @@ def test_two_inputs_record_reload_and_batch_by_shape(masked, capsys) -> None:
     ahead = held.eager(2)
     assert ahead is not None and set(ahead[0]) == {"output"} and ahead[0]["output"].shape == (3, 5)
     np.testing.assert_allclose(ahead[0]["output"], golden.reference_outputs(4, 3)["output"], atol=1e-5)
-    streamed = GoldenBatches(golden, 3, budget=0)
+    streamed = GoldenBatches(golden, 3, budget=0, spill=False)
     assert streamed.held is None and streamed.head(4) is None
     assert [(s, f["x"].shape) for s, f in streamed] == [(s, f["x"].shape) for s, f in batches]
 

@@ -77,8 +77,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, ...]]
         start, progress = _recording(events, diagnosed, overlap=mode == "jobs2")
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(builds, "start_build", start)
-            if mode == "streamed":  # nothing fits the memory budget: the set streams batch by batch
-                mp.setattr(pipeline, "GoldenBatches", functools.partial(GoldenBatches, budget=0))
+            if mode == "streamed":  # nothing fits the memory budget, and no spill file: the set streams batch by batch
+                mp.setattr(pipeline, "GoldenBatches", functools.partial(GoldenBatches, budget=0, spill=False))
             config = RunConfig(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN,
                                out_dir=tmp_path_factory.mktemp(mode), jobs=1 if mode == "jobs1" else 2)
             out[mode] = (pipeline.run_check(config, progress), events, diagnosed)
