@@ -39,6 +39,7 @@ BF16_MAX_RELATIVE_MAE = 0.02
 BF16_MIN_TOP1 = 0.98
 
 ONNX_EXPORTERS = ("torchscript", "dynamo")
+COLOR_CHOICES = ("auto", "always", "never")  # --color (report/text.py: use_colour); here, so the views need not import the options
 # A build still running after this long is killed and becomes its row's error, so a hung exporter
 # cannot hang CI; generous, since a big model's onnxsim pass can take minutes.
 BUILD_TIMEOUT = 1800.0

@@ -27,7 +27,18 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .config import BUILD_TIMEOUT, GATE_OPTIONS, JOBS, ONNX_EXPORTERS, GateOption, RunConfig, Thresholds, check_cache_gb, default_cache_dir
+from .config import (
+    BUILD_TIMEOUT,
+    COLOR_CHOICES,
+    GATE_OPTIONS,
+    JOBS,
+    ONNX_EXPORTERS,
+    GateOption,
+    RunConfig,
+    Thresholds,
+    check_cache_gb,
+    default_cache_dir,
+)
 from .errors import UsageError
 from .option_values import JSON_MAX_BYTES, JSON_MAX_DEPTH, bounded_int, coerce, comma_list, json_data, known_kinds
 from .paths import NUL_REFUSAL
@@ -43,7 +54,6 @@ COMMANDS += (CACHE_INFO, CACHE_PRUNE, CACHE_CLEAR, BISECT)
 MODEL = (CHECK, RECORD, APPROVE)  # the commands that load a checkpoint and its settings
 DEFAULT_GOLDEN = Path("golden")
 DEFAULT_OUT = Path("export-check-out")
-COLOR_CHOICES = ("auto", "always", "never")  # --color (exporter/report/text.py: use_colour)
 
 
 def _path_argument(text: str) -> Path:

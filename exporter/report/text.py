@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TextIO
 
+from ..config import COLOR_CHOICES
 from ..errors import folded
 from ..gates import GATE_METRICS, PER_SAMPLE, GateMetric, small_set_notes
 from ..layouts import FED
-from ..options import COLOR_CHOICES
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..run.sentences import coverage_summary
 from ..settings import settings_line
