@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,27 +72,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     check_readable_file(config.checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
     if is_generative(config.golden):  # prompts for a language model: its decode loop is checked instead (issue 45)
         return decode.run_generation(config, progress)
-    golden = load_golden(config.golden)
-    unknown = [n for n in config.signature_settings.outputs if n not in golden.signature.output_names]
-    if unknown:
-        raise UsageError(f"{config.golden}: settings name outputs {', '.join(unknown)}, the golden set has "
-                         f"{', '.join(golden.signature.output_names)}; fix [tool.export-check.outputs.NAME]")
-    checked = config.signature_settings.at_check(golden.signature)
-    if checked != golden.signature:  # a setting changes an output's kind or leaves it out of the comparison
-        golden = dataclasses.replace(golden, signature=checked)
-    for spec in golden.signature.compared_outputs():  # a declared CTC blank must be one of the recorded classes
-        record = golden.reference_records.get(spec.name)
-        for shape in record.shapes if record is not None else (golden.reference_shape[1:],):
-            if (problem := ctc_problem(spec, tuple(shape))) is not None:
-                raise UsageError(f"{config.golden / MANIFEST}: {problem}; fix ctc-blank in [tool.export-check.outputs.{spec.name}]")
-    empty = golden.empty_outputs()
-    if empty:  # "top-1 100 %" over zero values is no verdict
-        name, shape = empty[0]
-        raise GoldenError(f"{config.golden / MANIFEST}: output {name} holds no values (shape {shape} per sample): a comparison over nothing "
-                          f"would pass; re-record the golden set from a model whose output has values, or set compare = false in "
-                          f"[tool.export-check.outputs.{name}]")
-    # the approved outputs read and checked now, so a damaged set fails before any export
-    golden.reference() if golden.signature is SINGLE else golden.reference_samples()
+    golden = checked_golden(config)
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint_info = file_info(config.checkpoint)
     timings = {"verify_inputs": time.perf_counter() - started}
@@ -117,7 +98,6 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     # Start the build server (each export runs in a child of it, so a native crash costs one row)
     # now, so that it imports the export libraries while this process loads the model.
     isolation.prewarm(config.kinds, config.build_timeout or None)
-    import torch
 
     with pinned_threads(config.threads), locked_out_dir(out_dir):
         # Looked up again under the lock: another process (a pytest-xdist worker, a fleet) that held it
@@ -127,11 +107,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
             return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings, run_notes)
         progress("loading checkpoint")
-        # the factory is the user's code, run here: a hang in it is cut at the build timeout (Python-level waits)
-        with time_limit(config.build_timeout, lambda: ArchitectureError(
-                f"{config.arch}: building the model was still running after {config.build_timeout:g} s (--build-timeout); "
-                "fix the factory, or raise --build-timeout if it is just slow")):
-            model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, run_notes)
+        model = _loaded_model(config, run_notes)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once: held when it fits in memory, else spilled to a file
         signature = golden.signature
         progress("running the eager model on the first batch (does it reproduce itself?)")
@@ -142,42 +118,14 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         except Exception as exc:  # the model cannot take the golden inputs: the run's one-line error, naming the input
             raise observe.eager_failure(config, golden, 0, batches.first, exc, EagerRunner(model, signature).infer) from None
         parts = {"load_model/eager_self_check": time.perf_counter() - began}  # parts of load_model, for the benchmarks
-        first = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batches.first.items()}
-        axis_sizes = _axis_sizes(signature, batches)
-        ctx = BuildContext(
-            model=model,
-            example=first[INPUT] if signature is SINGLE else first,
-            opset=config.opset,
-            onnx_exporter=config.onnx_exporter,
-            threads=config.threads,
-            signature=signature,
-            calibration=observe.calibration_feeds(config, golden),  # static int8: the golden set's calibration split
-            fp16_optimization=config.fp16_optimization,
-            axis_extents=_axis_extents(axis_sizes),
-            axis_sizes=axis_sizes,
-            # the build server builds its own copy from the checkpoint (mapped: one copy of the weights between them)
-            recipe=ModelRecipe(str(config.checkpoint), config.arch, tuple(sorted(config.arch_kwargs.items())),
-                               None if config.arch_root is None else str(config.arch_root), fingerprint(model)),
-        )
+        ctx = _build_context(config, golden, batches, model)
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next
         # ones build on the other core. A set that can only stream is replayed once, after all the builds.
         ahead = config.effective_jobs > 1 and batches.rereadable and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
-            began = time.perf_counter()
-            with reused_heap():  # eager's activations reused batch to batch, as a torch runner's are (artifacts/_heap.py)
-                batches.precompute_eager(_counted(EagerRunner(model, signature).infer, len(golden), signature, progress))
-            parts["load_model/eager_pass"] = time.perf_counter() - began
-            began = time.perf_counter()
-            held = batches.eager(0)
-            eager_check = pending_check.finish(None if held is None else held[0])
-            parts["load_model/eager_self_check"] += time.perf_counter() - began
-            progress("eager at the other batch sizes of the diagnostics")
-            began = time.perf_counter()
-            with reused_heap():
-                eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
-            parts["load_model/eager_batch_sizes"] = time.perf_counter() - began
+            eager_check, eager_ahead = _eager_stage(config, golden, batches, model, pending_check, parts, progress)
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
@@ -203,6 +151,87 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
                 run_notes.append(f"cache: {count} {'entry' if count == 1 else 'entries'} not stored: {reason}")
         timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
     return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings, run_notes)
+
+
+def _loaded_model(config: RunConfig, notes: list[str]) -> Any:
+    """The checkpoint in its architecture. The factory is the user's code, run in this process: a hang in it is cut at the
+    build timeout (a Python-level wait; exporter/timelimit.py)."""
+    with time_limit(config.build_timeout, lambda: ArchitectureError(
+            f"{config.arch}: building the model was still running after {config.build_timeout:g} s (--build-timeout); "
+            "fix the factory, or raise --build-timeout if it is just slow")):
+        return load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, notes)
+
+
+def _build_context(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> BuildContext:
+    """What every build of the run reads: the model, the first batch as its example, the settings, the calibration split."""
+    import torch
+
+    signature = golden.signature
+    first = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batches.first.items()}
+    axis_sizes = _axis_sizes(signature, batches)
+    return BuildContext(
+        model=model,
+        example=first[INPUT] if signature is SINGLE else first,
+        opset=config.opset,
+        onnx_exporter=config.onnx_exporter,
+        threads=config.threads,
+        signature=signature,
+        calibration=observe.calibration_feeds(config, golden),  # static int8: the golden set's calibration split
+        fp16_optimization=config.fp16_optimization,
+        axis_extents=_axis_extents(axis_sizes),
+        axis_sizes=axis_sizes,
+        # the build server builds its own copy from the checkpoint (mapped: one copy of the weights between them)
+        recipe=ModelRecipe(str(config.checkpoint), config.arch, tuple(sorted(config.arch_kwargs.items())),
+                           None if config.arch_root is None else str(config.arch_root), fingerprint(model)),
+    )
+
+
+def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any, pending_check: PendingSelfCheck,
+                 parts: dict[str, float], progress: Progress) -> tuple[Any, Any]:
+    """Eager over the whole set (while the first builds run), its self-check finished on the first batch, and eager at
+    the diagnostics' other batch sizes: the eager check and those outputs. ``parts`` gets each one's time."""
+    signature = golden.signature
+    began = time.perf_counter()
+    with reused_heap():  # eager's activations reused batch to batch, as a torch runner's are (artifacts/_heap.py)
+        batches.precompute_eager(_counted(EagerRunner(model, signature).infer, len(golden), signature, progress))
+    parts["load_model/eager_pass"] = time.perf_counter() - began
+    began = time.perf_counter()
+    held = batches.eager(0)
+    eager_check = pending_check.finish(None if held is None else held[0])
+    parts["load_model/eager_self_check"] += time.perf_counter() - began
+    progress("eager at the other batch sizes of the diagnostics")
+    began = time.perf_counter()
+    with reused_heap():
+        eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
+    parts["load_model/eager_batch_sizes"] = time.perf_counter() - began
+    return eager_check, eager_ahead
+
+
+def checked_golden(config: RunConfig) -> GoldenSet:
+    """The golden set as this run compares it (its settings applied to its signature), checked whole before any
+    export: outputs the settings name, CTC blanks, outputs that hold no values, the approved outputs themselves."""
+    golden = load_golden(config.golden)
+    unknown = [n for n in config.signature_settings.outputs if n not in golden.signature.output_names]
+    if unknown:
+        raise UsageError(f"{config.golden}: settings name outputs {', '.join(unknown)}, the golden set has "
+                         f"{', '.join(golden.signature.output_names)}; fix [tool.export-check.outputs.NAME]")
+    checked = config.signature_settings.at_check(golden.signature)
+    if checked != golden.signature:  # a setting changes an output's kind or leaves it out of the comparison
+        golden = dataclasses.replace(golden, signature=checked)
+    for spec in golden.signature.compared_outputs():  # a declared CTC blank must be one of the recorded classes
+        record = golden.reference_records.get(spec.name)
+        for shape in record.shapes if record is not None else (golden.reference_shape[1:],):
+            if (problem := ctc_problem(spec, tuple(shape))) is not None:
+                raise UsageError(f"{config.golden / MANIFEST}: {problem}; fix ctc-blank in [tool.export-check.outputs.{spec.name}]")
+    empty = golden.empty_outputs()
+    if empty:  # "top-1 100 %" over zero values is no verdict
+        name, shape = empty[0]
+        raise GoldenError(f"{config.golden / MANIFEST}: output {name} holds no values (shape {shape} per sample): a comparison over nothing "
+                          f"would pass; re-record the golden set from a model whose output has values, or set compare = false in "
+                          f"[tool.export-check.outputs.{name}]")
+    # the approved outputs read and checked now, so a damaged set fails before any export
+    golden.reference() if golden.signature is SINGLE else golden.reference_samples()
+    return golden
 
 
 def _cache_hit(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[list[Observation], float | None] | None:
