@@ -62,6 +62,19 @@ class GateMetric:
     cell: Callable[[Metrics], str] = lambda metrics: "-"
 
 
+def _below(what: str, value: float, bound: float, shown: str = ".6g") -> str:
+    """``value < bound`` in words that never read "1 < 1": when the two print alike, the gap is said instead (issue 44).
+
+    >>> _below("cosine similarity", 0.99999997, 1.0)
+    'cosine similarity 1 is below 1 by 3e-08'
+    >>> _below("cosine similarity", 0.98, 0.99)
+    'cosine similarity 0.98 < 0.99'
+    """
+    if format(value, shown) != format(bound, "g"):
+        return f"{what} {value:{shown}} < {bound:g}"
+    return f"{what} {value:{shown}} is below {bound:g} by {bound - value:.2g}"
+
+
 def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], float | None], shown: str | Callable[[float], str],
             failed: Callable[[Metrics, float, float], str], *, applies: Callable[[Metrics], bool] = lambda m: True,
             families: str = "all", at_batch_sizes: bool = True,
@@ -279,7 +292,7 @@ GATE_METRICS: tuple[GateMetric, ...] = (
                                        "cosine similarity gate of {what}: no sample's output may have a lower cosine with its reference "
                                        "(default: {default})", "F", fraction=True),
             "min", lambda m: m.stat("cosine"), "cos>={:g}",
-            lambda m, v, b: f"cosine similarity {v:.6g} < {b:g} (the least of any sample)",
+            lambda m, v, b: f"{_below('cosine similarity', v, b)} (the least of any sample)",
             at_batch_sizes=False, column="cos", cell="{:.6f}"),
     # Top-k agreement: the samples whose k highest classes are the reference's k highest (as a set: a ranking
     # that keeps its head); k from top_k (5 unless set). Measured for the k a gate asks (Thresholds.top_ks).

@@ -211,7 +211,7 @@ def name_says(name: str) -> str | None:
 
 
 def choose_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False, name: str = "",
-                normalised: bool = False, layer_normed: bool = False) -> KindChoice:
+                normalised: bool = False, layer_normed: bool = False, evidence: KindChoice | None = None) -> KindChoice:
     """What agreement means for an output nobody described, and why: the one place a default kind is chosen.
 
     In order: a non-float output, an output with one value per sample (per position; ``classes`` is the last
@@ -220,7 +220,9 @@ def choose_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False
     embeddings are ``values``; logits and scores keep the shape's default. Then ``normalised``: every
     position has mean 0 and std 1 over its last axis, as LayerNorm leaves hidden states (a transformer's
     ``last_hidden_state`` under any name): ``values``; so is ``layer_normed``, the same after a trained LayerNorm's
-    scale and shift (``golden.discover.layer_normed``). Else the shape's: a 2-D float output is ``logits``
+    scale and shift (``golden.discover.layer_normed``). Before those, ``evidence`` (``golden.evidence``: the layer that
+    returned it, probabilities in its values, the labels it cannot hold, another output holding the classes).
+    Else the shape's: a 2-D float output is ``logits``
     (top-1 per sample), a 3-D one ``sequence-logits`` (argmax per position), others ``values``.
 
     Measured (docs/explanation/artifacts-and-gates.md): statistics beyond these do not separate a box head
@@ -250,6 +252,9 @@ def choose_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False
     shape_gate = "top-1 per sample" if ndim == 2 else "the argmax per position"
     if said == "logits":
         return KindChoice(shape_kind, f"default for a {ndim}-D float output named {named_part(name)!r}: {shape_gate} is gated")
+    if evidence is not None:
+        return KindChoice(shape_kind if evidence.kind == "logits" else evidence.kind,
+                          f"{evidence.why}: {shape_gate} is gated" if evidence.kind == "logits" else evidence.why)
     if normalised:
         return KindChoice("values", "default: every position has mean 0 and std 1 over its last axis, as after LayerNorm "
                                     "(hidden states): judged by its error")

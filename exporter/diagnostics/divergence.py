@@ -39,6 +39,7 @@ from ..artifacts._common import load_torchscript
 from ..artifacts.pt2e_int8_static import SCOPES_FILE
 from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
 from ..run.records import LayerComparison, LayerDelta
+from .outputs import graph_value, output_ops, pick, tensors
 
 DIVERGENCE, INT8_LAYERS = "divergence", "int8-layers"
 
@@ -49,7 +50,8 @@ class Captured:
 
     name: str
     inputs: tuple[Any, ...] | None = None  # cloned tensors; None when not all positional args are tensors
-    output: Any = None  # cloned tensor; None when the module did not return one tensor
+    output: Any = None  # cloned tensor: the first the module returned; None when it returned none
+    outputs: tuple[Any, ...] = ()  # every tensor it returned, cloned, flattened (``outputs.tensors``): output first
     input_ids: tuple[int, ...] = ()
     output_id: int | None = None
     calls: int = 0
@@ -96,11 +98,12 @@ def capture_eager(model: Any, batch: np.ndarray) -> EagerTrace:
     def post_hook(name: str):
         def hook(module: Any, args: tuple[Any, ...], output: Any) -> None:
             cap = by_name[name]
-            tensor = _first_tensor(output)
-            if cap.calls == 1 and tensor is not None:
-                cap.output = tensor.detach().clone()
-                cap.output_id = id(tensor)
-                trace.keep.append(tensor)
+            found = tensors(output)
+            if cap.calls == 1 and found:
+                cap.outputs = tuple(t.detach().clone() for t in found)
+                cap.output = cap.outputs[0]
+                cap.output_id = id(found[0])
+                trace.keep.extend(found)
                 finished.append(cap)
 
         return hook
@@ -143,8 +146,10 @@ def layer_delta(
 
 def _numpy(value: Any) -> np.ndarray | None:
     tensor = _first_tensor(value)
-    if tensor is None:
-        return None
+    return None if tensor is None else _array(tensor)
+
+
+def _array(tensor: Any) -> np.ndarray:
     if tensor.is_quantized:
         tensor = tensor.dequantize()
     return tensor.detach().cpu().numpy()
@@ -177,29 +182,34 @@ def torchscript_layers(path: Path, model: Any, batch: np.ndarray, threshold: flo
             continue
         try:
             with torch.inference_mode():
-                got = _numpy(sub(*(t.clone() for t in cap.inputs)))
+                got = [_array(t) for t in tensors(sub(*(t.clone() for t in cap.inputs)))]
         except Exception:  # a submodule that cannot run alone (e.g. traced only inside its parent)
             continue
-        reference = cap.output.numpy()
-        if got is None or got.shape != reference.shape:
-            continue
         ops = str(getattr(sub, "original_name", type(sub).__name__))
-        delta = layer_delta(cap.name, ops, reference, got, threshold)
+        # every output it returns, compared (a detector's boxes, an LSTM's state): the first that departs is its row
+        deltas = [(k, layer_delta(cap.name, ops, ref.numpy(), value, threshold))
+                  for k, (ref, value) in enumerate(zip(cap.outputs, got, strict=False)) if value.shape == tuple(ref.shape)]
+        if not deltas:
+            continue
+        index, delta = pick(deltas)
         if delta.departs and not any(d.departs for d in layers):
             if not cap.leaf:  # its children ran first and agree: what departs is the code of its own forward
-                delta = replace(delta, where="forward-code", ops="forward")
+                delta = replace(delta, where="forward-code", ops=output_ops("forward", index))
             if purpose == DIVERGENCE:
-                repro = _save_module_case(path, cap, reference)
+                repro = _save_module_case(path, cap, cap.outputs[index].numpy(), index)
         layers.append(delta)
     method = "torchscript"  # messages.LAYER_METHODS words it
     return replace(_finish(purpose, method, "local", start, len(batch), threshold, layers), repro=repro)
 
 
-def _save_module_case(path: Path, cap: Captured, reference: np.ndarray) -> str | None:
-    """The first departing module's eager inputs and output beside the TorchScript file: ``<file>.<module>.npz``."""
+def _save_module_case(path: Path, cap: Captured, reference: np.ndarray, index: int = 0) -> str | None:
+    """The first departing module's eager inputs and output beside the TorchScript file: ``<file>.<module>.npz``; for
+    a departing output other than its first, that output and its place (``output``: ``messages.module_command``)."""
     assert cap.inputs is not None
     target = path.with_name(f"{path.stem}.{cap.name or 'forward'}.npz")
     arrays = {f"input_{i}": t.detach().cpu().numpy() for i, t in enumerate(cap.inputs)}
+    if index:
+        arrays["output"] = np.array(index)
     try:
         with open(target, "wb") as handle:
             np.savez(handle, reference=reference, **arrays)
@@ -302,7 +312,8 @@ def onnx_layers(
     proto = onnx.load(str(path))
     modules = {name for name, _ in model.named_modules()}
     values, scopes = scoped_values(proto, modules)
-    existing = {o.name for o in proto.graph.output}
+    graph_outputs = [o.name for o in proto.graph.output]  # the model's outputs, in its flattened order
+    existing = set(graph_outputs)
     for name, _, _ in values:
         if name not in existing:
             proto.graph.output.append(onnx.ValueInfoProto(name=name))
@@ -314,7 +325,7 @@ def onnx_layers(
     def first_cause(cap: Captured, chain: list[Captured], value: np.ndarray, ops: str, limit: float) -> list[LayerDelta]:
         return _first_cause(cap, chain, value, ops, limit, proto, results, modules)
 
-    layers = _cumulative(values, results, model, batch, threshold, purpose, first_cause, forward)
+    layers = _cumulative(values, results, model, batch, threshold, purpose, first_cause, forward, graph_outputs)
     return replace(_finish(purpose, method, "cumulative", start, len(batch), threshold, layers),
                    graph=proto.graph.name, nodes=owners(scopes, {d.module for d in layers}))
 
@@ -335,10 +346,11 @@ def owners(scopes: list[tuple[str, str]], table: set[str]) -> tuple[tuple[str, s
 
 
 def _cumulative(values: list[tuple[str, str, str]], results: dict[str, Any], model: Any, batch: np.ndarray, threshold: float,
-                purpose: str, first_cause: Any = None, merge_forward: bool = True) -> list[LayerDelta]:
-    """Each eager module's output against the last value produced inside its scope (``values``: value
-    name, module scope, op, in graph order; ``results``: value name -> array). ``first_cause`` looks
-    closer at the first departing module (ONNX only)."""
+                purpose: str, first_cause: Any = None, merge_forward: bool = True, graph_outputs: tuple[str, ...] | list[str] = ()
+                ) -> list[LayerDelta]:
+    """Each eager module's outputs against the last values produced inside its scope (``values``: value
+    name, module scope, op, in graph order; ``results``: value name -> array); the model's own outputs against
+    ``graph_outputs`` (the graph's, in order). ``first_cause`` looks closer at the first departing module (ONNX only)."""
     order, has_nodes = _modules_with_nodes(values, model, batch)
     layers: list[LayerDelta] = []
     for i, cap in enumerate(order):
@@ -347,18 +359,43 @@ def _cumulative(values: list[tuple[str, str, str]], results: dict[str, Any], mod
         if purpose == INT8_LAYERS and not cap.leaf:
             continue
         ref, merged, chain = _merged_reference(order, i, has_nodes, merge_forward)
-        chosen = _chosen_value(values, results, cap.name, ref.shape)
-        if chosen is None:
+        found = _output_values(cap, values, results, graph_outputs, ref)
+        if not found:
             continue
-        ops = ",".join(dict.fromkeys(op for _, scope, op in values if scope == cap.name)) or chosen[2]
-        delta = layer_delta(cap.name, ops[:60], ref, chosen[1], threshold, tuple(merged))
-        if delta.departs and not any(d.departs for d in layers):
-            found = first_cause(cap, chain, chosen[1], ops[:60], threshold) if first_cause else []
-            if found:
-                layers.extend(found)
+        ops = (",".join(dict.fromkeys(op for _, scope, op in values if scope == cap.name)) or found[0][2])[:60]
+        index, delta = pick([(k, layer_delta(cap.name, ops, reference, value, threshold, tuple(merged) if k == 0 else ()))
+                             for k, reference, _, value in found])
+        if index == 0 and delta.departs and not any(d.departs for d in layers):
+            chosen = next(value for k, _, _, value in found if k == 0)
+            found_cause = first_cause(cap, chain, chosen, ops, threshold) if first_cause else []
+            if found_cause:
+                layers.extend(found_cause)
                 continue
         layers.append(delta)
     return layers
+
+
+def _output_values(cap: Captured, values: list[tuple[str, str, str]], results: dict[str, Any], graph_outputs: Any,
+                   first: np.ndarray, dtypes: tuple[Any, ...] = (np.float32,), named: bool = False
+                   ) -> list[tuple[int, np.ndarray, str, np.ndarray]]:
+    """(index, eager's value, op, the graph's value) of each output of ``cap`` the graph holds: ``first`` (its first
+    output, or the value it stands for) and every other tensor it returned. The model's own outputs are the graph's
+    outputs, in order; a module's, the last values of their shapes inside its scope, each value taken once.
+    ``named``: the graph value's name in place of the op."""
+    refs = [first, *(t.numpy() for t in cap.outputs[1:])]
+    found: list[tuple[int, np.ndarray, str, np.ndarray]] = []
+    used: set[str] = set()
+    for k, reference in enumerate(refs):
+        own = graph_value(graph_outputs, results, k, reference.shape) if cap.name == "" and len(graph_outputs) == len(refs) else None
+        if own is not None and own.dtype in dtypes:
+            used.add(graph_outputs[k])
+            found.append((k, reference, graph_outputs[k] if named else "output", own))
+            continue
+        chosen = _chosen_value(values, results, cap.name, reference.shape, dtypes, exclude=used)
+        if chosen is not None:
+            used.add(chosen[0])
+            found.append((k, reference, chosen[0] if named else chosen[2], chosen[1]))
+    return found
 
 
 def _modules_with_nodes(values: list[tuple[str, str, str]], model: Any, batch: np.ndarray) -> tuple[list[Captured], set[str]]:
@@ -383,10 +420,11 @@ def _merged_reference(order: list[Captured], i: int, has_nodes: set[str], merge_
 
 
 def _chosen_value(values: list[tuple[str, str, str]], results: dict[str, Any], module: str, shape: tuple[int, ...],
-                  dtypes: tuple[Any, ...] = (np.float32,)) -> tuple[str, np.ndarray, str] | None:
-    """The last value produced inside ``module``'s scope with eager's shape: (name, value, op)."""
+                  dtypes: tuple[Any, ...] = (np.float32,), exclude: set[str] | frozenset[str] = frozenset()
+                  ) -> tuple[str, np.ndarray, str] | None:
+    """The last value produced inside ``module``'s scope with eager's shape, not in ``exclude``: (name, value, op)."""
     for name, scope, op in reversed(values):
-        if not _inside(scope, module):
+        if not _inside(scope, module) or name in exclude:
             continue
         value = results.get(name)
         if isinstance(value, np.ndarray) and value.dtype in dtypes and value.shape == shape:
@@ -403,14 +441,15 @@ def eager_references(proto: Any, model: Any, batch: np.ndarray, results: dict[st
     values, _ = scoped_values(proto, modules)
     order, has_nodes = _modules_with_nodes(values, model, batch)
     forward = merges_forward(proto, modules)
+    graph_outputs = [o.name for o in proto.graph.output]
     out: dict[str, np.ndarray] = {}
     for i, cap in enumerate(order):
         if cap.name not in has_nodes or cap.output is None:
             continue
         ref, _, _ = _merged_reference(order, i, has_nodes, forward)
-        chosen = _chosen_value(values, results, cap.name, ref.shape, dtypes)
-        if chosen is not None:
-            out.setdefault(chosen[0], ref)
+        # every output it returns (a detector's second head, an LSTM's state): the model's own are the graph's outputs
+        for _, reference, name, _ in _output_values(cap, values, results, graph_outputs, ref, dtypes, named=True):
+            out.setdefault(name, reference)
     return out
 
 
@@ -436,7 +475,10 @@ def program_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, 
         scope = carried.get(node.name, str(list(stack.values())[-1][0]) if stack else None)
         if scope is not None:
             values.append((node.name, scope, getattr(node.target, "__name__", str(node.target)).split(".")[0]))
-    wanted = {name for name, _, _ in values}
+    # the model's own outputs, in order (the output node's arguments), each compared with eager's (a second head too)
+    leaves = torch.utils._pytree.tree_leaves(next(n for n in module.graph.nodes if n.op == "output").args[0])
+    graph_outputs = [n.name for n in leaves] if all(isinstance(n, torch.fx.Node) for n in leaves) else []
+    wanted = {name for name, _, _ in values} | set(graph_outputs)
     results: dict[str, Any] = {}
 
     class Recorder(torch.fx.Interpreter):
@@ -448,7 +490,7 @@ def program_layers(path: Path, model: Any, batch: np.ndarray, threshold: float, 
 
     with torch.inference_mode():
         Recorder(module).run(torch.from_numpy(batch))
-    layers = _cumulative(values, results, model, batch, threshold, purpose)
+    layers = _cumulative(values, results, model, batch, threshold, purpose, graph_outputs=graph_outputs)
     method = "program"  # messages.LAYER_METHODS words it
     found = _finish(purpose, method, "cumulative", start, len(batch), threshold, layers)
     if purpose == DIVERGENCE and found.first is not None and found.first.module:

@@ -178,7 +178,8 @@ def describe_failure(exc: BaseException) -> str:
 def _per_image_mae(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.shape != b.shape:
         raise RowCountError(f"output shape {tuple(a.shape)} != {tuple(b.shape)}")
-    diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).reshape(len(a), -1)
+    with np.errstate(invalid="ignore"):  # inf - inf (a checkpoint with Inf weights) is NaN, as a row's non-finite values say
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).reshape(len(a), -1)
     diff = np.where(np.isfinite(diff), diff, np.inf)
     return diff.mean(axis=1) if diff.shape[1] else np.zeros(len(a))
 
@@ -287,7 +288,8 @@ def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray |
         acc = ErrorAccumulator(kind, class_axis)
         keep = _judged_at(judged, min(len(got), len(eager_got)))  # the main size from the replay may hold a short last batch more
         try:
-            acc.add(eager_got[keep], got[keep])
+            with np.errstate(invalid="ignore"):  # inf - inf: Inf weights; the NaN counts as a non-finite value
+                acc.add(eager_got[keep], got[keep])
         except ShapeMismatch as exc:
             runs.append(BatchSizeRun(images=len(keep), error=f"{exc} (eager's at this batch size)", **common))
             continue

@@ -175,7 +175,8 @@ def _infer(runner: EagerRunner, feeds: Mapping[str, np.ndarray], checkpoint: Pat
 
 def run_outputs(
     model: Any, samples: Iterable[Mapping[str, np.ndarray]], inputs: tuple[InputSpec, ...], settings: SignatureSettings,
-    checkpoint: Path, batch_size: int, existing: Signature | None = None,
+    checkpoint: Path, batch_size: int, existing: Signature | None = None, labels: Sequence[int] = (),
+    whys: dict[str, str] | None = None,
 ) -> tuple[tuple[OutputSpec, ...], dict[str, list[np.ndarray]]]:
     """Eager over ``samples`` (conformed to ``inputs``) in the replay's batches: the outputs' specs
     (``existing``'s where it has the output, else the default kind; the settings over either) and
@@ -187,6 +188,9 @@ def run_outputs(
     Each output's batch axis must hold the batch on every run; so that a fixed axis that happens to
     equal the batch size cannot pass, at least two batch sizes are run (the first sample alone, or
     twice, when the batches have one size).
+
+    A default kind reads the evidence beyond the shape (``golden.evidence``: the layer that returned each output, its
+    values, ``labels``, the other outputs); each output's reason is put in ``whys`` (``golden record`` says it).
     """
     runner = EagerRunner(model, Signature(inputs=inputs, outputs=()))
     runs: list[tuple[int, int, dict[str, tuple[int, ...]], dict[str, np.ndarray]]] = []  # (start, n, input shapes, outputs)
@@ -224,6 +228,7 @@ def run_outputs(
                           f"(its outputs: {', '.join(names)}); fix the name")
     specs = []
     reference: dict[str, list[np.ndarray]] = {}
+    evidence = _evidence(model, runner, first_sample, inputs, names, runs, labels)
     for name in names:
         first = runs[0][3][name]
         dtype = str(first.dtype)
@@ -232,7 +237,10 @@ def run_outputs(
         if existing is not None and name in existing.output_names:
             base = existing.output(name)
         else:
-            base = OutputSpec(name=name, kind=kind_of(name, first.ndim, dtype, [out[name] for _, _, _, out in runs]).kind)
+            choice = kind_of(name, first.ndim, dtype, [out[name] for _, _, _, out in runs], evidence.get(name))
+            base = OutputSpec(name=name, kind=choice.kind)
+            if whys is not None:
+                whys[name] = choice.why
         spec = settings.apply_output(base)
         checked = [(n, out[name]) for _, n, _, out in runs] + [(n, out[name]) for n, out in probes]
         failing = [(n, a) for n, a in checked if a.ndim <= spec.batch_axis or a.shape[spec.batch_axis] != n]
@@ -276,13 +284,26 @@ def run_outputs(
 UNIT_NORM_TOLERANCE = 1e-3
 
 
-def kind_of(name: str, ndim: int, dtype: str, arrays: Sequence[np.ndarray]) -> KindChoice:
+def kind_of(name: str, ndim: int, dtype: str, arrays: Sequence[np.ndarray], evidence: KindChoice | None = None) -> KindChoice:
     """The default kind of output ``name`` (``ndim`` axes, the batch's included) and why, from its values:
-    ``arrays`` are batches or single samples, whose last axis is the output's last axis (signature.choose_kind).
+    ``arrays`` are batches or single samples, whose last axis is the output's last axis (signature.choose_kind);
+    ``evidence``: ``golden.evidence``'s for it.
     """
     classes = int(arrays[0].shape[-1]) if arrays and arrays[0].ndim else 0
     flat = normalised(arrays)
-    return choose_kind(ndim, dtype, classes, unit_norm(arrays), name, flat, not flat and layer_normed(arrays))
+    return choose_kind(ndim, dtype, classes, unit_norm(arrays), name, flat, not flat and layer_normed(arrays), evidence)
+
+
+def _evidence(model: Any, runner: EagerRunner, sample: Mapping[str, np.ndarray] | None, inputs: tuple[InputSpec, ...],
+              names: Sequence[str], runs: Sequence[tuple[int, int, Any, Mapping[str, np.ndarray]]], labels: Sequence[int]
+              ) -> dict[str, KindChoice]:
+    """``golden.evidence.gather`` on this recording: the layers seen on a batch of the first sample twice."""
+    from . import evidence
+
+    made_by = {} if sample is None else evidence.producers(model, lambda: runner.call(stack_samples([sample, sample], inputs)))
+    firsts = {n: runs[0][3][n] for n in names}
+    arrays = {n: [out[n] for _, _, _, out in runs] for n in names}
+    return evidence.gather(names, firsts, arrays, made_by, labels)
 
 
 def normalised(arrays: Sequence[np.ndarray]) -> bool:

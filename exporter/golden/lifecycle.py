@@ -277,10 +277,15 @@ def _write_v2(
 ) -> GoldenSet:
     from ..artifacts._heap import mapped_large_blocks
 
+    labels = [item.label for item in new_inputs if item.label is not None]
+    whys: dict[str, str] = {}
     with mapped_large_blocks():  # as _record_streaming's batches
-        outputs, reference = run_outputs(model, samples, inputs, settings, checkpoint, batch_size)
+        outputs, reference = run_outputs(model, samples, inputs, settings, checkpoint, batch_size, labels=labels, whys=whys)
     signature = Signature(inputs=inputs, outputs=outputs)
-    return write_golden_v2(golden_dir, new_inputs, preprocess, signature, reference, _recording(model, batch_size, calibration),
+    # the evidence each default kind was chosen on (golden.evidence), for `golden record` to say: the model is not at hand later
+    evidence = {n: w for n, w in whys.items() if w.startswith("evidence: ")}
+    recording = {**_recording(model, batch_size, calibration), **({"kinds": evidence} if evidence else {})}
+    return write_golden_v2(golden_dir, new_inputs, preprocess, signature, reference, recording,
                            _model_info(checkpoint, arch, arch_kwargs), library_versions())
 
 
@@ -327,8 +332,11 @@ def describe_kinds(golden: GoldenSet, settings: SignatureSettings) -> str:
         if not spec.compared:
             continue
         record = golden.reference_records[spec.name]
+        evidence = golden.recording.get("kinds", {}).get(spec.name)
         if "kind" in settings.outputs.get(spec.name, {}):
             why = "settings"
+        elif evidence is not None:
+            why = evidence
         else:
             why = kind_of(spec.name, len(record.shapes[0]) + 1, record.dtype, golden.reference_samples()[spec.name]).why
         said.append(kind_said(spec, why))

@@ -222,7 +222,10 @@ def _recording(manifest: Path, recording: Any) -> dict[str, Any]:
     _require(isinstance(recording, dict), manifest, "'recording' must be an object holding batch_size and mode")
     _require(_is_int(recording.get("batch_size"), 1), manifest, "recording.batch_size must be an integer >= 1")
     _require(recording.get("mode") in MODES, manifest, f"recording.mode must be one of {', '.join(MODES)}")
-    return {"batch_size": recording["batch_size"], "mode": recording["mode"]}
+    kinds = recording.get("kinds", {})  # the evidence of each default output kind (golden.evidence), said by `golden record`
+    _require(isinstance(kinds, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in kinds.items()), manifest,
+             "recording.kinds must map output names to text")
+    return {"batch_size": recording["batch_size"], "mode": recording["mode"], **({"kinds": dict(kinds)} if kinds else {})}
 
 
 def read_manifest(root: Path) -> GoldenSet:

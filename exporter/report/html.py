@@ -17,18 +17,20 @@ from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..run.records import LayerComparison
 from ..run.sentences import layer_method, layers_summary
 from . import bounds, write_text_atomic
+from .next_steps import next_steps
 from .node_data import command
 from .views import (
-    accuracy_text,
     agreement_heading,
     checks_description,
+    classes_metrics,
     labelled,
     latency_ms,
     latency_text,
     rerun_text,
+    row_accuracy_text,
+    row_top1_text,
     shapes_text,
     size_text,
-    top1_text,
 )
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -180,7 +182,7 @@ def histogram(row: Row, colour: str, gate: float) -> str:
 
 def tradeoff_point(row: Row) -> tuple[float, float, str, float | None] | str:
     """(ms per image, accuracy in %, what the accuracy is, size in KB) of a row for the trade-off chart, or why it has no point."""
-    m = row.metrics
+    m = classes_metrics(row)  # a detector's classes, not its boxes (its worst output)
     if m is None:
         return "no metrics (" + row.status + ")"
     ms = latency_ms(row)
@@ -191,7 +193,7 @@ def tradeoff_point(row: Row) -> tuple[float, float, str, float | None] | str:
     elif m.top1_agreement is not None:
         accuracy, what = 100.0 * m.top1_agreement, f"{agreement_name(m)} with its reference"
     else:
-        return "no accuracy: its output has no classes (values)"
+        return "no accuracy: " + ("none of its outputs has classes (values)" if row.outputs else "its output has no classes (values)")
     return ms, accuracy, what, None if row.artifact is None else row.artifact.size_bytes / 1024
 
 
@@ -260,8 +262,8 @@ def _summary_table(report: Report) -> str:
             f"<td class='n'>{_fmt(m.mae if m else None)}</td>",
             f"<td class='n'>{_fmt(m.max_abs if m else None)}</td>",
             *([f"<td class='n'>{_e(bounds.cell(row))}</td>"] if allclose else []),
-            f"<td class='n'>{_e(top1_text(m))}</td>",
-            *([f"<td class='n'>{_e(accuracy_text(m))}</td>"] if accuracy else []),
+            f"<td class='n'>{_e(row_top1_text(row))}</td>",
+            *([f"<td class='n'>{_e(row_accuracy_text(row))}</td>"] if accuracy else []),
             f"<td>{_e(shapes_text(row))}</td>",
             f"<td class='n'>{_e(rerun_text(row))}</td>",
             f"<td class='n'>{_e(latency_text(row))}</td>",
@@ -315,6 +317,9 @@ def render(report: Report) -> str:
         for row in problems:
             body.append(f"<p class='{row.status}'>{_e(row.name)}: {row.status}</p><ul class='reasons'>"
                         + "".join(f"<li>{_e(r)}</li>" for r in row.reasons) + "</ul>")
+    steps = next_steps(report)  # what to do about a failing run, as the terminal ends with it
+    if steps:
+        body.append("<h2>Next steps</h2><ul class='next'>" + "".join(f"<li>{_e(step)}</li>" for step in steps) + "</ul>")
     body += [
         "<h2>Cost</h2><div class='plots'>",
         bar_chart("latency per image (median, ms)", [(r.name, latency_ms(r), palette[r.name]) for r in report.rows], "ms"),

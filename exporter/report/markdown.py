@@ -14,17 +14,18 @@ from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
 from ..run.records import LayerComparison
 from ..run.sentences import layer_method, layers_summary, reproduce_command
 from . import bounds, write_text_atomic
+from .next_steps import next_steps
 from .views import (
-    accuracy_text,
     agreement_heading,
     checks_description,
     labelled,
     latency_text,
     output_lines,
     rerun_text,
+    row_accuracy_text,
+    row_top1_text,
     shapes_text,
     size_text,
-    top1_text,
 )
 
 ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌", NOT_APPLICABLE: "➖"}
@@ -65,8 +66,8 @@ def _row(row: Row, allclose: bool, accuracy: bool = False) -> str:
         _fmt(m.mae if m else None),
         _fmt(m.max_abs if m else None),
         *([bounds.cell(row)] if allclose else []),
-        top1_text(m),
-        *([accuracy_text(m)] if accuracy else []),
+        row_top1_text(row),
+        *([row_accuracy_text(row)] if accuracy else []),
         check[shapes_text(row)],
         rerun_cell,
         latency_text(row),
@@ -128,6 +129,9 @@ def render(report: Report) -> str:
             if command is not None:
                 lines.append(f"  - reproduce its reduced subgraph: `{command.replace('`', '')}`")
         lines.append("")
+    steps = next_steps(report)  # what to do about a failing run, as the terminal ends with it (the CI job summary too)
+    if steps:
+        lines += ["### Next steps", "", *(f"- {cell(step)}" for step in steps), ""]
     warnings = [(row.name, n) for row in report.rows for n in row.concerns]
     if warnings:
         lines += ["### Warnings that say an export may be wrong", "", *(f"- ⚠️ **{cell(name)}**: {cell(n)}" for name, n in warnings), ""]

@@ -39,9 +39,9 @@ from .views import (
     output_lines,
     position_text,
     rerun_text,
+    row_top1_text,
     shapes_text,
     size_text,
-    top1_text,
 )
 
 DEFAULT_WIDTH = 100  # when the output is not a terminal
@@ -144,7 +144,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("MAE", lambda r, _: _fmt(r.metrics.mae if r.metrics else None), 0),
     Column("max|err|", lambda r, _: _fmt(r.metrics.max_abs if r.metrics else None), 1),
     Column("allclose", lambda r, _: bounds.cell(r), 2),
-    Column(AGREEMENT, lambda r, _: top1_text(r.metrics), 3),  # its heading: views.agreement_heading
+    Column(AGREEMENT, lambda r, _: row_top1_text(r), 3),  # its heading: views.agreement_heading
     Column("batch", lambda r, _: shapes_text(r), 4),
     Column("rerun", lambda r, _: rerun_text(r), 5),
     Column("gate", _gate, 6),

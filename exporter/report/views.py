@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..compare import Metrics
 from ..errors import folded
 from ..results import Report, Row
@@ -44,7 +46,7 @@ def agreement_heading(report: Report) -> str:
     """The heading of the agreement column (the one ``top1_text`` fills): ``top-1`` where every figure shown is a
     top-1 agreement, ``per-pos`` where every one is a per-position agreement (a sequence output), ``decoded`` where
     every one is a CTC output's decoded exact-match rate, ``agree`` for a mix; ``top-1`` when no row has one."""
-    kinds = {r.metrics.agreement for r in report.rows if r.metrics is not None and r.metrics.top1_agreement is not None}
+    kinds = {m.agreement for r in report.rows if (m := classes_metrics(r)) is not None and m.top1_agreement is not None}
     if len(kinds) > 1:
         return "agree"
     return _HEADINGS.get(next(iter(kinds)), "agree") if kinds else "top-1"
@@ -83,9 +85,42 @@ def rerun_text(row: Row) -> str:
     return text if d.rerun.passed else f"{text} FAIL"
 
 
+def classes_metrics(row: Row) -> Metrics | None:
+    """The figures that hold a row's classes: its headline's when they do; else, for a model with several outputs whose
+    headline (its worst output) is a ``values`` one (boxes), the output's that counted label accuracy, else top-1
+    agreement, named (``Metrics.output``). The agreement and accuracy columns and the chart read these (issue 44: they
+    showed ``-`` and "its output has no classes" for a detector whose boxes were its worst output)."""
+    m = row.metrics
+    if m is not None and m.label_accuracy is not None:
+        return m
+    counted = next((o for o in row.outputs if o.metrics.label_accuracy is not None), None)
+    if counted is None and m is not None and m.top1_agreement is not None:
+        return m
+    counted = counted or next((o for o in row.outputs if o.metrics.top1_agreement is not None), None)
+    return m if counted is None else replace(counted.metrics, output=counted.name)
+
+
+def named(text: str, row: Row, m: Metrics | None) -> str:
+    """A figure of another output than the row's headline, named: ``92.3% (scores)``."""
+    shown = row.metrics.output if row.metrics is not None else None
+    return text if text == "-" or m is None or not m.output or m.output == shown else f"{text} ({m.output})"
+
+
+def row_top1_text(row: Row) -> str:
+    """The agreement column of a row: its classes' top-1 agreement (``classes_metrics``), named when another output's."""
+    m = classes_metrics(row)
+    return named(top1_text(m), row, m)
+
+
+def row_accuracy_text(row: Row) -> str:
+    """The accuracy column of a row: its classes' label accuracy (``classes_metrics``), named when another output's."""
+    m = classes_metrics(row)
+    return named(accuracy_text(m), row, m)
+
+
 def labelled(report: Report) -> bool:
-    """Whether any row counted accuracy on golden labels: the tables then get an accuracy column."""
-    return any(r.metrics is not None and r.metrics.label_accuracy is not None for r in report.rows)
+    """Whether any row counted accuracy on golden labels (on any output): the tables then get an accuracy column."""
+    return any((m := classes_metrics(r)) is not None and m.label_accuracy is not None for r in report.rows)
 
 
 def accuracy_text(m: Metrics | None) -> str:

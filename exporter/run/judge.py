@@ -393,7 +393,11 @@ def _eager_notes(measured: Measured, bound: float) -> tuple[str, ...]:
 
 
 def eager_check_reasons(check: EagerSelfCheck | None, bound: float) -> tuple[str, ...]:
-    """Why the eager model cannot be the reference: it does not reproduce itself. Empty when it does."""
+    """Why the eager model cannot be the reference: its weights hold NaN/Inf, or it does not reproduce itself. Empty
+    when neither."""
+    if check is not None and check.nonfinite_weights:  # issue 44: was blamed on nondeterminism (NaN != NaN)
+        return (f"the checkpoint's weights hold NaN/Inf ({'; '.join(check.nonfinite_weights)}): every output they reach is "
+                "NaN/Inf, whatever the export; restore or retrain the checkpoint",)
     if check is None or check.max_abs <= bound:
         return ()
     differ = f"two calls on the same batch of {check.images} differ by up to {check.max_abs:.3g} (MAE {check.mae:.3g}) > {bound:g}"
@@ -558,6 +562,10 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
         if strict:
             return Row(status=FAIL, metrics=None, reasons=(f"{obs.error} (--strict: a kind that does not apply fails)",), **common)
         return Row(status=NOT_APPLICABLE, metrics=None, reasons=(obs.error or "not applicable",), **common)
+    if eager_check is not None and eager_check.nonfinite_weights:
+        return Row(status=ERROR, metrics=obs.metrics, reasons=(
+            "not judged: the checkpoint's weights hold NaN/Inf (see the eager row), so eager's outputs are no reference; restore "
+            "or retrain the checkpoint and check again",) + ((obs.error,) if obs.error else ()), **common)
     if stateful(eager_check, bound):
         return Row(status=ERROR, metrics=obs.metrics, reasons=(
             "not judged: the eager model's outputs change from call to call (see the eager row), so no artifact can be "

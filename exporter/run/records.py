@@ -234,10 +234,11 @@ class EagerSelfCheck:
     state_changes: tuple[str, ...] = ()  # "calls: 1 -> 2", "running_mean changed", ...
     reproduces_under_seed: bool | None = None  # the same seed before each call gives the same output
     reference_mean_abs: float = 0.0  # mean |output| of the first call: the scale of the noise
+    nonfinite_weights: tuple[str, ...] = ()  # "fc.weight: 1 of 320": the model's tensors holding NaN/Inf (issue 44)
 
     def to_json(self) -> dict[str, Any]:
         return {"runs": self.runs, "images": self.images, "max_abs": self.max_abs, "mae": self.mae, "agreement": self.agreement,
-                "reference_mean_abs": self.reference_mean_abs,
+                "reference_mean_abs": self.reference_mean_abs, "nonfinite_weights": list(self.nonfinite_weights),
                 "random": self.random, "state_changes": list(self.state_changes), "reproduces_under_seed": self.reproduces_under_seed}
 
 

@@ -256,7 +256,9 @@ def module_command(artifact: str, module: str, data: str) -> str:
               else f"t.jit.load({json.dumps(artifact)})")
     code = (f"import numpy as n,torch as t;d=n.load({json.dumps(data)});"
             + (f"m=dict({loaded}.named_modules())[{json.dumps(module)}];" if module else f"m={loaded};")  # no get_submodule there
-            + "y=m(*[t.from_numpy(d[f\"input_{k}\"]) for k in range(len(d.files)-1)]).detach().numpy().astype(\"f8\");"
+            # its saved inputs (input_0..), the output compared (``output``: its place among the tensors it returns, else the first)
+            + "y=m(*[t.from_numpy(d[f\"input_{k}\"]) for k in range(sum(f.startswith(\"input_\") for f in d.files))]);"
+            "y=t.utils._pytree.tree_leaves(y)[int(d[\"output\"]) if \"output\" in d.files else 0].detach().numpy().astype(\"f8\");"
             "f=d[\"reference\"].astype(\"f8\");e=abs(y-f);print(\"MAE %.4g max %.4g\"%(e.mean(),e.max()))")
     return f"python -c {shlex.quote(code)}"
 

@@ -104,3 +104,83 @@ class NoisyWhenScripted(nn.Module):
         if torch.jit.is_scripting():
             out = out + 4e-6 * torch.rand_like(out)
         return out
+
+
+class QuirkyDetector(nn.Module):
+    """A detector's two heads on one trunk: class ``logits`` first, then ``boxes`` (four offsets per image),
+    whose ``box.1`` is :class:`ScaledWhenTraced`: a fault on the *second* output only (issue 44, item 2)."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3) -> None:
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Conv2d(in_channels, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.cls = nn.Linear(32, num_classes)
+        self.box = nn.Sequential(nn.Linear(32, 4), ScaledWhenTraced())
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.trunk(x)
+        return self.cls(features), self.box(features)
+
+
+class QuirkyDetectorForward(QuirkyDetector):
+    """:class:`QuirkyDetector` whose fault sits in the model's own forward, on the second output: traced, the boxes
+    are scaled by 1.01 after ``box`` returns (no module of its own departs; the model's second output does)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.trunk(x)
+        boxes = self.box[0](features)
+        return self.cls(features), boxes * 1.01 if torch.jit.is_tracing() else boxes
+
+
+class NormalizedEmbedding(nn.Module):
+    """Conv features, ``F.normalize`` (its ``eps`` 1e-12 is a ``Constant`` node in the ONNX graph, which the float16
+    converter clips to 5.96e-8), then a classifier: the reducer must hand over a node that computes, not the constant."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(in_channels, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(nn.functional.normalize(self.features(x), dim=1))
+
+
+class KitDetector(nn.Module):
+    """A face detector's three heads on one trunk, unnamed, as kit models return them: class probabilities (``nn.Softmax``,
+    as RetinaFace's eval mode), box offsets ``(batch, 4)`` and five landmarks ``(batch, 10)``."""
+
+    def __init__(self, features: int = 12) -> None:
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(features, 16), nn.ReLU())
+        self.scores = nn.Sequential(nn.Linear(16, 2), nn.Softmax(dim=-1))
+        self.boxes = nn.Linear(16, 4)
+        self.landmarks = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        f = self.trunk(x)
+        return self.scores(f), self.boxes(f), self.landmarks(f)
+
+
+class KitVoiceActivity(nn.Module):
+    """A voice-activity model: an LSTM over frames, its last step classified (speech or not, raw logits), and its carried
+    state returned for the next chunk, ``(out, (h, c))`` as a streaming model hands it on."""
+
+    def __init__(self, features: int = 6, hidden: int = 16) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(features, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        out, (h, c) = self.rnn(x)
+        return self.head(out[:, -1]), (h.squeeze(0), c.squeeze(0))
+
+
+class KitDetectorBoxesOnly(nn.Module):
+    """Only :class:`KitDetector`'s box head: one unnamed ``(batch, 4)`` output from a Linear, nothing to tell it from scores."""
+
+    def __init__(self, features: int = 12) -> None:
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(features, 16), nn.ReLU())
+        self.boxes = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.boxes(self.trunk(x))

@@ -142,3 +142,30 @@ def test_the_readme_shows_the_command_the_report_prints() -> None:
     page = (Path(__file__).resolve().parents[3] / "docs" / "explanation" / "groups-and-checks.md").read_text()
     assert command is not None and f"\n$ {command}\n" in readme
     assert f"\n$ {command}\n" in page  # where tests/integration/test_docs.py runs it, on the bundled model
+
+
+def test_a_constant_is_never_the_end_the_node_computing_with_it_is() -> None:
+    """Issue 44: an fp16 file's clamp epsilon (1e-12 in the source, clipped to float16's 5.96e-8 by the converter) broke a
+    relative gate first, in topological order, and the reducer handed over the one ``Constant`` node. The end is the first
+    *computing* node whose value breaks the gate: here the Max that uses the epsilon, fed X at its cut."""
+    nodes = [helper.make_node("Constant", [], ["eps"], name="eps", value=numpy_helper.from_array(np.array(5.96e-8, np.float32))),
+             helper.make_node("Relu", ["X"], ["A"], name="relu"),
+             helper.make_node("Max", ["A", "eps"], ["M"], name="clamp"),
+             helper.make_node("Mul", ["M", "two"], ["Y"], name="double")]
+    reducer = Reducer(_graph(nodes, {"two": 2.0}))
+    values = reducer.values({"X": X})
+    a = np.maximum(X, 0)
+    truth = {"X": X, "eps": np.array(1e-12, np.float32), "A": a, "M": np.maximum(a, 0.5), "Y": 2 * np.maximum(a, 0.5)}
+    relative = 1e-3  # a relative gate, as the fp16 family's: the epsilon alone is off by 5.96e4 times its size
+
+    def judge_relative(name: str, reference: np.ndarray, got: np.ndarray):
+        accumulator = ErrorAccumulator("values")
+        accumulator.add(reference.reshape(1, -1), got.reshape(1, -1))
+        metrics = accumulator.result()
+        return metrics if metrics.mae > relative * max(float(np.abs(reference).mean()), 1e-30) else None
+
+    assert judge_relative("eps", truth["eps"], values["eps"]) is not None  # the constant alone breaks the gate: it is skipped
+    end = reducer.end(values, truth, judge_relative)
+    assert end is not None and end[0] == "M"
+    cut = reducer.reduce("M", values, truth, judge_relative)
+    assert cut is not None and [n.op_type for n in cut.model.graph.node] == ["Constant", "Max"] and cut.inputs == ("A",)
