@@ -31,7 +31,7 @@ import numpy as np
 
 from . import __version__
 from .artifacts import KINDS_BY_NAME, BuildContext
-from .artifacts.base import RUNTIME_MODULES, RUNTIME_SYSTEMS
+from .artifacts.runtimes import RUNTIME_MODULES, RUNTIME_SYSTEMS
 from .builder.builds import BuildOutcome
 from .bundle import MANIFEST, Bundle, open_bundle
 from .config import RunConfig, Thresholds

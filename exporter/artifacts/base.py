@@ -157,37 +157,9 @@ KIND_FACTS = ("build_rank", "groups", "packages", "layers", "preload", "options"
 ACTIVATION_SCALES = ("dynamic", "static", None)
 
 
-# The modules each runtime (``ArtifactKind.runtime``) needs to load and run a file: what a replay on
-# another machine looks for before it reloads an artifact there (exporter/replay.py).
-RUNTIME_MODULES: dict[str, tuple[str, ...]] = {
-    "torch": ("torch",),
-    "torch.export": ("torch",),
-    "aoti": ("torch",),
-    "onnxruntime": ("onnxruntime",),
-    "openvino": ("openvino",),
-    "executorch": ("executorch", "torch"),
-    "coreml": ("coremltools",),
-    "litert": ("ai_edge_litert",),
-}
-# What a runtime's loader imports beyond RUNTIME_MODULES that is heavy enough to import ahead: the build
-# server (builder/server.py) imports it once, before it forks its load host, when the run builds a kind
-# of that runtime, so that neither the host nor each build child imports it apart (torch.export's
-# deserializer pulls in torch._dynamo and sympy: 2-4 s on a loaded machine).
-RUNTIME_LOADERS: dict[str, tuple[str, ...]] = {
-    "torch.export": ("torch._export.serde.serialize",),
-    # the Python runtime imports the whole of exir (executorch 1.5: 5-7 s): once in the load host, not in each load child
-    "executorch": ("executorch.runtime",),
-    "coreml": ("coremltools",),  # 9-11 s: it imports scikit-learn, torchao and executorch's exir
-}
-# The runtimes a deployed process runs without torch: their files are replayed in a fresh interpreter that imports that
-# runtime and numpy only (builder/clean.py, ``RuntimeHost``), not in the load host, which holds torch and the exporters.
-# Core ML is not here: coremltools imports torch itself (and predicts on macOS only).
-RUNTIME_ALONE: frozenset[str] = frozenset({"onnxruntime", "openvino", "litert"})
-# The systems a runtime predicts on, where not every one (Core ML: macOS only).
-RUNTIME_SYSTEMS: dict[str, tuple[str, ...]] = {"coreml": ("Darwin",)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ArtifactKind:
     """One row of the artifact table: every fact about a kind. The kind's module (imported only when
     the kind is built or loaded, so the table costs nothing to import) provides
@@ -210,6 +182,10 @@ class ArtifactKind:
     activation_scales: str | None
     # Calibrated on the golden set's calibration split (static int8): judged only on the other samples.
     calibrated: bool = False
+    # The test module that holds its runner contract on a real model, where tests/integration/test_artifact_contract.py does
+    # not build it (too slow on its tiny model, an environment of its own): always, or, for a runtime bound to systems
+    # (runtimes.Runtime.systems), off those systems. None: the contract test builds it and holds it.
+    contract: str | None = None
 
     def impl(self) -> ModuleType:
         return importlib.import_module(self.module)

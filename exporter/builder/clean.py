@@ -271,7 +271,7 @@ class RuntimeHost:
 def serve_host(channel_fd: int, parent_pid: int, runtime: str, pdeathsig: bool = True) -> None:
     """A runtime host's process (:class:`RuntimeHost`): import the runtime, then fork a replay child per socket passed
     on the channel, until the parent closes it."""
-    from ..artifacts.base import RUNTIME_MODULES
+    from ..artifacts.runtimes import RUNTIME_MODULES
 
     if pdeathsig:
         lifeline.die_with_parent(parent_pid)

@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts import KINDS_BY_NAME, preload_of
-from ..artifacts.base import RUNTIME_ALONE
+from ..artifacts.runtimes import RUNTIME_ALONE
 from ..errors import ArtifactError, describe_exception
 from .clean import CleanRunner, CleanUnavailable, NeedsWhatItLacks, ReplayProcessDied, RuntimeHost, replay_context
 from .client import ServerProcess
@@ -260,7 +260,7 @@ class BuildService:
 
         ``timeout``: seconds the build may run before its child is killed (the row becomes
         :class:`BuildTimedOut`); ``None`` or 0: no limit. ``runtimes``: those of every kind the run
-        builds, whose heavy loaders the server imports once, ahead (``artifacts.base.RUNTIME_LOADERS``). Builds in a child forked
+        builds, whose heavy loaders the server imports once, ahead (``artifacts.runtimes``). Builds in a child forked
         from this process (at once, under the same timeout) when the context cannot be pickled; in-process (at once, without a
         time limit or crash containment) only when isolation is switched off (``EXPORT_CHECK_ISOLATE=0``).
         """

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..artifacts import PRELOAD as _KINDS_PRELOAD
-from ..artifacts.base import RUNTIME_MODULES
+from ..artifacts.runtimes import RUNTIME_MODULES
 
 ENV_SWITCH = "EXPORT_CHECK_ISOLATE"
 # What every child needs is imported once in the server; the rest each child imports itself.

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts import KINDS_BY_NAME
-from ..artifacts.base import RUNTIME_LOADERS
+from ..artifacts.runtimes import RUNTIME_LOADERS
 from . import clean, lifeline, protocol
 from .ahead import import_ahead, warm_up
 from .clean import pin_threads

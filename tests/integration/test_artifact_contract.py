@@ -21,6 +21,7 @@ from arches import TinyNet
 from conftest import seeded
 from export_check.artifacts import KIND_NAMES, KINDS, KINDS_BY_NAME, BuildContext
 from export_check.artifacts.base import INPUT
+from export_check.artifacts.runtimes import RUNTIMES_BY_NAME
 from export_check.builder.builds import build_artifact
 from export_check.config import FAMILIES
 from export_check.diagnostics.divergence import METHODS
@@ -29,17 +30,18 @@ from export_check.model import EagerRunner
 from runner_contract import eager_by_hand, holds_the_runner_contract
 
 # Kinds whose contract is held by another module, on the file it builds anyway (a real model's: the slow kinds, each
-# 19-40 s to build on TinyNet too), with the file that holds it and what in that file calls the contract. litert's stack
-# has an environment of its own (tox -e litert), where test_litert.py runs the runner contract on its own file.
+# 19-40 s to build on TinyNet too, litert in its own environment, Core ML where it cannot predict): read off each kind's
+# row (``ArtifactKind.contract``; a runtime bound to systems is held here on those systems), with what in that file
+# calls the contract.
 CONTRACT_CALL = "holds_the_runner_contract("
-HELD_ELSEWHERE: dict[str, tuple[str, str]] = {
-    "aoti": ("test_modern_kinds.py", CONTRACT_CALL),  # the dict-output multi-IO case's AOTInductor compile
-    "executorch": ("test_executorch.py", CONTRACT_CALL),  # the bundled ResNet's .pte of the module run
-    "executorch-int8": ("test_executorch.py", CONTRACT_CALL),  # the same run's int8 .pte, on samples outside calibration
-    "litert": ("test_litert.py", CONTRACT_CALL),  # the bundled ResNet's .tflite, in tox -e litert (its stack has an environment of its own)
-}
-if platform.system() != "Darwin":  # off macOS Core ML's contract is its spec and NotApplicable: the bundled ResNet's file shows it;
-    HELD_ELSEWHERE["coreml"] = ("test_coreml.py", CONTRACT_CALL)  # on macOS it predicts, and is held to the whole contract here
+
+
+def _held_in(kind) -> str | None:
+    systems = RUNTIMES_BY_NAME[kind.runtime].systems
+    return None if kind.contract is None or (systems and platform.system() in systems) else kind.contract
+
+
+HELD_ELSEWHERE: dict[str, tuple[str, str]] = {k.name: (where, CONTRACT_CALL) for k in KINDS if (where := _held_in(k)) is not None}
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from export_check.artifacts import KINDS
-from export_check.artifacts.base import RUNTIME_MODULES
+from export_check.artifacts.runtimes import RUNTIME_MODULES
 from export_check.bundle import BundledArtifact, bundle_key, open_bundle, write_bundle
 from export_check.cache.secret import KEY_ENV
 from export_check.errors import UsageError

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from export_check.artifacts import BUILD_ORDER, GROUP_NAMES, GROUPS, KIND_NAMES, KINDS, KINDS_BY_NAME, PRELOAD
-from export_check.artifacts.base import KIND_FACTS, RUNTIME_MODULES, ArtifactKind
+from export_check.artifacts.base import KIND_FACTS, ArtifactKind
+from export_check.artifacts.runtimes import RUNTIME_MODULES
 from export_check.builder import protocol
 from export_check.config import FAMILIES, RunConfig
 from export_check.diagnostics.divergence import METHODS

@@ -72,7 +72,7 @@ def test_every_runtime_loader_imported_ahead_belongs_to_a_kinds_runtime_and_exis
     import importlib.util
 
     from export_check.artifacts import KINDS
-    from export_check.artifacts.base import RUNTIME_LOADERS
+    from export_check.artifacts.runtimes import RUNTIME_LOADERS
 
     assert set(RUNTIME_LOADERS) <= {kind.runtime for kind in KINDS}
     for modules in RUNTIME_LOADERS.values():
