@@ -277,7 +277,7 @@ def _write_v2(
 ) -> GoldenSet:
     from ..artifacts._heap import mapped_large_blocks
 
-    labels = [item.label for item in new_inputs if item.label is not None]
+    labels = [item.label for item in new_inputs if isinstance(item.label, int)]  # a class per sample (not per position)
     whys: dict[str, str] = {}
     with mapped_large_blocks():  # as _record_streaming's batches
         outputs, reference = run_outputs(model, samples, inputs, settings, checkpoint, batch_size, labels=labels, whys=whys)

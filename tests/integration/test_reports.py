@@ -113,6 +113,21 @@ def test_markdown_summary_shows_verdicts_thresholds_and_reasons(passing, failing
     assert "<details><summary>onnx: where it diverges: first departs at" in bad
 
 
+def test_a_failing_run_ends_with_the_terminals_next_steps_in_markdown_and_html(passing, failing) -> None:
+    """Issue 44, item 8: the Markdown the README sends to the CI job summary, and the HTML page, say what to do next, the same
+    lines as the terminal's report (report.next_steps), and a passing run has none."""
+    from export_check.report.next_steps import next_steps
+
+    steps = next_steps(failing)
+    assert steps and steps[0].startswith("next: onnx drifts from eager beyond its float gate (MAE<=1e-09)")
+    bad = markdown.render(failing)
+    assert [line[2:] for line in bad[bad.index("### Next steps"):].splitlines()[2 : 2 + len(steps)]] == [
+        markdown.cell(step) for step in steps]
+    page = html.render(failing)
+    assert all(html._e(step) in page for step in steps) and page.index("<h2>Next steps</h2>") < page.index("<h2>Cost</h2>")
+    assert "Next steps" not in markdown.render(passing) and "Next steps" not in html.render(passing)
+
+
 @given(st.text(max_size=40))
 def test_markdown_cells_never_split_a_table_row(text: str) -> None:
     cell = markdown.cell(text)
