@@ -228,8 +228,9 @@ def choose_kind(ndim: int, dtype: str, classes: int = 2, unit_norm: bool = False
     Measured (docs/explanation/artifacts-and-gates.md): statistics beyond these do not separate a box head
     from class logits. A randomly initialised head of either kind has a near-constant spread per sample and one
     argmax for every sample, and a random linear head's outputs can all fall in [0, 1] like sigmoid boxes;
-    LayerNorm's affine, once trained, moves a hidden state's spread off 1 (|std - 1| up to 0.37). An unnamed
-    regression head (``output_0``) therefore stays ``logits``: ``golden record`` prints the setting that changes it.
+    LayerNorm's affine, once trained, moves a hidden state's spread off 1 (|std - 1| up to 0.37). So the evidence is
+    the model's (its layers, its labels, its other outputs), not a statistic; an unnamed regression head with none of
+    it (one ``output_0`` from a Linear) stays ``logits``: ``golden record`` prints the setting that changes it.
 
     >>> choose_kind(2, "float32", name="boxes").kind, choose_kind(3, "float32", normalised=True).kind
     ('values', 'values')
