@@ -39,7 +39,7 @@ def llama_tiny() -> torch.nn.Module:
 
     config = LlamaConfig(vocab_size=VOCAB_SIZE, hidden_size=160, intermediate_size=432, num_hidden_layers=4,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS,
-                         rope_theta=10000.0, tie_word_embeddings=True, attn_implementation="eager")
+                         rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0, attn_implementation="eager")
     return _eager(LlamaForCausalLM(config))
 
 

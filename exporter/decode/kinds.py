@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .steps import INPUTS, OUTPUTS, CachedStep, FullForward, empty_cache
+from .steps import INPUTS, OUTPUTS, BufferedCacheStep, CachedStep, FullForward, empty_cache
 
 FLOAT, INT8_WEIGHT = "float", "int8-weight"
 
@@ -93,6 +93,23 @@ def build_executorch(model: Any, cache_length: int, path: Path, bugs: dict) -> N
     _written(path, lambda name: None if Path(name).write_bytes(buffer) else None)
 
 
+def build_executorch_runner(model: Any, cache_length: int, path: Path, bugs: dict) -> None:
+    """The .pte ExecuTorch's ``TextLLMRunner`` runs: the cache inside, and the metadata methods the runner reads."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    step = BufferedCacheStep(model, cache_length, **bugs).eval()
+    with torch.no_grad():
+        program = torch.export.export(step, (torch.tensor([[0]]), torch.tensor([0])))
+    config = model.config
+    eos = config.eos_token_id if isinstance(config.eos_token_id, int) else 0
+    metadata = {"get_max_seq_len": cache_length, "get_max_context_len": cache_length, "get_vocab_size": int(config.vocab_size),
+                "get_bos_id": eos, "get_eos_ids": [eos], "use_kv_cache": True, "enable_dynamic_shape": False}
+    lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], constant_methods=metadata)
+    buffer = lowered.to_executorch().buffer
+    _written(path, lambda name: None if Path(name).write_bytes(buffer) else None)
+
+
 def build_torchao_int8(model: Any, cache_length: int, path: Path, bugs: dict) -> None:
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
@@ -107,6 +124,8 @@ KINDS = (
     DecodeKind("decode-torch-export", FLOAT, ".pt2", "torch-export", build_torch_export),
     DecodeKind("decode-onnx", FLOAT, ".onnx", "onnxruntime", build_onnx, needs=("onnxruntime",)),
     DecodeKind("decode-executorch", FLOAT, ".pte", "executorch", build_executorch, needs=("executorch",)),
+    # the runner's own generation is judged too (stepper.py): a runner that disagrees with the stepped loop fails the row
+    DecodeKind("decode-executorch-runner", FLOAT, ".pte", "executorch-runner", build_executorch_runner, needs=("executorch",)),
     DecodeKind("decode-torchao-int8", INT8_WEIGHT, ".pt2", "torch-export", build_torchao_int8, needs=("torchao",), stepper_extra="torchao"),
 )
 KINDS_BY_NAME = {kind.name: kind for kind in KINDS}

@@ -116,15 +116,46 @@ def _kind_row(kind: DecodeKind, model, golden: goldenset.GenerativeSet, eager: R
         return Row(kind.name, family, "eager", ERROR, ROW_GATES[family], None, (f"build failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",))
     built = time.perf_counter() - began
     shape = cache_shape(model, length) if length else ()
+    runner_reads = kind.runtime == "executorch-runner" and golden.tokenizer is not None and None not in golden.texts
     try:
-        stepped = step_file(kind, path, eager.prompts, eager.approved, golden.new_tokens, shape)
+        stepped = step_file(kind, path, eager.prompts, eager.approved, golden.new_tokens, shape,
+                            texts=list(golden.texts) if runner_reads else None, tokenizer=golden.tokenizer)  # type: ignore[arg-type]
     except SteppingFailed as exc:
         return Row(kind.name, family, "eager", ERROR, ROW_GATES[family], None, (str(exc),), artifact=file_info(path), build_seconds=built)
     verdict = token_verdict(eager.names, eager.prompts, eager.approved, eager.logits, eager.generated, stepped.forced, stepped.generated, decode)
     decode_path = DecodePath(is_step, length, single_forward_passed, needed)
     notes = tuple(dict.fromkeys(f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught))
-    return _row(kind.name, family, verdict, decode_path, "eager", gate_family, artifact=file_info(path), build_seconds=built,
-                replay_seconds=stepped.seconds, notes=notes)[0]
+    if kind.runtime == "executorch-runner" and not runner_reads:
+        notes += ("ExecuTorch's runner reads text prompts with a tokenizer; this set's prompts are token ids: only the stepped loop is judged",)
+    row = _row(kind.name, family, verdict, decode_path, "eager", gate_family, artifact=file_info(path), build_seconds=built,
+               replay_seconds=stepped.seconds, notes=notes)[0]
+    disagree = runner_disagreement(eager.names, stepped, decode, model.config.eos_token_id)
+    if stepped.runner is not None:
+        raised = [(n, t[1:]) for n, t in zip(eager.names, stepped.runner, strict=True) if t.startswith("\0")]
+        compared = len(eager.names) - len(raised)
+        agreed = ("runner_agrees", "no: see the reasons" if disagree else f"{compared}/{compared} prompts")
+        # the runner's own failure (not the file's): a visible note, the prompt not compared
+        notes = tuple(f"ExecuTorch's runner raised on prompt {n}, not compared there: {why}" for n, why in raised)
+        row = dataclasses.replace(row, details=row.details + (agreed,), notes=row.notes + notes)
+    return dataclasses.replace(row, status=FAIL, reasons=row.reasons + disagree) if disagree else row
+
+
+def runner_disagreement(names: list[str], stepped, decode: Callable, eos: int | None) -> tuple[str, ...]:
+    """Where the runtime's own runner generated other text than the stepped loop (each prompt named; the stepped tokens up to EOS)."""
+    if stepped.runner is None:
+        return ()
+    differing = []
+    for name, text, tokens in zip(names, stepped.runner, stepped.generated, strict=True):
+        if text.startswith("\0"):  # the runner raised there: a note of the row (_kind_row)
+            continue
+        ids = [int(t) for t in tokens]
+        stepped_text = decode(ids[:ids.index(eos)] if eos in ids else ids)
+        if text != stepped_text:
+            differing.append(f"prompt {name}: runner {text!r}, stepped {stepped_text!r}")
+    if not differing:
+        return ()
+    return (f"ExecuTorch's runner (TextLLMRunner) and the stepped loop disagree on {len(differing)} of {len(names)} prompts; first: "
+            f"{differing[0]}",)
 
 
 def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _: None, plant: Plant | None = None) -> Report:

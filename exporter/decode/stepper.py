@@ -10,10 +10,14 @@ For each prompt of the request it runs two loops through the file:
 * free-running greedy: the prompt prefilled a token per step, then the argmax fed back ``N - 1`` times
   (``generated_<i>``, shape ``(N,)``).
 
+With ``executorch-runner`` and text prompts, ExecuTorch's own ``TextLLMRunner`` also generates from
+each prompt's text with the set's tokenizer (``runner_<i>``: the text it generated, or NUL and the error it raised).
+
 Runtimes: ``torch-export`` / ``onnxruntime`` / ``executorch`` call the decode step
 ``(input_ids, position, past_key, past_value) -> (logits, present_key, present_value)`` with a
 zero cache of ``CACHE_SHAPE`` (``L,H,S,D``) at the start of each loop; ``torch-export-full`` calls
-the full forward on the whole sequence each step (no cache: what the single-forward check ships).
+the full forward on the whole sequence each step (no cache: what the single-forward check ships);
+``executorch-runner`` calls ``forward(tokens, input_pos) -> logits``, the cache inside the program.
 """
 
 from __future__ import annotations
@@ -67,6 +71,42 @@ def _executorch_loader(path: str):
     return step
 
 
+def _executorch_runner(path: str):
+    """The runner's .pte stepped by its ``forward(tokens, input_pos)``: the cache lives inside, so each loop loads the method afresh."""
+    import torch
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(path)
+
+    def fresh():
+        method = program.load_method("forward")
+
+        def step(token, position, key, value):
+            out = method.execute([torch.from_numpy(token)[None], torch.from_numpy(position)])
+            return out[0].numpy(), key, value
+        return step
+    return fresh
+
+
+def _runner_texts(path: str, tokenizer: str, texts, new_tokens: int) -> list[str]:
+    """ExecuTorch's own generation (``TextLLMRunner``, greedy): the text of each prompt's continuation."""
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    runner = TextLLMRunner(path, tokenizer)
+    out = []
+    for text in texts:
+        runner.reset()
+        pieces: list[str] = []
+        try:
+            runner.generate(str(text), GenerationConfig(echo=False, max_new_tokens=new_tokens, temperature=0.0, num_bos=0, num_eos=0),
+                            token_callback=pieces.append)
+        except Exception as exc:  # e.g. a token that is not whole UTF-8 cannot cross the runner's Python callback
+            out.append(f"\0{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            continue
+        out.append("".join(pieces))
+    return out
+
+
 def _loop_step(step, cache_shape, tokens, feed_back: int):
     """Feed ``tokens`` a step each, then ``feed_back`` argmaxes; the logits of every step and the argmaxes."""
     key = np.zeros(cache_shape, np.float32)
@@ -92,8 +132,11 @@ def _loop_full(call, tokens, feed_back: int):
 
 def main(runtime: str, path: str, request_path: str, result_path: str, cache_shape: str) -> None:
     shape = tuple(int(n) for n in cache_shape.split(",")) if cache_shape else ()
+    fresh = None
     if runtime == "torch-export-full":
         call = _torch_loader(path, full=True)
+    elif runtime == "executorch-runner":
+        fresh = _executorch_runner(path)
     else:
         step = {"torch-export": lambda: _torch_loader(path, full=False), "onnxruntime": lambda: _onnx_loader(path),
                 "executorch": lambda: _executorch_loader(path)}[runtime]()
@@ -107,9 +150,12 @@ def main(runtime: str, path: str, request_path: str, result_path: str, cache_sha
             result[f"forced_{i}"] = _loop_full(call, forced_tokens, 0)[0]
             chosen = _loop_full(call, prompt, new_tokens)[1]
         else:
-            result[f"forced_{i}"] = _loop_step(step, shape, forced_tokens, 0)[0]
-            chosen = _loop_step(step, shape, prompt, new_tokens - 1)[1]
+            result[f"forced_{i}"] = _loop_step(fresh() if fresh else step, shape, forced_tokens, 0)[0]
+            chosen = _loop_step(fresh() if fresh else step, shape, prompt, new_tokens - 1)[1]
         result[f"generated_{i}"] = np.asarray(chosen[len(prompt) - 1:len(prompt) - 1 + new_tokens], np.int64)
+    if runtime == "executorch-runner" and "tokenizer" in request.files:
+        texts = _runner_texts(path, str(request["tokenizer"]), request["texts"], new_tokens)
+        result.update({f"runner_{i}": np.asarray(text) for i, text in enumerate(texts)})
     leaked = sorted(name for name in ("transformers", "export_check", "models") if name in sys.modules)
     result["leaked"] = np.asarray(",".join(leaked))
     with open(result_path, "wb") as handle:

@@ -33,20 +33,23 @@ class Stepped:
     forced: tuple[np.ndarray, ...]  # per prompt: (P + N, vocab) teacher-forced logits
     generated: tuple[np.ndarray, ...]  # per prompt: (N,) greedy tokens
     seconds: float  # wall time of the child, load included
+    runner: tuple[str, ...] | None = None  # per prompt: the text the runtime's own generation runner produced (ExecuTorch's)
 
 
 def step_file(kind: DecodeKind, path: Path, prompts: list[np.ndarray], approved: list[np.ndarray], new_tokens: int,
-              cache_shape: tuple[int, ...], timeout: float = 600.0) -> Stepped:
+              cache_shape: tuple[int, ...], timeout: float = 600.0, texts: list[str] | None = None, tokenizer: Path | None = None) -> Stepped:
     with tempfile.TemporaryDirectory(prefix="export-check-decode-") as folder:
         request, result = Path(folder) / "request.npz", Path(folder) / "result.npz"
         arrays: dict[str, Any] = {f"prompt_{i}": np.asarray(p, np.int64) for i, p in enumerate(prompts)}
         arrays.update({f"approved_{i}": np.asarray(a, np.int64) for i, a in enumerate(approved)})
+        if texts is not None and tokenizer is not None:  # for a runtime's own runner, which reads text
+            arrays.update(texts=np.asarray(texts), tokenizer=np.asarray(str(tokenizer)))
         np.savez(request, prompts=len(prompts), new_tokens=new_tokens, **arrays)
         command = [sys.executable, "-I", stepper.__file__, kind.runtime, str(path), str(request), str(result),
                    ",".join(str(n) for n in cache_shape), kind.stepper_extra]
         began = time.perf_counter()
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+            done = subprocess.run(command, capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=timeout,
                                   env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
         except subprocess.TimeoutExpired:
             raise SteppingFailed(f"stepping {path.name} was still running after {timeout:g} s") from None
@@ -61,4 +64,5 @@ def step_file(kind: DecodeKind, path: Path, prompts: list[np.ndarray], approved:
                 raise SteppingFailed(f"stepping {path.name} imported {leaked}: the file needs the architecture to run")
             forced = tuple(loaded[f"forced_{i}"] for i in range(len(prompts)))
             generated = tuple(loaded[f"generated_{i}"] for i in range(len(prompts)))
-    return Stepped(forced, generated, seconds)
+            runner = tuple(str(loaded[f"runner_{i}"]) for i in range(len(prompts))) if "runner_0" in loaded.files else None
+    return Stepped(forced, generated, seconds, runner)

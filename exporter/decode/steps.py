@@ -113,3 +113,24 @@ class CachedStep(nn.Module):
 def empty_cache(model: Any, cache_length: int) -> tuple[torch.Tensor, torch.Tensor]:
     shape = cache_shape(model, cache_length)
     return torch.zeros(shape), torch.zeros(shape)
+
+
+class BufferedCacheStep(nn.Module):
+    """The decode step as ExecuTorch's LLM runner calls it: ``logits = forward(tokens (1, 1), input_pos (1,))``,
+    the KV cache held inside as mutable buffers (no cache crosses the call)."""
+
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+
+    def __init__(self, model: Any, cache_length: int, **bugs: Any) -> None:
+        super().__init__()
+        self.step = CachedStep(model, cache_length, **bugs)
+        key, value = empty_cache(model, cache_length)
+        self.register_buffer("k_cache", key)
+        self.register_buffer("v_cache", value)
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        logits, key, value = self.step(tokens[0], input_pos, self.k_cache, self.v_cache)
+        self.k_cache.copy_(key)
+        self.v_cache.copy_(value)
+        return logits

@@ -84,20 +84,51 @@ def _pt2_step(path: Path):
 
 
 def _pte_step(path: Path):
-    with warnings.catch_warnings():  # executorch's pybindings warn on import that the API is experimental
-        warnings.simplefilter("ignore")
-        from executorch.runtime import Runtime
-
-    method = Runtime.get().load_program(str(path)).load_method("forward")
+    method = _executorch_runtime().load_program(str(path)).load_method("forward")
     return lambda t, p, k, v: [o.numpy() for o in method.execute([torch.from_numpy(a) for a in (t, p, k, v)])]
 
 
+def _pte_runner_steps(path: Path):
+    """The runner's .pte: forward(tokens (1, 1), input_pos) -> logits, its cache inside; a fresh method per loop."""
+    program = _executorch_runtime().load_program(str(path))
+
+    def fresh():
+        method = program.load_method("forward")
+        return lambda t, p, k, v: [method.execute([torch.from_numpy(t)[None], torch.from_numpy(p)])[0].numpy(), k, v]
+    return fresh
+
+
+def _executorch_runtime():
+    with warnings.catch_warnings():  # executorch's pybindings warn on import that the API is experimental
+        warnings.simplefilter("ignore")
+        from executorch.runtime import Runtime
+    return Runtime.get()
+
+
+def runner_texts_by_hand(path: Path, tokenizer: Path, texts) -> list[str | None]:
+    """ExecuTorch's own TextLLMRunner, greedy, from each prompt's text (None: it raised, e.g. on a token that is not whole UTF-8)."""
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    runner, out = TextLLMRunner(str(path), str(tokenizer)), []
+    for text in texts:
+        runner.reset()
+        pieces: list[str] = []
+        try:
+            runner.generate(text, GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, temperature=0.0), token_callback=pieces.append)
+        except UnicodeDecodeError:
+            out.append(None)
+            continue
+        out.append("".join(pieces))
+    return out
+
+
 def stepped_by_hand(step, shape, prompt: np.ndarray, approved: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(teacher-forced logits over prompt + approved, greedy continuation) through a decode step."""
+    """(teacher-forced logits over prompt + approved, greedy continuation) through a decode step (or a maker of fresh ones)."""
     def run(tokens, extra):
+        call = step() if getattr(step, "__name__", "") == "fresh" else step
         key, value, out, fed = np.zeros(shape, np.float32), np.zeros(shape, np.float32), [], list(tokens)
         for position in range(len(tokens) + extra):
-            logits, key, value = step(np.array([fed[position]], np.int64), np.array([position], np.int64), key, value)
+            logits, key, value = call(np.array([fed[position]], np.int64), np.array([position], np.int64), key, value)
             out.append(np.asarray(logits).reshape(-1))
             if position >= len(tokens) - 1:
                 fed.append(int(np.argmax(out[-1])))
@@ -144,11 +175,12 @@ def verdict_of(row) -> dict:
 def test_every_kind_is_built_stepped_and_passes(checked) -> None:
     name, report, config = checked
     assert [(r.name, r.status) for r in report.rows] == [("eager", "pass"), ("full-forward", "pass"), ("decode-torch-export", "pass"),
-                                                         ("decode-onnx", "pass"), ("decode-executorch", "pass"), ("decode-torchao-int8", "pass")]
+                                                         ("decode-onnx", "pass"), ("decode-executorch", "pass"),
+                                                         ("decode-executorch-runner", "pass"), ("decode-torchao-int8", "pass")]
     assert report.passed and report.golden.inputs == len(PROMPTS)
     for row in report.rows[1:]:
         assert row.artifact is not None and Path(row.artifact.path).is_file() and row.artifact.size_bytes > 100_000
-    for row in report.rows[:5]:  # float: every generation identical, the logits within 1e-5
+    for row in report.rows[:6]:  # float: every generation identical, the logits within 1e-5
         assert verdict_of(row)["generations_equal"] == len(PROMPTS) and row.metrics.mae <= 1e-5
     int8 = verdict_of(report.rows[-1])
     assert int8["kl_mean"] <= 1e-3 and int8["top1_agreement"] >= 0.95 and int8["mae"] > 0  # the documented int8 gate, and int8 it is
@@ -170,13 +202,21 @@ def test_each_figure_equals_an_independent_decode_loop(checked) -> None:
         if row.name == "full-forward":
             runs = [full_by_hand(path, p, a) for p, a in zip(prompts, approved, strict=True)]
         else:
-            step = loaders[path.suffix](path)
+            step = _pte_runner_steps(path) if row.name == "decode-executorch-runner" else loaders[path.suffix](path)
             runs = [stepped_by_hand(step, shape, p, a) for p, a in zip(prompts, approved, strict=True)]
         want = figures_by_hand([e[0] for e in eager], [r[0] for r in runs], prompts, approved, [e[1] for e in eager], [r[1] for r in runs])
         got = verdict_of(row)
         for key, value in want.items():
             assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-12), (row.name, key)
         assert row.metrics.mae == pytest.approx(want["mae"], rel=1e-6)
+    # ExecuTorch's own runner, from the prompts' text: the approved continuations, as the row says
+    runner = next(r for r in report.rows if r.name == "decode-executorch-runner")
+    decode = golden.decoder()
+    texts = runner_texts_by_hand(Path(runner.artifact.path), golden.tokenizer, golden.texts)
+    compared = [(t, decode(c)) for t, c in zip(texts, approved, strict=True) if t is not None]
+    assert compared and all(t == want for t, want in compared)
+    assert dict(runner.details)["runner_agrees"] == f"{len(compared)}/{len(compared)} prompts"
+    assert sum("ExecuTorch's runner raised on prompt" in n for n in runner.notes) == len(PROMPTS) - len(compared)
     # the eager row against the approved set: the model that recorded it, so nothing moved
     assert verdict_of(report.rows[0])["mae"] == 0.0
 
