@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO
-from export_check.nofollow import Folder
 from export_check.cache.store import LAYOUT
 from export_check.cli import main
+from export_check.nofollow import Folder
 
 KIND = "torchscript-trace"
 

@@ -10,6 +10,7 @@ from export_check.config import Gate, Thresholds
 from export_check.diagnostics.run import plan_for
 from export_check.run.judge import WRONG_WEIGHTS, judge_row
 from export_check.run.records import Measured, Observation, SizeRuns
+
 from .test_judge import agreeing, obs
 
 TIGHT = Thresholds.from_options({"max-mae": 5e-7})
