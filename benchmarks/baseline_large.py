@@ -91,6 +91,8 @@ with torch.inference_mode():
 lap("eager")
 
 example = batches[0]
+LIMIT = (2 << 30) - (64 << 20)  # protobuf's 2 GiB, less room for the graph: larger weights go to external data
+EXTERNAL = sum(p.numel() * p.element_size() for p in model.state_dict().values()) > LIMIT
 paths = {name: args.out / f"model.{name}{'.onnx' if 'onnx' in name else '.pt'}" for name in KINDS}
 axes = {0: "batch", 1: "sequence"} if tokens else {0: "batch"}
 in_name, out_name = ("tokens", "output") if tokens else ("input", "logits")  # export-check's names for them
@@ -105,13 +107,16 @@ for name in [k for k in KINDS if k in SELECTED]:
         torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=17, input_names=[in_name],
                           output_names=[out_name], dynamic_axes={in_name: axes, out_name: {0: "batch"}})
     elif name == "onnx-simplified":
-        onnx.save(onnxsim.simplify(onnx.load(str(paths["onnx"])))[0], str(path))
+        if EXTERNAL:  # past 2 GiB: path in, path out, the weights in one file beside it (as export-check does)
+            onnxsim.simplify(str(paths["onnx"]), output_path=str(path), external_data_threshold=f"{LIMIT}B")
+        else:
+            onnx.save(onnxsim.simplify(onnx.load(str(paths["onnx"])))[0], str(path))
     elif name == "torch-int8-dynamic":
         quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
         with torch.no_grad():
             torch.jit.trace(quantized, example, check_trace=False).save(str(path))
     elif name == "onnx-int8-dynamic":
-        quantize_dynamic(str(paths["onnx"]), str(path), weight_type=QuantType.QInt8)
+        quantize_dynamic(str(paths["onnx"]), str(path), weight_type=QuantType.QInt8, use_external_data_format=EXTERNAL)
     lap(f"export/{name}")
 
 options = ort.SessionOptions()
