@@ -60,8 +60,8 @@ def _npy(array: np.ndarray) -> bytes:
 def _write_atomic(path: Path, data: bytes, out_dir: Path | None = None) -> None:
     """``data`` at ``path``, whole or not at all (files.replacing); inside ``out_dir`` (the check's ``--out``)
     following no link there (``nofollow.write_inside``: a planted one is refused in one line)."""
-    from .nofollow import Refused, within, write_inside
     from .files import replacing
+    from .nofollow import Refused, within, write_inside
 
     found = within(path, out_dir)
     if found is not None:

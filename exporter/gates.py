@@ -24,7 +24,7 @@ from .errors import UsageError
 
 if TYPE_CHECKING:
     from .compare import Metrics
-    from .run.records import EagerSelfCheck
+    from .records import EagerSelfCheck
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ from .config import Thresholds
 from .errors import UsageError
 from .files import FileInfo
 from .gates import missing_names
+from .records import Observation
 from .results import GoldenSummary, Report
 from .run.judge import judge_rows, layers_missing, reduction_missing
-from .run.records import Observation
 
 FIX = "write it again with `export-check check --json PATH` (reports written before `export-check judge` existed hold no observations)"
 

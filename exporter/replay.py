@@ -40,10 +40,10 @@ from .files import FileInfo, prepare_out_dir
 from .golden.goldenset import GoldenSet
 from .golden.labels import Label, check_label, labels_of, primary_labels
 from .jstargets.target import JS_TARGETS
+from .records import Observation
 from .results import GoldenSummary, Report
 from .run.judge import judge_rows
 from .run.observe import Replay
-from .run.records import Observation
 from .signature import SINGLE, Signature, signature_from_json
 from .versions import ISA_VARIABLES, library_versions
 

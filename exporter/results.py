@@ -9,8 +9,8 @@ from typing import Any
 from .compare import Metrics
 from .config import Gate, Thresholds
 from .files import FileInfo
-from .run.records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Latency, LayerComparison, Observation, Reduced
-from .run.sentences import layer_method, layers_summary, reproduce_command
+from .records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Latency, LayerComparison, Observation, Reduced
+from .sentences import layer_method, layers_summary, reproduce_command
 
 SCHEMA_VERSION = 1
 PASS, FAIL, ERROR, NOT_APPLICABLE = "pass", "fail", "error", "not-applicable"

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..run.records import Int8Coverage
+from ..records import Int8Coverage
 
 # (name, op consuming it, parameter count, int8)
 Weight = tuple[str, str, int, bool]

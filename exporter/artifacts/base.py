@@ -31,6 +31,18 @@ OUTPUT = "logits"  # a single-tensor output's name
 # A kind whose file is planned for a batch bound plans for at least this many (executorch_pte.BATCH_MAX).
 PROBE_IMAGES = 64
 
+# How a runner says an input passed the size its file was planned for (executorch_pte: a bounded dynamic axis);
+# the judge then names that bound as the cause of the refused batch size (``size_refused_cause``), not a specialised export.
+BEYOND_BOUND = "above the bound of"
+
+
+def beyond_bound(what: str, bound: int, where: str) -> str:
+    """
+    >>> beyond_bound("batch 64", 32, "the .pte")
+    'batch 64 above the bound of 32 planned in the .pte'
+    """
+    return f"{what} {BEYOND_BOUND} {bound} planned in {where}"
+
 
 class NotApplicable(ArtifactError):
     """The kind does not apply to this model (dynamic int8 on a model with no layer it quantizes, an

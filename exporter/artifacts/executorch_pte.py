@@ -45,11 +45,10 @@ import numpy as np
 
 from ..errors import ArtifactError
 from ..layouts import dim_order, fed_layouts, layout_details
-from ..run.sentences import beyond_bound
 from ._common import NativeWarning, atomic_path, captured_fd
 from ._program import dynamic_axes_of, export_inputs, require_dynamic_program
 from ._recurrent import RECURRENCE, recurrent_types, with_scan_lstm
-from .base import PROBE_IMAGES, BuildContext, NotApplicable, listed_outputs, positional_inputs
+from .base import PROBE_IMAGES, BuildContext, NotApplicable, beyond_bound, listed_outputs, positional_inputs
 
 INSTALL = 'pip install "export-check[executorch]" (or pip install executorch)'
 BATCH_MAX = PROBE_IMAGES  # the batch bound the program is planned for (or the example batch, if larger)

@@ -161,7 +161,7 @@ class ReplayProcessDied(RuntimeError):
     """The replay child ended while it ran the file (a native crash, killed): the row's error, not the run's."""
 
     def __init__(self, doing: str) -> None:
-        from ..run.sentences import RUNTIME_CRASHED
+        from ..sentences import RUNTIME_CRASHED
 
         super().__init__(f"{RUNTIME_CRASHED} {doing} the file, without a reply (it runs nothing else: a native crash in the "
                          "runtime, or the process was killed)")

@@ -86,7 +86,7 @@ def plan_rule() -> dict[str, Any]:
     the model's parameter count (of the keyed checkpoint and architecture), the golden set's size (of the keyed
     manifest), the batch size and ``--diagnostics-budget`` (the keyed settings), and these constants; never a clock. So
     one key is one plan: an entry measured under a plan the budget cut is never served to a check that plans more."""
-    from ..diagnostics import LATENCY_REPEATS, SMALL_MODEL_PARAMETERS  # the package's constants only: a cache hit imports no numpy
+    from ..config import LATENCY_REPEATS, SMALL_MODEL_PARAMETERS
 
     return {"reads": ["parameters", "golden_size", "batch_size", "diagnostics_budget"], "small_model_parameters": SMALL_MODEL_PARAMETERS,
             "latency_repeats": LATENCY_REPEATS}

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..artifacts import KINDS_BY_NAME
 from ..errors import error_message
 from ..files import FileInfo
-from ..run.records import Observation, Reduced
+from ..nofollow import Refused, write_inside
+from ..records import Observation, Reduced
 from ..signature import SINGLE
 from .key import run_key_inputs
-from ..nofollow import Refused, write_inside
 from .prune import parse_gb
 from .secret import CacheKeyUnavailable, load_key
 from .store import EAGER, HIT, MISS, REBUILT, RESTORED, UNTRUSTED_NOTE, ArtifactCache, Damaged, Entry

@@ -52,11 +52,11 @@ from typing import TYPE_CHECKING, Any
 from ..artifacts import KINDS_BY_NAME
 from ..artifacts.parts import companion_names, companions
 from ..files import current_umask, fsync_dir
-from ..run.records import Observation
+from ..nofollow import Folder, Refused, copy_fd, open_regular, sha256_regular
+from ..records import Observation
 from ..versions import package_version
 from .key import FORMAT, local_module_sources
 from .linked import Mismatch, Stored, from_meta, record, restore_file
-from ..nofollow import Folder, Refused, copy_fd, open_regular, sha256_regular
 from .plain import from_plain
 from .prune import hold, prune, shown_size, touch
 from .sealed import MAX_META_BYTES, NotSealed, seal, unseal

@@ -21,12 +21,4 @@ Bounds, decided once here (and documented in docs/explanation/reports-and-diagno
 
 from __future__ import annotations
 
-# Repeats of the timed batch for the latency median (after one warm-up run).
-LATENCY_REPEATS = 5
-# A model of at most this many parameters always runs the full plan of issue 12 (the bundled digit models hold
-# 20,000-160,000, the catalogue's CleanLarge 3.4 million, MobileNetV2 3.5 million; each costs 0.05-0.4 s per row at
-# the full plan on digits); a larger one gets the budget's share (ResNet-50: 25.6 million, 0.2-0.7 s per image).
-# The plan is decided by the model and the set alone, never by a clock: the
-# same check plans the same runs on any machine under any load (issue 44: under load the bundled ResNet measured
-# 10.2 ms per image and lost its checks to a seconds-per-image rule), and the cache keys on that rule (cache/key.py).
-SMALL_MODEL_PARAMETERS = 5_000_000
+from ..config import LATENCY_REPEATS, SMALL_MODEL_PARAMETERS  # noqa: F401  (the plan's constants: config.py, which the cache key reads too)

@@ -38,7 +38,7 @@ from ..artifacts import ArtifactKind, BuildContext
 from ..artifacts._common import load_torchscript
 from ..artifacts.pt2e_int8_static import SCOPES_FILE
 from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
-from ..run.records import LayerComparison, LayerDelta
+from ..records import LayerComparison, LayerDelta
 from .outputs import graph_value, output_ops, pick, tensors
 
 DIVERGENCE, INT8_LAYERS = "divergence", "int8-layers"

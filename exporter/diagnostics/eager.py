@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..compare import ErrorAccumulator
-from ..run.records import EagerSelfCheck
+from ..records import EagerSelfCheck
 
 SEED = 20260101
 

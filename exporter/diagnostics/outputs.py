@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..run.records import LayerDelta
+from ..records import LayerDelta
 
 
 def tensors(value: Any) -> tuple[Any, ...]:

@@ -49,7 +49,7 @@ import numpy as np
 from ..compare import Metrics
 from ..nofollow import Refused, write_inside
 from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
-from ..run.records import Reduced
+from ..records import Reduced
 
 REDUCE_SECONDS = 60.0  # the search's budget per row
 SAMPLES = 3  # the candidate samples tried, worst first, until one fails the gate on its own

@@ -33,7 +33,7 @@ from ..errors import describe_exception
 from ..feeds import Feeds, length, samples_first, take
 from ..golden.goldenset import GoldenSet
 from ..model import EagerRunner
-from ..run.records import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
+from ..records import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure, SizeRuns
 from ..signature import SINGLE, Signature, outputs_mismatch
 from . import LATENCY_REPEATS, SMALL_MODEL_PARAMETERS, determinism, shapes
 from .trace import ReplayTrace

@@ -24,7 +24,7 @@ import numpy as np
 from ..artifacts.base import ran_for
 from ..compare import ErrorAccumulator, ShapeMismatch
 from ..feeds import Feeds, length, take
-from ..run.records import BatchSizeRun
+from ..records import BatchSizeRun
 from ..signature import SINGLE, Signature
 
 Infer = Callable[[Feeds], np.ndarray]

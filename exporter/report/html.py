@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 
 from ..gates import agreement_name
+from ..records import LayerComparison
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
-from ..run.records import LayerComparison
-from ..run.sentences import layer_method, layers_summary
+from ..sentences import layer_method, layers_summary
 from . import bounds, write_text_atomic
 from .next_steps import next_steps
 from .node_data import command

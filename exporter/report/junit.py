@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..results import ERROR, FAIL, NOT_APPLICABLE, Report, Row
-from ..run.sentences import layers_summary, reproduce_command
+from ..sentences import layers_summary, reproduce_command
 from . import bounds, write_text_atomic
 from .views import accuracy_text, output_lines, size_text
 

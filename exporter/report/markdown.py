@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..records import LayerComparison
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
-from ..run.records import LayerComparison
-from ..run.sentences import layer_method, layers_summary, reproduce_command
+from ..sentences import layer_method, layers_summary, reproduce_command
 from . import bounds, write_text_atomic
 from .next_steps import next_steps
 from .views import (

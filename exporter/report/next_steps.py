@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..gates import changed_name
 from ..results import FAIL, Report, Row
-from ..run.sentences import SHORTFALL
+from ..sentences import SHORTFALL
 
 EAGER = "eager"
 SHOWN_INPUTS = 8  # the changed inputs named on a line; the rest are counted

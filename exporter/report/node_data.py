@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ..nofollow import Refused, write_inside
+from ..records import LayerComparison
 from ..results import Row
-from ..run.records import LayerComparison
 
 SUFFIX = ".node-data.json"
 EXTENSION = "model_explorer_onnx"

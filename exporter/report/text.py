@@ -27,7 +27,7 @@ from ..errors import folded
 from ..gates import GATE_METRICS, PER_SAMPLE, GateMetric, small_set_notes
 from ..layouts import FED
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Report, Row
-from ..run.sentences import coverage_summary
+from ..sentences import coverage_summary
 from ..settings import settings_line
 from . import bounds
 from .next_steps import next_steps

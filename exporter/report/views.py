@@ -7,7 +7,7 @@ from dataclasses import replace
 from ..compare import Metrics
 from ..errors import folded
 from ..results import Report, Row
-from ..run.sentences import layers_summary, module_command, reproduce_command
+from ..sentences import layers_summary, module_command, reproduce_command
 from .node_data import command
 
 

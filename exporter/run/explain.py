@@ -28,8 +28,8 @@ from ..diagnostics import divergence, shapes
 from ..feeds import Feeds, length
 from ..gates import top_k_of
 from ..golden.goldenset import GoldenSet, stack_batches
+from ..records import LayerComparison, Measured, Observation, Reduced
 from .judge import gate_reasons, size_gate_reasons, wants_layers, wants_reduction
-from .records import LayerComparison, Measured, Observation, Reduced
 
 
 def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:

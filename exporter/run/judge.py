@@ -22,9 +22,9 @@ from ..artifacts import KINDS_BY_NAME
 from ..compare import Metrics
 from ..config import FAMILIES, Gate, Thresholds
 from ..layouts import layout_reasons
+from ..records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Measured, Observation
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
-from .records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Measured, Observation
-from .sentences import (
+from ..sentences import (
     batch_size_cause,
     calibration_notes,
     coverage_shortfall,

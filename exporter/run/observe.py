@@ -44,10 +44,10 @@ from ..feeds import length, samples_first
 from ..golden.batches import GoldenBatches
 from ..golden.goldenset import MANIFEST, VERSION_1, GoldenSet, stack_batches
 from ..model import EagerRunner
+from ..records import EagerSelfCheck, Observation
+from ..sentences import load_needs
 from ..signature import outputs_mismatch
 from ..versions import kernel_choices
-from .records import EagerSelfCheck, Observation
-from .sentences import load_needs
 
 
 def eager_failure(config: RunConfig, golden: GoldenSet, start: int, feeds: dict[str, np.ndarray], exc: BaseException,

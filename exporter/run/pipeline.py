@@ -48,6 +48,7 @@ from ..golden.manifest import load_golden
 from ..model import EagerRunner, fingerprint, load_model, pinned_threads
 from ..paths import check_outputs
 from ..progress import count_message
+from ..records import Observation
 from ..results import GoldenSummary, Report
 from ..signature import SINGLE, Signature, ctc_problem
 from ..timelimit import time_limit
@@ -55,7 +56,6 @@ from ..versions import library_versions
 from . import observe
 from .explain import Explainer, explain_flagged
 from .judge import judge_rows, layers_missing
-from .records import Observation
 
 Progress = Callable[[str], None]
 
@@ -78,11 +78,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     timings = {"verify_inputs": time.perf_counter() - started}
 
     run_notes: list[str] = list(config.settings_ignored)
-    try:
-        cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256, golden.signature.to_json())
-    except CacheUnavailable as exc:  # the cache is best effort: without a key or a folder, the run goes on without it
-        cache = None
-        run_notes.append(f"cache: not used by this run: {exc}")
+    cache = _opened_cache(config, checkpoint_info, golden, run_notes)
     if config.judge_only:
         return _judged_from_cache(cache, config, golden, checkpoint_info, out_dir, started, timings, run_notes)
     if cache is not None:
@@ -143,14 +139,30 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         timings["build"] = builds.waited
         timings["replay"] = replayed - builds.waited
         if cache is not None:
-            observations = store_observations(cache, config, observations, builds.outcomes, label_accuracy)
+            observations = _stored(cache, config, observations, builds, label_accuracy, run_notes)
             timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
-            if cache.problems:  # best effort: the run's verdicts stand; one line says what was not kept (each row's note says why)
-                count = len(cache.problems)
-                reason = next(iter(cache.problems.values())).removeprefix("cache: ")
-                run_notes.append(f"cache: {count} {'entry' if count == 1 else 'entries'} not stored: {reason}")
         timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
     return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings, run_notes)
+
+
+def _opened_cache(config: RunConfig, checkpoint: FileInfo, golden: GoldenSet, run_notes: list[str]) -> ArtifactCache | None:
+    """The run's artifact cache, or None: it is best effort, and without a key or a folder the run goes on without it."""
+    try:
+        return open_cache(config, checkpoint.sha256, golden.manifest_sha256, golden.signature.to_json())
+    except CacheUnavailable as exc:
+        run_notes.append(f"cache: not used by this run: {exc}")
+        return None
+
+
+def _stored(cache: ArtifactCache, config: RunConfig, observations: list[Observation], builds: Builds, label_accuracy: float | None,
+            run_notes: list[str]) -> list[Observation]:
+    """The observations as stored in the cache; what was not kept is one run note (each row's note says why)."""
+    observations = store_observations(cache, config, observations, builds.outcomes, label_accuracy)
+    if cache.problems:  # best effort: the run's verdicts stand
+        count = len(cache.problems)
+        reason = next(iter(cache.problems.values())).removeprefix("cache: ")
+        run_notes.append(f"cache: {count} {'entry' if count == 1 else 'entries'} not stored: {reason}")
+    return observations
 
 
 def _loaded_model(config: RunConfig, notes: list[str]) -> Any:

@@ -25,7 +25,7 @@ from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.golden.manifest import load_golden
 from export_check.run.pipeline import run_check
-from export_check.run.sentences import layers_summary
+from export_check.sentences import layers_summary
 
 # tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = pytest.mark.cpu_sensitive

@@ -20,10 +20,10 @@ from export_check.config import RunConfig
 from export_check.diagnostics import shapes
 from export_check.diagnostics.divergence import INT8_LAYERS, compare_layers, module_of
 from export_check.golden.manifest import load_golden
+from export_check.records import BatchSizeRun
 from export_check.run.judge import shape_reasons
 from export_check.run.pipeline import run_check
-from export_check.run.records import BatchSizeRun
-from export_check.run.sentences import layers_summary
+from export_check.sentences import layers_summary
 
 # tests/run_narrowed.py repeats this module under capped instruction sets (README, "What varies by CPU")
 pytestmark = pytest.mark.cpu_sensitive
@@ -324,7 +324,7 @@ def test_the_departing_module_of_a_pt2_is_reproduced_alone(tmp_path: Path) -> No
     import sys
 
     from export_check.diagnostics.divergence import DIVERGENCE, program_layers
-    from export_check.run.sentences import module_command
+    from export_check.sentences import module_command
     from models.resnet import ResNet
 
     torch.manual_seed(0)

@@ -32,7 +32,7 @@ from export_check.model import load_model
 from export_check.results import Row
 from export_check.run import pipeline
 from export_check.run.pipeline import run_check
-from export_check.run.sentences import layers_summary
+from export_check.sentences import layers_summary
 from runner_contract import eager_by_hand, holds_the_runner_contract
 
 KIND, INT8 = "executorch", "executorch-int8"

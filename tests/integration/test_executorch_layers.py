@@ -26,9 +26,9 @@ from export_check.diagnostics.etdump import require_same_plan
 from export_check.errors import ArtifactError
 from export_check.golden.manifest import load_golden
 from export_check.model import load_model
+from export_check.records import LayerComparison, LayerDelta
 from export_check.run.pipeline import run_check
-from export_check.run.records import LayerComparison, LayerDelta
-from export_check.run.sentences import layers_summary
+from export_check.sentences import layers_summary
 
 pytest.importorskip("executorch.devtools")
 

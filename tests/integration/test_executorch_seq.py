@@ -26,9 +26,9 @@ from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.errors import ArtifactError
 from export_check.golden.manifest import load_golden
+from export_check.records import Int8Coverage
 from export_check.results import Row
 from export_check.run.pipeline import run_check
-from export_check.run.records import Int8Coverage
 from models.make_multi_io_samples import write_samples
 from models.multi_io import SequenceRecognizer, TokenClassifier
 

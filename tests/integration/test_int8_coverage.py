@@ -26,7 +26,7 @@ from export_check.artifacts import _coverage
 from export_check.cli import main
 from export_check.gates import MIN_INT8_COVERAGE
 from export_check.model import load_model
-from export_check.run.records import Int8Coverage
+from export_check.records import Int8Coverage
 
 RECOGNISER = REPO / "models" / "checkpoints" / "sequence_recognizer.pth"
 RECOGNISER_CONFIG = REPO / "models" / "examples" / "sequence_recognizer.toml"

@@ -136,8 +136,8 @@ def test_a_reports_observations_read_back_exactly_with_an_infinite_error(runs: P
     from dataclasses import asdict
 
     from export_check.cache.plain import from_plain
+    from export_check.records import Observation
     from export_check.results import lossless
-    from export_check.run.records import Observation
 
     stored = read_report(runs / "first.json")["observations"]
     assert [o["name"] for o in stored] == list(_rows(runs / "first.json"))

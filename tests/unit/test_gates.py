@@ -18,8 +18,8 @@ from export_check.config import GATE_FAMILIES, Thresholds
 from export_check.errors import UsageError
 from export_check.gates import BOUNDS, GATE_METRICS, Gate
 from export_check.options import SETTINGS
+from export_check.records import Observation
 from export_check.run.judge import gate_reasons, judge_row, layers_missing, metric_missing
-from export_check.run.records import Observation
 
 
 def test_every_bound_of_the_table_is_an_option_of_every_family_that_offers_it() -> None:

@@ -28,8 +28,8 @@ from export_check.history import (
     render_json,
     render_trend,
 )
+from export_check.records import Latency
 from export_check.results import Diagnostics
-from export_check.run.records import Latency
 
 from .report.rows import report, row
 

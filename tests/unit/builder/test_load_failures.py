@@ -10,7 +10,7 @@ import types
 import pytest
 
 from export_check.builder.protocol import missing_at_load
-from export_check.run.sentences import load_needs
+from export_check.sentences import load_needs
 
 
 def _error_text(call) -> str:

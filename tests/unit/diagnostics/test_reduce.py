@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from export_check.compare import ErrorAccumulator
 from export_check.diagnostics.reduce import Reducer, reduce_row, topological
-from export_check.run.records import Reduced
-from export_check.run.sentences import reproduce_command
+from export_check.records import Reduced
+from export_check.sentences import reproduce_command
 
 BOUND = 1e-3
 X = np.array([[-1.0, 0.5, 2.0, 3.0]], dtype=np.float32)

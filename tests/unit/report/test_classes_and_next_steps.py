@@ -9,11 +9,11 @@ import numpy as np
 
 from export_check.compare import ErrorAccumulator, compare
 from export_check.config import Gate
+from export_check.records import Latency
 from export_check.report import html, markdown
 from export_check.report.html import tradeoff_point
 from export_check.report.views import classes_metrics, labelled, row_accuracy_text, row_top1_text
 from export_check.results import FAIL, PASS, Diagnostics, OutputRow
-from export_check.run.records import Latency
 
 from .rows import REFERENCE, candidate, report, row
 

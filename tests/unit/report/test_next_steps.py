@@ -13,11 +13,11 @@ import numpy as np
 from export_check.compare import compare
 from export_check.config import Thresholds
 from export_check.files import FileInfo
+from export_check.records import Observation
 from export_check.report.next_steps import next_steps
 from export_check.report.text import DEFAULT_WIDTH, render, style_for
 from export_check.results import GoldenSummary, Report
 from export_check.run.judge import judge_rows
-from export_check.run.records import Observation
 
 NAMES = [f"digit{i:02d}.png" for i in range(32)]
 

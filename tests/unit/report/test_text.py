@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from export_check.compare import compare
 from export_check.config import Thresholds
 from export_check.files import FileInfo
+from export_check.records import Observation
 from export_check.report.text import AGREEMENT, COLUMNS, Style, render, use_colour
 from export_check.report.views import agreement_heading
 from export_check.results import GoldenSummary, Report
 from export_check.run.judge import judge_rows
-from export_check.run.records import Observation
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 LONG = "/very/long/path/" + "nested-folder/" * 12 + "model.pth"

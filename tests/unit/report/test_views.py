@@ -6,6 +6,7 @@ import pytest
 
 from export_check.compare import compare
 from export_check.config import Gate
+from export_check.records import BatchSizeRun, Latency
 from export_check.report.views import (
     checks_description,
     diagnostic_lines,
@@ -18,7 +19,6 @@ from export_check.report.views import (
     top1_text,
 )
 from export_check.results import FAIL, PASS, Diagnostics, OutputRow, Rerun, ShapeCheck
-from export_check.run.records import BatchSizeRun, Latency
 
 from .rows import PAIR, REFERENCE, candidate, report, row
 

@@ -9,8 +9,8 @@ import pytest
 
 from export_check.compare import Metrics, compare
 from export_check.config import Gate, Thresholds
+from export_check.records import BatchSizeRun, LayerComparison, LayerDelta, Measured, Observation, RerunMeasure, SizeRuns
 from export_check.run.judge import judge_row, layers_missing, wants_layers
-from export_check.run.records import BatchSizeRun, LayerComparison, LayerDelta, Measured, Observation, RerunMeasure, SizeRuns
 
 DEFAULTS = Thresholds()
 
@@ -158,9 +158,9 @@ def test_layer_tables_go_to_failing_float_rows_and_to_int8_rows_under_diagnose()
 def test_a_size_the_file_refuses_names_its_bound_and_gets_no_table_while_a_size_off_by_values_does() -> None:
     """A batch size that raised has no values to compare layer by layer, and at the replay's size the row agrees: no
     per-layer table (nor an ONNX reduction); the cause is the bound the runner named, or else a specialised export."""
+    from export_check.records import FileInfo
     from export_check.run.judge import wants_reduction
-    from export_check.run.records import FileInfo
-    from export_check.run.sentences import beyond_bound
+    from export_check.sentences import beyond_bound
 
     bound = f"ArtifactError: executorch: Attempted to resize a bounded tensor; {beyond_bound('batch 64', 32, 'the .pte')}"
     refused = measured(sizes=SizeRuns(main_size=16, runs=(agreeing(1, 8), agreeing(16, 64), BatchSizeRun(64, images=0, error=bound))))

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..compare import Metrics
-from ..files import FileInfo
+from .compare import Metrics
+from .files import FileInfo
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import json
 import math
 import shlex
 
+from .artifacts.base import BEYOND_BOUND, beyond_bound  # noqa: F401  (the words a runner raises, read back here)
 from .records import BatchSizeRun, Int8Coverage, LayerComparison, LayerDelta, Measured, Reduced
 
 # How each per-layer method (``ArtifactKind.layers``, ``LayerComparison.method``) compares, in words.
@@ -161,17 +162,6 @@ def _layers_summary(layers: LayerComparison) -> str:
     return text
 
 
-# How a runner says an input passed the size its file was planned for (executorch_pte: a bounded dynamic axis);
-# the judge then names that bound as the cause of the refused batch size (``size_refused_cause``), not a specialised export.
-BEYOND_BOUND = "above the bound of"
-
-
-def beyond_bound(what: str, bound: int, where: str) -> str:
-    """
-    >>> beyond_bound("batch 64", 32, "the .pte")
-    'batch 64 above the bound of 32 planned in the .pte'
-    """
-    return f"{what} {BEYOND_BOUND} {bound} planned in {where}"
 
 
 # What a replay child's end says (builder/clean.py, ReplayProcessDied): the runtime crashed on the call, in its own process.
