@@ -1,0 +1,71 @@
+"""The judge of a language model's rows (export_check.decode.gates), on verdicts made by hand: every bound it
+misses, the first divergent prompt and step, and the cause it names (the decode path, the cache's length)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from export_check.decode.gates import GATES, DecodePath, judge
+from export_check.decode.verdicts import PromptVerdict, TokenVerdict, token_verdict
+
+
+def verdict(prompts: tuple[PromptVerdict, ...], mae: float = 0.0, kl: float = 0.0, top1: float = 1.0) -> TokenVerdict:
+    return TokenVerdict(positions=40, mae=mae, max_abs=mae, kl_mean=kl, kl_worst=kl, top1_agreement=top1, perplexity=5.0,
+                        reference_perplexity=5.0, prompts=prompts, per_prompt_mae=tuple(mae for _ in prompts))
+
+
+SAME = PromptVerdict("p0", 6, True)
+
+
+def diverged(name: str, prompt_tokens: int, step: int) -> PromptVerdict:
+    return PromptVerdict(name, prompt_tokens, False, step, 11, 12, " a", " b")
+
+
+def test_a_float_row_whose_generations_all_match_passes() -> None:
+    assert judge("decode-onnx", verdict((SAME, SAME), mae=5e-7), GATES["float"], DecodePath(True, 18, True, 18)) == (True, ())
+
+
+def test_a_divergence_names_the_prompt_the_step_both_tokens_the_row_and_the_decode_path() -> None:
+    passed, reasons = judge("decode-onnx", verdict((SAME, diverged("p1", 7, 3), diverged("p2", 6, 0))), GATES["float"],
+                            DecodePath(True, 18, True, 18))
+    assert not passed
+    assert reasons[0] == ("generation differs on 2 of 3 prompts; first: prompt p1 at step 3 (position 10): eager ' a' (token 11), "
+                          "decode-onnx ' b' (token 12) (and 1 more: p2)")
+    assert reasons[1].startswith("cause: the single forward (full-forward) passes, so the decode path is the suspect")
+    assert "step 3 of prompt p1" in reasons[1]
+
+
+@given(length=st.integers(min_value=4, max_value=60), past=st.integers(min_value=1, max_value=8), prompt=st.integers(min_value=1, max_value=4))
+def test_a_divergence_only_past_the_cache_names_its_length(length: int, past: int, prompt: int) -> None:
+    # the token at step s is generated from position prompt + s - 1: past the cache when that is >= length
+    step = length - prompt + past
+    reasons = judge("decode-onnx", verdict((diverged("p0", prompt, step),)), GATES["float"], DecodePath(True, length, True, length + 9))[1]
+    assert reasons[-1] == (f"cause: the generation stops matching only past the static cache's {length} positions "
+                           f"(prompt + continuation need up to {length + 9}): the cache is too short")
+    inside = judge("decode-onnx", verdict((diverged("p0", prompt, length - prompt),)), GATES["float"], DecodePath(True, length, True, length + 9))[1]
+    assert "too short" not in inside[-1] and "decode path is the suspect" in inside[-1]
+
+
+def test_no_cause_is_named_for_the_full_forward_or_when_the_single_forward_fails_too() -> None:
+    bad = verdict((diverged("p0", 5, 2),), mae=0.3)
+    assert not any(r.startswith("cause:") for r in judge("full-forward", bad, GATES["float"], DecodePath(False, None, None))[1])
+    assert not any(r.startswith("cause:") for r in judge("decode-onnx", bad, GATES["float"], DecodePath(True, 40, False, 20))[1])
+
+
+@pytest.mark.parametrize(("kl", "top1", "missed"), [(5e-5, 0.99, ()), (2e-3, 0.99, ("KL",)), (5e-5, 0.9, ("top-1",)), (2e-3, 0.9, ("KL", "top-1"))])
+def test_the_int8_gate_bounds_kl_and_agreement_and_lets_generations_differ(kl: float, top1: float, missed: tuple[str, ...]) -> None:
+    passed, reasons = judge("decode-torchao-int8", verdict((diverged("p0", 5, 2),), mae=6e-3, kl=kl, top1=top1), GATES["int8-weight"],
+                            DecodePath(True, 40, True, 40))
+    assert passed == (not missed) and [r.split(" ")[0] for r in reasons] == list(missed)
+
+
+def test_token_verdict_counts_by_hand() -> None:
+    ref = [np.log(np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]], np.float32))]
+    cand = (ref[0][[0, 0, 2]],)  # position 1 argmax moves from 1 to 0
+    out = token_verdict(["p"], [np.array([4, 5])], [np.array([1])], ref, [np.array([1])], cand, (np.array([0]),), lambda ids: f"<{ids[0]}>")
+    assert out.top1_agreement == pytest.approx(2 / 3) and out.kl_worst == pytest.approx(0.1 * np.log(0.1 / 0.7) + 0.8 * np.log(0.8 / 0.2))
+    assert out.perplexity == pytest.approx(1 / 0.2) and out.reference_perplexity == pytest.approx(1 / 0.8)
+    assert out.prompts[0].first_step == 0 and (out.prompts[0].expected_text, out.prompts[0].got_text) == ("<1>", "<0>")
