@@ -348,6 +348,10 @@ def test_a_wrong_symbolic_is_far_beyond_eagers_own_variation(checked) -> None:
     assert error > 1e-5 and error > 10 * eager_moved, (error, eager_moved)
     graph = onnx.load(report.row("onnx").artifact.path).graph
     assert any(n.op_type == "Sigmoid" and any(p.op_type == "Mul" and p.output[0] in n.input for p in graph.node) for n in graph.node)
+    # the subgraph handed over computes: it is never a constant alone (issue 44, item 2)
+    reduced = report.row("onnx").diagnostics.reduced
+    assert reduced is not None and reduced.error is None, reduced
+    assert set(reduced.ops) - {"Constant"}, reduced.ops
 
 
 @pytest.mark.parametrize("checked", ["ItemInForward", "InplaceOnView"], indirect=True)
