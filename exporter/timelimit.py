@@ -19,9 +19,14 @@ import threading
 from collections.abc import Callable, Iterator
 
 
+class _Expired(BaseException):
+    """Raised by the alarm inside the block: a BaseException, so that no ``except Exception`` in the code it interrupts
+    (a reader wrapping every failure as "a corrupt file", say) takes the time limit for a fault of its own."""
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float | None, expired: Callable[[], BaseException]) -> Iterator[None]:
-    """Raise ``expired()`` in the block once ``seconds`` have passed (main thread only)."""
+    """Raise ``expired()`` from the block once ``seconds`` have passed (main thread only)."""
     if not seconds or seconds <= 0 or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -29,12 +34,14 @@ def time_limit(seconds: float | None, expired: Callable[[], BaseException]) -> I
 
     def expire(signum: int, frame: object) -> None:
         if not done:
-            raise expired()
+            raise _Expired
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
+    except _Expired:
+        raise expired() from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         done = True

@@ -50,7 +50,7 @@ def step_file(kind: DecodeKind, path: Path, prompts: list[np.ndarray], approved:
         began = time.perf_counter()
         try:
             done = subprocess.run(command, capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=timeout,
-                                  env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+                                  env=_child_env())
         except subprocess.TimeoutExpired:
             raise SteppingFailed(f"stepping {path.name} was still running after {timeout:g} s") from None
         seconds = time.perf_counter() - began
@@ -66,3 +66,12 @@ def step_file(kind: DecodeKind, path: Path, prompts: list[np.ndarray], approved:
             generated = tuple(loaded[f"generated_{i}"] for i in range(len(prompts)))
             runner = tuple(str(loaded[f"runner_{i}"]) for i in range(len(prompts))) if "runner_0" in loaded.files else None
     return Stepped(forced, generated, seconds, runner)
+
+
+def _child_env() -> dict[str, str]:
+    """The stepping child's environment: the run's (``-I`` already ignores PYTHONPATH and the user's site), so that what
+    narrows or pins the kernels here (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, OpenBLAS's settings) computes there too,
+    with one OpenMP thread as every replay runs."""
+    import os
+
+    return {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -165,12 +165,16 @@ def _stored(cache: ArtifactCache, config: RunConfig, observations: list[Observat
     return observations
 
 
+FACTORY_SECONDS_AT_LEAST = 10.0  # a build timeout chosen to cut builds short (a test's 0.01 s) does not cut the factory
+
+
 def _loaded_model(config: RunConfig, notes: list[str]) -> Any:
     """The checkpoint in its architecture. The factory is the user's code, run in this process: a hang in it is cut at the
-    build timeout (a Python-level wait; exporter/timelimit.py)."""
-    with time_limit(config.build_timeout, lambda: ArchitectureError(
-            f"{config.arch}: building the model was still running after {config.build_timeout:g} s (--build-timeout); "
-            "fix the factory, or raise --build-timeout if it is just slow")):
+    build timeout, at least ``FACTORY_SECONDS_AT_LEAST`` (a Python-level wait; exporter/timelimit.py)."""
+    limit = max(config.build_timeout, FACTORY_SECONDS_AT_LEAST) if config.build_timeout else None
+    with time_limit(limit, lambda: ArchitectureError(
+            f"{config.arch}: building the model was still running after {limit:g} s (--build-timeout, at least "
+            f"{FACTORY_SECONDS_AT_LEAST:g} s here); fix the factory, or raise --build-timeout if it is just slow")):
         return load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, notes)
 
 
