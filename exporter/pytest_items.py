@@ -136,14 +136,20 @@ class CheckpointFile(pytest.File):
 
     selected: tuple[str, ...] | None = None
 
+    def _settings(self) -> dict[str, Any]:
+        from .pytest_plugin import declared_settings
+
+        chosen = declared_settings(self.config, self.path)
+        return {} if chosen is None else {"config": chosen}
+
     def collect(self) -> Iterator[ExportCheckItem]:
-        config, _ = run_config(self.path, {})
+        config, _ = run_config(self.path, self._settings())
         yield ExportCheckItem.from_parent(self, name=EAGER)
         for kind in config.selected_kinds:
             yield ExportCheckItem.from_parent(self, name=kind)
 
     def outcome(self) -> Outcome:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = self._settings()
         if self.selected is not None:
             # An empty selection still runs the pipeline (eager row); "--artifacts" needs at least one kind.
             options["artifacts"] = list(self.selected) or None

@@ -86,7 +86,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="linelist",
         default=[],
         help="export-check: checkpoints to check, relative to the ini file; each (model, artifact) pair is a test item. "
-        "Settings come from [tool.export-check] or export-check.toml of the rootdir's project (up to the folder holding .git).",
+        "Settings come from [tool.export-check] or export-check.toml of the rootdir's project (up to the folder holding .git), "
+        "or from the file an entry names after it: 'zoo/a.pth --config zoo/a.toml'.",
     )
 
 
@@ -214,17 +215,32 @@ def export_check(request: pytest.FixtureRequest) -> ExportCheck:
 
 
 def _declared(config: pytest.Config) -> dict[Path, str]:
-    """Resolved checkpoint path -> the path as written, from the ini option (computed once)."""
+    """Resolved checkpoint path -> the path as written, from the ini option (computed once). An entry may name the
+    model's settings file after it, as the CLI's ``--config`` does (``"zoo/a.pth --config zoo/a.toml"``): a checkpoint's
+    own folder is never read for settings (docs/explanation/trust-model.md), the ini file's author chooses them here."""
     cached = config.stash.get(_DECLARED_KEY, None)
     if cached is None:
         base = config.inipath.parent if config.inipath else config.rootpath
-        cached = {}
+        cached, settings = {}, {}
         for entry in config.getini(MODELS_INI):
-            entry = entry.strip()
-            if entry:
-                cached[(base / entry).resolve()] = entry
+            checkpoint, flag, chosen = entry.strip().partition(" --config ")
+            if checkpoint.strip():
+                path = (base / checkpoint.strip()).resolve()
+                cached[path] = checkpoint.strip()
+                if flag:
+                    settings[path] = (base / chosen.strip()).resolve()
         config.stash[_DECLARED_KEY] = cached
+        config.stash[DECLARED_SETTINGS_KEY] = settings
     return cached
+
+
+def declared_settings(config: pytest.Config, checkpoint: Path) -> Path | None:
+    """The settings file an ``export_check_models`` entry names for ``checkpoint`` (its ``--config``), or None."""
+    _declared(config)
+    return config.stash[DECLARED_SETTINGS_KEY].get(Path(checkpoint).resolve())
+
+
+DECLARED_SETTINGS_KEY = pytest.StashKey[dict]()
 
 
 _DECLARED_KEY = pytest.StashKey[dict]()

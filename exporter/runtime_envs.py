@@ -190,7 +190,10 @@ def ensure_env(cache_dir: Path, dist: str, version: str) -> RuntimeEnv:
     partial = root / f".partial-{where.name}-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     started = time.perf_counter()
-    env = {**{k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}, **sources}
+    # the release's environment is not the project's: a constraints file pinning this Python's onnxruntime (a test
+    # environment's UV_CONSTRAINT/PIP_CONSTRAINT) would make every other release unsatisfiable
+    unrelated = ("VIRTUAL_ENV", "UV_CONSTRAINT", "PIP_CONSTRAINT", "UV_OVERRIDE")
+    env = {**{k: v for k, v in os.environ.items() if k not in unrelated}, **sources}
     try:
         for step in ([uv, "venv", "-q", "--python", base, str(partial)],
                      [uv, "pip", "install", "-q", "--python", str(partial / "bin" / "python"), *reqs],

@@ -248,7 +248,7 @@ class ArtifactCache:
         files: tuple[Stored, ...] = ()
         artifact = meta.get("artifact")
         if artifact is not None:
-            main = from_meta({"as": KINDS_BY_NAME[name].filename(), **artifact}, name)
+            main = from_meta({"as": KINDS_BY_NAME[name].filename() if name in KINDS_BY_NAME else name, **artifact}, name)
             files = (*(from_meta(p, name) for p in artifact.get("parts") or ()), main)
             allowed = {main.shown, *companion_names(main.shown)}
             for stored in files:

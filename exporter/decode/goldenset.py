@@ -39,10 +39,24 @@ DEFAULT_NEW_TOKENS = 32
 
 
 def is_generative(golden_dir: Path) -> bool:
-    """Whether ``golden_dir`` holds a generative set (read leniently: any problem is the loader's to name)."""
+    """Whether ``golden_dir`` holds a generative set. Read as any golden manifest is, within bounds (a regular file, its
+    first 64 KiB, JSON of bounded depth: a FIFO, a device or a hostile manifest is the loader's to name, never a hang or
+    a traceback here); any problem reads as "not generative"."""
+    import os
+    import stat
+
+    from ..golden.reading import load_json
+
     try:
-        return json.loads((Path(golden_dir) / MANIFEST).read_text()).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
+        fd = os.open(Path(golden_dir) / MANIFEST, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return False
+            head = handle.read(1 << 16)
+        if FORMAT.encode() not in head:
+            return False
+        return load_json(head.decode("utf-8"), Path(golden_dir) / MANIFEST).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError, GoldenError):
         return False
 
 

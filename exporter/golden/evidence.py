@@ -9,8 +9,8 @@ float noise. The evidence, in the order it is read (``signature.choose_kind`` pl
   ``logits``; a bounded activation (``nn.Sigmoid``, ``nn.Tanh``, ...) a regression's or a gate's values: ``values``;
 * its values: every sample a probability distribution (non-negative, summing to 1) or log-probabilities: ``logits``;
 * the golden labels: an output whose last axis cannot hold the largest label is not the labelled classes: ``values``;
-* the other outputs: when one of them holds the classes by evidence (name or any of the above), an output without any
-  is a regression beside it (a detector's boxes beside its scores): ``values``.
+* the other outputs: when one of them holds the classes by evidence (name or any of the above), a 2-D output without any
+  is a regression beside it (a detector's boxes beside its scores): ``values`` (a per-position output keeps its tags).
 
 Without evidence the shape decides, as before (one unnamed 2-D output is a classifier's). Nothing here raises: a model
 the hooks cannot follow gives no evidence, and its outputs keep the shape's default.
@@ -144,7 +144,7 @@ def gather(names: Sequence[str], firsts: Mapping[str, np.ndarray], arrays: Mappi
         if choice is not None:
             found[name] = choice
     holding = [n for n in candidates if name_says(n) == "logits" or (n in found and found[n].kind == "logits")]
-    for name in candidates:
+    for name in (n for n in candidates if firsts[n].ndim == 2):  # a per-position output (3 axes) is tags, not a regression beside
         if name not in found and name_says(name) is None and holding and name not in holding:
             found[name] = KindChoice("values", f"evidence: another output, {holding[0]}, holds the classes; this one beside it is a "
                                                "regression (boxes, landmarks, offsets): judged by its error")

@@ -184,7 +184,8 @@ def test_plugin_is_registered_and_loads_nothing_heavy(tmp_path: Path) -> None:
         "re-approve each golden set from the current checkpoint (record missing ones), then fail those tests "
         "so that a regeneration never passes silently",
         "export-check: checkpoints to check, relative to the ini file; each (model, artifact) pair is a test item. "
-        "Settings come from [tool.export-check] or export-check.toml of the rootdir's project (up to the folder holding .git).",
+        "Settings come from [tool.export-check] or export-check.toml of the rootdir's project (up to the folder holding .git), "
+        "or from the file an entry names after it: 'zoo/a.pth --config zoo/a.toml'.",
     ):
         assert "".join(text.split()) in squashed, text
 

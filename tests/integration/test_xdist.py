@@ -39,7 +39,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _project(template: Path, pytester: pytest.Pytester, count: int) -> Zoo:
     shutil.copytree(template, pytester.path, dirs_exist_ok=True)
     zoo = Zoo(pytester.path, tuple(f"mlp{i}" for i in range(count)), ())
-    models = ", ".join(f'"{name}/model.pth"' for name in zoo.names)
+    # each model's own settings file named beside it (issue 47: a checkpoint's folder is never read by itself)
+    models = ", ".join(f'"{name}/model.pth --config {name}/export-check.toml"' for name in zoo.names)
     (pytester.path / "pyproject.toml").write_text(f"[tool.pytest.ini_options]\nexport_check_models = [{models}]\n")
     return zoo
 
