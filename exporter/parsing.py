@@ -173,3 +173,21 @@ __all__ = [
     "read_json",
     "read_text",
 ]
+
+
+def env_bytes(name: str, default: int, error: type[Exception], example: int) -> int:
+    """A number of bytes an environment variable sets (``default`` when it is unset or empty), at least 0; any other
+    text is one ``error`` line naming the variable and an ``example``.
+
+    >>> env_bytes("EXPORT_CHECK_UNSET_FOR_THE_EXAMPLE", 7, ValueError, 1)
+    7
+    """
+    import os
+
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return max(0, int(value))
+    except ValueError:
+        raise error(f"{name}={value!r} is not a number of bytes; unset it or give one (e.g. {example})") from None

@@ -137,7 +137,7 @@ class CheckpointFile(pytest.File):
     selected: tuple[str, ...] | None = None
 
     def _settings(self) -> dict[str, Any]:
-        from .pytest_plugin import declared_settings
+        from .pytest_session import declared_settings
 
         chosen = declared_settings(self.config, self.path)
         return {} if chosen is None else {"config": chosen}

@@ -47,7 +47,7 @@ from typing import Any
 import pytest
 
 from .pytest_items import EAGER, CheckpointFile, ExportCheck, ExportCheckItem, describe_row, failure_text
-from .pytest_session import FOLDER_KEY, RECORD_FLAG, REGEN_FLAG, SESSION_INPUT, Outcome, run_config, shared_folder
+from .pytest_session import DECLARED_SETTINGS_KEY, FOLDER_KEY, RECORD_FLAG, REGEN_FLAG, SESSION_INPUT, Outcome, run_config, shared_folder
 
 RECORD_MODES = ("auto", "missing", "never")
 MODELS_INI = "export_check_models"
@@ -234,13 +234,6 @@ def _declared(config: pytest.Config) -> dict[Path, str]:
     return cached
 
 
-def declared_settings(config: pytest.Config, checkpoint: Path) -> Path | None:
-    """The settings file an ``export_check_models`` entry names for ``checkpoint`` (its ``--config``), or None."""
-    _declared(config)
-    return config.stash[DECLARED_SETTINGS_KEY].get(Path(checkpoint).resolve())
-
-
-DECLARED_SETTINGS_KEY = pytest.StashKey[dict]()
 
 
 _DECLARED_KEY = pytest.StashKey[dict]()

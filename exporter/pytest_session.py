@@ -255,6 +255,13 @@ def session_state(config: pytest.Config) -> _Session:
 
 
 _SESSION_KEY = pytest.StashKey[_Session]()
+# The settings file each export_check_models entry names (its "--config"), by resolved checkpoint (pytest_plugin._declared)
+DECLARED_SETTINGS_KEY = pytest.StashKey[dict]()
+
+
+def declared_settings(config: pytest.Config, checkpoint: Path) -> Path | None:
+    """The settings file an ``export_check_models`` entry names for ``checkpoint`` (its ``--config``), or None."""
+    return config.stash.get(DECLARED_SETTINGS_KEY, {}).get(Path(checkpoint).resolve())
 
 
 def run_config(checkpoint: Path, options: dict[str, Any], default_out: Any = None,

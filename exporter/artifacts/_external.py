@@ -44,13 +44,9 @@ CHUNK = 16 << 20
 def external_above() -> int:
     """The size above which an ONNX artifact keeps its weights in ``<name>.data``: ``EXTERNAL_ABOVE``, or the
     environment's ``EXPORT_CHECK_ONNX_EXTERNAL_ABOVE`` (bytes) when set."""
-    value = os.environ.get(ENV, "").strip()
-    if not value:
-        return EXTERNAL_ABOVE
-    try:
-        return max(0, int(value))
-    except ValueError:
-        raise ArtifactError(f"{ENV}={value!r} is not a number of bytes; unset it or give one (e.g. 1000000)") from None
+    from ..parsing import env_bytes
+
+    return env_bytes(ENV, EXTERNAL_ABOVE, ArtifactError, 1000000)
 
 
 @contextlib.contextmanager

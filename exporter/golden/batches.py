@@ -17,7 +17,6 @@ its libraries on the other core, which takes that work off the critical path.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 
@@ -42,13 +41,9 @@ def _nbytes(arrays: Mapping[str, np.ndarray]) -> int:
 def memory_budget() -> int:
     """Bytes of decoded golden inputs (and of eager's outputs) a run holds in memory: ``MEMORY_BUDGET``, or the
     environment's ``EXPORT_CHECK_GOLDEN_MEMORY`` when set."""
-    value = os.environ.get(ENV, "").strip()
-    if not value:
-        return MEMORY_BUDGET
-    try:
-        return max(0, int(value))
-    except ValueError:
-        raise UsageError(f"{ENV}={value!r} is not a number of bytes; unset it or give one (e.g. 268435456)") from None
+    from ..parsing import env_bytes
+
+    return env_bytes(ENV, MEMORY_BUDGET, UsageError, 268435456)
 
 
 def _chained(first: tuple[int, Feeds], rest: Iterator[tuple[int, Feeds]]) -> Iterator[tuple[int, Feeds]]:
