@@ -261,6 +261,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if path not in collected:
             collector = CheckpointFile.from_parent(session, path=path)
             report = collector.ihook.pytest_make_collect_report(collector=collector)
+            report.__dict__.pop("call", None)  # as pytest's collect_one_node does: a CallInfo cannot cross to xdist's controller
             if report.failed:
                 session.ihook.pytest_collectreport(report=report)
             added = [item for item in report.result if isinstance(item, ExportCheckItem)]

@@ -116,3 +116,15 @@ def test_with_every_worker_running_every_item_a_golden_set_is_recorded_and_regen
     assert _failure_bodies_saying(result, "its diff is shown once, under mlp0/model.pth::") == 5
     assert "left unchanged" not in out
     assert (golden / "manifest.json").read_bytes() != first
+
+
+def test_a_declared_model_that_cannot_be_collected_is_a_collection_error_under_xdist_too(template: Path, pytester: pytest.Pytester) -> None:
+    """A declared checkpoint whose settings cannot be found (no --config, its own folder never read) fails its collection:
+    under -n 2 that is pytest's collection error naming why, not an INTERNALERROR (the report's CallInfo could not cross)."""
+    zoo = _project(template, pytester, 1)
+    (pytester.path / "pyproject.toml").write_text(f'[tool.pytest.ini_options]\nexport_check_models = ["{zoo.names[0]}/model.pth"]\n')
+    result, _ = _run(pytester, "-n", "2")
+    text = result.stdout.str()
+    assert "INTERNALERROR" not in text and "INTERNALERROR" not in result.stderr.str(), text[-3000:]
+    assert result.ret != 0 and "no architecture given and no settings file read" in text, text[-3000:]
+
