@@ -271,3 +271,16 @@ def parsed_or_refused(folder: Path, manifest: dict):
     except GoldenError as exc:
         assert "\n" not in str(exc) and str(folder) in str(exc)
         return None
+
+
+def report_numbers(report, outputs: bool = False) -> list[tuple]:
+    """Every row's verdict and numbers as plain tuples, its per-output figures with ``outputs``: two runs of one check
+    compared number for number (--jobs 1 against 2, a held golden set against a spilled one)."""
+    rows = []
+    for row in report.rows:
+        diag = row.diagnostics
+        shapes = tuple((r.size, r.max_image_mae, r.error) for r in diag.shapes.runs) if diag and diag.shapes else None
+        rerun = (diag.rerun.runs, diag.rerun.max_abs) if diag and diag.rerun else None
+        rows.append((row.name, row.status, row.reasons, row.metrics, *((row.outputs,) if outputs else ()), shapes, rerun))
+    return rows
+

@@ -178,10 +178,13 @@ class PendingBuild:
         server cannot be sent or cannot rebuild. Isolated as a server build is (a crash, a hang past the
         timeout, an exit are this row's), only not from a process that imported nothing of the run."""
         self.notes.append(f"built in a child of the run's process, not the build server: {why}"[:300])
-        request = {"module": self.kind.module, "kind": self.kind.name, "path": str(self.path),
-                   "source": None if self.source is None else str(self.source), "timeout": self.timeout,
-                   "sys_path": list(sys.path), "cwd": os.getcwd()}
-        self._take(run_forked(request, self.ctx, build_here))
+        self._take(run_forked(build_request(self.kind, self.path, self.source, self.timeout), self.ctx, build_here))
+
+
+def build_request(kind: Any, path: Path, source: Path | None, timeout: float | None) -> dict[str, Any]:
+    """What ``server.build_here`` reads of a build, in the build server's child or in one forked here."""
+    return {"module": kind.module, "kind": kind.name, "path": str(path), "source": None if source is None else str(source),
+            "timeout": timeout, "sys_path": list(sys.path), "cwd": os.getcwd()}
 
 
 def stderr_notes(text: str) -> list[str]:
@@ -274,15 +277,9 @@ class BuildService:
             pending._build_forked(f"the model cannot be pickled ({describe_exception(exc)})")
             return pending
         request = {
-            "module": kind.module,
-            "kind": kind.name,
+            **build_request(kind, path, source, timeout),
             "ctx_key": key,
-            "path": str(path),
-            "source": None if source is None else str(source),
-            "timeout": timeout,
             "runtimes": list(runtimes),
-            "sys_path": list(sys.path),
-            "cwd": os.getcwd(),
             # export-check's own switches as this process has them now (the server was started before a caller changed one)
             "env": {name: value for name, value in os.environ.items() if name.startswith("EXPORT_CHECK_")},
             "files": {name: m.__file__ for name, m in list(sys.modules.items()) if name.startswith(PRIVATE_PREFIX) and getattr(m, "__file__", None)},

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, report_numbers
 from export_check.config import RunConfig
 from export_check.golden import batches as batches_module
 from export_check.golden.batches import ENV
@@ -41,18 +41,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple]:
     return out
 
 
-def _numbers(report) -> list[tuple]:
-    rows = []
-    for row in report.rows:
-        diag = row.diagnostics
-        shapes = tuple((r.size, r.max_image_mae, r.error) for r in diag.shapes.runs) if diag and diag.shapes else None
-        rerun = (diag.rerun.runs, diag.rerun.max_abs) if diag and diag.rerun else None
-        rows.append((row.name, row.status, row.reasons, row.metrics, row.outputs, shapes, rerun))
-    return rows
-
-
 def test_a_spilled_set_gives_the_held_rows_to_the_bit(runs) -> None:
-    held, spilled = _numbers(runs["held"][0]), _numbers(runs["spilled"][0])
+    held, spilled = report_numbers(runs["held"][0], outputs=True), report_numbers(runs["spilled"][0], outputs=True)
     assert [r[0] for r in held] == ["eager", *KINDS] and all(r[1] == "pass" for r in held), held
     onnx = next(r for r in held if r[0] == "onnx")
     assert 1e-8 < onnx[3].mae <= 1e-5  # a real, nonzero error: the comparison compares numbers

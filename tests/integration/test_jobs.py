@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, process_gone
+from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, process_gone, report_numbers
 from export_check.artifacts import BUILD_ORDER, DEFAULT_KINDS, KINDS_BY_NAME, BuildContext
 from export_check.artifacts._common import captured_warnings
 from export_check.builder import builds, isolation
@@ -120,24 +120,14 @@ def test_a_streamed_set_is_replayed_once_after_every_build(runs) -> None:
     assert all(main for _, main, _ in diagnosed)
 
 
-def _numbers(report) -> list[tuple]:
-    rows = []
-    for row in report.rows:
-        diag = row.diagnostics
-        shapes = tuple((r.size, r.max_image_mae, r.error) for r in diag.shapes.runs) if diag and diag.shapes else None
-        rerun = (diag.rerun.runs, diag.rerun.max_abs) if diag and diag.rerun else None
-        rows.append((row.name, row.status, row.reasons, row.metrics, shapes, rerun))
-    return rows
-
-
 def test_the_three_ways_give_the_same_rows_to_the_bit(runs) -> None:
-    reference = _numbers(runs["jobs1"][0])
+    reference = report_numbers(runs["jobs1"][0])
     assert [r[0] for r in reference] == ["eager", *DEFAULT_KINDS]  # reports keep the table's order
     assert all(r[1] == "pass" for r in reference), reference
     onnx = next(r for r in reference if r[0] == "onnx")
     assert 1e-8 < onnx[3].mae <= 1e-5  # a real, nonzero ONNX error: the comparison below compares numbers
     for mode in ("jobs2", "streamed"):
-        assert _numbers(runs[mode][0]) == reference, mode
+        assert report_numbers(runs[mode][0]) == reference, mode
 
 
 # --- a run that stops while builds are in flight -------------------------------------------------
