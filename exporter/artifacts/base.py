@@ -157,7 +157,8 @@ class BuildContext:
 #   groups:     the --artifacts groups that hold it besides "all" (artifacts.GROUP_NAMES)
 #   packages:   the distributions (package-index names) that build, load or run it, its source's
 #               included: the cache keys its entry on their versions, the report records them
-#   layers:     its per-layer method (diagnostics.divergence.METHODS), or None: no per-layer table
+#   layers:     its per-layer method, the module of diagnostics/layers/ that holds it ("onnx": diagnostics.layers.onnx),
+#               or None: no per-layer table; named by a string, as the kinds never import the diagnostics
 #   preload:    the modules its build imports that the build server imports itself, once, so that every
 #               build child inherits them: a default kind's while idle, in every run (artifacts.PRELOAD);
 #               another kind's before its first build's child is forked (it runs in few runs)

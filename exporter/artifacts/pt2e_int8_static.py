@@ -20,7 +20,7 @@ from .base import BuildContext, NotApplicable
 from .torchao_int8 import TorchaoProgramRunner, _torchao
 
 # Exporting the converted GraphModule again loses each node's module (``nn_module_stack``); the file
-# carries it instead, node name -> module qualified name, for the per-layer error table (diagnostics.divergence).
+# carries it instead, node name -> module qualified name, for the per-layer error table (diagnostics.layers.program).
 SCOPES_FILE = "export_check_scopes.json"
 QUANTIZER = "X86InductorQuantizer (get_default_x86_inductor_quantization_config: static, per-channel weights)"
 

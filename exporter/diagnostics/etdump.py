@@ -1,5 +1,5 @@
 """What an ExecuTorch program (``.pte``) computes inside, read with ExecuTorch's own developer tools:
-ETRecord, ETDump with its debug buffer, and the Inspector. ``divergence.executorch_layers`` compares
+ETRecord, ETDump with its debug buffer, and the Inspector. ``layers.executorch`` compares
 the values with eager's module outputs (the per-layer table of the ``executorch`` kinds).
 
 How, step by step:

@@ -14,7 +14,7 @@ How, on the golden sample that fails worst (Polygraphy's ``debug reduce``, its t
    and the int8 kinds: the converter keeps the tensor names), run the same way; or, for a file exported
    from the model (``onnx``, ``onnx-dynamo``), or when the source explains nothing (the row inherits its
    source's error), from eager's module outputs, paired with graph values as the divergence table
-   pairs them (``divergence.eager_references``). The end is the first tensor with a reference, in
+   pairs them (``layers.onnx.eager_references``). The end is the first tensor with a reference, in
    topological order, whose value breaks the gate.
 2. *The start.* Each node of the end's cone is a candidate first node: the subgraph from it to the end
    is fed, at its cut, the reference values (integer tensors, shapes and indices, carry no rounding
@@ -316,9 +316,9 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
                 theirs = run_exposed(source_proto, feeds, threads, "ORT_ENABLE_ALL")
                 references |= {k: v for k, v in theirs.items() if k in values and v.shape == values[k].shape and _is_float(v)}
             else:
-                from . import divergence
+                from .layers.onnx import eager_references
 
-                references |= divergence.eager_references(proto, model, next(iter(feeds.values())), values)
+                references |= eager_references(proto, model, next(iter(feeds.values())), values)
             end = reducer.end(values, references, judge)
             if end is None:
                 tried.append(f"against {_words(mode, source_path)}, no value of sample {index} breaks the gate")

@@ -2,9 +2,9 @@
 
 The judge looks at a row as observed (``judge.wants_layers``) and says whether it deserves a per-layer
 table: a failing float row (where does it first depart from eager?) or a quantized one (which layers
-lose most?). For those, this measures the table (0.05-0.3 s per artifact,
-``diagnostics.divergence``) on the batch that shows the failure: the worst image's, or, when the replay
-agrees and one batch size does not, the batch at that size holding its worst image. The pipeline then
+lose most?). For those, this measures the table (0.05-0.3 s per artifact, ``diagnostics.layers``, by
+the method the kind's row names) on the batch that shows the failure: the worst image's, or, when the
+replay agrees and one batch size does not, the batch at that size holding its worst image. The pipeline then
 judges every row once more, on the enriched observations. Nothing here decides a verdict.
 
 A failing row whose file is an ONNX graph (``judge.wants_reduction``) also gets its smallest failing
@@ -24,7 +24,8 @@ from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._common import captured_warnings, dedupe
 from ..compare import ErrorAccumulator, Metrics, to_samples_first
 from ..config import FAMILIES, RunConfig
-from ..diagnostics import divergence, shapes
+from ..diagnostics import shapes
+from ..diagnostics.layers import DIVERGENCE, INT8_LAYERS, compare_layers
 from ..feeds import Feeds, length
 from ..gates import top_k_of
 from ..golden.goldenset import GoldenSet, stack_batches
@@ -81,7 +82,7 @@ class Explainer:
         config = self.config
         assert obs.artifact is not None
         signature = self.golden.signature
-        purpose = divergence.DIVERGENCE if FAMILIES[obs.family].layers == "on-fail" else divergence.INT8_LAYERS
+        purpose = DIVERGENCE if FAMILIES[obs.family].layers == "on-fail" else INT8_LAYERS
         if len(signature.inputs) > 1:
             layers = LayerComparison(purpose=purpose, method="", scope="", batch_start=0, batch_size=0, threshold=self.threshold,
                                      layers=(), first=None, error="per-layer tables compare models with one input; this one has "
@@ -90,13 +91,13 @@ class Explainer:
         kind, path = KINDS_BY_NAME[obs.name], Path(obs.artifact.path)
         warnings_seen: list[str] = []
         with captured_warnings(warnings_seen):
-            if purpose == divergence.DIVERGENCE:
+            if purpose == DIVERGENCE:
                 start, batch = self._failing_batch(obs, measured)
                 self.progress(f"locating where {obs.name} diverges (batch of {len(batch)} at {start})")
             else:
                 start, batch = 0, next(iter(self.probe.values()))[: self.plan.layer_images or self.main]
             began = time.perf_counter()
-            layers = divergence.compare_layers(kind, path, self.model, batch, self.threshold, purpose, config.threads, start, self.ctx)
+            layers = compare_layers(kind, path, self.model, batch, self.threshold, purpose, config.threads, start, self.ctx)
             layers = replace(layers, seconds=time.perf_counter() - began)
         notes = measured.notes + tuple(n for n in dedupe(warnings_seen) if n not in obs.notes and n not in measured.notes)
         return replace(obs, diagnostics=replace(measured, layers=layers, notes=notes, seconds=measured.seconds + layers.seconds))

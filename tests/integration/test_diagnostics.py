@@ -18,7 +18,8 @@ from export_check.artifacts._common import captured_warnings
 from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.diagnostics import shapes
-from export_check.diagnostics.divergence import INT8_LAYERS, compare_layers, module_of
+from export_check.diagnostics.layers import INT8_LAYERS, compare_layers
+from export_check.diagnostics.layers.onnx import module_of
 from export_check.golden.manifest import load_golden
 from export_check.records import BatchSizeRun
 from export_check.run.judge import shape_reasons
@@ -323,7 +324,8 @@ def test_the_departing_module_of_a_pt2_is_reproduced_alone(tmp_path: Path) -> No
     import subprocess
     import sys
 
-    from export_check.diagnostics.divergence import DIVERGENCE, program_layers
+    from export_check.diagnostics.layers import DIVERGENCE
+    from export_check.diagnostics.layers.program import program_layers
     from export_check.sentences import module_command
     from models.resnet import ResNet
 

@@ -100,8 +100,6 @@ LONG_MODULES = {  # module (path under exporter/) -> why it is still one module
                          "that process's state (the context unpickled, the lifeline, the replay channel); to split: the load host",
     "cli.py": "the argument parser and the command dispatch; to split: the parser's subcommand tables into cli_commands.py",
     "compare.py": "the streamed metrics of one output and their accumulator, which must agree number for number",
-    "diagnostics/divergence.py": "the per-layer tables of four methods; to split: one module per method (torchscript, onnx, program, "
-                                 "executorch), named by the kind's row (issue 42, item 1)",
     "options.py": "ONE table of options (every flag and settings key of every command, a row each: STYLE.md): its rows are its "
                   "length, and a second table would be the thing to avoid",
     "gates.py": "the metric table and each metric's compute function; to split: the gates room (issue 42, item 3)",

@@ -16,7 +16,7 @@ from export_check.artifacts.base import KIND_FACTS, ArtifactKind
 from export_check.artifacts.runtimes import RUNTIME_MODULES
 from export_check.builder import protocol
 from export_check.config import FAMILIES, RunConfig
-from export_check.diagnostics.divergence import METHODS
+from export_check.diagnostics.layers import method
 from export_check.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,7 +40,7 @@ def test_every_row_states_every_fact(kind: ArtifactKind) -> None:
     assert isinstance(kind.build_rank, int) and [k.build_rank for k in KINDS].count(kind.build_rank) == 1, "one rank per kind"
     assert set(kind.groups) <= set(GROUP_NAMES) - {"all"}
     assert kind.packages and "torch" in kind.packages and all(re.fullmatch(r"[a-z0-9][a-z0-9._-]*", p) for p in kind.packages)
-    assert kind.layers is None or kind.layers in METHODS
+    assert kind.layers is None or callable(method(kind.layers)), "the per-layer method it names is a module of diagnostics/layers/"
     if all(_installed(package) for package in kind.packages):  # litert's live in an environment of their own (tox -e litert)
         for entry in kind.preload:  # a module, or module:function (a warm-up the build server runs once)
             module, _, function = entry.partition(":")

@@ -8,7 +8,7 @@ from collections import namedtuple
 import numpy as np
 import torch
 
-from export_check.diagnostics.divergence import layer_delta
+from export_check.diagnostics.layers._common import layer_delta
 from export_check.diagnostics.outputs import graph_value, pick, tensors
 
 
