@@ -257,7 +257,9 @@ def _cmd_judge(args: argparse.Namespace) -> int:
 
     refuse_folders(args)
     refuse_writing_over({f"--{flag}": getattr(args, flag, None) for flag in REPORT_FLAGS}, [args.report_file], "the report this judge reads")
-    values = {o.gate.name: getattr(args, o.python) for o in for_command(JUDGE) if o.gate is not None}
+    from .decode.gates import OPTIONS as DECODE
+
+    values = {o.gate.name if o.gate else o.name: getattr(args, o.python) for o in for_command(JUDGE) if o.gate is not None or o.name in DECODE}
     report = escaped(judge_report(args.report_file, values, strict=True if args.strict else None))
     if isinstance(report, Report):
         return _show(report, args, {})

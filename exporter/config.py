@@ -288,6 +288,7 @@ class RunConfig:
     arch_root: Path | None = None  # where a module-form arch spec is imported from
     kinds: tuple[str, ...] = ()  # empty: the default group (artifacts.GROUPS); options.to_run_config resolves group names
     thresholds: Thresholds = field(default_factory=Thresholds)
+    decode_gates: tuple[tuple[str, float], ...] = ()  # a language model's gate options given (decode/gates.py OPTIONS): (name, value)
     batch_size: int = 16
     opset: int = 17
     onnx_exporter: str = "torchscript"

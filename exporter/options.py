@@ -147,6 +147,15 @@ def _gate_row(o: GateOption) -> Option:
     return Option(o.name, o.name.replace("-", "_"), "float", o.help, (CHECK, JUDGE), metavar=o.metavar, settings=True, gate=o)
 
 
+def _decode_gate_rows() -> tuple[Option, ...]:
+    """A language model's weight-only gate bounds (decode/gates.py OPTIONS; RunConfig.decode_gates): check and judge."""
+    from .decode.gates import GATES, OPTION_HELP
+    from .decode.gates import OPTIONS as DECODE
+
+    return tuple(Option(name, name.replace("-", "_"), "float", OPTION_HELP[bound].format(family=family, default=getattr(GATES[family], bound)),
+                        (CHECK, JUDGE), metavar="X", settings=True) for name, (family, bound) in DECODE.items())
+
+
 OPTIONS: tuple[Option, ...] = (
     # every command that loads a checkpoint
     Option("checkpoint", "checkpoint", "path", "trained state_dict (.pth/.pt/.safetensors)", MODEL, positional=True, field="checkpoint"),
@@ -172,6 +181,7 @@ OPTIONS: tuple[Option, ...] = (
            "or kind names (default: default; docs/reference/artifact-kinds.md)", (CHECK,), default=_run_default("kinds"),
            metavar="KINDS", settings=True, field="kinds", check=lambda value, source: known_kinds(value, f"{source}: artifacts")),
     *(_gate_row(o) for o in GATE_OPTIONS),
+    *_decode_gate_rows(),
     Option("opset", "opset", "int", "ONNX opset (default: {default})", (CHECK,), default=_run_default("opset"), settings=True, field="opset"),
     Option("onnx-exporter", "onnx_exporter", "str", "torch.onnx exporter (default: {default}; dynamo needs onnxscript)", (CHECK,),
            default=_run_default("onnx_exporter"), choices=ONNX_EXPORTERS, settings=True, field="onnx_exporter"),
@@ -455,6 +465,9 @@ def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     if values.get("no_cache"):
         config["cache_dir"] = None
     thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate}, values.get("output_gates"))
-    return RunConfig(**config, arch_root=values["arch_root"], thresholds=thresholds,
+    from .decode.gates import OPTIONS as DECODE
+
+    decode_gates = tuple((o.name, values[o.python]) for o in rows if o.name in DECODE and values[o.python] is not None)
+    return RunConfig(**config, arch_root=values["arch_root"], thresholds=thresholds, decode_gates=decode_gates,
                      signature_settings=values.get("signature_settings") or SignatureSettings(),
                      settings_files=tuple(values.get("settings_files", ())), settings_ignored=tuple(values.get("settings_ignored", ())))

@@ -9,7 +9,9 @@ are the same as those of a fresh check with those gates. Nothing here imports to
 
 What a gate asks for and the report never measured (an allclose pair, a top-k, a per-layer table) is
 not invented: the row fails with "... was not measured" and the run's note says which gates need a new
-check. A fleet's report (several models) is judged model by model. The report is read as ``merge``
+check. A language model's report holds its verdicts in its rows (``decode_judge``, ``token_verdict``):
+those are judged again by the decode judge (``decode.rows.judged_again``). A fleet's report (several
+models) is judged model by model. The report is read as ``merge``
 reads one: bounded, its seal checked before its JSON is parsed.
 """
 
@@ -64,7 +66,10 @@ def _golden(data: dict[str, Any]) -> GoldenSummary:
 def judge_data(data: dict[str, Any], where: str, values: dict[str, Any], strict: bool | None = None) -> Report:
     """One model's report (its JSON, as read) judged with the gate options ``values`` laid over its own gates."""
     started = time.perf_counter()
-    observations = _observations(data, where)
+    from .decode.rows import is_decode_report, judged_again
+
+    decode = is_decode_report(data)  # a language model's verdicts are stored in its rows (exporter/decode/rows.py)
+    observations = [] if decode else _observations(data, where)
     try:
         recorded = Thresholds.from_json(data["thresholds"], where)
         settings = dict(data.get("settings") or {})
@@ -88,7 +93,11 @@ def judge_data(data: dict[str, Any], where: str, values: dict[str, Any], strict:
     if wanting:
         notes.append(f"judge: the report lacks what these gates ask for: {'; '.join(wanting)}; a check with these gates measures it "
                      "(export-check check ... with the same gate options)")
-    rows = judge_rows(observations, thresholds, diagnose, strict)
+    if decode:
+        rows, decode_notes = judged_again(data, where, values)
+        notes += decode_notes
+    else:
+        rows = tuple(judge_rows(observations, thresholds, diagnose, strict))
     return Report(created=datetime.now(UTC).isoformat(timespec="seconds"), thresholds=thresholds, rows=tuple(rows),
                   seconds=time.perf_counter() - started, timings=(("judge", round(time.perf_counter() - started, 4)),),
                   run_notes=tuple(notes), observations=tuple(observations), tool_version=tool_version, checkpoint=checkpoint,

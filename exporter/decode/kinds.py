@@ -6,6 +6,12 @@ is the decode step of :mod:`.steps` with its static KV cache, in the forms peopl
 
 Weight-only int8 (torchao ``Int8WeightOnlyConfig``) quantizes ``nn.Linear`` weights: every projection
 of the Llama layout, only the (tied) output head of GPT-2, whose projections are ``Conv1D``.
+
+Weight-only int4 is torchao's ``IntxWeightOnlyConfig(weight_dtype=torch.int4)``, groups of
+``INT4_GROUP_SIZE`` along each row, on the same layers: the int4 form that builds and runs on a CPU.
+``Int4WeightOnlyConfig`` (torchao 0.18) does not here: its plain and preshuffled packings import the
+CUDA kernels of ``mslk``, ``plain_int32`` "does not support device 'cpu' yet", ``tile_packed_to_4d``
+needs bfloat16 and an NVIDIA driver, and the CPU layout of its version 1 is gone.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from typing import Any
 
 import torch
 
+from .gates import INT4_GROUP_SIZE
 from .steps import INPUTS, OUTPUTS, BufferedCacheStep, CachedStep, FullForward, empty_cache
 
-FLOAT, INT8_WEIGHT = "float", "int8-weight"
+FLOAT, INT8_WEIGHT, INT4_WEIGHT = "float", "int8-weight", "int4-weight"
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,16 @@ def build_torchao_int8(model: Any, cache_length: int, path: Path, bugs: dict) ->
     _written(path, lambda name: torch.export.save(program, name))
 
 
+def build_torchao_int4(model: Any, cache_length: int, path: Path, bugs: dict) -> None:
+    from torchao.quantization import IntxWeightOnlyConfig, PerGroup, quantize_
+
+    quantized = copy.deepcopy(model)
+    quantize_(quantized, IntxWeightOnlyConfig(weight_dtype=torch.int4,  # type: ignore[attr-defined]
+                                          granularity=PerGroup(INT4_GROUP_SIZE)))
+    program = _step_program(quantized, cache_length, bugs)
+    _written(path, lambda name: torch.export.save(program, name))
+
+
 KINDS = (
     DecodeKind("full-forward", FLOAT, ".pt2", "torch-export-full", build_full_forward),
     DecodeKind("decode-torch-export", FLOAT, ".pt2", "torch-export", build_torch_export),
@@ -127,5 +144,6 @@ KINDS = (
     # the runner's own generation is judged too (stepper.py): a runner that disagrees with the stepped loop fails the row
     DecodeKind("decode-executorch-runner", FLOAT, ".pte", "executorch-runner", build_executorch_runner, needs=("executorch",)),
     DecodeKind("decode-torchao-int8", INT8_WEIGHT, ".pt2", "torch-export", build_torchao_int8, needs=("torchao",), stepper_extra="torchao"),
+    DecodeKind("decode-torchao-int4", INT4_WEIGHT, ".pt2", "torch-export", build_torchao_int4, needs=("torchao",), stepper_extra="torchao"),
 )
 KINDS_BY_NAME = {kind.name: kind for kind in KINDS}

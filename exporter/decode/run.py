@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import time
 import warnings
 from collections.abc import Callable
@@ -21,19 +20,18 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..compare import Metrics
 from ..config import RunConfig
 from ..files import file_info, locked_out_dir, prepare_out_dir
-from ..gates import Gate
 from ..model import load_model, pinned_threads
-from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, GoldenSummary, Report, Row
+from ..results import ERROR, NOT_APPLICABLE, PASS, GoldenSummary, Report, Row
 from ..versions import library_versions
 from . import goldenset, reference
-from .gates import FLOAT_MAX_MAE, GATES, INT8_MIN_TOP1, DecodePath, judge
-from .kinds import FLOAT, KINDS, DecodeKind
+from .gates import DecodePath, GenerationGate, gates_for
+from .kinds import KINDS, DecodeKind
+from .rows import ROW_GATES, judged_row, row_family
 from .stepping import SteppingFailed, step_file
 from .steps import cache_shape
-from .verdicts import TokenVerdict, token_verdict
+from .verdicts import token_verdict
 
 
 @dataclass(frozen=True)
@@ -55,39 +53,6 @@ class Reference:
     generated: list[np.ndarray]
 
 
-# What the views' gate column and gates line show (exporter/gates.Gate bounds no KL and no generation): the decode gate
-# itself is each row's details["decode_gate"] and the run's note.
-ROW_GATES = {"eager": Gate(max_mae=FLOAT_MAX_MAE), "float": Gate(max_mae=FLOAT_MAX_MAE), "int8": Gate(max_relative_mae=1.0, min_top1=INT8_MIN_TOP1)}
-
-
-def _metrics(verdict: TokenVerdict) -> Metrics:
-    changed = tuple(i for i, p in enumerate(verdict.prompts) if not p.equal)
-    ordered = sorted(verdict.per_prompt_mae)
-    return Metrics(images=len(verdict.prompts), mae=verdict.mae, max_abs=verdict.max_abs, median_abs=float(np.median(ordered)),
-                   top1_agreement=verdict.top1_agreement, top1_changed=changed, nonfinite=0, per_image_mae=verdict.per_prompt_mae,
-                   agreement="per-position", position_agreement=verdict.top1_agreement)
-
-
-def _details(verdict: TokenVerdict, gate_text: str, cache_length: int | None) -> tuple[tuple[str, str], ...]:
-    details = [("decode_gate", gate_text), ("generations_equal", f"{verdict.generations_equal}/{len(verdict.prompts)}"),
-               ("kl_mean", f"{verdict.kl_mean:.3g}"), ("kl_worst", f"{verdict.kl_worst:.3g}"),
-               ("top1_agreement", f"{verdict.top1_agreement:.4f}"),
-               ("perplexity", f"{verdict.perplexity:.4f} (reference {verdict.reference_perplexity:.4f}, "
-                              f"{verdict.perplexity - verdict.reference_perplexity:+.4f})")]
-    if cache_length is not None:
-        details.append(("cache_length", str(cache_length)))
-    details += [(f"diverged:{p.name}", f"step {p.first_step}: {p.expected_text!r} -> {p.got_text!r}") for p in verdict.diverged]
-    details.append(("token_verdict", json.dumps(verdict.to_json())))  # every figure unrounded, for the JSON report's readers
-    return tuple(details)
-
-
-def _row(name: str, family: str, verdict: TokenVerdict, path: DecodePath, against: str, decoded_family: str, **extra) -> tuple[Row, TokenVerdict]:
-    gate = GATES[decoded_family]
-    passed, reasons = judge(name, verdict, gate, path, against)
-    return Row(name=name, family=family, compared_with=against, status=PASS if passed else FAIL, gate=ROW_GATES[family], metrics=_metrics(verdict),
-               reasons=reasons, details=_details(verdict, gate.describe(), path.cache_length), **extra), verdict
-
-
 def eager_reference(model, golden: goldenset.GenerativeSet) -> Reference:
     prompts, approved = list(golden.prompts), list(golden.continuations)
     generated = [reference.greedy(model, p, golden.new_tokens) for p in prompts]
@@ -96,10 +61,9 @@ def eager_reference(model, golden: goldenset.GenerativeSet) -> Reference:
 
 
 def _kind_row(kind: DecodeKind, model, golden: goldenset.GenerativeSet, eager: Reference, out_dir: Path, plant: Plant,
-              single_forward_passed: bool | None, decode: Callable) -> Row:
+              single_forward_passed: bool | None, decode: Callable, gate: GenerationGate) -> Row:
     missing = [m for m in kind.needs if importlib.util.find_spec(m) is None]
-    gate_family = kind.family
-    family = "float" if gate_family == FLOAT else "int8"
+    family = row_family(kind.family)
     if missing:
         return Row(kind.name, family, "eager", NOT_APPLICABLE, ROW_GATES[family], None, (f"needs {', '.join(missing)}, not installed",))
     needed = max(len(p) for p in eager.prompts) + golden.new_tokens
@@ -127,17 +91,16 @@ def _kind_row(kind: DecodeKind, model, golden: goldenset.GenerativeSet, eager: R
     notes = tuple(dict.fromkeys(f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught))
     if kind.runtime == "executorch-runner" and not runner_reads:
         notes += ("ExecuTorch's runner reads text prompts with a tokenizer; this set's prompts are token ids: only the stepped loop is judged",)
-    row = _row(kind.name, family, verdict, decode_path, "eager", gate_family, artifact=file_info(path), build_seconds=built,
-               replay_seconds=stepped.seconds, notes=notes)[0]
     disagree = runner_disagreement(eager.names, stepped, decode, model.config.eos_token_id)
+    extra: tuple[tuple[str, str], ...] = ()
     if stepped.runner is not None:
         raised = [(n, t[1:]) for n, t in zip(eager.names, stepped.runner, strict=True) if t.startswith("\0")]
         compared = len(eager.names) - len(raised)
-        agreed = ("runner_agrees", "no: see the reasons" if disagree else f"{compared}/{compared} prompts")
-        # the runner's own failure (not the file's): a visible note, the prompt not compared
-        notes = tuple(f"ExecuTorch's runner raised on prompt {n}, not compared there: {why}" for n, why in raised)
-        row = dataclasses.replace(row, details=row.details + (agreed,), notes=row.notes + notes)
-    return dataclasses.replace(row, status=FAIL, reasons=row.reasons + disagree) if disagree else row
+        extra = (("runner_agrees", "no: see the reasons" if disagree else f"{compared}/{compared} prompts"),)
+        # the runner's own failure (not the file's): a visible note, the prompt not compared there
+        notes += tuple(f"ExecuTorch's runner raised on prompt {n}, not compared there: {why}" for n, why in raised)
+    return judged_row(kind.name, kind.family, verdict, gate, decode_path, "eager", disagree, extra, artifact=file_info(path),
+                      build_seconds=built, replay_seconds=stepped.seconds, notes=notes)
 
 
 def runner_disagreement(names: list[str], stepped, decode: Callable, eos: int | None) -> tuple[str, ...]:
@@ -168,6 +131,7 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
     names = [k.name for k in KINDS]
     chosen = plant.kinds or tuple(k for k in config.kinds if k in names) or tuple(names)
     decode = golden.decoder()
+    gates = gates_for(dict(config.decode_gates, **{"max-mae": config.thresholds.gate_for("float").max_mae}))
     with pinned_threads(config.threads), locked_out_dir(out_dir):
         progress("loading checkpoint")
         model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root)
@@ -175,13 +139,13 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
         eager = eager_reference(model, golden)
         verdict = token_verdict(eager.names, eager.prompts, eager.approved, list(golden.logits), list(golden.continuations),
                                 tuple(eager.logits), tuple(eager.generated), decode)
-        rows = [_row("eager", "eager", verdict, DecodePath(False, None, None), "golden", "eager")[0]]
+        rows = [judged_row("eager", "eager", verdict, gates["eager"], DecodePath(False, None, None), "golden")]
         single_forward: bool | None = None
         for kind in KINDS:
             if kind.name not in chosen:
                 continue
             progress(f"{kind.name}: build, step, judge")
-            row = _kind_row(kind, model, golden, eager, out_dir, plant, single_forward, decode)
+            row = _kind_row(kind, model, golden, eager, out_dir, plant, single_forward, decode, gates[kind.family])
             if kind.name == "full-forward":
                 single_forward = row.status == PASS
             rows.append(row)
@@ -191,9 +155,11 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
                              created=str(golden.manifest.get("created", "")),
                              recorded_checkpoint_sha256=golden.manifest["model"].get("checkpoint_sha256"),
                              recorded_with=tuple(sorted(golden.manifest.get("recorded_with", {}).items())), label_accuracy=None),
-        thresholds=dataclasses.replace(config.thresholds, gates=tuple(ROW_GATES.items())),
+        # every family's gate, as a report holds them (judge reads them back); the weight-only rows shown as the views' int8
+        thresholds=dataclasses.replace(config.thresholds, gates=tuple((f, ROW_GATES["int8"] if f == "int8" else g)
+                                                                      for f, g in config.thresholds.gates)),
         settings=tuple(sorted(config.settings_json().items())),
         versions=tuple(sorted(library_versions(()).items())), rows=tuple(rows), seconds=time.perf_counter() - started,
         out_dir=str(out_dir), run_notes=(f"generative golden set: {len(golden)} prompts x {golden.new_tokens} new tokens, "
                                          f"each decode kind stepped token by token from its file",
-                                         "decode gates: " + "; ".join(f"{f} {g.describe()}" for f, g in GATES.items())))
+                                         "decode gates: " + "; ".join(f"{f} {g.describe()}" for f, g in gates.items())))

@@ -30,7 +30,7 @@ import numpy as np
 def _torch_loader(path: str, full: bool):
     import torch
 
-    if "torchao" in sys.argv[6:7]:  # a weight-only int8 file: torchao registers the ops and tensor types it holds
+    if "torchao" in sys.argv[6:7]:  # a weight-only int8 or int4 file: torchao registers the ops and tensor types it holds
         import torchao  # noqa: F401
     module = torch.export.load(path).module()
 

@@ -64,7 +64,15 @@ class TokenVerdict:
         return {"positions": self.positions, "mae": self.mae, "max_abs": self.max_abs, "kl_mean": self.kl_mean,
                 "kl_worst": self.kl_worst, "top1_agreement": self.top1_agreement, "perplexity": self.perplexity,
                 "reference_perplexity": self.reference_perplexity, "perplexity_change": self.perplexity - self.reference_perplexity,
-                "generations_equal": self.generations_equal, "prompts": [p.to_json() for p in self.prompts]}
+                "generations_equal": self.generations_equal, "prompts": [p.to_json() for p in self.prompts],
+                "per_prompt_mae": list(self.per_prompt_mae)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TokenVerdict:
+        """The verdict ``to_json`` wrote (a stored report's, judged again); what it derives is derived again."""
+        prompts = tuple(PromptVerdict(**{k: v for k, v in p.items() if k != "position"}) for p in data["prompts"])
+        return cls(**{k: data[k] for k in ("positions", "mae", "max_abs", "kl_mean", "kl_worst", "top1_agreement", "perplexity",
+                                           "reference_perplexity")}, prompts=prompts, per_prompt_mae=tuple(data["per_prompt_mae"]))
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -21,31 +23,50 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import NO_TORCH, read_report
 from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.decode import goldenset
+from export_check.decode.gates import INT4_MAX_KL_MEAN, INT4_MIN_TOP1, INT8_MAX_KL_MEAN, INT8_MIN_TOP1
 from export_check.decode.run import Plant, run_generation
 from export_check.errors import UsageError
 from export_check.model import load_model
+from export_check.report import json_report
+from export_check.report.seal import sealed
 from export_check.run.pipeline import run_check
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = ROOT / "models" / "checkpoints"
-PROMPTS = ['The "return" statement', "A class definition defines", "The for statement is used to", "Exceptions are raised by"]
-NEW_TOKENS = 8
+PROMPTS = ['The "return" statement', "A class definition defines", "The for statement is used to", "Exceptions are raised by",
+           "The while statement is used for", "A function definition defines", "The import statement", "Names refer to objects",
+           "The if statement is used for", "A module is", "The with statement is used to", "Lambda expressions",
+           "The try statement specifies", "An assignment statement", "The global statement", "Comparisons yield"]
+NEW_TOKENS = 32  # the main comparison: 16 prompts x 32 tokens on both decoders
+SMALL, SMALL_TOKENS = PROMPTS[:4], 8  # the planted bugs and golden approve: 4 prompts x 8 tokens
+KINDS = ["full-forward", "decode-torch-export", "decode-onnx", "decode-executorch", "decode-executorch-runner", "decode-torchao-int8",
+         "decode-torchao-int4"]
 
 
 def arch(name: str) -> str:
     return f"{ROOT / 'models' / 'decoders.py'}:{name}"
 
 
+def _prompts(folder: Path, prompts: list[str], new_tokens: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "prompts.txt").write_text("\n".join(prompts) + "\n")
+    shutil.copyfile(CHECKPOINTS / "decoder_tokenizer.json", folder / "tokenizer.json")
+    (folder / "generation.json").write_text(json.dumps({"new_tokens": new_tokens}))
+    return folder
+
+
 @pytest.fixture(scope="module")
 def prompts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("prompts")
-    (folder / "prompts.txt").write_text("\n".join(PROMPTS) + "\n")
-    shutil.copyfile(CHECKPOINTS / "decoder_tokenizer.json", folder / "tokenizer.json")
-    (folder / "generation.json").write_text(json.dumps({"new_tokens": NEW_TOKENS}))
-    return folder
+    return _prompts(tmp_path_factory.mktemp("prompts"), PROMPTS, NEW_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def small_prompts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _prompts(tmp_path_factory.mktemp("small-prompts"), SMALL, SMALL_TOKENS)
 
 
 def record(name: str, prompts_dir: Path, golden: Path) -> None:
@@ -73,8 +94,8 @@ def _onnx_step(path: Path):
 
 
 def _pt2_step(path: Path):
-    if "int8" in path.name:
-        import torchao  # noqa: F401  (the int8 tensors' ops)
+    if "torchao" in path.name:
+        import torchao  # noqa: F401  (the int8 and int4 tensors' ops)
     module = torch.export.load(str(path)).module()
 
     def step(t, p, k, v):
@@ -105,7 +126,7 @@ def _executorch_runtime():
     return Runtime.get()
 
 
-def runner_texts_by_hand(path: Path, tokenizer: Path, texts) -> list[str | None]:
+def runner_texts_by_hand(path: Path, tokenizer: Path, texts, new_tokens: int) -> list[str | None]:
     """ExecuTorch's own TextLLMRunner, greedy, from each prompt's text (None: it raised, e.g. on a token that is not whole UTF-8)."""
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
@@ -114,7 +135,7 @@ def runner_texts_by_hand(path: Path, tokenizer: Path, texts) -> list[str | None]
         runner.reset()
         pieces: list[str] = []
         try:
-            runner.generate(text, GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, temperature=0.0), token_callback=pieces.append)
+            runner.generate(text, GenerationConfig(echo=False, max_new_tokens=new_tokens, temperature=0.0), token_callback=pieces.append)
         except UnicodeDecodeError:
             out.append(None)
             continue
@@ -132,15 +153,15 @@ def stepped_by_hand(step, shape, prompt: np.ndarray, approved: np.ndarray) -> tu
             out.append(np.asarray(logits).reshape(-1))
             if position >= len(tokens) - 1:
                 fed.append(int(np.argmax(out[-1])))
-        return np.stack(out), np.asarray(fed[len(tokens):len(tokens) + NEW_TOKENS])
-    return run(np.concatenate([prompt, approved]), 0)[0], run(prompt, NEW_TOKENS - 1)[1]
+        return np.stack(out), np.asarray(fed[len(tokens):len(tokens) + len(approved)])
+    return run(np.concatenate([prompt, approved]), 0)[0], run(prompt, len(approved) - 1)[1]
 
 
 def full_by_hand(path: Path, prompt: np.ndarray, approved: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     module = torch.export.load(str(path)).module()
     call = lambda ids: module(torch.tensor(np.asarray(ids, np.int64))[None])[0].detach().numpy()  # noqa: E731
     sequence = list(prompt)
-    for _ in range(NEW_TOKENS):
+    for _ in range(len(approved)):
         sequence.append(int(np.argmax(call(sequence)[-1])))
     return call(np.concatenate([prompt, approved])), np.asarray(sequence[len(prompt):])
 
@@ -149,7 +170,7 @@ def eager_by_hand(model, prompt: np.ndarray, approved: np.ndarray) -> tuple[np.n
     with torch.no_grad():
         forced = model(torch.tensor(np.concatenate([prompt, approved]))[None]).logits[0].numpy()
         sequence = torch.tensor(prompt)[None]
-        for _ in range(NEW_TOKENS):
+        for _ in range(len(approved)):
             sequence = torch.cat([sequence, model(sequence).logits[:, -1:].argmax(-1)], dim=1)
     return forced, sequence[0, len(prompt):].numpy()
 
@@ -174,16 +195,54 @@ def verdict_of(row) -> dict:
 
 def test_every_kind_is_built_stepped_and_passes(checked) -> None:
     name, report, config = checked
-    assert [(r.name, r.status) for r in report.rows] == [("eager", "pass"), ("full-forward", "pass"), ("decode-torch-export", "pass"),
-                                                         ("decode-onnx", "pass"), ("decode-executorch", "pass"),
-                                                         ("decode-executorch-runner", "pass"), ("decode-torchao-int8", "pass")]
-    assert report.passed and report.golden.inputs == len(PROMPTS)
+    assert [(r.name, r.status) for r in report.rows] == [("eager", "pass"), *((k, "pass") for k in KINDS)]
+    assert report.passed and report.golden.inputs == len(PROMPTS) == 16
     for row in report.rows[1:]:
         assert row.artifact is not None and Path(row.artifact.path).is_file() and row.artifact.size_bytes > 100_000
     for row in report.rows[:6]:  # float: every generation identical, the logits within 1e-5
         assert verdict_of(row)["generations_equal"] == len(PROMPTS) and row.metrics.mae <= 1e-5
-    int8 = verdict_of(report.rows[-1])
-    assert int8["kl_mean"] <= 1e-3 and int8["top1_agreement"] >= 0.95 and int8["mae"] > 0  # the documented int8 gate, and int8 it is
+        assert len(verdict_of(row)["prompts"]) == 16 and verdict_of(row)["positions"] >= 16 * (NEW_TOKENS + 4)
+    int8, int4 = verdict_of(report.row("decode-torchao-int8")), verdict_of(report.row("decode-torchao-int4"))
+    assert int8["kl_mean"] <= INT8_MAX_KL_MEAN and int8["top1_agreement"] >= INT8_MIN_TOP1 and int8["mae"] > 0  # int8 it is
+    # weight-only int4 (torchao's IntxWeightOnlyConfig, the int4 form that runs on a CPU): its own family and measured gate,
+    # ten times int8's error or more, and its generations free to differ
+    assert int4["kl_mean"] <= INT4_MAX_KL_MEAN and int4["top1_agreement"] >= INT4_MIN_TOP1 and int4["kl_mean"] > 10 * int8["kl_mean"]
+    record = json.loads(dict(report.row("decode-torchao-int4").details)["decode_judge"])
+    assert record["family"] == "int4-weight" and record["gate"]["max_kl_mean"] == INT4_MAX_KL_MEAN
+    assert dict(report.row("decode-torchao-int4").details)["decode_gate"] == f"KL mean<={INT4_MAX_KL_MEAN:g} & top1>={INT4_MIN_TOP1:.0%}"
+
+
+def _sealed_json(report, path: Path) -> Path:
+    path.write_text(sealed(json_report.render(report))[0])
+    return path
+
+
+def test_judge_applies_new_decode_gates_to_a_stored_report_without_torch(checked, tmp_path: Path, monkeypatch) -> None:
+    """`export-check judge REPORT.json` on a language model's report: its stored verdicts judged by the same decode judge."""
+    name, report, config = checked
+    monkeypatch.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(tmp_path / "cache.key"))
+    stored = _sealed_json(report, tmp_path / "first.json")
+    kl = verdict_of(report.row("decode-torchao-int8"))["kl_mean"]
+    tight = kl / 2
+    judged = subprocess.run([sys.executable, "-c", NO_TORCH, "judge", str(stored), "--int8-weight-max-kl", repr(tight), "--json",
+                             str(tmp_path / "tight.json")], capture_output=True, text=True, timeout=300)
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    rows = {r["name"]: r for r in read_report(tmp_path / "tight.json")["rows"]}
+    int8 = rows["decode-torchao-int8"]
+    worst = verdict_of(report.row("decode-torchao-int8"))["kl_worst"]
+    assert (int8["status"], int8["reasons"]) == ("fail", [f"KL to eager {kl:.3g} nats (mean; worst {worst:.3g}) > {tight:g}"])
+    assert int8["details"]["decode_gate"] == f"KL mean<={tight:g} & top1>={INT8_MIN_TOP1:.0%}"
+    assert [(n, r["status"]) for n, r in rows.items() if n != "decode-torchao-int8"] == [(r.name, r.status) for r in report.rows
+                                                                                        if r.name != "decode-torchao-int8"]
+    assert "decode gates changed: int8-weight KL mean<=0.001 & top1>=95% -> " in " ".join(judged.stdout.split())
+    # with the report's own gates: the same verdicts, reasons and figures, exit 0
+    assert main(["judge", str(stored), "-q", "--json", str(tmp_path / "same.json")]) == 0
+    same = read_report(tmp_path / "same.json")["rows"]
+    assert [(r["name"], r["status"], r["reasons"], r["metrics"] and r["metrics"]["mae"]) for r in same] == \
+        [(r.name, r.status, list(r.reasons), r.metrics and r.metrics.mae) for r in report.rows]
+    assert [r["details"]["token_verdict"] for r in same] == [dict(r.details)["token_verdict"] for r in report.rows]
+    # a bound out of range: one line naming the option, exit 2
+    assert main(["judge", str(stored), "--int4-weight-min-top1", "1.5"]) == 2
 
 
 @pytest.mark.cpu_sensitive
@@ -212,7 +271,7 @@ def test_each_figure_equals_an_independent_decode_loop(checked) -> None:
     # ExecuTorch's own runner, from the prompts' text: the approved continuations, as the row says
     runner = next(r for r in report.rows if r.name == "decode-executorch-runner")
     decode = golden.decoder()
-    texts = runner_texts_by_hand(Path(runner.artifact.path), golden.tokenizer, golden.texts)
+    texts = runner_texts_by_hand(Path(runner.artifact.path), golden.tokenizer, golden.texts, golden.new_tokens)
     compared = [(t, decode(c)) for t, c in zip(texts, approved, strict=True) if t is not None]
     assert compared and all(t == want for t, want in compared)
     assert dict(runner.details)["runner_agrees"] == f"{len(compared)}/{len(compared)} prompts"
@@ -229,9 +288,9 @@ PLANTED = {
 
 
 @pytest.fixture(scope="module")
-def llama_golden(prompts_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def llama_golden(small_prompts_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     golden = tmp_path_factory.mktemp("planted") / "golden"
-    record("llama_tiny", prompts_dir, golden)
+    record("llama_tiny", small_prompts_dir, golden)
     return golden
 
 
@@ -248,7 +307,7 @@ def test_planted_decode_bug_passes_the_single_forward_and_fails_generation(bug: 
     golden = goldenset.load_set(llama_golden)
     model = load_model(config.checkpoint, config.arch, {}, None)
     mc = model.config
-    shape = (mc.num_hidden_layers, mc.num_key_value_heads, plant.cache_length or max(map(len, golden.prompts)) + NEW_TOKENS,
+    shape = (mc.num_hidden_layers, mc.num_key_value_heads, plant.cache_length or max(map(len, golden.prompts)) + SMALL_TOKENS,
              mc.hidden_size // mc.num_attention_heads)
     step = _onnx_step(Path(onnx.artifact.path))
     first = None
@@ -265,9 +324,9 @@ def test_planted_decode_bug_passes_the_single_forward_and_fails_generation(bug: 
     assert any(cause in r for r in onnx.reasons), onnx.reasons
 
 
-def test_golden_verify_and_approve_on_a_generative_set(prompts_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_golden_verify_and_approve_on_a_generative_set(small_prompts_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     golden = tmp_path / "golden"
-    record("gpt2_tiny", prompts_dir, golden)
+    record("gpt2_tiny", small_prompts_dir, golden)
     assert main(["golden", "verify", str(golden)]) == 0
     capsys.readouterr()
     llama = ["golden", "approve", str(CHECKPOINTS / "llama_tiny.pth"), "--arch", arch("llama_tiny"), "--golden", str(golden)]
@@ -281,12 +340,12 @@ def test_golden_verify_and_approve_on_a_generative_set(prompts_dir: Path, tmp_pa
     old = goldenset.load_set(golden)
     changed = [n for n, p, c in zip(old.names, old.prompts, old.continuations, strict=True) if not np.array_equal(eager_by_hand(model, p, c)[1], c)]
     assert all(np.array_equal(eager_by_hand(gpt2, p, c)[1], c) for p, c in zip(old.prompts, old.continuations, strict=True))
-    assert f"generations changed: {len(changed)} of {len(PROMPTS)} prompts" in out and changed
+    assert f"generations changed: {len(changed)} of {len(SMALL)} prompts" in out and changed
     assert all(f"  {n}: from step " in out for n in changed)
     assert main(llama) == 0
     new = goldenset.load_set(golden)
     assert new.manifest["model"]["checkpoint_sha256"] != old.manifest["model"]["checkpoint_sha256"]
-    assert all(np.array_equal(eager_by_hand(model, p, np.zeros(0, np.int64))[1], c) for p, c in zip(new.prompts, new.continuations, strict=True))
+    assert all(np.array_equal(eager_by_hand(model, p, c)[1], c) for p, c in zip(new.prompts, new.continuations, strict=True))
     assert sorted(p.name for p in golden.iterdir()) == sorted(["manifest.json", *(e["file"] for e in new.manifest["files"].values() if e)])
     # one byte of the reference changed: verify names the file, exit 1; a check refuses the set before anything is built
     reference = golden / new.manifest["files"]["reference"]["file"]

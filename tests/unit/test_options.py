@@ -26,8 +26,9 @@ from export_check.settings import golden_params, parse_settings
 # RunConfig fields no option sets directly: arch_root goes with arch (the folder of the settings file
 # that named it); thresholds are set by the gate rows; signature_settings by the settings-only
 # model-inputs and outputs tables; settings_files by the lookup that found them (issue 24), settings_ignored
-# by the same lookup (the files beside the checkpoint it did not read, issue 47).
-DERIVED = {"arch_root", "thresholds", "signature_settings", "settings_files", "settings_ignored"}
+# by the same lookup (the files beside the checkpoint it did not read, issue 47); decode_gates by the language model's
+# gate rows (issue 45, decode/gates.py OPTIONS).
+DERIVED = {"arch_root", "thresholds", "signature_settings", "settings_files", "settings_ignored", "decode_gates"}
 
 
 def test_every_user_settable_runconfig_field_has_exactly_one_row() -> None:
@@ -68,6 +69,8 @@ def test_settings_keys_are_the_ones_settings_files_have_always_had() -> None:
         *(f"{prefix}{stem}" for prefix in ("", "int8-", "fp16-", "bf16-") for stem in ("max-accuracy-drop", "min-topk", "top-k")),
         # issue 25.6: the character error rate of CTC outputs, per family
         *(f"{prefix}max-cer" for prefix in ("", "int8-", "fp16-", "bf16-")),
+        # issue 45: a language model's weight-only gates
+        "int8-weight-max-kl", "int8-weight-min-top1", "int4-weight-max-kl", "int4-weight-min-top1",
     }
 
 

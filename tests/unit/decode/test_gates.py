@@ -69,3 +69,41 @@ def test_token_verdict_counts_by_hand() -> None:
     assert out.top1_agreement == pytest.approx(2 / 3) and out.kl_worst == pytest.approx(0.1 * np.log(0.1 / 0.7) + 0.8 * np.log(0.8 / 0.2))
     assert out.perplexity == pytest.approx(1 / 0.2) and out.reference_perplexity == pytest.approx(1 / 0.8)
     assert out.prompts[0].first_step == 0 and (out.prompts[0].expected_text, out.prompts[0].got_text) == ("<1>", "<0>")
+
+
+def test_the_options_lay_new_bounds_over_a_family_and_refuse_one_out_of_range() -> None:
+    from export_check.decode.gates import gates_for, overlaid
+    from export_check.errors import UsageError
+
+    gates = gates_for({"max-mae": 1e-4, "int4-weight-min-top1": 0.9, "int8-weight-max-kl": None})
+    assert (gates["float"].max_mae, gates["eager"].max_mae, gates["int4-weight"].min_top1) == (1e-4, 1e-4, 0.9)
+    assert gates["int8-weight"] == GATES["int8-weight"] and gates["int4-weight"].max_kl_mean == GATES["int4-weight"].max_kl_mean
+    for name, bad in (("int8-weight-min-top1", 1.5), ("int4-weight-max-kl", -1.0), ("int8-weight-max-kl", float("nan"))):
+        with pytest.raises(UsageError, match=f"^--{name} must be "):
+            overlaid(GATES["int8-weight"], "int8-weight" if name.startswith("int8") else "int4-weight", {name: bad})
+
+
+def test_a_stored_row_judged_again_is_the_same_judge_with_the_new_bounds() -> None:
+    """rows.judged_again reads back what judged_row stored (as the JSON report holds it) and judges it again."""
+    import json
+
+    from export_check.decode.rows import judged_again, judged_row
+
+    int8 = verdict((SAME, diverged("p1", 5, 2)), mae=6e-3, kl=4e-5, top1=0.99)
+    float_row = judged_row("full-forward", "float", verdict((SAME, SAME), mae=5e-7), GATES["float"], DecodePath(False, None, None), "eager")
+    onnx = judged_row("decode-onnx", "float", verdict((SAME, diverged("p1", 5, 2)), mae=2e-6), GATES["float"], DecodePath(True, 40, True, 40),
+                      "eager")
+    quant = judged_row("decode-torchao-int8", "int8-weight", int8, GATES["int8-weight"], DecodePath(True, 40, True, 40), "eager",
+                       standing=("ExecuTorch's runner ... disagree",))
+    rows = [float_row, onnx, quant]
+    data = {"rows": [r.to_json(1e-5) for r in rows]}
+    assert json.loads(json.dumps(data)) == data
+    same, notes = judged_again(data, "r.json", {})
+    assert [(r.name, r.status, r.reasons, r.details) for r in same] == [(r.name, r.status, r.reasons, r.details) for r in rows]
+    assert notes == ("decode gates: as the report's",)
+    # a tighter float MAE fails the full forward: the decode row's cause no longer blames the decode path
+    tight, notes = judged_again(data, "r.json", {"max-mae": 1e-9, "int8-weight-max-kl": 1e-5})
+    assert [r.status for r in tight] == ["fail", "fail", "fail"] and [r.status for r in rows] == ["pass", "fail", "fail"]
+    assert not any(r.startswith("cause:") for r in tight[1].reasons) and any(r.startswith("cause:") for r in onnx.reasons)
+    assert tight[2].reasons == ("KL to eager 4e-05 nats (mean; worst 4e-05) > 1e-05", "ExecuTorch's runner ... disagree")
+    assert notes[0].startswith("decode gates changed: float generations identical & MAE<=1e-05 -> generations identical & MAE<=1e-09; ")

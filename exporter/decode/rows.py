@@ -1,0 +1,123 @@
+"""A language model's rows from their verdicts (pure: no torch), and a stored report's rows judged again.
+
+``judged_row`` is the one way a verdict becomes a :class:`~export_check.results.Row`: the decode gate's
+judge (gates.judge), the numbers of the teacher-forced pass in ``metrics``, the token verdict and what
+the judge read (``decode_judge``: its gate family, the gate, the decode path, and the reasons no gate
+decides, e.g. ExecuTorch's runner disagreeing) in ``details``. ``judged_again`` reads those back from a
+JSON report and judges them with the gates laid over by the options given now: ``export-check judge``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..compare import Metrics
+from ..errors import UsageError
+from ..files import FileInfo
+from ..gates import Gate
+from ..results import FAIL, PASS, Row
+from .gates import FLOAT_MAX_MAE, INT8_MIN_TOP1, DecodePath, GenerationGate, judge, overlaid
+from .verdicts import TokenVerdict
+
+# What the views' gate column and gates line show (exporter/gates.Gate bounds no KL and no generation): the decode gate
+# itself is each row's details["decode_gate"] and the run's note. Both weight-only families are the views' "int8" rows.
+ROW_GATES = {"eager": Gate(max_mae=FLOAT_MAX_MAE), "float": Gate(max_mae=FLOAT_MAX_MAE), "int8": Gate(max_relative_mae=1.0, min_top1=INT8_MIN_TOP1)}
+RECORD = "decode_judge"
+
+
+def row_family(decode_family: str) -> str:
+    """The views' family of a decode gate family: eager, float, or int8 (every weight-only family)."""
+    return decode_family if decode_family in ("eager", "float") else "int8"
+
+
+def _metrics(verdict: TokenVerdict) -> Metrics:
+    changed = tuple(i for i, p in enumerate(verdict.prompts) if not p.equal)
+    ordered = sorted(verdict.per_prompt_mae)
+    return Metrics(images=len(verdict.prompts), mae=verdict.mae, max_abs=verdict.max_abs, median_abs=float(np.median(ordered)),
+                   top1_agreement=verdict.top1_agreement, top1_changed=changed, nonfinite=0, per_image_mae=verdict.per_prompt_mae,
+                   agreement="per-position", position_agreement=verdict.top1_agreement)
+
+
+def _details(verdict: TokenVerdict, gate_text: str, cache_length: int | None) -> list[tuple[str, str]]:
+    details = [("decode_gate", gate_text), ("generations_equal", f"{verdict.generations_equal}/{len(verdict.prompts)}"),
+               ("kl_mean", f"{verdict.kl_mean:.3g}"), ("kl_worst", f"{verdict.kl_worst:.3g}"),
+               ("top1_agreement", f"{verdict.top1_agreement:.4f}"),
+               ("perplexity", f"{verdict.perplexity:.4f} (reference {verdict.reference_perplexity:.4f}, "
+                              f"{verdict.perplexity - verdict.reference_perplexity:+.4f})")]
+    if cache_length is not None:
+        details.append(("cache_length", str(cache_length)))
+    details += [(f"diverged:{p.name}", f"step {p.first_step}: {p.expected_text!r} -> {p.got_text!r}") for p in verdict.diverged]
+    details.append(("token_verdict", json.dumps(verdict.to_json())))  # every figure unrounded, for the JSON report's readers
+    return details
+
+
+def judged_row(name: str, decode_family: str, verdict: TokenVerdict, gate: GenerationGate, path: DecodePath, against: str,
+               standing: tuple[str, ...] = (), extra: tuple[tuple[str, str], ...] = (), **fields: Any) -> Row:
+    """The row of ``verdict`` judged by ``gate``; ``standing``: reasons no gate decides (the row fails on them whatever its gate)."""
+    passed, reasons = judge(name, verdict, gate, path, against)
+    record = {"family": decode_family, "against": against, "gate": dataclasses.asdict(gate), "path": dataclasses.asdict(path),
+              "standing": list(standing)}
+    details = (*_details(verdict, gate.describe(), path.cache_length), *extra, (RECORD, json.dumps(record)))
+    return Row(name=name, family=row_family(decode_family), compared_with=against, status=PASS if passed and not standing else FAIL,
+               gate=ROW_GATES[row_family(decode_family)], metrics=_metrics(verdict), reasons=reasons + standing, details=details, **fields)
+
+
+def _file(data: Any) -> FileInfo | None:
+    return None if data is None else FileInfo(**{f.name: data[f.name] for f in dataclasses.fields(FileInfo) if f.name != "parts"})
+
+
+def _again(stored: dict[str, Any], values: Mapping[str, Any], single_forward: bool | None) -> tuple[Row, str | None]:
+    """One stored row judged again (``(row, 'family: before -> after')`` when its gate changed); a row without a verdict
+    (an error, a kind that does not apply) is kept as it was judged."""
+    details = {str(k): str(v) for k, v in dict(stored["details"]).items()}
+    kept: dict[str, Any] = {"artifact": _file(stored.get("artifact")), "build_seconds": stored.get("build_seconds"),
+            "replay_seconds": stored.get("replay_seconds"), "notes": tuple(str(n) for n in stored.get("notes") or ())}
+    if RECORD not in details:
+        family = str(stored["family"])
+        return Row(str(stored["name"]), family, str(stored["compared_with"]), str(stored["status"]), ROW_GATES[family], None,
+                   tuple(str(r) for r in stored["reasons"]), details=tuple(details.items()), **kept), None
+    record = json.loads(details[RECORD])
+    before = GenerationGate(**record["gate"])
+    gate = overlaid(before, record["family"], values)
+    path = DecodePath(**record["path"])
+    if path.is_step:  # the full-forward row as judged now: the decode path is the suspect only while the single forward passes
+        path = dataclasses.replace(path, single_forward_passed=single_forward)
+    verdict = TokenVerdict.from_json(json.loads(details["token_verdict"]))
+    own = {"decode_gate", "generations_equal", "kl_mean", "kl_worst", "top1_agreement", "perplexity", "cache_length", "token_verdict", RECORD}
+    extra = tuple((k, v) for k, v in details.items() if k not in own and not k.startswith("diverged:"))
+    row = judged_row(str(stored["name"]), record["family"], verdict, gate, path, record["against"], tuple(record["standing"]), extra, **kept)
+    return row, None if gate == before else f"{record['family']} {before.describe()} -> {gate.describe()}"
+
+
+def is_decode_report(data: Mapping[str, Any]) -> bool:
+    """Whether a report's rows are a language model's (their verdicts stored in the rows, not in ``observations``)."""
+    rows = data.get("rows")
+    return isinstance(rows, list) and any(isinstance(r, dict) and RECORD in (r.get("details") or {}) for r in rows)
+
+
+def judged_again(data: Mapping[str, Any], where: str, values: Mapping[str, Any]) -> tuple[tuple[Row, ...], tuple[str, ...]]:
+    """A language model's stored rows judged again with ``values`` (option name -> value) laid over their gates, in
+    their order, as ``run_generation`` judged them; and the notes that say which gates changed."""
+    rows: list[Row] = []
+    changed: list[str] = []
+    single_forward: bool | None = None
+    try:
+        for stored in data["rows"]:
+            row, change = _again(stored, values, single_forward)
+            if row.name == "full-forward":
+                single_forward = row.status == PASS
+            rows.append(row)
+            changed += [change] if change else []
+    except UsageError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"{where}: a language model's rows cannot be read (field {exc} missing or wrong); write it again with "
+                         "`export-check check --json PATH`") from None
+    note = "decode gates changed: " + "; ".join(dict.fromkeys(changed)) if changed else "decode gates: as the report's"
+    return tuple(rows), (note,)
+
