@@ -11,7 +11,7 @@ script measures both on any machine, since the precision is a compile option:
 
 Against eager on the 360 held-out test digits it prints, per model and precision, the relative MAE
 (MAE over the mean |eager logit|) and the top-1 agreement with eager. The gate families the `openvino`
-row is judged by (config.GATE_FAMILIES: fp16, bf16) are chosen from these figures (README, "What varies
+row is judged by (gates.GATE_FAMILIES: fp16, bf16) are chosen from these figures (README, "What varies
 by CPU").
 
     python benchmarks/openvino_precision.py

@@ -5,7 +5,7 @@ NAME in its place when the site is built (``on_page_markdown``). The tables are 
 
 * ``export_check.artifacts.KINDS`` and ``GROUPS``          -> ``kinds``, ``groups``
 * ``export_check.gates.GATE_METRICS``                      -> ``gate-metrics``
-* ``export_check.config.GATE_FAMILIES``                    -> ``gate-families``
+* ``export_check.gates.GATE_FAMILIES``                     -> ``gate-families``
 * ``export_check.options.OPTIONS``                         -> ``settings``, ``options`` (every command's)
 
 ``python docs/gen_reference.py NAME`` prints one table (what tests/integration/test_docs.py checks
@@ -38,7 +38,7 @@ def _table(head: tuple[str, ...], rows: list[tuple[object, ...]]) -> str:
 
 def kinds() -> str:
     from export_check.artifacts import KINDS
-    from export_check.config import FAMILIES
+    from export_check.gates import FAMILIES
 
     rows = [(f"`{k.name}`", f"`{k.suffix}`", f"`{k.family}` ({FAMILIES[k.family].default.describe()})", f"`{k.source}`" if k.source else "–",
              k.runtime, _code(k.groups) if k.groups else "`all` only", _code(k.packages), k.layers or "none",
@@ -66,7 +66,7 @@ def gate_metrics() -> str:
 
 
 def gate_families() -> str:
-    from export_check.config import GATE_FAMILIES
+    from export_check.gates import GATE_FAMILIES
 
     rows = [(f"`{f.name}`", f.label, f"`{f.default.describe()}`", f"follows `{f.follows}`" if f.follows else
              (", ".join(f"`--{o.name}`" for o in f.options) or "–"), f.layers, f"`{f.fix_hint}`") for f in GATE_FAMILIES]

@@ -217,8 +217,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
         else:
             print(f"recorded {len(recorded)} inputs and their reference {lifecycle.describe_outputs(recorded)} into {golden_dir}")
             print(lifecycle.describe_kinds(recorded, params.signature))
-        from .config import Thresholds
-        from .gates import per_sample_agreement, small_set_notes
+        from .gates import Thresholds, per_sample_agreement, small_set_notes
         from .options import OPTIONS
 
         gates = Thresholds.from_options({o.gate.name: params.settings.get(o.python) for o in OPTIONS if o.gate is not None})

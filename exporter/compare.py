@@ -94,10 +94,10 @@ class Metrics:
     reference_mean_abs: float = 0.0
     agreement: str = "top-1"
     max_abs_at: Element | None = None  # where the largest absolute error is (None: no values, or no error at all)
-    tolerances: tuple[Tolerance, ...] = ()  # the allclose counts the run's gates asked for (config.Thresholds.tolerances)
+    tolerances: tuple[Tolerance, ...] = ()  # the allclose counts the run's gates asked for (gates.Thresholds.tolerances)
     streamed: tuple[tuple[str, float], ...] = ()  # the values of compare.STREAMS, by name (cosine, snr_db)
     output: str | None = None  # a row's headline over several outputs: the output these are (judge.headline); None: the only one
-    topk: tuple[tuple[int, float], ...] = ()  # (k, agreement) for each k the run's gates asked (config.Thresholds.top_ks)
+    topk: tuple[tuple[int, float], ...] = ()  # (k, agreement) for each k the run's gates asked (gates.Thresholds.top_ks)
     # Task accuracy on the golden set's labels (the primary logits output): samples labelled (0: the set has no
     # labels; None: measured before labels were counted), those the candidate's and the reference's argmax get right.
     labelled: int | None = None

@@ -1,42 +1,21 @@
-"""Run configuration and gates: frozen, validated on construction, no heavy imports.
+"""Run configuration: frozen, validated on construction, no heavy imports. The gates are the gates room's (``gates``).
 
->>> Gate(max_mae=1e-5).describe()
-'MAE<=1e-05'
+>>> check_cache_gb(5, "cache-max-size"), JOBS
+(5.0, (1, 2))
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .gates import BOUNDS, GATE_METRICS, Gate, default_text, top_k_of
+from .gates import Thresholds
 from .pinned import ORT_EXECUTION_MODE, ORT_GRAPH_OPTIMIZATION, ORT_INTER_OP_THREADS, ORT_LEVEL_NAMES, TORCH_INTEROP_THREADS
 from .signature import SignatureSettings
-
-FLOAT_MAX_MAE = 1e-5
-# int8 is judged relative to the output's own size (MAE / mean |reference|), so the same quantization
-# error gets the same verdict whatever the scale of the logits. Measured on the bundled ResNet: torch
-# dynamic int8 0.5%, onnxruntime dynamic int8 3.4% on an AVX2 CPU without VNNI (0.058 / 1.72), top-1
-# unchanged. The absolute MAE stays shown against the float 1e-5.
-INT8_MAX_RELATIVE_MAE = 0.05
-INT8_MIN_TOP1 = 0.98
-# fp16 (an ONNX file in float16, OpenVINO's fp16-compressed weights) is judged like int8, relative to
-# the output's size; measured on the bundled models it is 10-100x smaller than int8's error (README,
-# "Artifact groups"), so its gate is tighter: 1% of the mean |reference|, top-1 agreement 99%.
-FP16_MAX_RELATIVE_MAE = 0.01
-FP16_MIN_TOP1 = 0.99
-# bf16 (OpenVINO's default compute on a CPU with avx512_bf16 or AMX: the `openvino` row there) keeps 8
-# mantissa bits against fp16's 11: measured on the four bundled digit models over the 360 held-out
-# digits (benchmarks/openvino_precision.py), bf16 compute gives 0.30-0.68% relative MAE, fp16 weights
-# at f32 compute (the same file on an AVX2 CPU) 0.02-0.07%, top-1 100% for both. The fp16 gate's 1%
-# leaves bf16 a margin of 1.5x; bf16's is 2%, 3x the worst measured, and its agreement gate int8's 98%
-# (bf16's resolution, 2^-8 of each value, is int8's 256 levels, and it flips near-ties as int8 does).
-BF16_MAX_RELATIVE_MAE = 0.02
-BF16_MIN_TOP1 = 0.98
 
 ONNX_EXPORTERS = ("torchscript", "dynamo")
 COLOR_CHOICES = ("auto", "always", "never")  # --color (report/text.py: use_colour); here, so the views need not import the options
@@ -88,192 +67,6 @@ def check_cache_gb(value: Any, where: str) -> float:
     return float(value)
 
 
-@dataclass(frozen=True)
-class GateOption:
-    """One user-settable field of a family's gate: the CLI flag and settings key ``name``."""
-
-    name: str  # "max-mae": --max-mae on the command line, max-mae in [tool.export-check]
-    field: str  # the Gate field it sets
-    help: str
-    metavar: str = "X"
-
-
-@dataclass(frozen=True)
-class GateFamily:
-    """A family of rows judged by one gate. Adding a family (fp16, static int8) is one row of
-    ``GATE_FAMILIES``: its default gate, the options that set it, and where its rows' gate comes
-    from when no option does (``follows``: the eager row follows the float gate's MAE)."""
-
-    name: str
-    label: str  # how the Markdown summary names the family's rows: "float artifacts"
-    short: str  # and the HTML report: "float"
-    default: Gate
-    options: tuple[GateOption, ...] = ()
-    follows: str | None = None  # take these Gate fields' values from this family's options
-    # Per-layer tables (exporter/diagnostics/divergence.py) for this family's rows: "on-fail" builds a
-    # divergence table when a row fails; "quantization" builds the per-layer error table when it fails
-    # or when --diagnose asks.
-    layers: str = "on-fail"
-    fix_hint: str = "max-mae"  # the settings key a failing row's message suggests loosening
-
-
-def _options(prefix: str, what: str, default: Gate, relative: bool) -> tuple[GateOption, ...]:
-    """A family's options, one per bound of every ``gates.GATE_METRICS`` entry it offers (the float
-    family: those of every family; int8, fp16, bf16 also the relative MAE and top-1), named ``PREFIX<stem>``."""
-    return tuple(GateOption(f"{prefix}{b.option}", b.field, b.help.format(what=what, default=default_text(b, getattr(default, b.field))),
-                            b.metavar)
-                 for m in GATE_METRICS if relative or m.families == "all" for b in m.bounds)
-
-
-def _relative_family(name: str, label: str, max_relative_mae: float, min_top1: float, what: str = "", layers: str = "on-fail",
-                     fix_hint: str = "") -> GateFamily:
-    """A family judged relative to the output's size (int8, fp16, bf16): options named ``NAME-...``."""
-    default = Gate(max_relative_mae=max_relative_mae, min_top1=min_top1)
-    return GateFamily(name, label, name, default, _options(f"{name}-", what or label, default, relative=True),
-                      layers=layers, fix_hint=fix_hint or f"{name}-max-relative-mae / {name}-min-top1")
-
-
-GATE_FAMILIES: tuple[GateFamily, ...] = (
-    GateFamily("float", "float artifacts", "float", Gate(max_mae=FLOAT_MAX_MAE),
-               _options("", "float artifacts and of eager vs golden", Gate(max_mae=FLOAT_MAX_MAE), relative=False)),
-    _relative_family("int8", "int8 artifacts", INT8_MAX_RELATIVE_MAE, INT8_MIN_TOP1, layers="quantization"),
-    _relative_family("fp16", "fp16 artifacts", FP16_MAX_RELATIVE_MAE, FP16_MIN_TOP1),
-    # A row whose runtime computed in bf16 on this CPU (precision_family): OpenVINO's default on avx512_bf16/AMX.
-    _relative_family("bf16", "bf16 rows", BF16_MAX_RELATIVE_MAE, BF16_MIN_TOP1,
-                     what="rows computed in bf16 (OpenVINO on a CPU with avx512_bf16 or AMX)"),
-    # Eager vs the approved reference logits: is this the approved model?
-    GateFamily("eager", "eager vs golden", "eager vs golden", Gate(max_mae=FLOAT_MAX_MAE), follows="float", layers="none"),
-)
-FAMILIES: dict[str, GateFamily] = {f.name: f for f in GATE_FAMILIES}
-# The families whose verdicts may change with the CPU that runs them (int8 dot products with or without
-# VNNI, fp16 and bf16 paths): their rows carry the CPU flags and instruction-set caps that decided them.
-CPU_DEPENDENT_FAMILIES = ("int8", "fp16", "bf16")
-
-
-def precision_family(family: str, details: dict[str, str]) -> str:
-    """The gate family of a row as its runtime decided it on this machine: a row whose runtime reports
-    bf16 compute (``inference_precision``; OpenVINO's default on a CPU with avx512_bf16 or AMX) is judged
-    as bf16, whatever its kind's table row says; any other keeps its kind's family.
-
-    >>> precision_family("fp16", {"inference_precision": "bf16"}), precision_family("fp16", {"inference_precision": "f32"})
-    ('bf16', 'fp16')
-    """
-    return "bf16" if details.get("inference_precision") == "bf16" else family
-GATE_OPTIONS: tuple[GateOption, ...] = tuple(o for f in GATE_FAMILIES for o in f.options)
-assert len({o.name for o in GATE_OPTIONS}) == len(GATE_OPTIONS), "gate option names must be unique"
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """The gate of every family, in ``GATE_FAMILIES`` order. ``reference_mae`` is the float threshold
-    every row is also shown against.
-
-    >>> Thresholds.from_options({"int8-max-mae": 0.2}).gate_for("int8").describe()
-    'MAE<=0.2 & relMAE<=5% & top1>=98%'
-    """
-
-    gates: tuple[tuple[str, Gate], ...] = tuple((f.name, f.default) for f in GATE_FAMILIES)
-    # Per output (settings: gate keys in [tool.export-check.outputs.NAME]): option values keyed by
-    # ``GateOption.name``, laid over each family's gate for that output only (``gate_for(family, output)``).
-    outputs: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
-
-    @classmethod
-    def from_options(cls, values: dict[str, Any], outputs: dict[str, dict[str, float]] | None = None) -> Thresholds:
-        """Gates from option values keyed by ``GateOption.name`` (absent or None: the default), and the
-        gate values set per output (``{"boxes": {"max-mae": 1e-4}}``).
-
-        >>> t = Thresholds.from_options({}, {"boxes": {"int8-max-relative-mae": 0.1}})
-        >>> t.gate_for("int8", "boxes").describe(), t.gate_for("int8", "scores").describe()
-        ('relMAE<=10% & top1>=98%', 'relMAE<=5% & top1>=98%')
-        """
-        made = cls().overlaid(values)
-        return replace(made, outputs=tuple((name, tuple(sorted(v.items()))) for name, v in sorted((outputs or {}).items()) if v))
-
-    @staticmethod
-    def _changes(family: GateFamily, values: dict[str, Any]) -> dict[str, Any]:
-        source = FAMILIES[family.follows] if family.follows else family
-        return {o.field: values[o.name] for o in source.options if values.get(o.name) is not None}
-
-    def overlaid(self, values: dict[str, Any]) -> Thresholds:
-        """These gates with the option values keyed by ``GateOption.name`` laid over them (absent or None: kept);
-        ``export-check judge`` lays the options given now over a report's gates. A value set for one output
-        (settings) stays that output's: it is the more specific."""
-        gates = [(family.name, self.gate_for(family.name).replace(**self._changes(family, values))) for family in GATE_FAMILIES]
-        return Thresholds(gates=tuple(gates), outputs=self.outputs)
-
-    def output_values(self, output: str) -> dict[str, float]:
-        """The gate values set for this one output (settings), keyed by option name; empty when none are."""
-        return dict(dict(self.outputs).get(output, ()))
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Thresholds:
-        """The thresholds a report or bundle recorded (``to_json``); one UsageError line naming ``where`` otherwise."""
-        try:
-            gates = tuple((f.name, Gate(**{k: v for k, v in data[f.name].items() if k in BOUNDS})) for f in GATE_FAMILIES)
-            per_output = data.get("outputs") or {}
-            known = {o.name for o in GATE_OPTIONS}
-            if not isinstance(per_output, dict) or not all(isinstance(v, dict) and set(v) <= known for v in per_output.values()):
-                raise TypeError("its per-output gates are not a table of gate options per output")
-            outputs = tuple((str(name), tuple(sorted((k, float(x)) for k, x in v.items()))) for name, v in sorted(per_output.items()) if v)
-        except (KeyError, TypeError, ValueError, AttributeError, UsageError) as exc:
-            raise UsageError(f"{where}: its gates cannot be read ({exc}); write it again with this export-check") from None
-        return cls(gates=gates, outputs=outputs)
-
-    def loosen_keys(self, family: str) -> list[str]:
-        """The settings keys of the bounds ``family``'s gate sets: what a failing row's message says to loosen after review."""
-        found = FAMILIES.get(family)
-        if found is None:
-            return ["max-mae"]
-        source = FAMILIES[found.follows] if found.follows else found
-        bounds = set(self.gate_for(family).set_bounds())
-        return [o.name for o in source.options if o.field in bounds] or [k.strip() for k in found.fix_hint.split("/")]
-
-    def with_gates(self, **gates: Gate) -> Thresholds:
-        """These thresholds with some families' gates replaced: ``with_gates(float=Gate(max_mae=1e-4))``."""
-        unknown = set(gates) - set(FAMILIES)
-        if unknown:
-            raise UsageError(f"unknown gate family {', '.join(sorted(unknown))}; choose from {', '.join(FAMILIES)}")
-        return Thresholds(gates=tuple((name, gates.get(name, gate)) for name, gate in self.gates), outputs=self.outputs)
-
-    @property
-    def reference_mae(self) -> float:
-        gate = self.gate_for("float")
-        return gate.max_mae if gate.max_mae is not None else gate.mae_bound(1.0)
-
-    def gate_for(self, family: str, output: str | None = None) -> Gate:
-        """``family``'s gate; for ``output``, with the values set for that output laid over it."""
-        gate = dict(self.gates)[family]
-        values = self.output_values(output) if output is not None and self.outputs else {}
-        return gate.replace(**self._changes(FAMILIES[family], values)) if values else gate
-
-    def all_gates(self) -> tuple[Gate, ...]:
-        """Every gate some row or output may be judged by: each family's, and each family's for each output with values of its own."""
-        return tuple(dict.fromkeys([g for _, g in self.gates] + [self.gate_for(f, o) for f, _ in self.gates for o, _ in self.outputs]))
-
-    def tolerances(self) -> tuple[tuple[float, float], ...]:
-        """Every ``(atol, rtol)`` pair some family's gate tests: what the replay counts per output
-        (``compare.ErrorAccumulator``), so each row is judged by the pair of its own family.
-
-        >>> Thresholds.from_options({"atol": 1e-4, "int8-rtol": 0.1}).tolerances()
-        ((0.0001, 0.0), (0.0, 0.1))
-        """
-        pairs = (gate.tolerance for gate in self.all_gates())
-        return tuple(dict.fromkeys(p for p in pairs if p is not None))
-
-    def top_ks(self) -> tuple[int, ...]:
-        """Every k some family's top-k agreement gate asks for: what the replay counts per logits output."""
-        return tuple(dict.fromkeys(k for gate in self.all_gates() if (k := top_k_of(gate)) is not None))
-
-    def described(self) -> tuple[tuple[GateFamily, str], ...]:
-        """(family, its gate described) for every family, in table order: what the reports show."""
-        return tuple((FAMILIES[name], gate.describe()) for name, gate in self.gates)
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {name: gate.to_json() for name, gate in sorted(self.gates)}
-        data["reference_mae"] = self.reference_mae
-        if self.outputs:
-            data["outputs"] = {name: dict(values) for name, values in self.outputs}
-        return data
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,14 @@ from typing import Any
 from .config import (
     BUILD_TIMEOUT,
     COLOR_CHOICES,
-    GATE_OPTIONS,
     JOBS,
     ONNX_EXPORTERS,
-    GateOption,
     RunConfig,
-    Thresholds,
     check_cache_gb,
     default_cache_dir,
 )
 from .errors import UsageError
+from .gates import GATE_OPTIONS, GateOption, Thresholds
 from .option_values import JSON_MAX_BYTES, JSON_MAX_DEPTH, bounded_int, coerce, comma_list, json_data, known_kinds
 from .paths import NUL_REFUSAL
 from .pinned import ORT_LEVEL_NAMES
@@ -92,7 +90,7 @@ class Option:
     choices: tuple[Any, ...] | None = None
     settings: bool = False  # may appear in a settings file
     field: str | None = None  # the RunConfig field it sets
-    gate: GateOption | None = None  # the gate option it is (config.GATE_OPTIONS): sets RunConfig.thresholds
+    gate: GateOption | None = None  # the gate option it is (gates.GATE_OPTIONS): sets RunConfig.thresholds
     short: str | None = None  # "-q"
     positional: bool = False
     nargs: str | None = None

@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .config import Thresholds
 from .errors import folded
-from .gates import agreement_name, changed_name
+from .gates import Thresholds, agreement_name, changed_name
 from .pytest_session import REGEN_FLAG, Outcome, run_config, session_state
 
 if TYPE_CHECKING:

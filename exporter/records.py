@@ -352,7 +352,7 @@ class Observation:
     (for eager: its output does not fit the reference)."""
 
     name: str
-    family: str  # the gate family (config.GATE_FAMILIES)
+    family: str  # the gate family (gates.GATE_FAMILIES)
     compared_with: str  # "golden" or "eager"
     metrics: Metrics | None
     error: str | None = None

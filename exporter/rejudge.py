@@ -26,10 +26,9 @@ from typing import Any
 
 from . import __version__
 from .cache.plain import from_plain
-from .config import Thresholds
 from .errors import UsageError
 from .files import FileInfo
-from .gates import missing_names
+from .gates import Thresholds, missing_names
 from .records import Observation
 from .results import GoldenSummary, Report
 from .run.judge import judge_rows, layers_missing, reduction_missing

@@ -34,9 +34,10 @@ from .artifacts import KINDS_BY_NAME, BuildContext
 from .artifacts.runtimes import RUNTIME_MODULES, RUNTIME_SYSTEMS
 from .builder.builds import BuildOutcome
 from .bundle import MANIFEST, Bundle, open_bundle
-from .config import RunConfig, Thresholds
+from .config import RunConfig
 from .errors import UsageError
 from .files import FileInfo, prepare_out_dir
+from .gates import Thresholds
 from .golden.goldenset import GoldenSet
 from .golden.labels import Label, check_label, labels_of, primary_labels
 from .jstargets.target import JS_TARGETS

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .compare import Metrics
-from .config import Gate, Thresholds
 from .files import FileInfo
+from .gates import Gate, Thresholds
 from .records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Latency, LayerComparison, Observation, Reduced
 from .sentences import layer_method, layers_summary, reproduce_command
 

@@ -181,7 +181,7 @@ class ArtifactKind:
 
     name: str
     suffix: str
-    family: str  # the gate family (config.GATE_FAMILIES) its rows are judged by
+    family: str  # the gate family (gates.GATE_FAMILIES) its rows are judged by
     module: str
     source: str | None  # the kind whose file this one is derived from
     runtime: str  # what loads it: "torch", "torch.export", "aoti", "onnxruntime", "openvino", "executorch"

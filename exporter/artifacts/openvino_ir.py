@@ -74,7 +74,7 @@ def build_ir(ctx: BuildContext, path: Path, f32: bool) -> dict[str, str]:
     compiled = ov.Core().compile_model(read_ir(path), "CPU", compile_config(ctx.threads, f32))
     return {"weights": "f32" if f32 else "fp16 (save_model default compress_to_fp16)",
             "inference_precision": _type_name(compiled.get_property("INFERENCE_PRECISION_HINT")),
-            # the precision, and so the gate family (config.precision_family), is the CPU's choice here
+            # the precision, and so the gate family (gates.precision_family), is the CPU's choice here
             "precision_hint": precision_hint(f32),
             "cpu_flags": cpu_flags() or "(none of " + ", ".join(PRECISION_FLAGS) + ")",
             "openvino": str(ov.__version__)}
@@ -91,7 +91,7 @@ def target_details(built: Mapping[str, str], f32: bool) -> dict[str, str]:
     """The precision-dependent details a replay decides on the target, never copied from the build (``built``): the
     precision its OpenVINO computes in here (pinned f32, f32 under a cap below bf16, else the CPU plugin's own default),
     the hint that decided it, its OpenVINO version; the build's precision kept beside as ``build_inference_precision``.
-    The row's gate family follows (config.precision_family), and the CPU flags are the target's (observe)."""
+    The row's gate family follows (gates.precision_family), and the CPU flags are the target's (observe)."""
     ov = openvino()
     precision = "f32" if f32 or bf16_capped() else plugin_precision()
     hint = precision_hint(f32) if f32 or bf16_capped() else (

@@ -11,7 +11,7 @@ Bounds, decided once here (and documented in docs/explanation/reports-and-diagno
 * batch-size agreement: at every batch size ``b`` (1, an odd size, the main size, the whole probe
   in one batch), the artifact's outputs for the probe images must pass the row's own gate against
   eager's outputs for the same images at the same batch size ``b`` (agreement counted only where at
-  least ``judge.MIN_AGREEMENT_IMAGES`` images ran). How far each one moves from its own output at the main
+  least ``gates.MIN_AGREEMENT_IMAGES`` images ran). How far each one moves from its own output at the main
   size (and how far eager does) says why a size fails: specialised by the export, moving with the
   batch by design (only a kind whose row says its int8 activation scales are dynamic), or a model that
   itself depends on the batch.

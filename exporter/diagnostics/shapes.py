@@ -85,7 +85,7 @@ def full_plan(main: int, probe: int) -> SizePlan:
 
 
 # Above this many images a whole-probe batch tests the sizes past 32 (a branch on ``x.size(0) > 32``)
-# and its agreement is gated (judge.MIN_AGREEMENT_IMAGES).
+# and its agreement is gated (gates.MIN_AGREEMENT_IMAGES).
 WHOLE_PROBE_MIN = 33
 
 

@@ -2,7 +2,7 @@
 
 For each failing row, one ``next:`` line: an ``eager`` row that drifted from the golden set gets the
 ``golden approve`` command that adopts new weights after review (``--dry-run`` first); an artifact row
-the settings that would change its verdict (its gate family's, ``config.GateFamily.fix_hint``), since
+the settings that would change its verdict (its gate family's, ``gates.GateFamily.fix_hint``), since
 approving a new golden set does not change an artifact's drift from eager. Then the inputs whose top-1
 changed, by their golden names, and the documentation pages that say more.
 
@@ -57,7 +57,7 @@ def approve_command(checkpoint: str, arch: str, golden: str, read_settings: bool
 
 
 def _setting_hint(row: Row) -> str:
-    from ..config import FAMILIES, Thresholds
+    from ..gates import FAMILIES, Thresholds
 
     keys = Thresholds().with_gates(**{row.family: row.gate}).loosen_keys(row.family) if row.family in FAMILIES else ["max-mae"]
     settings = " / ".join(keys)

@@ -23,14 +23,14 @@ import numpy as np
 from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._common import captured_warnings, dedupe
 from ..compare import ErrorAccumulator, Metrics, to_samples_first
-from ..config import FAMILIES, RunConfig
+from ..config import RunConfig
 from ..diagnostics import shapes
 from ..diagnostics.layers import DIVERGENCE, INT8_LAYERS, compare_layers
 from ..feeds import Feeds, length
-from ..gates import top_k_of
+from ..gates import FAMILIES, gate_reasons, size_gate_reasons, top_k_of
 from ..golden.goldenset import GoldenSet, stack_batches
 from ..records import LayerComparison, Measured, Observation, Reduced
-from .judge import gate_reasons, size_gate_reasons, wants_layers, wants_reduction
+from .judge import wants_layers, wants_reduction
 
 
 def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:

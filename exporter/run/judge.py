@@ -2,25 +2,33 @@
 
 This is the only place a verdict is made. A cold run, a cached run and a pytest item all judge
 their observations (``measurements.Observation``) here, with the thresholds of the run; the
-observer asks :func:`wants_layers` whether a per-layer table is worth measuring for a row.
-
->>> from export_check.compare import compare
->>> import numpy as np
->>> gate_reasons(compare(np.zeros((1, 2)), np.ones((1, 2))), Gate(max_mae=0.5))
-('MAE 1 > 0.5',)
+observer asks :func:`wants_layers` whether a per-layer table is worth measuring for a row. Whether
+numbers meet a gate is the gates room's (``gates.judging``): here its reasons become statuses and causes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import gates
 from ..artifacts import KINDS_BY_NAME
 from ..compare import Metrics
-from ..config import FAMILIES, Gate, Thresholds
+from ..gates import (
+    FAMILIES,
+    MIN_INT8_COVERAGE,
+    Gate,
+    GateOf,
+    Thresholds,
+    gate_of,
+    gate_reasons,
+    measured_reasons,
+    metric_missing,
+    reference_mae,
+    rerun_bound,
+    size_gate_reasons,
+    sole_output,
+)
 from ..layouts import layout_reasons
 from ..records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Measured, Observation
 from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
@@ -39,11 +47,6 @@ from ..sentences import (
 
 EAGER = "eager"
 WRONG_WEIGHTS = "the checkpoint's logits differ from the approved reference: wrong or retrained weights?"
-# Top-1 agreement at a batch size is gated only when at least this many images ran at it (fewer: one
-# flipped image would swing it by more than the int8 gates allow).
-MIN_AGREEMENT_IMAGES = 32
-# Determinism bound as a fraction of the float MAE gate.
-RERUN_FRACTION_OF_FLOAT_GATE = 0.1
 FLOAT_MOVE = 1e-5  # an int8 row "moves with the batch" when an image moves by more than the default float gate
 # A batch-size cause (the export kept what its example batch computed, specialised the batch size, this batch size
 # only) is named only when its size is over NOISE_FACTOR times the float noise measured in the same run (FloatNoise);
@@ -103,60 +106,6 @@ def float_noise(runs: tuple[BatchSizeRun, ...], main: int, scale: float, family:
     at_main = next((r for r in runs if r.size == main and r.error is None), None)
     artifact = at_main.worst_image_mae if at_main is not None and family not in ("int8", EAGER) else None
     return FloatNoise(eager=eager, artifact=artifact, main=main, reach=reach)
-
-
-def gate_reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
-    """Every condition of ``gate`` that ``metrics`` violate, not just the first (one per bound of the
-    table ``gates.GATE_METRICS``); empty when it passes."""
-    reasons = [f"{metrics.nonfinite} non-finite (NaN/Inf) output values"] if metrics.nonfinite else []
-    reasons += gates.reasons(metrics, gate)
-    if metrics.images == 0:
-        reasons.append("no images were compared")
-    return tuple(reasons)
-
-
-def metric_missing(obs: Observation, thresholds: Thresholds) -> bool:
-    """Whether the row's gate asks for a value its observation does not hold on some output (an allclose
-    pair not counted, a metric measured by no earlier version): it is measured again, never passed."""
-    if obs.metrics is None:
-        return False
-    return gates.missing(obs.metrics, thresholds.gate_for(obs.family, _sole(obs))) or any(
-        gates.missing(m, thresholds.gate_for(obs.family, name)) for name, m in obs.outputs)
-
-
-GateOf = Callable[[str | None], Gate]  # a row's gate for one output (None: the row's own), settings' per-output values laid over it
-
-
-def _sole(obs: Observation) -> str | None:
-    """The name of a row's only compared output (its gate is the row's), None when it has several or none named."""
-    return obs.outputs[0][0] if len(obs.outputs) == 1 else None
-
-
-def gate_of(thresholds: Thresholds, family: str, noise: EagerSelfCheck | None = None) -> GateOf:
-    """``family``'s gate for each output (``Thresholds.gate_for``), widened by a noisy eager's own noise."""
-    def of(output: str | None) -> Gate:
-        gate = thresholds.gate_for(family, output)
-        return gates.with_noise(gate, noise) if noise is not None else gate
-    return of
-
-
-def _size_gate(gate: Gate, images: int) -> Gate:
-    """The row's gate at one batch size: agreement is counted only over enough images. The allclose
-    counts are the replay's (every golden value, at the main batch size); a batch-size run is judged
-    by the gate's MAE, max-abs and agreement parts against eager at that size."""
-    gate = gates.at_batch_sizes(gate)
-    return gate if images >= MIN_AGREEMENT_IMAGES else gate.replace(min_top1=None)
-
-
-def size_gate_reasons(run: BatchSizeRun, gate: Gate) -> tuple[str, ...]:
-    """What the artifact at this batch size violates of the row's gate, against eager at the same size."""
-    if run.mae is None:
-        return ()
-    agreement = "none" if run.agreement is None else "top-1"
-    metrics = Metrics(images=run.images, mae=run.mae, max_abs=run.max_abs or 0.0, median_abs=0.0,
-                      top1_agreement=run.agreement, top1_changed=(), nonfinite=run.nonfinite,
-                      per_image_mae=(), reference_mean_abs=run.reference_mean_abs or 0.0, agreement=agreement)
-    return gate_reasons(metrics, _size_gate(gate, run.images))
 
 
 def _moves(value: float | None, bound: float) -> bool:
@@ -248,16 +197,6 @@ def rerun_reasons(max_abs: float, bound: float, runs: int) -> tuple[str, ...]:
     if max_abs <= bound:
         return ()
     return (f"not deterministic: {runs} runs of the same batch differ by up to {max_abs:.3g} > {bound:g}",)
-
-
-def rerun_bound(thresholds: Thresholds) -> float:
-    """What the same input run twice may differ by in any value: a tenth of the float MAE gate."""
-    return reference_mae(thresholds) * RERUN_FRACTION_OF_FLOAT_GATE
-
-
-def reference_mae(thresholds: Thresholds) -> float:
-    """The float gate's MAE: every row is shown against it, and the per-layer tables use it."""
-    return thresholds.reference_mae
 
 
 def _checks(obs: Observation, measured: Measured, gate_for: GateOf, thresholds: Thresholds,
@@ -468,13 +407,11 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
 def differs_measurably(obs: Observation, gate_for: GateOf) -> bool:
     """Whether the eager row's own numbers break its gate (a value it measured, not one it lacks: a top-k never measured
     is no evidence about the checkpoint), the only ground for naming the checkpoint as the cause (issue 44)."""
-    pairs = ((_sole(obs), obs.metrics),) if len(obs.outputs) < 2 else tuple(obs.outputs)
+    pairs = ((sole_output(obs), obs.metrics),) if len(obs.outputs) < 2 else tuple(obs.outputs)
     for name, metrics in pairs:
         if metrics is None:
             continue
-        gate = gate_for(name)
-        measured = gate.only(m for m in gates.GATE_METRICS if not m.missing(metrics, gate))
-        if metrics.nonfinite or gates.reasons(metrics, measured):
+        if metrics.nonfinite or measured_reasons(metrics, gate_for(name)):
             return True
     return False
 
@@ -517,13 +454,13 @@ def drift_reasons(obs: Observation, outputs: tuple[OutputRow, ...], gate_for: Ga
     """What the replay's figures violate: the row's own (one output, against its gate), else each judged output's, named."""
     assert obs.metrics is not None
     if not outputs:
-        return gate_reasons(obs.metrics, gate_for(_sole(obs)))
+        return gate_reasons(obs.metrics, gate_for(sole_output(obs)))
     return tuple(f"{o.name}: {r}" for o in outputs for r in o.reasons)
 
 
 def coverage_findings(coverage: Int8Coverage | None, family: str, strict: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(reasons, notes) of an int8 row's coverage (``Int8Coverage``, recorded by its build): under
-    ``gates.MIN_INT8_COVERAGE`` of its weight parameters in int8 it says so in a note, and under ``--strict`` it
+    ``MIN_INT8_COVERAGE`` of its weight parameters in int8 it says so in a note, and under ``--strict`` it
     fails with that reason; a coverage that could not be counted, or that its build did not record, is a note.
 
     >>> reasons, notes = coverage_findings(Int8Coverage(1, 10, 640, 77360, (("conv", "Conv2d", 76720),)), "int8", strict=True)
@@ -536,9 +473,9 @@ def coverage_findings(coverage: Int8Coverage | None, family: str, strict: bool) 
         return (), (("int8 coverage not measured: its build recorded none (built by an earlier export-check)",) if family == "int8" else ())
     if coverage.error is not None:
         return (), (f"int8 coverage not measured: {coverage.error}",)
-    if coverage.share is None or coverage.share >= gates.MIN_INT8_COVERAGE:
+    if coverage.share is None or coverage.share >= MIN_INT8_COVERAGE:
         return (), ()
-    floor = percent(gates.MIN_INT8_COVERAGE)
+    floor = percent(MIN_INT8_COVERAGE)
     if strict:
         return (f"{coverage_shortfall(coverage)} (--strict: an int8 row with under {floor} of its weight parameters in int8 fails)",), ()
     return (), (f"{coverage_shortfall(coverage)} (under the int8 coverage floor of {floor}; --strict fails it)",)

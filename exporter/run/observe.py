@@ -32,7 +32,7 @@ from ..builder import isolation
 from ..builder.builds import BuildOutcome, Builds, Progress
 from ..builder.protocol import PRIVATE_PREFIX, first_sample
 from ..compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
-from ..config import CPU_DEPENDENT_FAMILIES, RunConfig, precision_family
+from ..config import RunConfig
 from ..diagnostics.run import EAGER, Diagnoser
 from ..diagnostics.run import eager_self_check as self_check_of
 from ..diagnostics.run import eager_sizes_ahead as eager_sizes_at
@@ -41,6 +41,7 @@ from ..diagnostics.shapes import side_by_side
 from ..diagnostics.trace import ReplayTrace
 from ..errors import ArchitectureError, ArtifactError, GoldenError, describe_exception
 from ..feeds import length, samples_first
+from ..gates import CPU_DEPENDENT_FAMILIES, precision_family
 from ..golden.batches import GoldenBatches
 from ..golden.goldenset import MANIFEST, VERSION_1, GoldenSet, stack_batches
 from ..model import EagerRunner

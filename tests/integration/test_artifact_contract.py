@@ -23,9 +23,9 @@ from export_check.artifacts import KIND_NAMES, KINDS, KINDS_BY_NAME, BuildContex
 from export_check.artifacts.base import INPUT
 from export_check.artifacts.runtimes import RUNTIMES_BY_NAME
 from export_check.builder.builds import build_artifact
-from export_check.config import FAMILIES
 from export_check.diagnostics.layers import method
 from export_check.errors import ArtifactError
+from export_check.gates import FAMILIES
 from export_check.model import EagerRunner
 from runner_contract import eager_by_hand, holds_the_runner_contract
 

@@ -17,8 +17,9 @@ from export_check.cache.runs import open_cache
 from export_check.cache.secret import CacheKey
 from export_check.cache.store import EAGER, ArtifactCache
 from export_check.cli import main
-from export_check.config import Gate, RunConfig, Thresholds
+from export_check.config import RunConfig
 from export_check.files import sha256_file
+from export_check.gates import Gate, Thresholds
 from export_check.run import pipeline
 from export_check.settings import parse_settings
 

@@ -252,7 +252,7 @@ def test_default_model_is_deterministic_agrees_across_batch_sizes_and_is_timed(d
 def test_int8_layer_tables_only_for_failing_int8_rows_or_with_diagnose(tmp_path: Path) -> None:
     from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT
     from export_check.cli import build_config, build_parser
-    from export_check.config import Gate, Thresholds
+    from export_check.gates import Gate, Thresholds
 
     common = dict(checkpoint=DEFAULT_CHECKPOINT, arch=DEFAULT_ARCH, golden=DEFAULT_GOLDEN, kinds=("torch-int8-dynamic",))
     passing = run_check(RunConfig(out_dir=tmp_path / "pass", **common)).row("torch-int8-dynamic")
@@ -281,7 +281,7 @@ def test_planned_batch_sizes(main: int, probe: int) -> None:
 
 
 def test_judge_ignores_sizes_where_eager_fails_too_and_names_the_worst_image() -> None:
-    from export_check.config import Gate
+    from export_check.gates import Gate
 
     runs = (
         BatchSizeRun(1, 0, error="RuntimeError: shape", eager_error="RuntimeError: shape"),
@@ -365,7 +365,7 @@ def test_a_gate_below_the_float_noise_names_no_batch_size_cause(default_report) 
     import onnxruntime as ort
 
     from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT
-    from export_check.config import Thresholds
+    from export_check.gates import Thresholds
     from export_check.model import load_model
     from export_check.run.judge import judge_rows
 

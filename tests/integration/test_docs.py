@@ -103,8 +103,7 @@ def _mkdocs(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 
 def test_the_site_builds_with_no_warning_and_its_reference_pages_hold_every_kind_gate_and_option(tmp_path: Path) -> None:
     from export_check.artifacts import KINDS
-    from export_check.config import GATE_FAMILIES, GATE_OPTIONS
-    from export_check.gates import GATE_METRICS
+    from export_check.gates import GATE_FAMILIES, GATE_METRICS, GATE_OPTIONS
     from export_check.options import OPTIONS
 
     done = _mkdocs("build", "--strict", "--site-dir", str(tmp_path / "site"))

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, REPO, TESTS
 from export_check.artifacts import DEFAULT_KINDS
 from export_check.cli import main
-from export_check.config import Gate, RunConfig, Thresholds
+from export_check.config import RunConfig
+from export_check.gates import Gate, Thresholds
 from export_check.history import HistoryError, load, parse_line, render_trend
 from export_check.progress import ProgressLine
 from export_check.report import html, junit, markdown

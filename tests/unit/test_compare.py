@@ -7,8 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from export_check.compare import ErrorAccumulator, ShapeMismatch, compare
-from export_check.config import Gate
-from export_check.run.judge import gate_reasons
+from export_check.gates import Gate, gate_reasons
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, width=32)
 

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from export_check.compare import ErrorAccumulator
 from export_check.ctc import collapse, decode_batch, edit_distance
 from export_check.errors import UsageError
-from export_check.gates import Gate
-from export_check.run.judge import gate_reasons
+from export_check.gates import Gate, gate_reasons
 from export_check.signature import InputSpec, OutputSpec, Signature, ctc_problem, parse_signature_settings, signature_from_json
 
 labels = st.lists(st.integers(0, 4), max_size=12).map(tuple)

@@ -1,4 +1,4 @@
-"""The gate-metric table (exporter/gates.py): every bound is an option of every family that offers it,
+"""The gate-metric table (exporter/gates/metrics.py): every bound is an option of every family that offers it,
 a gate is frozen and compared by its bounds, and the two streamed metrics (least cosine similarity,
 SNR in dB) are numpy's own on the whole arrays, however the set is cut into batches."""
 
@@ -14,12 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from export_check.compare import ErrorAccumulator, compare
-from export_check.config import GATE_FAMILIES, Thresholds
 from export_check.errors import UsageError
-from export_check.gates import BOUNDS, GATE_METRICS, Gate
+from export_check.gates import BOUNDS, GATE_FAMILIES, GATE_METRICS, Gate, Thresholds, gate_reasons, metric_missing
 from export_check.options import SETTINGS
 from export_check.records import Observation
-from export_check.run.judge import gate_reasons, judge_row, layers_missing, metric_missing
+from export_check.run.judge import judge_row, layers_missing
 
 
 def test_every_bound_of_the_table_is_an_option_of_every_family_that_offers_it() -> None:

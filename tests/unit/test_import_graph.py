@@ -102,9 +102,9 @@ LONG_MODULES = {  # module (path under exporter/) -> why it is still one module
     "compare.py": "the streamed metrics of one output and their accumulator, which must agree number for number",
     "options.py": "ONE table of options (every flag and settings key of every command, a row each: STYLE.md): its rows are its "
                   "length, and a second table would be the thing to avoid",
-    "gates.py": "the metric table and each metric's compute function; to split: the gates room (issue 42, item 3)",
     "golden/lifecycle.py": "record, approve and verify share the atomic write, the lock and the diff of a golden set",
-    "run/judge.py": "the one pure judge: every verdict and its reasons; to split: the batch-size and float-noise causes",
+    "run/judge.py": "the one pure judge: every row's status, causes and notes (whether numbers meet a gate is the gates room's, "
+                    "gates/judging.py); to split: the batch-size and float-noise causes",
     "run/observe.py": "the replay of every row and its accumulators; to split: RowDiagnosis and the eager pass",
     "signature.py": "the signature's parse, its settings and its JSON, which must round-trip each other",
 }

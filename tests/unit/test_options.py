@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from export_check import options
 from export_check.artifacts import KIND_NAMES
 from export_check.cli import build_config, build_parser
-from export_check.config import GATE_OPTIONS, RunConfig, default_cache_dir
+from export_check.config import RunConfig, default_cache_dir
 from export_check.errors import UsageError
+from export_check.gates import GATE_OPTIONS
 from export_check.options import CHECK, COMMANDS, OPTIONS, SETTINGS, for_command
 from export_check.pytest_plugin import run_config
 from export_check.settings import golden_params, parse_settings

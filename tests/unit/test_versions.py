@@ -72,7 +72,7 @@ def test_a_cap_or_another_cpu_is_another_cache_key(monkeypatch, tmp_path: Path) 
 
 
 def test_a_row_computed_in_bf16_is_judged_by_the_bf16_gate() -> None:
-    from export_check.config import FAMILIES, Thresholds, precision_family
+    from export_check.gates import FAMILIES, Thresholds, precision_family
 
     assert precision_family("fp16", {"inference_precision": "bf16"}) == "bf16"
     assert precision_family("fp16", {"inference_precision": "f32"}) == "fp16"

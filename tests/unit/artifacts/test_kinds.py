@@ -15,8 +15,9 @@ from export_check.artifacts import BUILD_ORDER, GROUP_NAMES, GROUPS, KIND_NAMES,
 from export_check.artifacts.base import KIND_FACTS, ArtifactKind
 from export_check.artifacts.runtimes import RUNTIME_MODULES
 from export_check.builder import protocol
-from export_check.config import FAMILIES, RunConfig
+from export_check.config import RunConfig
 from export_check.diagnostics.layers import method
+from export_check.gates import FAMILIES
 from export_check.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from export_check.compare import compare
-from export_check.config import Gate, Thresholds
 from export_check.files import FileInfo
+from export_check.gates import Gate, Thresholds
 from export_check.results import PASS, GoldenSummary, Report, Row
 
 REFERENCE = np.linspace(-3.0, 3.0, 40).reshape(4, 10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from export_check.compare import compare
-from export_check.config import Gate
+from export_check.gates import Gate
 from export_check.report.bounds import cell, count_text, row_count, sentence, shown
 from export_check.results import FAIL, OutputRow
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from export_check.compare import ErrorAccumulator, compare
-from export_check.config import Gate
+from export_check.gates import Gate
 from export_check.records import Latency
 from export_check.report import html, markdown
 from export_check.report.html import tradeoff_point

@@ -11,8 +11,8 @@ import re
 import numpy as np
 
 from export_check.compare import compare
-from export_check.config import Thresholds
 from export_check.files import FileInfo
+from export_check.gates import Thresholds
 from export_check.records import Observation
 from export_check.report.next_steps import next_steps
 from export_check.report.text import DEFAULT_WIDTH, render, style_for

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from export_check.compare import compare
-from export_check.config import Thresholds
 from export_check.files import FileInfo
+from export_check.gates import Thresholds
 from export_check.records import Observation
 from export_check.report.text import AGREEMENT, COLUMNS, Style, render, use_colour
 from export_check.report.views import agreement_heading

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from export_check.compare import compare
-from export_check.config import Gate
+from export_check.gates import Gate
 from export_check.records import BatchSizeRun, Latency
 from export_check.report.views import (
     checks_description,

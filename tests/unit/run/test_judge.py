@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from export_check.compare import Metrics, compare
-from export_check.config import Gate, Thresholds
+from export_check.gates import Gate, Thresholds
 from export_check.records import BatchSizeRun, LayerComparison, LayerDelta, Measured, Observation, RerunMeasure, SizeRuns
 from export_check.run.judge import judge_row, layers_missing, wants_layers
 

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from export_check.cli import main
 from export_check.compare import ErrorAccumulator, compare
-from export_check.config import FAMILIES, GATE_FAMILIES, Gate, Thresholds
 from export_check.errors import UsageError
+from export_check.gates import FAMILIES, GATE_FAMILIES, Gate, Thresholds, gate_reasons, metric_missing
 from export_check.options import SETTINGS
 from export_check.records import Observation
-from export_check.run.judge import gate_reasons, judge_row, layers_missing, metric_missing
+from export_check.run.judge import judge_row, layers_missing
 
 
 def _truth(reference: np.ndarray, candidate: np.ndarray, atol: float, rtol: float) -> tuple[int, int]:

@@ -1,30 +1,37 @@
-"""The gate metrics, one entry each in ``GATE_METRICS``, and the :class:`Gate` they make up.
+"""The gate metrics, one entry each in ``GATE_METRICS``: the one module a new gate metric touches.
 
 An entry holds every fact about one bound a gate can put on an output: the ``Gate`` keyword(s) and
 option names that set it, which gate families offer it, how a gate shows it, the value it reads from
 :class:`compare.Metrics` and in which direction it gates, why a row fails it, whether it is judged at
-every batch size, and how eager's own run-to-run noise widens it. The options (``config``), the
-judge's reasons, ``Gate.describe`` and the JSON all read this table; a new gate metric is one entry
-here plus its compute function (a value of ``Metrics``, or a stream in ``compare.STREAMS``).
+every batch size, and how eager's own run-to-run noise widens it. The families' options (``families``),
+the judging (``judging``), ``Gate`` and its JSON all read this table; a new gate metric is one entry
+here plus its function (its reason, or the value of ``Metrics`` it reads: a stream in ``compare.STREAMS``),
+as tests/unit/gates/test_metrics.py shows on a copy of the room.
 
->>> Gate(max_mae=1e-5, min_cosine=0.999).describe()
-'MAE<=1e-05 & cos>=0.999'
->>> Gate(max_relative_mae=0.05).min_top1, Gate(max_relative_mae=0.05).max_abs
-(0.0, None)
+>>> [m.name for m in GATE_METRICS][:3], BOUNDS["min_top1"].option
+(['MAE', 'relative MAE', 'top-1 agreement'], 'min-top1')
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import UsageError
+from .agreement import PER_SAMPLE, agreement_name, flips_text
 
 if TYPE_CHECKING:
-    from .compare import Metrics
-    from .records import EagerSelfCheck
+    from ..compare import Metrics
+    from ..records import EagerSelfCheck
+
+
+class GateLike(Protocol):
+    """What an entry's functions read of a gate (``gate.Gate``, which reads this table: typed so, neither imports the other back)."""
+
+    @property
+    def tolerance(self) -> tuple[float, float] | None: ...
+
+    def __getattr__(self, name: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -47,12 +54,12 @@ class GateMetric:
 
     name: str
     bounds: tuple[Bound, ...]
-    shown: Callable[[Gate], str | None]  # the gate's bound as the reports show it, None when unset: "MAE<=1e-05"
-    reason: Callable[[Metrics, Gate], str | None]  # why ``metrics`` fail this bound; None when they meet it or it is unset
+    shown: Callable[[GateLike], str | None]  # the gate's bound as the reports show it, None when unset: "MAE<=1e-05"
+    reason: Callable[[Metrics, GateLike], str | None]  # why ``metrics`` fail this bound; None when they meet it or it is unset
     families: str = "all"  # which gate families offer its options: "all", or "relative" (int8, fp16, bf16 only)
     # The gate asks for a value this observation does not hold (measured before the metric existed, or
     # without that allclose pair): never passed, the observation is measured again (judge.layers_missing).
-    missing: Callable[[Metrics, Gate], bool] = lambda metrics, gate: False
+    missing: Callable[[Metrics, GateLike], bool] = lambda metrics, gate: False
     at_batch_sizes: bool = True  # also judged against eager at every batch size (else: the replay's values only)
     # The bound widened by eager's own run-to-run noise (judge.with_noise), for a model that draws random numbers.
     noise: Callable[[float, EagerSelfCheck], float] | None = None
@@ -86,11 +93,11 @@ def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], f
 
     show = shown.format if isinstance(shown, str) else shown
 
-    def value_of(gate: Gate) -> float | None:
+    def value_of(gate: GateLike) -> float | None:
         value = getattr(gate, bound.field)
         return None if value is None or value == bound.unset else value
 
-    def reason(metrics: Metrics, gate: Gate) -> str | None:
+    def reason(metrics: Metrics, gate: GateLike) -> str | None:
         limit = value_of(gate)
         if limit is None or not applies(metrics):
             return None
@@ -100,10 +107,10 @@ def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], f
         ok = value <= limit if direction == "max" else value >= limit
         return None if ok else failed(metrics, value, limit)
 
-    def missing(metrics: Metrics, gate: Gate) -> bool:
+    def missing(metrics: Metrics, gate: GateLike) -> bool:
         return value_of(gate) is not None and applies(metrics) and read(metrics) is None
 
-    def shown_of(gate: Gate) -> str | None:
+    def shown_of(gate: GateLike) -> str | None:
         limit = value_of(gate)
         return None if limit is None else show(limit)
 
@@ -115,44 +122,6 @@ def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], f
                       noise=noise, column=column, cell=cell_of)
 
 
-def agreement_name(metrics: Metrics) -> str:
-    """What ``metrics.top1_agreement`` counts, in words (a reason's, a chart's, a pytest failure's)."""
-    return {"top-1": "top-1 agreement", "decoded": "decoded exact-match rate"}.get(metrics.agreement, "per-position agreement")
-
-
-def changed_name(metrics: Metrics) -> str:
-    """What ``metrics.top1_changed`` lists, in words: the samples whose top-1, decoded text or some position's argmax moved."""
-    return {"top-1": "top-1 changed", "decoded": "decoded text changed"}.get(metrics.agreement, "an argmax changed")
-
-
-def tolerated_flips(bound: float, samples: int) -> int:
-    """How many of ``samples`` may change while an agreement of at least ``bound`` holds.
-
-    >>> tolerated_flips(0.98, 24), tolerated_flips(0.98, 64), tolerated_flips(0.99, 64), tolerated_flips(0.99, 100)
-    (0, 1, 0, 1)
-    """
-    return max(0, math.floor((1.0 - bound) * samples + 1e-9))
-
-
-def samples_for_one_flip(bound: float) -> int | None:
-    """The fewest samples on which an agreement bound of ``bound`` lets one changed sample pass (None: never, bound 1)."""
-    return None if bound >= 1.0 else math.ceil(1.0 / (1.0 - bound) - 1e-9)
-
-
-def flips_text(changed: int, samples: int, bound: float) -> str:
-    """How a sample-level agreement gate reads at this set's size: what changed and what it tolerates.
-
-    >>> flips_text(1, 24, 0.98)
-    '1 of 24 samples changed; at 24 samples the gate tolerates no changed sample (50 would let one pass)'
-    >>> flips_text(3, 64, 0.98)
-    '3 of 64 samples changed; at 64 samples the gate tolerates 1'
-    """
-    tolerated = tolerated_flips(bound, samples)
-    text = f"{changed} of {samples} samples changed; at {samples} samples the gate tolerates {tolerated or 'no changed sample'}"
-    need = samples_for_one_flip(bound)
-    return text + (f" ({need} would let one pass)" if not tolerated and need is not None else "")
-
-
 def _top1_reason(metrics: Metrics, value: float, bound: float) -> str:
     text = f"{agreement_name(metrics)} {value:.1%} < {bound:.1%}"
     if metrics.agreement not in PER_SAMPLE or not metrics.images:  # per position: a count of positions, not of samples
@@ -160,34 +129,6 @@ def _top1_reason(metrics: Metrics, value: float, bound: float) -> str:
     beside = ("" if metrics.position_agreement is None or metrics.agreement != "decoded"
               else f"; per-position agreement {metrics.position_agreement:.1%}")  # what blank frames hide
     return f"{text} ({flips_text(len(metrics.top1_changed), metrics.images, bound)}{beside})"
-
-
-PER_SAMPLE = ("top-1", "decoded")  # the agreements counted in samples (per position: a count of positions)
-
-
-def per_sample_agreement(signature: Any) -> bool:
-    """Whether any compared output of ``signature`` is judged by an agreement counted in samples (``compare.Layout.agreement``):
-    a ``logits`` output's top-1, a CTC output's decoded texts."""
-    from .compare import Layout
-
-    return any(o.compared and Layout(o.kind, o.class_axis, o.ctc_blank).agreement in PER_SAMPLE for o in signature.outputs)
-
-
-def small_set_notes(thresholds: Any, samples: int, per_sample: bool = True) -> list[str]:
-    """A line per sample-level agreement gate that ``samples`` golden samples are too few to judge with any slack:
-    one changed sample fails it (said at record and under check -v). None when no output is judged by an agreement
-    counted in samples (``per_sample`` False: only ``values`` outputs, or sequences judged per position), as no such
-    gate is applied then."""
-    if not per_sample:
-        return []
-    notes = []
-    for family, gate in thresholds.gates:
-        for bound, name in ((gate.min_top1, "top-1"), (gate.min_topk, f"top-{top_k_of(gate)}")):
-            if bound and samples and tolerated_flips(bound, samples) == 0:
-                need = samples_for_one_flip(bound)
-                notes.append(f"{family} gate {name} agreement >= {bound:.1%}: {samples} golden samples are too few to tolerate one changed "
-                             f"sample (one flip fails the row; {need} samples would let one pass)")
-    return notes
 
 
 def _at(metrics: Metrics) -> str:
@@ -198,12 +139,12 @@ def _relative_shown(value: float) -> str:
     return f"relMAE<={value:.3g}" if value * 100 % 1 else f"relMAE<={value:.0%}"
 
 
-def _tolerance_shown(gate: Gate) -> str | None:
+def _tolerance_shown(gate: GateLike) -> str | None:
     pair = gate.tolerance
     return None if pair is None else f"atol={pair[0]:g} rtol={pair[1]:g}"
 
 
-def _tolerance_reason(metrics: Metrics, gate: Gate) -> str | None:
+def _tolerance_reason(metrics: Metrics, gate: GateLike) -> str | None:
     """The allclose part of ``gate``: how many values break ``|a - b| <= atol + rtol * |b|``, and the worst."""
     if gate.tolerance is None:
         return None
@@ -221,7 +162,7 @@ def _tolerance_reason(metrics: Metrics, gate: Gate) -> str | None:
             f"outside atol + rtol*|reference|{worst}")
 
 
-def _tolerance_missing(metrics: Metrics, gate: Gate) -> bool:
+def _tolerance_missing(metrics: Metrics, gate: GateLike) -> bool:
     return gate.tolerance is not None and metrics.tolerance(*gate.tolerance) is None
 
 
@@ -231,24 +172,18 @@ def _top1_noise(bound: float, check: EagerSelfCheck) -> float:
 
 DEFAULT_TOP_K = 5
 
-# An int8 row whose file holds less than this share of the model's weight parameters (by count) in int8 says so in
-# a note, and fails under --strict (judge.coverage_findings): dynamic int8 of a CNN quantizes its classifier only
-# (0.8% of the bundled ResNet's weights), and a static recipe may leave a recurrent layer float (the recogniser's
-# LSTM, 75% of its weights). Half: most of the weights, whatever the model; a row above it quantized what carries the model.
-MIN_INT8_COVERAGE = 0.5
 
-
-def top_k_of(gate: Gate) -> int | None:
+def top_k_of(gate: GateLike) -> int | None:
     """The k of ``gate``'s top-k agreement bound (``top_k``, 5 by default), or None when it sets none."""
     return None if gate.min_topk is None else int(gate.top_k or DEFAULT_TOP_K)
 
 
-def _topk_shown(gate: Gate) -> str | None:
+def _topk_shown(gate: GateLike) -> str | None:
     k = top_k_of(gate)
     return None if k is None else f"top{k}>={gate.min_topk:.0%}"
 
 
-def _topk_reason(metrics: Metrics, gate: Gate) -> str | None:
+def _topk_reason(metrics: Metrics, gate: GateLike) -> str | None:
     k = top_k_of(gate)
     if k is None or metrics.agreement != "top-1":  # a ranking of classes: logits only
         return None
@@ -260,7 +195,7 @@ def _topk_reason(metrics: Metrics, gate: Gate) -> str | None:
     return f"top-{k} agreement {value:.1%} < {gate.min_topk:.1%} (samples whose {k} highest classes are the reference's)"
 
 
-def _topk_missing(metrics: Metrics, gate: Gate) -> bool:
+def _topk_missing(metrics: Metrics, gate: GateLike) -> bool:
     k = top_k_of(gate)
     return k is not None and metrics.agreement == "top-1" and metrics.topk_agreement(k) is None
 
@@ -330,134 +265,6 @@ GATE_METRICS: tuple[GateMetric, ...] = (
 )
 BOUNDS: dict[str, Bound] = {b.field: b for m in GATE_METRICS for b in m.bounds}
 assert len(BOUNDS) == sum(len(m.bounds) for m in GATE_METRICS), "gate fields must be unique"
-
-
-def _check_bound(bound: Bound, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise UsageError(f"{bound.title} must be a finite number >= 0, got {value!r}")
-    if bound.fraction and value > 1:
-        raise UsageError(f"{bound.title} is a fraction in [0, 1], got {value!r}")
-    if bound.count and (value < 1 or value != int(value)):
-        raise UsageError(f"{bound.title} is a whole number >= 1, got {value!r}")
-    return float(value) if not isinstance(value, int) else value
-
-
-class Gate:
-    """What one row must meet: a bound on each metric of ``GATE_METRICS`` it sets, by keyword
-    (``max_mae``, ``max_relative_mae``, ``min_top1``, ``max_abs``, ``atol``/``rtol``, ``min_cosine``,
-    ``min_snr_db``). Every gate bounds the MAE, absolutely and/or relative to the output's mean
-    absolute reference value (scale-free: the gate of the non-float families). Unset bounds do not
-    gate; non-finite outputs always fail. Frozen, compared and hashed by its bounds.
-
-    >>> Gate(max_relative_mae=0.05, min_top1=0.98).describe()
-    'relMAE<=5% & top1>=98%'
-    >>> Gate(max_mae=1e-5, atol=1e-4, rtol=1e-3).describe()
-    'MAE<=1e-05 & atol=0.0001 rtol=0.001'
-    >>> Gate(max_mae=1e-5).replace(max_mae=None)
-    Traceback (most recent call last):
-    export_check.errors.UsageError: a gate needs a max MAE or a max relative MAE
-    """
-
-    __slots__ = ("_bounds",)
-    _bounds: dict[str, float]
-
-    def __init__(self, **bounds: float | None) -> None:
-        unknown = sorted(set(bounds) - set(BOUNDS))
-        if unknown:
-            raise TypeError(f"Gate() got unknown bounds {', '.join(unknown)}; the bounds are {', '.join(BOUNDS)}")
-        kept = {name: _check_bound(BOUNDS[name], value) for name, value in bounds.items() if value is not None}
-        if "max_mae" not in kept and "max_relative_mae" not in kept:
-            raise UsageError("a gate needs a max MAE or a max relative MAE")
-        object.__setattr__(self, "_bounds", {name: kept[name] for name in BOUNDS if name in kept})
-
-    def __getattr__(self, name: str) -> Any:
-        bound = BOUNDS.get(name)
-        if bound is None or name.startswith("_"):
-            raise AttributeError(f"'Gate' object has no attribute {name!r}")
-        return self._bounds.get(name, bound.unset)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("a Gate is frozen: use gate.replace(...)")
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Gate) and self._set() == other._set()
-
-    def __hash__(self) -> int:
-        return hash(tuple(sorted(self._set().items())))
-
-    def __repr__(self) -> str:
-        return f"Gate({', '.join(f'{k}={v!r}' for k, v in self._bounds.items())})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_gate, (tuple(self._bounds.items()),))
-
-    def _set(self) -> dict[str, float]:
-        """The bounds that gate (a bound at its unset value, min_top1=0, is no bound)."""
-        return {k: v for k, v in self._bounds.items() if v != BOUNDS[k].unset}
-
-    def set_bounds(self) -> tuple[str, ...]:
-        """The keywords of the bounds that gate, in table order."""
-        return tuple(self._set())
-
-    def replace(self, **changes: float | None) -> Gate:
-        """This gate with some bounds changed (None: unset)."""
-        return Gate(**{**self._bounds, **changes})
-
-    def only(self, metrics: Iterable[GateMetric]) -> Gate:
-        """This gate without the bounds of the metrics not given (the MAE bounds are always kept)."""
-        keep = {b.field for m in metrics for b in m.bounds} | {"max_mae", "max_relative_mae"}
-        return Gate(**{k: v for k, v in self._bounds.items() if k in keep})
-
-    @property
-    def tolerance(self) -> tuple[float, float] | None:
-        """``(atol, rtol)`` of the elementwise allclose test, or None when neither is set."""
-        atol, rtol = self._bounds.get("atol"), self._bounds.get("rtol")
-        if atol is None and rtol is None:
-            return None
-        return (atol or 0.0, rtol or 0.0)
-
-    def mae_bound(self, reference_mean_abs: float) -> float:
-        """The absolute MAE this gate allows an output whose mean absolute reference value is given."""
-        relative = self._bounds.get("max_relative_mae")
-        bounds = [b for b in (self._bounds.get("max_mae"), None if relative is None else relative * reference_mean_abs) if b is not None]
-        return min(bounds)
-
-    def describe(self) -> str:
-        return " & ".join(shown for m in GATE_METRICS if (shown := m.shown(self)) is not None)
-
-    def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in BOUNDS}
-
-
-def _gate(bounds: tuple[tuple[str, float], ...]) -> Gate:
-    return Gate(**dict(bounds))
-
-
-def reasons(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
-    """Why ``metrics`` fail ``gate``, one reason per bound broken, in table order."""
-    return tuple(r for m in GATE_METRICS if (r := m.reason(metrics, gate)) is not None)
-
-
-def missing(metrics: Metrics, gate: Gate) -> bool:
-    """Whether ``gate`` asks for a value ``metrics`` do not hold (the observation must be measured again)."""
-    return any(m.missing(metrics, gate) for m in GATE_METRICS)
-
-
-def missing_names(metrics: Metrics, gate: Gate) -> tuple[str, ...]:
-    """The names of the values ``gate`` asks for that ``metrics`` do not hold ("top-k agreement")."""
-    return tuple(m.name for m in GATE_METRICS if m.missing(metrics, gate))
-
-
-def at_batch_sizes(gate: Gate) -> Gate:
-    """The part of ``gate`` judged against eager at every batch size."""
-    return gate.only(m for m in GATE_METRICS if m.at_batch_sizes)
-
-
-def with_noise(gate: Gate, check: EagerSelfCheck) -> Gate:
-    """``gate`` with each bound widened by eager's own noise as its entry says (bounds without a rule stay)."""
-    changes = {b.field: m.noise(value, check) for m in GATE_METRICS if m.noise is not None for b in m.bounds
-               if (value := getattr(gate, b.field)) is not None}
-    return gate.replace(**changes)
 
 
 def default_text(bound: Bound, value: float | None) -> str:
