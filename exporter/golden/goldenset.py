@@ -4,18 +4,17 @@ hash-checked, decoded and preprocessed (``load_input``, ``load_sample``), the sa
 batches (``batches``, ``feed_batches``; :func:`stack_batches` is the one batching function recording
 and replay share), and the approved references read once per set and checked against the manifest
 (``reference``, ``reference_samples``, ``reference_outputs``). Every file is read beneath the
-golden folder by a path the manifest gives (:func:`safe_relative`: nothing leaves the folder, no
-link is followed) and must match its sha256 (:func:`read_verified`). Parsing and validating the
-manifest that builds a GoldenSet is :mod:`export_check.golden.manifest`.
+golden folder by a path the manifest gives (checked once, when the manifest is parsed: nothing
+leaves the folder, no link is followed) and must match its sha256
+(:func:`~export_check.golden.reading.read_verified`). Parsing and validating the manifest that
+builds a GoldenSet is :mod:`export_check.golden.manifest`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,11 +22,11 @@ import numpy as np
 from ..errors import GoldenError
 from ..signature import SINGLE, InputSpec, Signature
 from .calibration import CalibrationSplit, default_calibration
-from .inputs import Preprocess, conform_sample, decode_input, is_sample_archive, read_npz, read_sample
+from .inputs import Preprocess, decode_input, decode_sample
 from .labels import Label, labels_of, primary_labels
-from .reading import ARRAY_MAX_BYTES, FILE_MAX_BYTES, load_npy, npy_header, read_beneath
+from .reading import ARRAY_MAX_BYTES, load_npy, load_npz, npy_header, read_verified
+from .reading import MANIFEST as MANIFEST  # named here too, where the run and the store import it from
 
-MANIFEST = "manifest.json"
 VERSION_1 = 1  # one float input, one logits output (SINGLE); still written when a set is exactly that
 VERSION_2 = 2  # a recorded signature: named inputs and outputs
 INPUT = "input"  # format 1's one input
@@ -142,7 +141,7 @@ class GoldenSet:
 
     def _read_reference_v2(self) -> dict[str, list[np.ndarray]]:
         path = self.root / self.reference_file
-        arrays = read_npz(read_verified(self.root, self.reference_file, self.reference_sha256), path, "reference", ARRAY_MAX_BYTES)
+        arrays = load_npz(read_verified(self.root, self.reference_file, self.reference_sha256), path, "reference", ARRAY_MAX_BYTES)
         expected = {f"{o.name}/{i}" for o in self.signature.outputs for i in range(len(self))}
         extra = sorted(set(arrays) - expected)
         if extra:
@@ -205,12 +204,7 @@ class GoldenSet:
         if self.version == VERSION_1:
             return {INPUT: self.load_input(item)}
         data = read_verified(self.root, item.file, item.sha256)
-        shown = self.root / item.file
-        if is_sample_archive(item.file):
-            arrays = read_sample(data, item.file, shown)
-        else:  # an image or .npy tensor: the one input
-            arrays = {self.signature.inputs[0].name: decode_input(data, item.file, self.preprocess, shown)}
-        return conform_sample(arrays, self.signature.inputs, shown)
+        return decode_sample(data, item.file, self.signature.inputs, self.preprocess, self.root / item.file)
 
     def batches(self, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(start, batch)`` over the set, decoding one batch at a time (the one input's batch;
@@ -282,37 +276,3 @@ def feeds_length(feeds: Mapping[str, np.ndarray], signature: Signature) -> int:
     spec = signature.inputs[0]
     array = feeds[spec.name] if spec.name in feeds else next(iter(feeds.values()))
     return int(array.shape[spec.batch_axis]) if array.ndim > spec.batch_axis else len(array)
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def safe_relative(root: Path, rel: Any, field: str) -> Path:
-    """Resolve a manifest path, refusing anything that could leave the golden folder."""
-    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
-        raise GoldenError(f"{root / MANIFEST}: {field} must be a relative path string, got {rel!r}; re-record the golden set")
-    pure = PurePosixPath(rel)
-    if pure.is_absolute() or ".." in pure.parts or rel.startswith("~") or re.match(r"^[A-Za-z]:", rel):
-        raise GoldenError(f"{root / MANIFEST}: {field} {rel!r} points outside the golden folder; refused, re-record the golden set")
-    path = root.joinpath(*pure.parts)
-    # Links could point anywhere: no component below the root may be a symlink.
-    probe = root
-    for part in pure.parts:
-        probe = probe / part
-        if probe.is_symlink():
-            raise GoldenError(f"{root / MANIFEST}: {field} {rel!r} is a symbolic link; refused, store the real file instead")
-    return path
-
-
-def read_verified(root: Path, rel: str, expected: str) -> bytes:
-    path = safe_relative(root, rel, "file")
-    data = read_beneath(root, rel, FILE_MAX_BYTES, "restore it or re-record the golden set",
-                        f"{path}: listed in {MANIFEST} but missing; restore it or re-record the golden set")
-    actual = sha256_bytes(data)
-    if actual != expected:
-        raise GoldenError(
-            f"{path}: content changed since recording (sha256 {actual[:12]}… != manifest {expected[:12]}…); "
-            "restore the file, or re-record/approve the golden set if the change is intended"
-        )
-    return data

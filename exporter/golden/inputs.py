@@ -291,6 +291,14 @@ def read_sample(data: bytes, name: str, shown: Path) -> dict[str, np.ndarray]:
     return arrays
 
 
+def decode_sample(data: bytes, name: str, inputs: Any, preprocess: Preprocess | None, shown: Path) -> dict[str, np.ndarray]:
+    """One format-2 sample's named inputs from its file's bytes: a sample archive's arrays, or the one
+    input's image or ``.npy`` tensor, each checked against the signature's inputs (:func:`conform_sample`)."""
+    if not is_sample_archive(name):  # an image or .npy tensor: the one input
+        return conform_sample({inputs[0].name: decode_input(data, name, preprocess, shown)}, inputs, shown)
+    return conform_sample(read_sample(data, name, shown), inputs, shown)
+
+
 def conform_sample(arrays: dict[str, np.ndarray], inputs: Any, shown: Path) -> dict[str, np.ndarray]:
     """A sample's arrays checked against the signature's inputs (``signature.InputSpec``s): exactly
     these names, a dtype that casts to each input's without loss, finite floats, and room for the

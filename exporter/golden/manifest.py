@@ -34,29 +34,27 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import files
 from ..errors import GoldenError
 from ..signature import SINGLE, Signature, signature_from_json
 from .calibration import CALIBRATION_RULES, CalibrationSplit
-from .goldenset import (
-    MANIFEST,
-    VERSION_1,
-    VERSION_2,
-    GoldenInput,
-    GoldenSet,
-    OutputRecord,
-    feeds_length,
-    read_verified,
-    safe_relative,
-    sha256_bytes,
-    stack_batches,
-)
+from .goldenset import VERSION_1, VERSION_2, GoldenInput, GoldenSet, OutputRecord, feeds_length, stack_batches
 from .inputs import IMAGE_SUFFIXES, SAMPLE_DTYPES, TENSOR_SUFFIX, Preprocess, is_sample_archive
 from .labels import check_label
-from .reading import FILE_MAX_BYTES, GOLDEN_MAX_BYTES, MANIFEST_MAX_BYTES, check_sample_size, declared_bytes, lfs_pointer, load_json, read_beneath
+from .reading import (
+    FILE_MAX_BYTES,
+    GOLDEN_MAX_BYTES,
+    MANIFEST,
+    MANIFEST_MAX_BYTES,
+    lfs_pointer,
+    load_json,
+    read_beneath,
+    sample_declared_bytes,
+    sha256_bytes,
+)
 
 FORMAT = "export-check-golden"
 VERSION = VERSION_2  # the newest version this export-check reads
@@ -88,6 +86,24 @@ def calibration_from_json(manifest: Path, value: Any, inputs: Sequence[GoldenInp
 def _require(cond: bool, manifest: Path, what: str) -> None:
     if not cond:
         raise GoldenError(f"{manifest}: {what}; re-record the golden set with `export-check golden record`")
+
+
+def safe_relative(root: Path, rel: Any, field: str) -> Path:
+    """Resolve a manifest path, refusing anything that could leave the golden folder (checked once, here:
+    every later read opens it beneath the folder without following a link, ``reading.read_beneath``)."""
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
+        raise GoldenError(f"{root / MANIFEST}: {field} must be a relative path string, got {rel!r}; re-record the golden set")
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or ".." in pure.parts or rel.startswith("~") or re.match(r"^[A-Za-z]:", rel):
+        raise GoldenError(f"{root / MANIFEST}: {field} {rel!r} points outside the golden folder; refused, re-record the golden set")
+    path = root.joinpath(*pure.parts)
+    # Links could point anywhere: no component below the root may be a symlink.
+    probe = root
+    for part in pure.parts:
+        probe = probe / part
+        if probe.is_symlink():
+            raise GoldenError(f"{root / MANIFEST}: {field} {rel!r} is a symbolic link; refused, store the real file instead")
+    return path
 
 
 def parse_manifest(root: Path, text: str) -> GoldenSet:
@@ -251,23 +267,11 @@ def load_golden(root: Path) -> GoldenSet:
     golden = read_manifest(root)
     total = 0
     for item in golden.inputs:
-        total += _declared(root, item)
+        total += sample_declared_bytes(root, item.file, item.sha256)
         if total > GOLDEN_MAX_BYTES:
             raise _over_total(total, root / item.file)
-    if golden.version == VERSION_1:
-        golden.reference()
-    else:
-        golden.reference_samples()  # every key present, as the manifest says, finite
+    golden.reference_samples()  # read once and kept: every key present, as the manifest says, finite
     return golden
-
-
-def _declared(root: Path, item: GoldenInput) -> int:
-    """The decoded bytes ``item``'s file declares, the file read and hash-checked; one GoldenError
-    naming it when that is over ``SAMPLE_MAX_BYTES``."""
-    shown = root / item.file
-    size = declared_bytes(read_verified(root, item.file, item.sha256), item.file, shown)
-    check_sample_size(size, shown)
-    return size
 
 
 def _over_total(total: int, shown: Path) -> GoldenError:
@@ -306,7 +310,7 @@ def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
     total = 0  # the bound on the set's total is said once, of the sample that crosses it
     for item in golden.inputs:
         try:
-            size = _declared(root, item)
+            size = sample_declared_bytes(root, item.file, item.sha256)
             total += size
             if total - size <= GOLDEN_MAX_BYTES < total:  # said once, of the sample that crosses it
                 raise _over_total(total, root / item.file)
@@ -314,10 +318,7 @@ def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
         except GoldenError as exc:
             problems.append(Problem(item.file, str(exc), _classify(root, item.file, item.sha256), item.name))
     try:
-        if golden.version == VERSION_1:
-            golden.reference()
-        else:
-            golden.reference_samples()
+        golden.reference_samples()
     except GoldenError as exc:
         problems.append(Problem(golden.reference_file, str(exc), _classify(root, golden.reference_file, golden.reference_sha256)))
     return golden, problems

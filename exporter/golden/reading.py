@@ -13,13 +13,16 @@ Every limit a golden set is read under is here, so the docs (docs/explanation/tr
   decompressed no further than its zip header declares, with the archive's total held to
   ``ARRAY_MAX_BYTES`` (the reference) or ``SAMPLE_MAX_BYTES`` (one sample);
 - every sample of a set together declares at most ``GOLDEN_MAX_BYTES`` decoded, summed from the
-  files' headers before any is decompressed (:func:`declared_bytes`).
+  files' headers before any is decompressed (:func:`declared_bytes`, :func:`sample_declared_bytes`);
+- a file the manifest names must match the sha256 it gives (:func:`read_verified`); the manifest's paths
+  themselves are checked once, when it is parsed (:func:`export_check.golden.manifest.safe_relative`).
 
 Every refusal is one :class:`~export_check.errors.GoldenError` line naming the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 import zipfile
@@ -31,6 +34,7 @@ import numpy as np
 from .. import files, parsing
 from ..errors import GoldenError
 
+MANIFEST = "manifest.json"
 MANIFEST_MAX_BYTES = 64 << 20  # a manifest of 100,000 inputs is about 25 MB
 LABELS_MAX_BYTES = 16 << 20
 FILE_MAX_BYTES = 1 << 30  # one input file or one reference file
@@ -91,6 +95,24 @@ def read_beneath(root: Path, rel: str, limit: int, fix: str, missing: str = "") 
     pointer = lfs_pointer(data)
     if pointer is not None:
         raise GoldenError(f"{shown}: {pointer}")
+    return data
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_verified(root: Path, rel: str, expected: str) -> bytes:
+    """The bytes of the file ``rel`` the manifest names (:func:`read_beneath`), which must match its sha256 ``expected``."""
+    path = root / rel
+    data = read_beneath(root, rel, FILE_MAX_BYTES, "restore it or re-record the golden set",
+                        f"{path}: listed in {MANIFEST} but missing; restore it or re-record the golden set")
+    actual = sha256_bytes(data)
+    if actual != expected:
+        raise GoldenError(
+            f"{path}: content changed since recording (sha256 {actual[:12]}… != manifest {expected[:12]}…); "
+            "restore the file, or re-record/approve the golden set if the change is intended"
+        )
     return data
 
 
@@ -194,6 +216,15 @@ def check_sample_size(size: int, shown: Path, declared: str = "declares") -> Non
                           "sample may hold; replace it or re-record")
 
 
+def sample_declared_bytes(root: Path, rel: str, expected: str) -> int:
+    """The decoded bytes the sample file ``rel`` declares (:func:`declared_bytes`), the file read and
+    hash-checked; one GoldenError naming it when that is over ``SAMPLE_MAX_BYTES``."""
+    shown = root / rel
+    size = declared_bytes(read_verified(root, rel, expected), rel, shown)
+    check_sample_size(size, shown)
+    return size
+
+
 def load_npz(data: bytes, shown: Path, what: str = "sample", budget: int = ARRAY_MAX_BYTES) -> dict[str, np.ndarray]:
     """Every array of an ``.npz`` archive's bytes, by key (member name less ``.npy``), each member's
     declared size and header checked before it is decompressed or allocated, its decompressed size
@@ -246,6 +277,7 @@ __all__ = [
     "JSON_MAX_DEPTH",
     "JSON_MAX_INT_DIGITS",
     "LABELS_MAX_BYTES",
+    "MANIFEST",
     "MANIFEST_MAX_BYTES",
     "load_json",
     "load_npy",
@@ -253,4 +285,7 @@ __all__ = [
     "npy_header",
     "read_beneath",
     "read_user_file",
+    "read_verified",
+    "sample_declared_bytes",
+    "sha256_bytes",
 ]

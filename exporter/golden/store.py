@@ -37,11 +37,11 @@ import numpy as np
 from .. import files
 from ..errors import GoldenError, one_line
 from ..signature import Signature
-from .goldenset import MANIFEST, VERSION_1, VERSION_2, GoldenInput, GoldenSet, OutputRecord, sha256_bytes
+from .goldenset import MANIFEST, VERSION_1, VERSION_2, GoldenInput, GoldenSet, OutputRecord
 from .inputs import Preprocess
 from .labels import Label, label_json
 from .manifest import FORMAT, INPUTS_DIR, parse_manifest, read_manifest
-from .reading import FILE_MAX_BYTES
+from .reading import FILE_MAX_BYTES, sha256_bytes
 
 _OUR_REFERENCE = re.compile(r"^reference-[0-9a-f]{12}\.np[yz]$")
 
