@@ -1,5 +1,6 @@
-"""Restoring a hit without repeated work: the files of an artifact (artifacts/parts.py) put in ``--out``
-without writing or hashing their bytes again where that proves nothing new.
+"""An artifact's files into and out of a cache entry: each stored by content name with the identities that
+let a hit put it in ``--out`` later without writing or hashing its bytes again where that proves nothing new
+(``store_file``, ``restore_file``; the files of an artifact: artifacts/parts.py).
 
 A stored file's sealed description (cache/store.py) carries, beside its sha256 and size, two
 identities, each ``[boot, device, inode, size, mtime_ns]``: ``seen``, of the file in the entry folder
@@ -32,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..nofollow import Folder, Refused, copy_fd
+from ..files import current_umask
+from ..nofollow import Folder, Refused, copy_fd, open_regular
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 CHUNK = 16 << 20
@@ -86,6 +88,33 @@ def _lstat(path: Path) -> os.stat_result | None:
         return os.lstat(path)
     except FileNotFoundError:
         return None
+
+
+def store_file(folder: Folder, path: Path, expected_sha256: str | None) -> dict[str, Any]:
+    """Copy the regular file ``path`` (a link there is refused) into the entry ``folder`` under its content name,
+    ``<sha256[:16]><suffix>``; its sealed description as :meth:`Stored.to_meta` gives it, less ``as``, with its
+    identities in the folder (``seen``) and at ``path`` (``placed``). ``Mismatch`` when the bytes are not ``expected_sha256``."""
+    src = open_regular(path, follow=False)
+    try:
+        temp, out = folder.new_temp("artifact")
+        try:
+            try:
+                os.fchmod(out, 0o644 & ~current_umask())  # writable by this user only: what lets a hit trust it unhashed
+                sha, size = copy_fd(src, out)
+                os.fsync(out)
+                if expected_sha256 is not None and sha != expected_sha256:
+                    raise Mismatch(f"{path.name} changed while being stored")
+                target = f"{sha[:16]}{path.suffix}"
+                folder.commit(temp, target)  # while its descriptor holds the lock (Folder.sweep_partials)
+                seen, placed = record(out), record(src)
+            finally:
+                os.close(out)
+        except BaseException:
+            folder.discard(temp)
+            raise
+    finally:
+        os.close(src)
+    return {"file": target, "sha256": sha, "size": size, "seen": list(seen), "placed": list(placed)}
 
 
 def restore_file(folder: Folder, stored: Stored, dest: Path, linkable: bool) -> str:

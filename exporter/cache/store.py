@@ -51,12 +51,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..artifacts import KINDS_BY_NAME
 from ..artifacts.parts import companion_names, companions
-from ..files import current_umask, fsync_dir
-from ..nofollow import Folder, Refused, copy_fd, open_regular, sha256_regular
+from ..files import fsync_dir
+from ..nofollow import Folder, Refused, sha256_regular
 from ..records import Observation
 from ..versions import package_version
 from .key import FORMAT, local_module_sources
-from .linked import Mismatch, Stored, from_meta, record, restore_file
+from .linked import Mismatch, Stored, from_meta, restore_file, store_file
 from .plain import from_plain
 from .prune import hold, prune, shown_size, touch
 from .sealed import MAX_META_BYTES, NotSealed, seal, unseal
@@ -237,7 +237,7 @@ class ArtifactCache:
         return None
 
     def _meta(self, name: str, folder: Folder) -> dict[str, Any]:
-        meta = unseal(self.key, self.entry_key(name), folder.read(META, MAX_META_BYTES))
+        meta = unseal(self.key, folder.path.name, folder.read(META, MAX_META_BYTES))  # the folder is named by the entry key
         if meta.get("format") != FORMAT or meta.get("name") != name or meta.get("run_key") != self.run_key:
             raise Damaged("meta.json does not describe this entry")
         return meta
@@ -368,10 +368,10 @@ class ArtifactCache:
                 previous = self._previous_files(name, folder)
                 artifact_meta = None
                 if artifact is not None:
-                    artifact_meta = self._store_file(folder, artifact, expected_sha256)
-                    artifact_meta["parts"] = [{"as": p.name, **self._store_file(folder, p, (expected_parts or {}).get(p.name))}
+                    artifact_meta = store_file(folder, artifact, expected_sha256)
+                    artifact_meta["parts"] = [{"as": p.name, **store_file(folder, p, (expected_parts or {}).get(p.name))}
                                               for p in companions(artifact)]
-                extra_meta = [{"as": shown, **self._store_file(folder, file, None)} for shown, file in (extras or {}).items()]
+                extra_meta = [{"as": shown, **store_file(folder, file, None)} for shown, file in (extras or {}).items()]
                 meta = {
                     "format": FORMAT,
                     "name": name,
@@ -386,13 +386,13 @@ class ArtifactCache:
                     "sources": self.local_sources(),
                     "extras": extra_meta,
                 }
-                folder.write_atomic(META, seal(self.key, self.entry_key(name), meta))
+                folder.write_atomic(META, seal(self.key, folder.path.name, meta))
                 kept = {m["file"] for m in (artifact_meta, *extra_meta, *(artifact_meta or {}).get("parts", ())) if m is not None}
                 for old in previous - kept:
                     folder.remove_file(old)
                 if previous - kept:
                     folder.fsync()
-        except (OSError, Refused, _Changed, TypeError, ValueError) as exc:  # TypeError/ValueError: not JSON-able
+        except (OSError, Refused, _Changed, Mismatch, TypeError, ValueError) as exc:  # TypeError/ValueError: not JSON-able
             self.problems[name] = f"cache: could not store the entry in {self.root} ({exc}); the next run rebuilds it"
 
     def _previous_files(self, name: str, folder: Folder) -> set[str]:
@@ -406,29 +406,6 @@ class ArtifactCache:
         named = [meta.get("artifact"), *(meta.get("extras") or []), *((meta.get("artifact") or {}).get("parts") or [])]
         files = [m.get("file") for m in named if isinstance(m, dict)]
         return {f for f in files if isinstance(f, str) and _ARTIFACT_NAME.fullmatch(f)}
-
-    def _store_file(self, folder: Folder, artifact: Path, expected_sha256: str | None) -> dict[str, Any]:
-        src = open_regular(artifact, follow=False)
-        try:
-            temp, out = folder.new_temp("artifact")
-            try:
-                try:
-                    os.fchmod(out, 0o644 & ~current_umask())  # writable by this user only: what lets a hit trust it unhashed (linked.py)
-                    sha, size = copy_fd(src, out)
-                    os.fsync(out)
-                    if expected_sha256 is not None and sha != expected_sha256:
-                        raise _Changed(f"{artifact.name} changed while being stored")
-                    target = f"{sha[:16]}{artifact.suffix}"
-                    folder.commit(temp, target)  # while its descriptor holds the lock (Folder.sweep_partials)
-                    seen, placed = record(out), record(src)
-                finally:
-                    os.close(out)
-            except BaseException:
-                folder.discard(temp)
-                raise
-        finally:
-            os.close(src)
-        return {"file": target, "sha256": sha, "size": size, "seen": list(seen), "placed": list(placed)}
 
 
 def _release(held: dict[str, tuple[int, int, int]]) -> None:
