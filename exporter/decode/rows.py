@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..files import FileInfo
 from ..gates import Gate
 from ..results import FAIL, PASS, Row
-from .gates import FLOAT_MAX_MAE, INT8_MIN_TOP1, DecodePath, GenerationGate, judge, overlaid
+from .gates import FLOAT_MAX_MAE, INT8_MIN_TOP1, DecodePath, GenerationGate, gates_for, judge, overlaid
 from .verdicts import TokenVerdict
 
 # What the views' gate column and gates line show (exporter/gates.Gate bounds no KL and no generation): the decode gate
@@ -103,6 +103,7 @@ def is_decode_report(data: Mapping[str, Any]) -> bool:
 def judged_again(data: Mapping[str, Any], where: str, values: Mapping[str, Any]) -> tuple[tuple[Row, ...], tuple[str, ...]]:
     """A language model's stored rows judged again with ``values`` (option name -> value) laid over their gates, in
     their order, as ``run_generation`` judged them; and the notes that say which gates changed."""
+    gates_for(values)  # every value given checked, whichever rows the report holds
     rows: list[Row] = []
     changed: list[str] = []
     single_forward: bool | None = None

@@ -236,7 +236,7 @@ def test_judge_applies_new_decode_gates_to_a_stored_report_without_torch(checked
                                                                                         if r.name != "decode-torchao-int8"]
     assert "decode gates changed: int8-weight KL mean<=0.001 & top1>=95% -> " in " ".join(judged.stdout.split())
     # with the report's own gates: the same verdicts, reasons and figures, exit 0
-    assert main(["judge", str(stored), "-q", "--json", str(tmp_path / "same.json")]) == 0
+    assert main(["judge", str(stored), "--json", str(tmp_path / "same.json")]) == 0
     same = read_report(tmp_path / "same.json")["rows"]
     assert [(r["name"], r["status"], r["reasons"], r["metrics"] and r["metrics"]["mae"]) for r in same] == \
         [(r.name, r.status, list(r.reasons), r.metrics and r.metrics.mae) for r in report.rows]
