@@ -203,29 +203,17 @@ def pin_threads(ctx: Any) -> None:
         sys.modules["torch"].set_num_threads(threads)
 
 
-# glibc's mmap threshold, fixed (mallopt's M_MMAP_THRESHOLD): a block of this size or more is mapped on its own and
-# unmapped when freed. By default the threshold climbs with every large block freed (up to 32 MB), after which a
-# forward pass's activations (6-25 MB each on the 92 M transformer) are carved from the heap and freed into holes it
-# keeps: a replay child of that model grew from 470 to 990 MB over its replay, the ONNX export's child peaked 370 MB
-# higher. Issue 43; benchmarks/NOTES.md, "Big models: where the peak was".
-HEAP_MMAP_THRESHOLD = 4 << 20
-_M_MMAP_THRESHOLD = -3  # malloc.h
-
-
 def bound_heap() -> bool:
-    """Fix glibc's mmap threshold at ``HEAP_MMAP_THRESHOLD`` in this process (a child: never the run's own process,
-    whose eager passes keep the default); False where the C library is not glibc (nothing changed)."""
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):  # type: ignore[union-attr]
-            return False
-    except (ValueError, OSError, AttributeError):  # no such name here (not glibc), or no os.confstr (Windows)
-        return False
-    import ctypes
+    """Fix glibc's mmap threshold at 4 MB in this process (a build, load or replay child; never the run's own), as
+    ``golden record`` does (artifacts/_heap.py): a block of 4 MB or more is mapped on its own and unmapped when freed.
+    By default the threshold climbs with every large block freed (up to 32 MB), and an export's freed buffers stay in
+    the child's heap: the 92 M transformer's ONNX export peaked at 2,873 MB, 2,503 MB with this (issue 43;
+    benchmarks/NOTES.md, "Big models: where the peak was"). A torch runner's ``reused_heap`` overrides it while open
+    (every block from the heap: its replay's speed). False under another C library (nothing changed)."""
+    from ..artifacts._heap import _HOLD, M_MMAP_THRESHOLD
 
-    try:
-        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD))
-    except (OSError, AttributeError):
-        return False
+    libc = _HOLD._lib()
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, 4 << 20))
 
 
 def _pin_interop_threads() -> None:

@@ -69,7 +69,7 @@ def test_measured_samples_the_peak_while_the_command_runs(harness) -> None:
 
 # A build, load or replay child (builder/clean.py's pin_threads) fixes glibc's mmap threshold: blocks of 4 MB and more
 # freed go back to the system. By default a freed 24 MB block raises the threshold, and 24 MB of 6 MB blocks freed
-# stay in the heap (what grew a 92 M transformer's replay child by 500 MB). Run in a fresh interpreter each.
+# stay in the heap (what an export's freed buffers did in its build child). Run in a fresh interpreter each.
 HEAP = """
 import ctypes, sys
 from export_check.builder.clean import pin_threads
