@@ -186,26 +186,43 @@ def _storable(obs: Observation) -> bool:
         obs.diagnostics is not None and obs.diagnostics.error is not None)
 
 
+def _entries(observations: list[Observation], built: Mapping[str, BuiltFile], label_accuracy: float | None,
+             selected: set[str]) -> list[tuple[str, dict[str, Any]]]:
+    """What a run stores, entry by entry: eager's observation, every artifact that built and ran with its
+    observation, and a source built only for a derived kind (onnx for onnx-simplified) with its file alone."""
+    entries: list[tuple[str, dict[str, Any]]] = []
+    for obs in observations:
+        if obs.name == EAGER:
+            if obs.metrics is not None:
+                entries.append((EAGER, {"artifact": None, "observation": obs, "label_accuracy": label_accuracy}))
+        elif _storable(obs):
+            assert obs.artifact is not None
+            entries.append((obs.name, {"artifact": Path(obs.artifact.path), "expected_sha256": obs.artifact.sha256, "details": dict(obs.details),
+                                       "notes": obs.notes, "build_seconds": obs.build_seconds, "observation": obs,
+                                       "extras": _reduced_files(obs), "expected_parts": {name: sha for name, _, sha in obs.artifact.parts}}))
+    for name, outcome in built.items():
+        if name not in selected and outcome.cache is None and outcome.error is None and outcome.path is not None:
+            entries.append((name, {"artifact": outcome.path, "details": outcome.details, "notes": tuple(outcome.notes),
+                                   "build_seconds": outcome.seconds}))
+    return entries
+
+
+def _state(cache: ArtifactCache, obs: Observation, built: Mapping[str, BuiltFile]) -> str:
+    """Where a row's observation came from, as its report says: restored, rebuilt (a damaged or untrusted entry), or a miss."""
+    if obs.name != EAGER and built[obs.name].cache == RESTORED:
+        return RESTORED
+    return REBUILT if obs.name in cache.damaged or obs.name in cache.untrusted else MISS
+
+
 def store_observations(
     cache: ArtifactCache, config: RunConfig, observations: list[Observation], built: Mapping[str, BuiltFile], label_accuracy: float | None
 ) -> list[Observation]:
     """Store every artifact that built and ran with its observation (and eager's); return the
     observations marked with where they came from and what happened to their entries."""
+    for name, fields in _entries(observations, built, label_accuracy, set(config.selected_kinds)):
+        cache.store(name, **fields)
     marked = []
     for obs in observations:
-        if obs.name == EAGER:
-            if obs.metrics is not None:
-                cache.store(EAGER, artifact=None, observation=obs, label_accuracy=label_accuracy)
-            state = REBUILT if EAGER in cache.damaged or EAGER in cache.untrusted else MISS
-        else:
-            outcome = built[obs.name]
-            rebuilt = obs.name in cache.damaged or obs.name in cache.untrusted
-            state = RESTORED if outcome.cache == RESTORED else REBUILT if rebuilt else MISS
-            if _storable(obs):
-                assert obs.artifact is not None
-                cache.store(obs.name, artifact=Path(obs.artifact.path), expected_sha256=obs.artifact.sha256, details=dict(obs.details),
-                            notes=obs.notes, build_seconds=obs.build_seconds, observation=obs, extras=_reduced_files(obs),
-                            expected_parts={name: sha for name, _, sha in obs.artifact.parts})
         notes = obs.notes
         if obs.name in cache.untrusted:
             notes += (f"{UNTRUSTED_NOTE} ({cache.untrusted[obs.name]}; the key: {cache.key.path})",)
@@ -215,11 +232,7 @@ def store_observations(
             notes += (f"cache: {cache.stale[obs.name]} changed since the cached entry was stored; rebuilt",)
         if obs.name in cache.problems:
             notes += (cache.problems[obs.name],)
-        marked.append(replace(obs, cache=state, notes=notes))
-    selected = set(config.selected_kinds)
-    for name, outcome in built.items():  # a source built only for a derived kind (onnx for onnx-simplified)
-        if name not in selected and outcome.cache is None and outcome.error is None and outcome.path is not None:
-            cache.store(name, artifact=outcome.path, details=outcome.details, notes=tuple(outcome.notes), build_seconds=outcome.seconds)
+        marked.append(replace(obs, cache=_state(cache, obs, built), notes=notes))
     evicted = cache.evict()  # while this run still holds its own entries: they are never the ones evicted
     cache.release()
     if evicted is not None and marked and marked[0].name == EAGER:
