@@ -132,9 +132,14 @@ class RunConfig:
             raise UsageError(f"arch kwargs must be a JSON object, got {self.arch_kwargs!r}")
         from .artifacts import KIND_NAMES, unknown_kinds_message
 
-        unknown = [k for k in self.kinds if k not in KIND_NAMES]  # groups are resolved by now (options.to_run_config)
-        if unknown:
-            raise UsageError(unknown_kinds_message(unknown))
+        if self.kinds:  # groups are resolved by now (options.to_run_config); a language model has kinds of its own
+            from .decode import names as decode
+            from .decode.goldenset import is_generative
+
+            language = is_generative(self.golden)
+            unknown = [k for k in self.kinds if k not in (decode.KIND_NAMES if language else KIND_NAMES)]
+            if unknown:
+                raise UsageError(decode.unknown_kinds_message(unknown) if language else unknown_kinds_message(unknown))
         if len(set(self.kinds)) != len(self.kinds):
             raise UsageError(f"artifact kinds listed twice: {', '.join(self.kinds)}")
 

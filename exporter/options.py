@@ -145,6 +145,15 @@ def _gate_row(o: GateOption) -> Option:
     return Option(o.name, o.name.replace("-", "_"), "float", o.help, (CHECK, JUDGE), metavar=o.metavar, settings=True, gate=o)
 
 
+def _known_artifacts(names: tuple[str, ...], where: str) -> None:
+    """A settings file's ``artifacts``: kinds or groups, or a language model's kinds (RunConfig holds each to its golden set)."""
+    from .decode.names import KIND_NAMES as DECODE_KINDS
+
+    rest = tuple(n for n in names if n not in DECODE_KINDS)
+    if rest or not names:
+        known_kinds(rest, where)
+
+
 def _decode_gate_rows() -> tuple[Option, ...]:
     """A language model's weight-only gate bounds (decode/gates.py OPTIONS; RunConfig.decode_gates): check and judge."""
     from .decode.gates import GATES, OPTION_HELP
@@ -177,7 +186,7 @@ OPTIONS: tuple[Option, ...] = (
            settings=True, field="out_dir"),
     Option("artifacts", "artifacts", "strlist", "comma-separated kinds or groups to build: default, modern, edge, all, "
            "or kind names (default: default; docs/reference/artifact-kinds.md)", (CHECK,), default=_run_default("kinds"),
-           metavar="KINDS", settings=True, field="kinds", check=lambda value, source: known_kinds(value, f"{source}: artifacts")),
+           metavar="KINDS", settings=True, field="kinds", check=lambda value, source: _known_artifacts(value, f"{source}: artifacts")),
     *(_gate_row(o) for o in GATE_OPTIONS),
     *_decode_gate_rows(),
     Option("opset", "opset", "int", "ONNX opset (default: {default})", (CHECK,), default=_run_default("opset"), settings=True, field="opset"),

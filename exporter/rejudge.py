@@ -93,7 +93,7 @@ def judge_data(data: dict[str, Any], where: str, values: dict[str, Any], strict:
         notes.append(f"judge: the report lacks what these gates ask for: {'; '.join(wanting)}; a check with these gates measures it "
                      "(export-check check ... with the same gate options)")
     if decode:
-        rows, decode_notes = judged_again(data, where, values)
+        rows, decode_notes = judged_again(data, where, values, strict)
         notes += decode_notes
     else:
         rows = tuple(judge_rows(observations, thresholds, diagnose, strict))

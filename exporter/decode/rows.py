@@ -20,7 +20,7 @@ from ..compare import Metrics
 from ..errors import UsageError
 from ..files import FileInfo
 from ..gates import Gate
-from ..results import FAIL, PASS, Row
+from ..results import FAIL, NOT_APPLICABLE, PASS, Row
 from .gates import FLOAT_MAX_MAE, INT8_MIN_TOP1, DecodePath, GenerationGate, gates_for, judge, overlaid
 from .verdicts import TokenVerdict
 
@@ -67,16 +67,29 @@ def judged_row(name: str, decode_family: str, verdict: TokenVerdict, gate: Gener
                gate=ROW_GATES[row_family(decode_family)], metrics=_metrics(verdict), reasons=reasons + standing, details=details, **fields)
 
 
+STRICT = " (--strict: a kind that does not apply fails)"
+NOT_APPLICABLE_KEY = "not_applicable"  # the details key of why a kind does not apply: judge reads it under --strict or not
+
+
+def not_applicable_row(name: str, decode_family: str, why: str, strict: bool, **fields: Any) -> Row:
+    """A kind that does not apply to this model or machine: not applicable, or under ``--strict`` a failure saying so."""
+    family = row_family(decode_family)
+    return Row(name, family, "eager", FAIL if strict else NOT_APPLICABLE, ROW_GATES[family], None, (why + STRICT if strict else why,),
+               details=((NOT_APPLICABLE_KEY, why),), **fields)
+
+
 def _file(data: Any) -> FileInfo | None:
     return None if data is None else FileInfo(**{f.name: data[f.name] for f in dataclasses.fields(FileInfo) if f.name != "parts"})
 
 
-def _again(stored: dict[str, Any], values: Mapping[str, Any], single_forward: bool | None) -> tuple[Row, str | None]:
+def _again(stored: dict[str, Any], values: Mapping[str, Any], single_forward: bool | None, strict: bool) -> tuple[Row, str | None]:
     """One stored row judged again (``(row, 'family: before -> after')`` when its gate changed); a row without a verdict
-    (an error, a kind that does not apply) is kept as it was judged."""
+    is kept as it was judged (an error), or judged under ``strict`` again (a kind that does not apply)."""
     details = {str(k): str(v) for k, v in dict(stored["details"]).items()}
     kept: dict[str, Any] = {"artifact": _file(stored.get("artifact")), "build_seconds": stored.get("build_seconds"),
             "replay_seconds": stored.get("replay_seconds"), "notes": tuple(str(n) for n in stored.get("notes") or ())}
+    if NOT_APPLICABLE_KEY in details:
+        return not_applicable_row(str(stored["name"]), str(stored["family"]), details[NOT_APPLICABLE_KEY], strict, **kept), None
     if RECORD not in details:
         family = str(stored["family"])
         return Row(str(stored["name"]), family, str(stored["compared_with"]), str(stored["status"]), ROW_GATES[family], None,
@@ -100,16 +113,18 @@ def is_decode_report(data: Mapping[str, Any]) -> bool:
     return isinstance(rows, list) and any(isinstance(r, dict) and RECORD in (r.get("details") or {}) for r in rows)
 
 
-def judged_again(data: Mapping[str, Any], where: str, values: Mapping[str, Any]) -> tuple[tuple[Row, ...], tuple[str, ...]]:
+def judged_again(data: Mapping[str, Any], where: str, values: Mapping[str, Any],
+                 strict: bool = False) -> tuple[tuple[Row, ...], tuple[str, ...]]:
     """A language model's stored rows judged again with ``values`` (option name -> value) laid over their gates, in
-    their order, as ``run_generation`` judged them; and the notes that say which gates changed."""
+    their order, as ``run_generation`` judged them (``strict``: a kind that does not apply fails); and the notes that say
+    which gates changed."""
     gates_for(values)  # every value given checked, whichever rows the report holds
     rows: list[Row] = []
     changed: list[str] = []
     single_forward: bool | None = None
     try:
         for stored in data["rows"]:
-            row, change = _again(stored, values, single_forward)
+            row, change = _again(stored, values, single_forward, strict)
             if row.name == "full-forward":
                 single_forward = row.status == PASS
             rows.append(row)

@@ -13,7 +13,7 @@ import importlib.util
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,12 +23,12 @@ from .. import __version__
 from ..config import RunConfig
 from ..files import file_info, locked_out_dir, prepare_out_dir
 from ..model import load_model, pinned_threads
-from ..results import ERROR, NOT_APPLICABLE, PASS, GoldenSummary, Report, Row
+from ..results import ERROR, PASS, GoldenSummary, Report, Row
 from ..versions import library_versions
 from . import goldenset, reference
 from .gates import DecodePath, GenerationGate, gates_for
 from .kinds import KINDS, DecodeKind
-from .rows import ROW_GATES, judged_row, row_family
+from .rows import ROW_GATES, judged_row, not_applicable_row, row_family
 from .stepping import SteppingFailed, step_file
 from .steps import cache_shape
 from .verdicts import token_verdict
@@ -41,7 +41,6 @@ class Plant:
     write_offset: int = 0
     rope_offset: bool = True
     cache_length: int | None = None  # None: exactly the longest prompt + continuation
-    kinds: tuple[str, ...] = field(default=())  # the kinds to build; empty: every decode kind
 
 
 @dataclass(frozen=True)
@@ -61,11 +60,11 @@ def eager_reference(model, golden: goldenset.GenerativeSet) -> Reference:
 
 
 def _kind_row(kind: DecodeKind, model, golden: goldenset.GenerativeSet, eager: Reference, out_dir: Path, plant: Plant,
-              single_forward_passed: bool | None, decode: Callable, gate: GenerationGate) -> Row:
+              single_forward_passed: bool | None, decode: Callable, gate: GenerationGate, strict: bool = False) -> Row:
     missing = [m for m in kind.needs if importlib.util.find_spec(m) is None]
     family = row_family(kind.family)
     if missing:
-        return Row(kind.name, family, "eager", NOT_APPLICABLE, ROW_GATES[family], None, (f"needs {', '.join(missing)}, not installed",))
+        return not_applicable_row(kind.name, kind.family, f"needs {', '.join(missing)}, not installed", strict)
     needed = max(len(p) for p in eager.prompts) + golden.new_tokens
     is_step = kind.name != "full-forward"
     length = (plant.cache_length or needed) if is_step else None
@@ -128,8 +127,7 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
     golden = goldenset.load_set(config.golden)
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint = file_info(config.checkpoint)
-    names = [k.name for k in KINDS]
-    chosen = plant.kinds or tuple(k for k in config.kinds if k in names) or tuple(names)
+    chosen = config.kinds or tuple(k.name for k in KINDS)  # --artifacts: RunConfig refused any name not a decode kind's
     decode = golden.decoder()
     gates = gates_for(dict(config.decode_gates, **{"max-mae": config.thresholds.gate_for("float").max_mae}))
     with pinned_threads(config.threads), locked_out_dir(out_dir):
@@ -145,7 +143,7 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
             if kind.name not in chosen:
                 continue
             progress(f"{kind.name}: build, step, judge")
-            row = _kind_row(kind, model, golden, eager, out_dir, plant, single_forward, decode, gates[kind.family])
+            row = _kind_row(kind, model, golden, eager, out_dir, plant, single_forward, decode, gates[kind.family], config.strict)
             if kind.name == "full-forward":
                 single_forward = row.status == PASS
             rows.append(row)

@@ -10,6 +10,13 @@ For each prompt of the request it runs two loops through the file:
 * free-running greedy: the prompt prefilled a token per step, then the argmax fed back ``N - 1`` times
   (``generated_<i>``, shape ``(N,)``).
 
+The greedy loop is fed the same tokens as the teacher-forced one, from the same cache, for as long as
+each argmax equals the approved token: up to there its steps are the teacher-forced steps, computed
+once. At the first step whose argmax differs, greedy goes on alone from a copy of the cache after that
+step (the runner's ``.pte``, whose cache cannot be copied, runs that prompt's greedy loop afresh). The
+full forward (``torch-export-full``) recomputes the whole sequence per token, whose numbers depend on
+its length: its greedy loop is always its own.
+
 With ``executorch-runner`` and text prompts, ExecuTorch's own ``TextLLMRunner`` also generates from
 each prompt's text with the set's tokenizer (``runner_<i>``: the text it generated, or NUL and the error it raised).
 
@@ -107,19 +114,42 @@ def _runner_texts(path: str, tokenizer: str, texts, new_tokens: int) -> list[str
     return out
 
 
-def _loop_step(step, cache_shape, tokens, feed_back: int):
-    """Feed ``tokens`` a step each, then ``feed_back`` argmaxes; the logits of every step and the argmaxes."""
-    key = np.zeros(cache_shape, np.float32)
-    value = np.zeros(cache_shape, np.float32)
+def _loop_step(step, cache_shape, tokens, feed_back: int, start=None):
+    """Feed ``tokens`` a step each, then ``feed_back`` argmaxes; the logits of every step and the argmaxes. ``start``:
+    ``(position, key, value)`` to go on from (the cache after ``position - 1``), else position 0 and a zero cache."""
+    first, key, value = start or (0, np.zeros(cache_shape, np.float32), np.zeros(cache_shape, np.float32))
     logits: list[np.ndarray] = []
     chosen: list[int] = []
-    token = None
-    for position in range(len(tokens) + feed_back):
+    for position in range(first, len(tokens) + feed_back):
         token = tokens[position] if position < len(tokens) else chosen[-1]
         out, key, value = step(np.array([token], np.int64), np.array([position], np.int64), key, value)
-        logits.append(np.asarray(out, np.float32).reshape(-1))
+        logits.append(np.array(out, np.float32).reshape(-1))  # a copy: a runtime may write its next output into the same memory
         chosen.append(int(np.argmax(logits[-1])))
     return np.stack(logits), chosen
+
+
+def _forced_and_greedy(step, cache_shape, prompt, approved, new_tokens: int, rerun=None):
+    """The teacher-forced logits over prompt + approved and the greedy continuation, stepping once where they share
+    their steps (the module's docstring). ``rerun``: a fresh step for a greedy loop from the start, when the cache
+    cannot be copied."""
+    tokens = np.concatenate([prompt, approved])
+    key, value = np.zeros(cache_shape, np.float32), np.zeros(cache_shape, np.float32)
+    logits: list[np.ndarray] = []
+    generated: list[int] = []
+    for position in range(len(tokens)):
+        out, key, value = step(np.array([tokens[position]], np.int64), np.array([position], np.int64), key, value)
+        logits.append(np.array(out, np.float32).reshape(-1))
+        done = position - len(prompt) + 1  # greedy tokens chosen before this step
+        if 0 <= done < new_tokens and len(generated) == done:
+            generated.append(int(np.argmax(logits[-1])))
+            if done + 1 < new_tokens and generated[-1] != approved[done]:  # greedy leaves the approved tokens here
+                if rerun is not None:
+                    generated = _loop_step(rerun(), cache_shape, prompt, new_tokens - 1)[1][len(prompt) - 1:]
+                else:  # copies: the continuation's steps must not write into the cache the forced loop goes on with
+                    key, value = np.array(key, copy=True), np.array(value, copy=True)
+                    start = (position + 1, key.copy(), value.copy())
+                    generated += _loop_step(step, cache_shape, [*tokens[:position + 1], generated[-1]], new_tokens - done - 2, start)[1]
+    return np.stack(logits), generated[:new_tokens]
 
 
 def _loop_full(call, tokens, feed_back: int):
@@ -148,11 +178,10 @@ def main(runtime: str, path: str, request_path: str, result_path: str, cache_sha
         forced_tokens = np.concatenate([prompt, approved])
         if runtime == "torch-export-full":
             result[f"forced_{i}"] = _loop_full(call, forced_tokens, 0)[0]
-            chosen = _loop_full(call, prompt, new_tokens)[1]
+            chosen = _loop_full(call, prompt, new_tokens)[1][len(prompt) - 1:]
         else:
-            result[f"forced_{i}"] = _loop_step(fresh() if fresh else step, shape, forced_tokens, 0)[0]
-            chosen = _loop_step(fresh() if fresh else step, shape, prompt, new_tokens - 1)[1]
-        result[f"generated_{i}"] = np.asarray(chosen[len(prompt) - 1:len(prompt) - 1 + new_tokens], np.int64)
+            result[f"forced_{i}"], chosen = _forced_and_greedy(fresh() if fresh else step, shape, prompt, approved, new_tokens, fresh)
+        result[f"generated_{i}"] = np.asarray(chosen[:new_tokens], np.int64)
     if runtime == "executorch-runner" and "tokenizer" in request.files:
         texts = _runner_texts(path, str(request["tokenizer"]), request["texts"], new_tokens)
         result.update({f"runner_{i}": np.asarray(text) for i, text in enumerate(texts)})

@@ -10,6 +10,7 @@ the single-forward check at 1e-5 and fail the generation gate, naming the prompt
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -144,26 +145,45 @@ def runner_texts_by_hand(path: Path, tokenizer: Path, texts, new_tokens: int) ->
 
 
 def stepped_by_hand(step, shape, prompt: np.ndarray, approved: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(teacher-forced logits over prompt + approved, greedy continuation) through a decode step (or a maker of fresh ones)."""
-    def run(tokens, extra):
-        call = step() if getattr(step, "__name__", "") == "fresh" else step
-        key, value, out, fed = np.zeros(shape, np.float32), np.zeros(shape, np.float32), [], list(tokens)
-        for position in range(len(tokens) + extra):
-            logits, key, value = call(np.array([fed[position]], np.int64), np.array([position], np.int64), key, value)
-            out.append(np.asarray(logits).reshape(-1))
-            if position >= len(tokens) - 1:
-                fed.append(int(np.argmax(out[-1])))
-        return np.stack(out), np.asarray(fed[len(tokens):len(tokens) + len(approved)])
-    return run(np.concatenate([prompt, approved]), 0)[0], run(prompt, len(approved) - 1)[1]
+    """(teacher-forced logits over prompt + approved, greedy continuation) through a decode step (or a maker of fresh ones).
+
+    Greedy is fed what the teacher-forced loop is fed, from the same cache, while each argmax is the approved token: its
+    steps are those steps. From the first argmax that is not, greedy goes on alone from a copy of the cache there (the
+    runner's .pte keeps its cache inside: a fresh loop from the start)."""
+    fresh = getattr(step, "__name__", "") == "fresh"
+    call = step() if fresh else step
+    key, value, forced, branch = np.zeros(shape, np.float32), np.zeros(shape, np.float32), [], None
+    for position, token in enumerate(np.concatenate([prompt, approved])):
+        logits, key, value = call(np.array([token], np.int64), np.array([position], np.int64), key, value)
+        forced.append(np.array(logits).reshape(-1))
+        generated = position - len(prompt) + 1  # greedy tokens before this step's
+        if branch is None and 0 <= generated < len(approved) and int(np.argmax(forced[-1])) != approved[generated]:
+            branch = (position, np.array(key), np.array(value))
+    if branch is None:  # every greedy token the approved one
+        return np.stack(forced), np.array(approved)
+    position, key, value = branch
+    fed = [*prompt, *approved[:position - len(prompt) + 1], int(np.argmax(forced[position]))]
+    if fresh:  # the whole greedy loop again, prompt prefilled a token per step
+        call, key, value, fed, position = step(), np.zeros(shape, np.float32), np.zeros(shape, np.float32), list(prompt), -1
+    while len(fed) < len(prompt) + len(approved):
+        position += 1
+        logits, key, value = call(np.array([fed[position]], np.int64), np.array([position], np.int64), key, value)
+        if position >= len(prompt) - 1:
+            fed.append(int(np.argmax(logits)))
+    return np.stack(forced), np.asarray(fed[len(prompt):])
 
 
-def full_by_hand(path: Path, prompt: np.ndarray, approved: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def full_by_hand(path: Path):
+    """The full forward's file: (teacher-forced logits, greedy continuation) per prompt, the sequence recomputed per token."""
     module = torch.export.load(str(path)).module()
     call = lambda ids: module(torch.tensor(np.asarray(ids, np.int64))[None])[0].detach().numpy()  # noqa: E731
-    sequence = list(prompt)
-    for _ in range(len(approved)):
-        sequence.append(int(np.argmax(call(sequence)[-1])))
-    return call(np.concatenate([prompt, approved])), np.asarray(sequence[len(prompt):])
+
+    def run(prompt: np.ndarray, approved: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sequence = list(prompt)
+        for _ in range(len(approved)):
+            sequence.append(int(np.argmax(call(sequence)[-1])))
+        return call(np.concatenate([prompt, approved])), np.asarray(sequence[len(prompt):])
+    return run
 
 
 def eager_by_hand(model, prompt: np.ndarray, approved: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -259,7 +279,8 @@ def test_each_figure_equals_an_independent_decode_loop(checked) -> None:
     for row in report.rows[1:]:
         path = Path(row.artifact.path)
         if row.name == "full-forward":
-            runs = [full_by_hand(path, p, a) for p, a in zip(prompts, approved, strict=True)]
+            full = full_by_hand(path)
+            runs = [full(p, a) for p, a in zip(prompts, approved, strict=True)]
         else:
             step = _pte_runner_steps(path) if row.name == "decode-executorch-runner" else loaders[path.suffix](path)
             runs = [stepped_by_hand(step, shape, p, a) for p, a in zip(prompts, approved, strict=True)]
@@ -297,8 +318,8 @@ def llama_golden(small_prompts_dir: Path, tmp_path_factory: pytest.TempPathFacto
 @pytest.mark.parametrize("bug", PLANTED)
 def test_planted_decode_bug_passes_the_single_forward_and_fails_generation(bug: str, llama_golden: Path, tmp_path: Path) -> None:
     plant, cause = PLANTED[bug]
-    plant = Plant(**{**plant.__dict__, "kinds": ("full-forward", "decode-onnx")})
-    config = RunConfig(checkpoint=CHECKPOINTS / "llama_tiny.pth", arch=arch("llama_tiny"), golden=llama_golden, out_dir=tmp_path / "out")
+    config = RunConfig(checkpoint=CHECKPOINTS / "llama_tiny.pth", arch=arch("llama_tiny"), golden=llama_golden, out_dir=tmp_path / "out",
+                       kinds=("decode-onnx", "full-forward"))  # as --artifacts selects them; the rows in the kinds' order
     report = run_generation(config, plant=plant)
     single, onnx = report.rows[1], report.rows[2]
     assert (single.name, single.status, onnx.name, onnx.status) == ("full-forward", "pass", "decode-onnx", "fail")
@@ -322,6 +343,45 @@ def test_planted_decode_bug_passes_the_single_forward_and_fails_generation(bug: 
     assert f"first: prompt {first[0]} at step {first[1]} " in generation
     assert f"(token {first[2]}), decode-onnx " in generation and f"(token {first[3]})" in generation
     assert any(cause in r for r in onnx.reasons), onnx.reasons
+
+
+def test_artifacts_name_a_language_models_kinds(llama_golden: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--artifacts on a language model takes its kinds; any other name is one line listing them, before anything is built."""
+    check = [str(CHECKPOINTS / "llama_tiny.pth"), "--arch", arch("llama_tiny"), "--golden", str(llama_golden), "--out", str(tmp_path / "o")]
+    for names, unknown in (("onnx", "onnx"), ("decode-onnx,decode-tflite", "decode-tflite"), ("modern", "torch-export, onnx-dynamo")):
+        assert main([*check, "--artifacts", names]) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"export-check: error: unknown language-model kind(s) {unknown}") and len(error.splitlines()) == 1, error
+        assert error.endswith(f"checked with the kinds {', '.join(KINDS)}") and not (tmp_path / "o").exists()
+    # an image model's golden set refuses a language model's kind with its own kinds
+    with pytest.raises(UsageError, match=r"^unknown artifact kind\(s\) decode-onnx; choose from the groups default"):
+        RunConfig(checkpoint=CHECKPOINTS / "llama_tiny.pth", arch=arch("llama_tiny"), golden=tmp_path, out_dir=tmp_path / "o",
+                  kinds=("decode-onnx",))
+
+
+def test_strict_fails_a_decode_kind_that_does_not_apply(llama_golden: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind whose runtime is not installed is not applicable; under --strict it fails the check, and judge --strict too."""
+    from export_check.decode import run as decode_run
+
+    absent = tuple(dataclasses.replace(k, needs=("no_such_runtime_here",)) if k.name == "decode-executorch" else k for k in decode_run.KINDS)
+    monkeypatch.setattr(decode_run, "KINDS", absent)
+    monkeypatch.setenv("EXPORT_CHECK_CACHE_KEY_FILE", str(tmp_path / "cache.key"))
+    reports = {}
+    for strict in (False, True):
+        config = RunConfig(checkpoint=CHECKPOINTS / "llama_tiny.pth", arch=arch("llama_tiny"), golden=llama_golden,
+                           out_dir=tmp_path / f"out-{strict}", kinds=("decode-executorch",), strict=strict)
+        reports[strict] = run_generation(config)
+        row = reports[strict].rows[1]
+        assert (row.name, row.status, reports[strict].passed) == ("decode-executorch", "fail" if strict else "not-applicable", not strict)
+        assert row.reasons == ("needs no_such_runtime_here, not installed" + (" (--strict: a kind that does not apply fails)" if strict else ""),)
+    # judge: the stored row judged with --strict fails; a strict report stays strict
+    stored = _sealed_json(reports[False], tmp_path / "lenient.json")
+    assert main(["judge", str(stored), "--json", str(tmp_path / "same.json")]) == 0
+    assert main(["judge", str(stored), "--strict", "--json", str(tmp_path / "strict.json")]) == 1
+    for name, status in (("same", "not-applicable"), ("strict", "fail")):
+        rows = {r["name"]: r for r in read_report(tmp_path / f"{name}.json")["rows"]}
+        assert (rows["decode-executorch"]["status"], rows["eager"]["status"]) == (status, "pass")
+    assert main(["judge", str(_sealed_json(reports[True], tmp_path / "strict-run.json"))]) == 1
 
 
 def test_golden_verify_and_approve_on_a_generative_set(small_prompts_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
