@@ -8,6 +8,9 @@ in its ``checks`` environment, beside the suite (``./dev test``):
   again, so it is said and not run;
 - default: the ``cheap`` ones with ATEN_CPU_CAPABILITY=default and ONEDNN_MAX_CPU_ISA=SSE41, the baseline.
 
+Each run sets EXPORT_CHECK_NARROWED to its name: a test whose rows are run partly by runtimes the caps do not touch
+(onnxruntime and XNNPACK pick their kernels themselves) may build only the rows torch runs there (tests/integration/test_decode.py).
+
 The pytest arguments narrow the selection further (``-k``, a file); a selection that holds no such test is
 said, not failed (pytest's exit 5). The exit code is the worst of the runs.
 """
@@ -42,7 +45,7 @@ def main(args: list[str]) -> int:
             continue
         print(f"\n=== narrowed run '{name}': {shown} pytest -m '{marker}' {' '.join(args)}", flush=True)
         code = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-m", marker, *args],
-                              env={**os.environ, **caps}).returncode
+                              env={**os.environ, **caps, "EXPORT_CHECK_NARROWED": name}).returncode
         if code == NO_TESTS:
             print(f"=== narrowed run '{name}': no test marked {marker!r} in this selection", flush=True)
             code = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,12 @@ NEW_TOKENS = 32  # the main comparison: 16 prompts x 32 tokens on both decoders
 SMALL, SMALL_TOKENS = PROMPTS[:4], 8  # the planted bugs and golden approve: 4 prompts x 8 tokens
 KINDS = ["full-forward", "decode-torch-export", "decode-onnx", "decode-executorch", "decode-executorch-runner", "decode-torchao-int8",
          "decode-torchao-int4"]
+# The capped reruns (tests/run_narrowed.py) narrow torch's and oneDNN's kernels, which only the rows torch runs use: onnxruntime
+# and ExecuTorch's XNNPACK pick their kernels themselves, so their rows compute there what they compute here. There the
+# rows torch runs are built, stepped and judged alone.
+TORCH_RUN = ["full-forward", "decode-torch-export", "decode-torchao-int8", "decode-torchao-int4"]
+CHECKED = TORCH_RUN if os.environ.get("EXPORT_CHECK_NARROWED") else KINDS
+WEIGHT_ONLY = ("decode-torchao-int8", "decode-torchao-int4")
 
 
 def arch(name: str) -> str:
@@ -80,7 +87,8 @@ def checked(request: pytest.FixtureRequest, prompts_dir: Path, tmp_path_factory:
     name = request.param
     folder = tmp_path_factory.mktemp(name)
     record(name, prompts_dir, folder / "golden")
-    config = RunConfig(checkpoint=CHECKPOINTS / f"{name}.pth", arch=arch(name), golden=folder / "golden", out_dir=folder / "out")
+    config = RunConfig(checkpoint=CHECKPOINTS / f"{name}.pth", arch=arch(name), golden=folder / "golden", out_dir=folder / "out",
+                       kinds=tuple(CHECKED))
     report = run_check(config)  # the pipeline's hook: a generative golden set is checked by export_check.decode
     return name, report, config
 
@@ -213,13 +221,14 @@ def verdict_of(row) -> dict:
     return json.loads(dict(row.details)["token_verdict"])
 
 
+@pytest.mark.cpu_sensitive  # tests/run_narrowed.py repeats it under capped instruction sets (the rows torch runs)
 def test_every_kind_is_built_stepped_and_passes(checked) -> None:
     name, report, config = checked
-    assert [(r.name, r.status) for r in report.rows] == [("eager", "pass"), *((k, "pass") for k in KINDS)]
+    assert [(r.name, r.status) for r in report.rows] == [("eager", "pass"), *((k, "pass") for k in CHECKED)]
     assert report.passed and report.golden.inputs == len(PROMPTS) == 16
     for row in report.rows[1:]:
         assert row.artifact is not None and Path(row.artifact.path).is_file() and row.artifact.size_bytes > 100_000
-    for row in report.rows[:6]:  # float: every generation identical, the logits within 1e-5
+    for row in (r for r in report.rows if r.name not in WEIGHT_ONLY):  # float: every generation identical, the logits within 1e-5
         assert verdict_of(row)["generations_equal"] == len(PROMPTS) and row.metrics.mae <= 1e-5
         assert len(verdict_of(row)["prompts"]) == 16 and verdict_of(row)["positions"] >= 16 * (NEW_TOKENS + 4)
     int8, int4 = verdict_of(report.row("decode-torchao-int8")), verdict_of(report.row("decode-torchao-int4"))
@@ -289,14 +298,15 @@ def test_each_figure_equals_an_independent_decode_loop(checked) -> None:
         for key, value in want.items():
             assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-12), (row.name, key)
         assert row.metrics.mae == pytest.approx(want["mae"], rel=1e-6)
-    # ExecuTorch's own runner, from the prompts' text: the approved continuations, as the row says
-    runner = next(r for r in report.rows if r.name == "decode-executorch-runner")
-    decode = golden.decoder()
-    texts = runner_texts_by_hand(Path(runner.artifact.path), golden.tokenizer, golden.texts, golden.new_tokens)
-    compared = [(t, decode(c)) for t, c in zip(texts, approved, strict=True) if t is not None]
-    assert compared and all(t == want for t, want in compared)
-    assert dict(runner.details)["runner_agrees"] == f"{len(compared)}/{len(compared)} prompts"
-    assert sum("ExecuTorch's runner raised on prompt" in n for n in runner.notes) == len(PROMPTS) - len(compared)
+    assert [r.name for r in report.rows[1:]] == CHECKED
+    if "decode-executorch-runner" in CHECKED:  # ExecuTorch's own runner, from the prompts' text: the approved continuations
+        runner = report.row("decode-executorch-runner")
+        decode = golden.decoder()
+        texts = runner_texts_by_hand(Path(runner.artifact.path), golden.tokenizer, golden.texts, golden.new_tokens)
+        compared = [(t, decode(c)) for t, c in zip(texts, approved, strict=True) if t is not None]
+        assert compared and all(t == want for t, want in compared)
+        assert dict(runner.details)["runner_agrees"] == f"{len(compared)}/{len(compared)} prompts"
+        assert sum("ExecuTorch's runner raised on prompt" in n for n in runner.notes) == len(PROMPTS) - len(compared)
     # the eager row against the approved set: the model that recorded it, so nothing moved
     assert verdict_of(report.rows[0])["mae"] == 0.0
 
