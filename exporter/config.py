@@ -131,12 +131,12 @@ class RunConfig:
         if not isinstance(self.arch_kwargs, dict):
             raise UsageError(f"arch kwargs must be a JSON object, got {self.arch_kwargs!r}")
         from .artifacts import KIND_NAMES, unknown_kinds_message
+        from .decode import names as decode
+        from .decode.goldenset import is_generative
 
-        if self.kinds:  # groups are resolved by now (options.to_run_config); a language model has kinds of its own
-            from .decode import names as decode
-            from .decode.goldenset import is_generative
-
-            language = is_generative(self.golden)
+        language = is_generative(self.golden)  # a language model has kinds of its own (exporter/decode)
+        object.__setattr__(self, "_kind_names", decode.KIND_NAMES if language else KIND_NAMES)
+        if self.kinds:  # groups are resolved by now (options.to_run_config)
             unknown = [k for k in self.kinds if k not in (decode.KIND_NAMES if language else KIND_NAMES)]
             if unknown:
                 raise UsageError(decode.unknown_kinds_message(unknown) if language else unknown_kinds_message(unknown))
@@ -156,10 +156,13 @@ class RunConfig:
 
     @property
     def selected_kinds(self) -> tuple[str, ...]:
+        """The kinds this run checks, in the table's order: an image model's (the default group when none is chosen), or a
+        language model's (every one of them when none is chosen)."""
         from .artifacts import DEFAULT_KINDS, KIND_NAMES
 
-        chosen = set(self.kinds) if self.kinds else set(DEFAULT_KINDS)
-        return tuple(k for k in KIND_NAMES if k in chosen)
+        names: tuple[str, ...] = getattr(self, "_kind_names", KIND_NAMES)
+        chosen = set(self.kinds) if self.kinds else set(DEFAULT_KINDS if names is KIND_NAMES else names)
+        return tuple(k for k in names if k in chosen)
 
     def settings_json(self) -> dict[str, Any]:
         return {

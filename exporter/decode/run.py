@@ -127,7 +127,7 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
     golden = goldenset.load_set(config.golden)
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint = file_info(config.checkpoint)
-    chosen = config.kinds or tuple(k.name for k in KINDS)  # --artifacts: RunConfig refused any name not a decode kind's
+    chosen = config.selected_kinds  # --artifacts: RunConfig refused any name not a decode kind's; none: every one
     decode = golden.decoder()
     gates = gates_for(dict(config.decode_gates, **{"max-mae": config.thresholds.gate_for("float").max_mae}))
     with pinned_threads(config.threads), locked_out_dir(out_dir):

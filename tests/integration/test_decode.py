@@ -359,11 +359,22 @@ def test_planted_decode_bug_passes_the_single_forward_and_fails_generation(bug: 
 def test_artifacts_name_a_language_models_kinds(llama_golden: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """--artifacts on a language model takes its kinds; any other name is one line listing them, before anything is built."""
     check = [str(CHECKPOINTS / "llama_tiny.pth"), "--arch", arch("llama_tiny"), "--golden", str(llama_golden), "--out", str(tmp_path / "o")]
-    for names, unknown in (("onnx", "onnx"), ("decode-onnx,decode-tflite", "decode-tflite"), ("modern", "torch-export, onnx-dynamo")):
+    for names, unknown in (("onnx", "onnx"), ("decode-onnx,decode-tflite", "decode-tflite"), ("modern", "modern")):
         assert main([*check, "--artifacts", names]) == 2
         error = capsys.readouterr().err.strip()
         assert error.startswith(f"export-check: error: unknown language-model kind(s) {unknown}") and len(error.splitlines()) == 1, error
         assert error.endswith(f"checked with the kinds {', '.join(KINDS)}") and not (tmp_path / "o").exists()
+    # "default" and "all" name every one of a language model's kinds (its one group), as no choice does; the report's
+    # settings name what it checks
+    from export_check.cli import build_config, build_parser
+
+    def selected(*argv: str) -> tuple[tuple[str, ...], list[str]]:
+        config = build_config(build_parser().parse_args(["check", *check, *argv]))
+        return config.selected_kinds, config.settings_json()["kinds"]
+
+    assert selected() == selected("--artifacts", "default") == selected("--artifacts", "all") == (tuple(KINDS), KINDS)
+    chosen = ["full-forward", "decode-torchao-int8"]  # in the table's order, whatever the order given
+    assert selected("--artifacts", "decode-torchao-int8,full-forward") == (tuple(chosen), chosen)
     # an image model's golden set refuses a language model's kind with its own kinds
     with pytest.raises(UsageError, match=r"^unknown artifact kind\(s\) decode-onnx; choose from the groups default"):
         RunConfig(checkpoint=CHECKPOINTS / "llama_tiny.pth", arch=arch("llama_tiny"), golden=tmp_path, out_dir=tmp_path / "o",
