@@ -135,7 +135,7 @@ class RunConfig:
         from .decode.goldenset import is_generative
 
         language = is_generative(self.golden)  # a language model has kinds of its own (exporter/decode)
-        object.__setattr__(self, "_kind_names", decode.KIND_NAMES if language else KIND_NAMES)
+        object.__setattr__(self, "_language", language)
         if self.kinds:  # groups are resolved by now (options.to_run_config)
             unknown = [k for k in self.kinds if k not in (decode.KIND_NAMES if language else KIND_NAMES)]
             if unknown:
@@ -159,9 +159,10 @@ class RunConfig:
         """The kinds this run checks, in the table's order: an image model's (the default group when none is chosen), or a
         language model's (every one of them when none is chosen)."""
         from .artifacts import DEFAULT_KINDS, KIND_NAMES
+        from .decode.names import KIND_NAMES as LANGUAGE_KINDS
 
-        names: tuple[str, ...] = getattr(self, "_kind_names", KIND_NAMES)
-        chosen = set(self.kinds) if self.kinds else set(DEFAULT_KINDS if names is KIND_NAMES else names)
+        names, default = (LANGUAGE_KINDS, LANGUAGE_KINDS) if getattr(self, "_language", False) else (KIND_NAMES, DEFAULT_KINDS)
+        chosen = set(self.kinds) if self.kinds else set(default)
         return tuple(k for k in names if k in chosen)
 
     def settings_json(self) -> dict[str, Any]:
