@@ -224,6 +224,12 @@ class GoldenSet:
                 raise GoldenError(f"{self.root}: inputs have different shapes {sorted(shapes)}; re-record with one preprocessing")
             yield start, np.stack(arrays).astype(np.float32, copy=False)
 
+    def calibration_batches(self, batch_size: int) -> tuple[dict[str, np.ndarray], ...]:
+        """The calibration split (``calibration_indices``) as batches of named inputs, for the statically quantized
+        kinds; each sample is read and its hash checked again."""
+        samples = [self.load_sample(self.inputs[i]) for i in self.calibration_indices()]
+        return tuple(feeds for _, feeds in stack_batches(samples, self.signature.inputs, batch_size))
+
     def feed_batches(self, batch_size: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """Yield ``(start, feeds)``: consecutive samples, decoded a batch at a time, each input stacked
         along its batch axis in its dtype. A batch ends at ``batch_size`` samples or where the next

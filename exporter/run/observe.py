@@ -43,7 +43,7 @@ from ..errors import ArchitectureError, ArtifactError, GoldenError, describe_exc
 from ..feeds import length, samples_first
 from ..gates import CPU_DEPENDENT_FAMILIES, precision_family
 from ..golden.batches import GoldenBatches
-from ..golden.goldenset import MANIFEST, VERSION_1, GoldenSet, stack_batches
+from ..golden.goldenset import MANIFEST, VERSION_1, GoldenSet
 from ..model import EagerRunner
 from ..records import EagerSelfCheck, Observation
 from ..sentences import load_needs
@@ -510,15 +510,6 @@ class RowDiagnosis:
         if self._raised is not None:
             raise self._raised
         return self._result
-
-
-def calibration_feeds(config: RunConfig, golden: GoldenSet) -> tuple[dict[str, np.ndarray], ...]:
-    """The golden set's calibration split as batches of named inputs, for the calibrated kinds the run
-    selects (none selected: empty, nothing read). Each sample is read and its hash checked again."""
-    if not any(KINDS_BY_NAME[name].calibrated for name in config.selected_kinds if name in KINDS_BY_NAME):
-        return ()
-    samples = [golden.load_sample(golden.inputs[i]) for i in golden.calibration_indices()]
-    return tuple(feeds for _, feeds in stack_batches(samples, golden.signature.inputs, config.batch_size))
 
 
 def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:

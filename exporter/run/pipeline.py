@@ -192,7 +192,8 @@ def _build_context(config: RunConfig, golden: GoldenSet, batches: GoldenBatches,
         onnx_exporter=config.onnx_exporter,
         threads=config.threads,
         signature=signature,
-        calibration=observe.calibration_feeds(config, golden),  # static int8: the golden set's calibration split
+        # static int8 (a kind whose row says it is calibrated): the golden set's calibration split; none: nothing read
+        calibration=golden.calibration_batches(config.batch_size) if any(KINDS_BY_NAME[n].calibrated for n in config.selected_kinds) else (),
         fp16_optimization=config.fp16_optimization,
         axis_extents=_axis_extents(axis_sizes),
         axis_sizes=axis_sizes,
