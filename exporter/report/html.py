@@ -31,6 +31,7 @@ from .views import (
     row_top1_text,
     shapes_text,
     size_text,
+    token_figures,
 )
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -274,6 +275,17 @@ def _summary_table(report: Report) -> str:
     return "".join(out) + "</table>"
 
 
+def _token_table(report: Report) -> list[str]:
+    """A language model's token verdicts, a table row per row that has them (views.token_figures); nothing for an image model."""
+    rows = [(row, figures) for row in report.rows if (figures := token_figures(row))]
+    if not rows:
+        return []
+    head = "".join(f"<th>{_e(f.label)}</th>" for f in rows[0][1])
+    body = "".join(f"<tr><td><b>{_e(row.name)}</b></td>" + "".join(f"<td class='n'>{_e(f.text)}</td>" for f in figures) + "</tr>"
+                   for row, figures in rows)
+    return [f"<h2>Tokens</h2><table class='tokens'><tr><th>artifact</th>{head}</tr>{body}</table>"]
+
+
 def _layer_table(row: Row, layers: LayerComparison) -> str:
     title = "where it diverges" if layers.purpose == "divergence" else "int8 error per layer"
     parts = [f"<h3>{_e(row.name)}: {title}</h3><p>{_e(layers_summary(layers))}</p>"]
@@ -310,6 +322,7 @@ def render(report: Report) -> str:
         _summary_table(report),
         "<p>Gates: " + "; ".join(f"{_e(family.short)} {_e(gate)}" for family, gate in t.described())
         + f". Checks: {_e(checks_description(report))}.</p>",
+        *_token_table(report),
     ]
     problems = [row for row in report.rows if not row.passed]
     if problems:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..results import ERROR, FAIL, NOT_APPLICABLE, Report, Row
 from ..sentences import layers_summary, reproduce_command
 from . import bounds, write_text_atomic
-from .views import accuracy_text, output_lines, size_text
+from .views import accuracy_text, output_lines, size_text, token_figures
 
 SUITE = "export-check"
 # XML 1.0 forbids most control characters even escaped; exception texts can carry them.
@@ -56,6 +56,7 @@ def metric_lines(row: Row) -> list[str]:
     if count is not None:
         lines.append(f"allclose: {bounds.sentence(count)}")
     lines += [f"output: {line}" for line in output_lines(row)]
+    lines += [f"token_{f.key}: {f.text}" for f in token_figures(row)]  # a language model's token verdict
     if row.artifact is not None:
         lines += [f"artifact: {row.artifact.path}", f"size: {row.artifact.size_bytes} bytes ({size_text(row.artifact.size_bytes)})",
                   f"sha256: {row.artifact.sha256}"]
@@ -117,6 +118,11 @@ def build_tree(report: Report, hostname: str | None = None) -> ET.Element:
     for row in report.rows:
         seconds = sum(s for s in (row.build_seconds, row.replay_seconds, row.diagnostics.seconds if row.diagnostics else None) if s)
         case = ET.SubElement(suite, "testcase", name=_clean(row.name), classname=classname, time=f"{seconds:.3f}")
+        figures = token_figures(row)
+        if figures:  # a language model's token verdict as the testcase's properties (pytest's record_property layout)
+            listed = ET.SubElement(case, "properties")
+            for f in figures:
+                ET.SubElement(listed, "property", name=f"token_{f.key}", value=_clean(f.text))
         body = _clean("\n".join(metric_lines(row)))
         message = _clean("; ".join(row.reasons) or row.status)
         if row.status == FAIL:

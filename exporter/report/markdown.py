@@ -26,6 +26,7 @@ from .views import (
     row_top1_text,
     shapes_text,
     size_text,
+    token_figures,
 )
 
 ICON = {PASS: "✅", FAIL: "❌", ERROR: "❌", NOT_APPLICABLE: "➖"}
@@ -76,6 +77,16 @@ def _row(row: Row, allclose: bool, accuracy: bool = False) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _token_table(report: Report) -> list[str]:
+    """A language model's token verdicts, a table row per row that has them (views.token_figures); nothing for an image model."""
+    rows = [(row, figures) for row in report.rows if (figures := token_figures(row))]
+    if not rows:
+        return []
+    labels = [f.label for f in rows[0][1]]
+    return ["### Tokens", "", "| artifact | " + " | ".join(labels) + " |", "|---|" + "---:|" * (len(labels) - 1) + "---|",
+            *(f"| **{cell(row.name)}** | " + " | ".join(cell(f.text) for f in figures) + " |" for row, figures in rows), ""]
+
+
 def _layer_table(title: str, layers: LayerComparison) -> list[str]:
     worst = {d.module for d in layers.worst()} if layers.purpose == "int8-layers" else set()
     shown = [d for d in layers.layers if d.mae > 0 or d.departs] if layers.purpose == "int8-layers" else list(layers.layers)
@@ -116,6 +127,7 @@ def render(report: Report) -> str:
         f"**Checks:** {cell(_gate(checks_description(report)))}.",
         "",
     ]
+    lines += _token_table(report)
     per_output = [line for row in report.rows for line in output_lines(row)]
     if per_output:
         lines += ["### Outputs", "", *(f"- {cell(line)}" for line in per_output), ""]

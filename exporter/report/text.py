@@ -42,6 +42,7 @@ from .views import (
     row_top1_text,
     shapes_text,
     size_text,
+    token_line,
 )
 
 DEFAULT_WIDTH = 100  # when the output is not a terminal
@@ -244,6 +245,8 @@ def render(report: Report, style: Style | None = None) -> str:
                 out += _wrapped(f"{_STATUS[row.status]} {row.name}: {reason}", style, status=row.status)
     # each output of a passing row under -v only, so that a failing run's reasons stay on the first screen
     per_output = [line for row in report.rows for line in output_lines(row, each=style.verbose or row.status != PASS)]
+    # a language model's token verdicts, every row's, failing or not (views.token_figures)
+    per_output += [f"tokens {row.name}: {line}" for row in report.rows if (line := token_line(row)) is not None]
     extra = diagnostic_lines(report)
     if style.verbose:
         extra += [f"note {row.name}: {folded(note)}" for row in report.rows for note in row.notes if note not in row.concerns]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import dataclass, replace
 
 from ..compare import Metrics
 from ..errors import folded
@@ -135,6 +136,45 @@ def accuracy_text(m: Metrics | None) -> str:
         return "-"
     drop = m.accuracy_drop
     return f"{m.label_accuracy:.1%}" + ("" if drop is None else f" ({0.0 - drop:+.1f})".replace("-0.0", "+0.0"))
+
+
+@dataclass(frozen=True)
+class TokenFigure:
+    """One figure of a language model's token verdict as every view shows it: ``key`` names it in JUnit (``token_<key>``),
+    ``label`` heads its column or precedes it on a line, ``text`` is the figure formatted once for every view."""
+
+    key: str
+    label: str
+    text: str
+
+
+def token_figures(row: Row) -> tuple[TokenFigure, ...]:
+    """A language model's row's token verdict (its ``token_verdict`` detail) as every view shows it: KL divergence to its
+    reference (mean and worst, nats), generations equal of the prompts, perplexity of the approved continuation and its
+    change against the reference (the row's ``compared_with``: eager, or the golden set for eager itself), and the first
+    divergent step of the first prompt that diverged with both tokens as text (as the judge's reason names it). ``()`` for
+    any other row, so an image model's views are unchanged."""
+    stored = dict(row.details).get("token_verdict")
+    if stored is None:
+        return ()
+    from ..decode.verdicts import TokenVerdict  # numpy: not for the views of an image model or of a usage error (exit 2)
+
+    v = TokenVerdict.from_json(json.loads(stored))
+    first = next(iter(v.diverged), None)  # the first prompt that diverged, as the judge's reason names it
+    shown = "none" if first is None else f"prompt {first.name} at step {first.first_step}: {first.expected_text!r} -> {first.got_text!r}"
+    return (TokenFigure("kl_mean", "KL mean", f"{v.kl_mean:.3g}"),
+            TokenFigure("kl_worst", "KL worst", f"{v.kl_worst:.3g}"),
+            TokenFigure("generations_equal", "generations equal", f"{v.generations_equal}/{len(v.prompts)}"),
+            TokenFigure("perplexity", "perplexity", f"{v.perplexity:.4f}"),
+            TokenFigure("perplexity_change", "perplexity change",
+                        f"{v.perplexity - v.reference_perplexity:+.3g} ({row.compared_with} {v.reference_perplexity:.4f})"),
+            TokenFigure("first_divergence", "first divergence", shown))
+
+
+def token_line(row: Row) -> str | None:
+    """The token figures of a row on one line (the terminal's and the JUnit text's), None for a row without them."""
+    figures = token_figures(row)
+    return "; ".join(f"{f.label} {f.text}" for f in figures) if figures else None
 
 
 def output_lines(row: Row, each: bool = True) -> list[str]:
