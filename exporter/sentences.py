@@ -205,9 +205,9 @@ def batch_size_cause(run: BatchSizeRun, artifact: bool, eager: bool, scales: str
 
 def within_float_noise(bound: float, eager: float, artifact: float | None, main: int, factor: float | None) -> str:
     """Why no batch-size cause is named: the gate's MAE bound is within the model's float noise measured in this
-    run (``judge.FloatNoise``: eager against itself across batch sizes, the artifact against eager at the main size).
+    run (``causes.FloatNoise``: eager against itself across batch sizes, the artifact against eager at the main size).
     ``factor``: how far beyond eager's variation a cause is named (None: the eager row, which names none); the judge says
-    this only when the artifact's own difference is within ``factor`` times eager's too (``judge.FloatNoise.hides``).
+    this only when the artifact's own difference is within ``factor`` times eager's too (``causes.FloatNoise.hides``).
 
     >>> within_float_noise(5e-7, 6.1e-7, None, 16, None).split(": ")[0]
     "gate MAE<=5e-07 is within this model's float noise"

@@ -22,7 +22,7 @@ from export_check.diagnostics.layers import INT8_LAYERS, compare_layers
 from export_check.diagnostics.layers.onnx import module_of
 from export_check.golden.manifest import load_golden
 from export_check.records import BatchSizeRun
-from export_check.run.judge import shape_reasons
+from export_check.run.causes import shape_reasons
 from export_check.run.pipeline import run_check
 from export_check.sentences import layers_summary
 

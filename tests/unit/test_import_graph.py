@@ -103,8 +103,6 @@ LONG_MODULES = {  # module (path under exporter/) -> why it is still one module
     "options.py": "ONE table of options (every flag and settings key of every command, a row each: STYLE.md): its rows are its "
                   "length, and a second table would be the thing to avoid",
     "golden/lifecycle.py": "record, approve and verify share the atomic write, the lock and the diff of a golden set",
-    "run/judge.py": "the one pure judge: every row's status, causes and notes (whether numbers meet a gate is the gates room's, "
-                    "gates/judging.py); to split: the batch-size and float-noise causes",
     "run/observe.py": "the replay of every row and its accumulators; to split: RowDiagnosis and the eager pass",
     "signature.py": "the signature's parse, its settings and its JSON, which must round-trip each other",
 }
