@@ -14,6 +14,7 @@ changed, by their golden names, and the documentation pages that say more.
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -25,6 +26,7 @@ EAGER = "eager"
 SHOWN_INPUTS = 8  # the changed inputs named on a line; the rest are counted
 DOCS_APPROVE = 'docs/tutorials/your-own-model.md ("When the model changes")'
 DOCS_GATES = "docs/reference/gates.md"
+DOCS_LANGUAGE = 'docs/how-to/your-own-language-model.md ("Setting the gates")'
 
 
 def input_names(report: Report) -> list[str]:
@@ -66,6 +68,28 @@ def _setting_hint(row: Row) -> str:
             f"not change that: fix the export, or after review loosen {settings} in [tool.export-check] ({flags})")
 
 
+def _decode_hint(row: Row, record: dict) -> str:
+    """A language model's row (its ``decode_judge`` record): its own gate's options, or, for a float row, the decode path."""
+    from ..decode.gates import OPTIONS
+
+    family, gate = str(record.get("family", "")), dict(row.details).get("decode_gate", "")
+    keys = [name for name, (of, _) in OPTIONS.items() if of == family]
+    if keys:
+        return (f"next: {row.name} drifts from eager beyond its {family} gate ({gate}); fix the export, or after review loosen "
+                f"{' / '.join(keys)} in [tool.export-check] ({' / '.join(f'--{k}' for k in keys)})")
+    return (f"next: {row.name} does not generate or score eager's tokens within its {family or 'float'} gate ({gate}); its reasons "
+            "name the prompt, the step and the suspect: fix the export's decode path")
+
+
+def _decode_record(row: Row) -> dict | None:
+    raw = dict(row.details).get("decode_judge")
+    try:
+        record = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def next_steps(report: Report, names: list[str] | None = None) -> list[str]:
     """The lines that end a failing run's report (none for a passing one); ``names``: the golden inputs' names."""
     failing = [row for row in report.rows if row.status == FAIL]
@@ -85,6 +109,11 @@ def next_steps(report: Report, names: list[str] | None = None) -> list[str]:
             if any(reason.startswith(SHORTFALL) for reason in row.reasons):  # --strict and too few weights in int8
                 lines.append(f"next: {row.name} keeps most of its weights float (its reason names them): quantize those layers "
                              "(another int8 kind or recipe), or check without --strict, where the row says so in a note")
+            record = _decode_record(row)
+            if record is not None:  # a language model's row: its positions are no golden inputs to name
+                lines.append(_decode_hint(row, record))
+                docs.append(DOCS_LANGUAGE)
+                continue
             if not row.reasons or not all(reason.startswith(SHORTFALL) for reason in row.reasons):
                 lines.append(_setting_hint(row))
             docs.append(DOCS_GATES)

@@ -159,3 +159,24 @@ def test_junit_shows_each_rows_token_figures_as_its_testcases_properties(report:
         # the testcase's text says the same figures, a line each
         out = str(case.findtext("system-out"))
         assert [f"{k}: {v}" for k, v in props.items()] == [line for line in out.splitlines() if line.startswith("token_")]
+
+
+
+def test_next_steps_of_a_failing_language_model_row_speak_of_its_own_gate_not_the_images(report: Report) -> None:
+    """A failing decode row's next step names its own gate (a weight-only row: its KL and top-1 options; a float row: the
+    decode path), never an image gate's option, and never its positions as golden inputs."""
+    from export_check.report.next_steps import next_steps
+
+    failing = [r for r in report.rows if r.status == "fail"]
+    assert "decode-onnx" in [r.name for r in failing]  # the planted cache offset, on any CPU
+    lines = next_steps(report)
+    for row in failing:
+        family = json.loads(dict(row.details)["decode_judge"])["family"]
+        line = next(line for line in lines if line.startswith(f"next: {row.name} "))
+        if family.endswith("-weight"):
+            assert f"--{family}-max-kl / --{family}-min-top1" in line, line
+        else:
+            assert line.endswith("its reasons name the prompt, the step and the suspect: fix the export's decode path"), line
+        assert dict(row.details)["decode_gate"] in line
+    assert not [line for line in lines if "relative-mae" in line or "changed on" in line], lines
+    assert lines[-1] == 'docs: docs/how-to/your-own-language-model.md ("Setting the gates")'
