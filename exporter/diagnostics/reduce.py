@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ..artifacts._external import PROTOBUF_LIMIT
 from ..compare import Metrics
 from ..nofollow import Refused, write_inside
 from ..pinned import ORT_LOG_SEVERITY, quiet_onnxruntime
@@ -270,11 +271,19 @@ class Reducer:
         return Cut(inputs=candidates[lo], output=end, model=best[0], metrics=best[1], steps=steps, cut=cut)
 
 
+class Unwritable(Exception):
+    """The failing subgraph cannot be one ``.onnx`` file (past protobuf's 2 GiB); the message says so."""
+
+
 def _save(cut: Cut, fed: Mapping[str, np.ndarray], reference: np.ndarray, folder: Path, name: str) -> tuple[Path, Path]:
     """The subgraph and its data (``input_<i>`` in the subgraph's input order, ``reference_0``, and
     their tensor names) written atomically as ``folder/<name>.onnx`` and ``.npz``, following no link below
     ``folder``'s parent (``--out``: ``nofollow.write_inside``; a planted one is ``Refused``)."""
     graph_path, data_path = folder / f"{name}.onnx", folder / f"{name}.npz"
+    size = cut.model.ByteSize()
+    if size > PROTOBUF_LIMIT:  # what onnx.save would refuse with "EncodeError: Failed to serialize proto"
+        raise Unwritable(f"the smallest failing subgraph found holds {size:,} bytes, past ONNX's 2 GiB limit for one .onnx "
+                         "file, so it is not written; the row's artifact reproduces it")
     order = [i.name for i in cut.model.graph.input]
     arrays = {f"input_{k}": np.ascontiguousarray(fed[t]) for k, t in enumerate(order)}
     arrays["reference_0"] = np.ascontiguousarray(reference)
@@ -330,7 +339,8 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
                 continue
             try:
                 graph_path, data_path = _save(cut, reducer.fed(values, references), references[cut.output], folder, name)
-            except Refused as exc:  # a link planted in --out: the row keeps its verdict, its reduction says why it is not there
+            except (Refused, Unwritable) as exc:  # a link planted in --out, a subgraph past 2 GiB: the row keeps its verdict, its
+                # reduction says why it is not there
                 return Reduced(gate=gate, model_nodes=len(proto.graph.node), optimization=level, error=str(exc),
                                seconds=time.perf_counter() - began)
             return Reduced(gate=gate, reference=mode, source=source_path.name if source_path is not None else "", sample=index,

@@ -123,6 +123,21 @@ def test_reduce_row_writes_a_subgraph_that_fails_by_hand(tmp_path) -> None:
     assert printed.startswith("C MAE 0.5 max 0.5")
 
 
+def test_a_failing_subgraph_past_the_protobuf_limit_is_not_written_and_says_why(tmp_path, monkeypatch) -> None:
+    """The 700 M benchmark model's int8 row: its smallest failing subgraph held more than 2 GiB, which onnx.save refuses
+    ("EncodeError: Failed to serialize proto"); the reduction names the limit instead (the limit lowered here)."""
+    from export_check.diagnostics import reduce as reduce_module
+
+    candidate, source = tmp_path / "candidate.onnx", tmp_path / "source.onnx"
+    onnx.save(skip_net(0.5), candidate)
+    onnx.save(skip_net(0.0), source)
+    monkeypatch.setattr(reduce_module, "PROTOBUF_LIMIT", 10)
+    reduced = reduce_row("k", candidate, source, None, [(7, {"input": X})], judge, "MAE<=0.001", tmp_path / "reduced")
+    assert reduced.path is None and reduced.error is not None and reduced.error.startswith("the smallest failing subgraph found holds ")
+    assert reduced.error.endswith("bytes, past ONNX's 2 GiB limit for one .onnx file, so it is not written; the row's artifact reproduces it")
+    assert not (tmp_path / "reduced").exists()
+
+
 def test_no_reduction_says_why(tmp_path) -> None:
     path = tmp_path / "right.onnx"
     onnx.save(skip_net(0.0), path)
