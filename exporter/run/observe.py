@@ -1,5 +1,5 @@
 """Observe: replay the golden set through eager and every artifact reloaded from its file, then
-measure each row's diagnostics. Measurements only (``measurements.Observation``); ``judge`` decides.
+measure each row's diagnostics (``run.diagnosis``). Measurements only (``measurements.Observation``); ``judge`` decides.
 
 With ``by_artifact`` (eager's outputs held in memory, ``--jobs 2``), each artifact is replayed and
 diagnosed on its own as soon as its build is done, while the next ones build on the other core;
@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import math
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,12 +33,10 @@ from ..builder.protocol import PRIVATE_PREFIX, first_sample
 from ..compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
 from ..config import RunConfig
 from ..diagnostics.run import EAGER, Diagnoser
-from ..diagnostics.run import eager_self_check as self_check_of
-from ..diagnostics.run import eager_sizes_ahead as eager_sizes_at
 from ..diagnostics.runtime_errors import runtime_error
 from ..diagnostics.shapes import side_by_side
 from ..diagnostics.trace import ReplayTrace
-from ..errors import ArchitectureError, ArtifactError, GoldenError, describe_exception
+from ..errors import GoldenError, describe_exception
 from ..feeds import length, samples_first
 from ..gates import CPU_DEPENDENT_FAMILIES, precision_family
 from ..golden.batches import GoldenBatches
@@ -49,28 +46,7 @@ from ..records import EagerSelfCheck, Observation
 from ..sentences import load_needs
 from ..signature import outputs_mismatch
 from ..versions import kernel_choices
-
-
-def eager_failure(config: RunConfig, golden: GoldenSet, start: int, feeds: dict[str, np.ndarray], exc: BaseException,
-                  infer: Any) -> ArchitectureError:
-    """The run's one-line error when eager raises on the golden batch at ``start`` (``feeds``), or returns
-    outputs the golden set does not have: the input file and the exception. The batch's samples are run
-    one at a time to name the first that fails alone; when none does, the line names the batch."""
-    count = length(feeds, golden.signature)
-    items = golden.inputs[start : start + count]
-    fix = "check that --arch and the golden set's preprocessing match the model, or re-record the golden set"
-    if isinstance(exc, ArtifactError):  # the outputs do not fit the golden set: every input would say so
-        return ArchitectureError(f"{config.checkpoint}: {exc} (on the golden input {golden.root / items[0].file}); the golden set holds "
-                                 f"outputs {', '.join(golden.signature.output_names)}: check --arch, or re-record the golden set")
-    for offset, item in enumerate(items if count > 1 else ()):
-        one = {spec.name: np.take(feeds[spec.name], [offset], axis=spec.batch_axis) for spec in golden.signature.inputs}
-        try:
-            infer(one)
-        except Exception as alone:  # any exception of the user's model: its message is the line
-            return ArchitectureError(f"{config.checkpoint}: the eager model fails on the golden input {golden.root / item.file} "
-                                     f"({describe_exception(alone)}); {fix}")
-    shown = golden.root / items[0].file if count == 1 else f"{golden.root / items[0].file} .. {items[-1].file} (a batch of {count})"
-    return ArchitectureError(f"{config.checkpoint}: the eager model fails on the golden input {shown} ({describe_exception(exc)}); {fix}")
+from .diagnosis import RowDiagnosis, eager_failure, inline
 
 
 class Replay:
@@ -401,7 +377,7 @@ def observe_all(
     diagnoser: Diagnoser | None = None
 
     def eager_row() -> Diagnoser:
-        with _inline(clock):
+        with inline(clock):
             made = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
             rows[EAGER] = made.observe(replay.eager_observation(), ctx)
         return made
@@ -428,7 +404,7 @@ def observe_all(
             raise
         # Batch sizes, determinism, latency: through the runners the replay used, reusing what it
         # computed (exporter/diagnostics/trace.py).
-        pending = RowDiagnosis(diagnoser, replay, observed, ctx, stack)
+        pending = RowDiagnosis(diagnoser, replay.run_failed, observed, ctx, stack)
         pending.start(background, clock)
     if pending is not None:
         rows.update(pending.result(clock))
@@ -451,73 +427,3 @@ def _passes(builds: Builds, config: RunConfig, by_artifact: bool) -> Iterator[li
             outcomes.append((kind, outcome))
     if not by_artifact:
         yield outcomes
-
-
-@contextlib.contextmanager
-def _inline(clock: dict[str, float]) -> Any:
-    began = time.perf_counter()
-    try:
-        yield
-    finally:
-        clock["replay/diagnostics_inline"] += time.perf_counter() - began
-
-
-class RowDiagnosis:
-    """The diagnosis of one replay pass's rows (``Diagnoser.observe`` through the runners the replay
-    used), run on a thread of its own with ``background`` (``--jobs 2`` and more)
-    or at once, and the pass's runners closed when it is done.
-
-    In the background it runs on the second core while the main thread replays the next row: on a
-    costly model the batch-size runs are a sixth of the replay's cost, and this takes them off the run's
-    critical path (benchmarks/large.py; BENCHMARKS.md). At most two runners are open at once: this
-    row's and the next one's. The two threads share nothing they write: the replay trace is keyed by
-    row, warnings are captured per thread (artifacts._common.captured_warnings), file-descriptor
-    redirects are serialised, the progress line is locked. Latency measured while the other thread
-    runs shares the machine with it, as it shares it with the builds. The thread is a daemon: an
-    interrupted run does not wait for it.
-    """
-
-    def __init__(self, diagnoser: Diagnoser, replay: Replay, observed: list[tuple[ArtifactKind, Observation, Any | None]],
-                 ctx: BuildContext, runner_stack: contextlib.ExitStack) -> None:
-        self.diagnoser, self.replay, self.observed, self.ctx = diagnoser, replay, observed, ctx
-        self.runner_stack = runner_stack
-        self._thread: threading.Thread | None = None
-        self._result: dict[str, Observation] = {}
-        self._raised: BaseException | None = None
-
-    def _run(self) -> None:
-        try:
-            with self.runner_stack:
-                for kind, obs, runner in self.observed:
-                    self._result[kind.name] = self.diagnoser.observe(obs, self.ctx, runner, kind.name in self.replay.run_failed)
-        except BaseException as exc:  # re-raised on the main thread by result()
-            self._raised = exc
-
-    def start(self, background: bool, clock: dict[str, float]) -> None:
-        if background:
-            names = ", ".join(kind.name for kind, _, _ in self.observed)
-            self._thread = threading.Thread(target=self._run, name=f"export-check diagnose {names}", daemon=True)
-            self._thread.start()
-        else:
-            with _inline(clock):
-                self._run()
-
-    def result(self, clock: dict[str, float]) -> dict[str, Observation]:
-        if self._thread is not None:
-            began = time.perf_counter()
-            self._thread.join()
-            clock["replay/diagnostics_waited"] += time.perf_counter() - began
-        if self._raised is not None:
-            raise self._raised
-        return self._result
-
-
-def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:
-    """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
-    probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
-    return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature, len(golden), config.diagnostics_budget)
-
-
-def eager_self_check(model: Any, golden: GoldenSet, batches: GoldenBatches) -> EagerSelfCheck:
-    """Eager first: the eager model twice on the first golden batch, before anything is built."""
-    return self_check_of(model, batches.first, golden.signature)

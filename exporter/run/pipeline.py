@@ -54,6 +54,7 @@ from ..signature import SINGLE, Signature, ctc_problem
 from ..timelimit import time_limit
 from ..versions import library_versions
 from . import observe
+from .diagnosis import eager_failure, eager_sizes_ahead
 from .explain import Explainer, explain_flagged
 from .judge import judge_rows, layers_missing
 
@@ -112,7 +113,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         try:
             pending_check = PendingSelfCheck(model, batches.first, signature)
         except Exception as exc:  # the model cannot take the golden inputs: the run's one-line error, naming the input
-            raise observe.eager_failure(config, golden, 0, batches.first, exc, EagerRunner(model, signature).infer) from None
+            raise eager_failure(config, golden, 0, batches.first, exc, EagerRunner(model, signature).infer) from None
         parts = {"load_model/eager_self_check": time.perf_counter() - began}  # parts of load_model, for the benchmarks
         ctx = _build_context(config, golden, batches, model)
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
@@ -219,7 +220,7 @@ def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, m
     progress("eager at the other batch sizes of the diagnostics")
     began = time.perf_counter()
     with reused_heap():
-        eager_ahead = observe.eager_sizes_ahead(config, golden, batches, model)
+        eager_ahead = eager_sizes_ahead(config, golden, batches, model)
     parts["load_model/eager_batch_sizes"] = time.perf_counter() - began
     return eager_check, eager_ahead
 

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "exporter"
-MEASURING = ("run.observe", "run.records", "diagnostics", "cache", "builder", "artifacts", "compare")
+MEASURING = ("run.observe", "run.diagnosis", "run.records", "diagnostics", "cache", "builder", "artifacts", "compare")
 
 
 def _module(path: Path) -> str:
@@ -103,7 +103,6 @@ LONG_MODULES = {  # module (path under exporter/) -> why it is still one module
     "options.py": "ONE table of options (every flag and settings key of every command, a row each: STYLE.md): its rows are its "
                   "length, and a second table would be the thing to avoid",
     "golden/lifecycle.py": "record, approve and verify share the atomic write, the lock and the diff of a golden set",
-    "run/observe.py": "the replay of every row and its accumulators; to split: RowDiagnosis and the eager pass",
     "signature.py": "the signature's parse, its settings and its JSON, which must round-trip each other",
 }
 LONG_FUNCTIONS = {  # module:function -> why it is one function
