@@ -158,6 +158,22 @@ def _field(manifest: dict[str, Any], where: str, *path: str) -> Any:
     return value
 
 
+def _bundle_set(bundle: Bundle, where: str, signature: Signature) -> tuple[BundleGolden, BundleBatches]:
+    """The golden set a bundle carries, as :class:`observe.Replay` reads it: its sample count, calibration split and
+    labels from the manifest (``where``), and its batches with the build machine's eager outputs."""
+    m = bundle.manifest
+    calibration = _field(m, where, "calibration")
+    labels = m.get("labels")
+    try:
+        labels = [check_label(x, f"labels[{i}]") for i, x in enumerate(labels)] if isinstance(labels, list) else None
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}; pass a bundle written by `export-check check --bundle`, unedited") from None
+    golden = BundleGolden(signature, int(m["samples"]), tuple(int(i) for i in calibration["indices"]), str(calibration["split"]), labels)
+    inputs = signature.input_names
+    outputs = tuple(o.name for o in signature.compared_outputs())
+    return golden, BundleBatches(bundle, signature, inputs, outputs)
+
+
 def replay_bundle(path: Path, out_dir: Path, target: str | None = None, threads: int | None = None,
                   progress: Progress = _quiet, public: Any = None, cache_dir: Path | None = None) -> Report:
     """The bundle at ``path`` replayed and judged here; its artifacts are written under ``out_dir``. With
@@ -197,16 +213,7 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
                        batch_size=int(settings["batch_size"]), threads=threads or int(settings["threads"]),
                        fp16_optimization=str(settings["fp16_optimization"]))
     out = prepare_out_dir(out_dir)
-    calibration = _field(m, where, "calibration")
-    labels = m.get("labels")
-    try:
-        labels = [check_label(x, f"labels[{i}]") for i, x in enumerate(labels)] if isinstance(labels, list) else None
-    except ValueError as exc:
-        raise UsageError(f"{where}: {exc}; pass a bundle written by `export-check check --bundle`, unedited") from None
-    golden = BundleGolden(signature, int(m["samples"]), tuple(int(i) for i in calibration["indices"]), str(calibration["split"]), labels)
-    inputs = signature.input_names
-    outputs = tuple(o.name for o in signature.compared_outputs())
-    batches = BundleBatches(bundle, signature, inputs, outputs)
+    golden, batches = _bundle_set(bundle, where, signature)
     # Replay reads these as a golden set and its batches: the parts a replay without eager uses (BundleGolden, BundleBatches)
     replay = Replay(config, cast(GoldenSet, golden), cast(Any, batches), model=None)
     ctx = BuildContext(model=None, example=None, opset=config.opset, onnx_exporter=config.onnx_exporter, threads=config.threads,

@@ -108,7 +108,6 @@ LONG_MODULES = {  # module (path under exporter/) -> why it is still one module
 LONG_FUNCTIONS = {  # module:function -> why it is one function
     "golden/discover.py:run_outputs": "one pass over the model's outputs that names, shapes and kinds each; to split",
     "golden/manifest.py:parse_manifest": "every field of the manifest checked in the order it is read, each with its own message",
-    "replay.py:_replay": "a bundle's replay in the order it happens (open, run, judge), like run_check; to split",
 }
 
 
