@@ -32,14 +32,15 @@ def _graph() -> dict[str, set[str]]:
                     stem = node.module.removeprefix("export_check").lstrip(".")
                 else:
                     continue
-                targets = [f"{stem}.{a.name}".lstrip(".") for a in node.names] + [stem]
+                # each name that is a module is an arrow to it (``from . import a, b``: both); else the module named from
+                named = [f"{stem}.{a.name}".lstrip(".") for a in node.names]
+                targets = [t for t in named if t in modules] or [stem]
             elif isinstance(node, ast.Import):
                 targets = [a.name.removeprefix("export_check").lstrip(".") for a in node.names if a.name.startswith("export_check")]
             for target in targets:
                 ancestor = target == "" or name.startswith(target + ".")  # a parent package is imported first anyway
                 if target in modules and target != name and not ancestor:
                     graph[name].add(target)
-                    break
     return graph
 
 
