@@ -271,19 +271,11 @@ class Reducer:
         return Cut(inputs=candidates[lo], output=end, model=best[0], metrics=best[1], steps=steps, cut=cut)
 
 
-class Unwritable(Exception):
-    """The failing subgraph cannot be one ``.onnx`` file (past protobuf's 2 GiB); the message says so."""
-
-
 def _save(cut: Cut, fed: Mapping[str, np.ndarray], reference: np.ndarray, folder: Path, name: str) -> tuple[Path, Path]:
     """The subgraph and its data (``input_<i>`` in the subgraph's input order, ``reference_0``, and
     their tensor names) written atomically as ``folder/<name>.onnx`` and ``.npz``, following no link below
     ``folder``'s parent (``--out``: ``nofollow.write_inside``; a planted one is ``Refused``)."""
     graph_path, data_path = folder / f"{name}.onnx", folder / f"{name}.npz"
-    size = cut.model.ByteSize()
-    if size > PROTOBUF_LIMIT:  # what onnx.save would refuse with "EncodeError: Failed to serialize proto"
-        raise Unwritable(f"the smallest failing subgraph found holds {size:,} bytes, past ONNX's 2 GiB limit for one .onnx "
-                         "file, so it is not written; the row's artifact reproduces it")
     order = [i.name for i in cut.model.graph.input]
     arrays = {f"input_{k}": np.ascontiguousarray(fed[t]) for k, t in enumerate(order)}
     arrays["reference_0"] = np.ascontiguousarray(reference)
@@ -306,6 +298,10 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
 
     began = time.perf_counter()
     proto = onnx.load(str(path))
+    if (size := proto.ByteSize()) > PROTOBUF_LIMIT:  # the search runs its subgraphs in sessions made from bytes in memory
+        return Reduced(gate=gate, model_nodes=len(proto.graph.node), optimization=level, seconds=time.perf_counter() - began,
+                       error=f"{path.name} holds {size:,} bytes with its weights, past ONNX's 2 GiB limit for the in-memory "
+                             "sessions the search runs")
     reducer = Reducer(proto, threads, level)
     tried: list[str] = []
     modes = ([("source", source)] if source is not None else []) + [("eager", None)]
@@ -316,6 +312,10 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
             tried.append(f"eager's module outputs pair with graph values for a model with one input; this one has {len(reducer.inputs)}")
             continue
         source_proto = onnx.load(str(source_path)) if source_path is not None else None
+        if source_proto is not None and (size := source_proto.ByteSize()) > PROTOBUF_LIMIT:
+            tried.append(f"against {_words(mode, source_path)}: it holds {size:,} bytes with its weights, past ONNX's 2 GiB limit "
+                         "for the in-memory session that computes its values")
+            continue
         for index, given in samples[:SAMPLES]:
             # the one golden input is fed to the graph's one input whatever its name, as the row's runner feeds it
             feeds = {reducer.inputs[0]: next(iter(given.values()))} if len(given) == 1 == len(reducer.inputs) else dict(given)
@@ -339,8 +339,7 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
                 continue
             try:
                 graph_path, data_path = _save(cut, reducer.fed(values, references), references[cut.output], folder, name)
-            except (Refused, Unwritable) as exc:  # a link planted in --out, a subgraph past 2 GiB: the row keeps its verdict, its
-                # reduction says why it is not there
+            except Refused as exc:  # a link planted in --out: the row keeps its verdict, its reduction says why it is not there
                 return Reduced(gate=gate, model_nodes=len(proto.graph.node), optimization=level, error=str(exc),
                                seconds=time.perf_counter() - began)
             return Reduced(gate=gate, reference=mode, source=source_path.name if source_path is not None else "", sample=index,

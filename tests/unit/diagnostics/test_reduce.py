@@ -123,18 +123,25 @@ def test_reduce_row_writes_a_subgraph_that_fails_by_hand(tmp_path) -> None:
     assert printed.startswith("C MAE 0.5 max 0.5")
 
 
-def test_a_failing_subgraph_past_the_protobuf_limit_is_not_written_and_says_why(tmp_path, monkeypatch) -> None:
-    """The 700 M benchmark model's int8 row: its smallest failing subgraph held more than 2 GiB, which onnx.save refuses
-    ("EncodeError: Failed to serialize proto"); the reduction names the limit instead (the limit lowered here)."""
+def test_a_model_past_the_protobuf_limit_is_not_searched_and_says_why(tmp_path, monkeypatch) -> None:
+    """The search runs subgraphs in onnxruntime sessions made from bytes in memory, which protobuf cannot hold past 2 GiB:
+    the 700 M benchmark model's int8 row said "EncodeError: Failed to serialize proto" (its source, the 2.7 GB onnx).
+    A source past the limit gives no references, said, and eager's module outputs are the next; a row's own file past it
+    is not searched at all (the limit lowered here)."""
     from export_check.diagnostics import reduce as reduce_module
 
-    candidate, source = tmp_path / "candidate.onnx", tmp_path / "source.onnx"
+    candidate, big = tmp_path / "candidate.onnx", tmp_path / "big.onnx"
     onnx.save(skip_net(0.5), candidate)
-    onnx.save(skip_net(0.0), source)
-    monkeypatch.setattr(reduce_module, "PROTOBUF_LIMIT", 10)
-    reduced = reduce_row("k", candidate, source, None, [(7, {"input": X})], judge, "MAE<=0.001", tmp_path / "reduced")
-    assert reduced.path is None and reduced.error is not None and reduced.error.startswith("the smallest failing subgraph found holds ")
-    assert reduced.error.endswith("bytes, past ONNX's 2 GiB limit for one .onnx file, so it is not written; the row's artifact reproduces it")
+    net = skip_net(0.0)
+    net.graph.initializer.append(numpy_helper.from_array(np.zeros(64, np.float32), "padding"))
+    onnx.save(net, big)
+    monkeypatch.setattr(reduce_module, "PROTOBUF_LIMIT", onnx.load(str(candidate)).ByteSize())  # the candidate fits, big does not
+    reduced = reduce_row("k", candidate, big, None, [(7, {"input": X})], judge, "MAE<=0.001", tmp_path / "reduced")
+    assert reduced.path is None and reduced.error is not None and reduced.error.startswith("against big.onnx (its source): it holds ")
+    assert reduced.error.endswith(" bytes with its weights, past ONNX's 2 GiB limit for the in-memory session that computes its values")
+    reduced = reduce_row("k", big, candidate, None, [(7, {"input": X})], judge, "MAE<=0.001", tmp_path / "reduced")
+    size = onnx.load(str(big)).ByteSize()
+    assert reduced.error == f"big.onnx holds {size:,} bytes with its weights, past ONNX's 2 GiB limit for the in-memory sessions the search runs"
     assert not (tmp_path / "reduced").exists()
 
 
