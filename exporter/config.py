@@ -79,7 +79,7 @@ class RunConfig:
     out_dir: Path
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
     arch_root: Path | None = None  # where a module-form arch spec is imported from
-    kinds: tuple[str, ...] = ()  # empty: the default group (artifacts.GROUPS); options.to_run_config resolves group names
+    kinds: tuple[str, ...] = ()  # kind and group names (resolved to kinds on construction); empty: the default group
     thresholds: Thresholds = field(default_factory=Thresholds)
     decode_gates: tuple[tuple[str, float], ...] = ()  # a language model's gate options given (decode/gates.py OPTIONS): (name, value)
     batch_size: int = 16
@@ -106,6 +106,8 @@ class RunConfig:
     settings_files: tuple[str, ...] = ()
     # the notes on settings files found beside the checkpoint and not read (settings.ignored_beside): the run's first notes
     settings_ignored: tuple[str, ...] = ()
+    # whether the golden set is a language model's (prompts: exporter/decode), read from it on construction
+    language: bool = field(default=False, init=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.arch:
@@ -130,18 +132,19 @@ class RunConfig:
             raise UsageError(f"onnx exporter must be one of {', '.join(ONNX_EXPORTERS)}, got {self.onnx_exporter!r}")
         if not isinstance(self.arch_kwargs, dict):
             raise UsageError(f"arch kwargs must be a JSON object, got {self.arch_kwargs!r}")
-        from .artifacts import KIND_NAMES, unknown_kinds_message
+        from .artifacts import KIND_NAMES, resolve_kinds, unknown_kinds_message
         from .decode import names as decode
         from .decode.goldenset import is_generative
 
-        language = is_generative(self.golden)  # a language model has kinds of its own (exporter/decode)
-        object.__setattr__(self, "_language", language)
-        if self.kinds:  # groups are resolved by now (options.to_run_config)
-            unknown = [k for k in self.kinds if k not in (decode.KIND_NAMES if language else KIND_NAMES)]
-            if unknown:
-                raise UsageError(decode.unknown_kinds_message(unknown) if language else unknown_kinds_message(unknown))
         if len(set(self.kinds)) != len(self.kinds):
             raise UsageError(f"artifact kinds listed twice: {', '.join(self.kinds)}")
+        language = is_generative(self.golden)  # a language model has kinds of its own (exporter/decode): read once, here
+        object.__setattr__(self, "language", language)
+        # group names as the kinds they stand for: an image model's groups (default, modern, edge, all), a language model's one
+        object.__setattr__(self, "kinds", decode.resolve(self.kinds) if language else resolve_kinds(self.kinds))
+        unknown = [k for k in self.kinds if k not in (decode.KIND_NAMES if language else KIND_NAMES)]
+        if unknown:
+            raise UsageError(decode.unknown_kinds_message(unknown) if language else unknown_kinds_message(unknown))
 
     @property
     def effective_jobs(self) -> int:
@@ -161,7 +164,7 @@ class RunConfig:
         from .artifacts import DEFAULT_KINDS, KIND_NAMES
         from .decode.names import KIND_NAMES as LANGUAGE_KINDS
 
-        names, default = (LANGUAGE_KINDS, LANGUAGE_KINDS) if getattr(self, "_language", False) else (KIND_NAMES, DEFAULT_KINDS)
+        names, default = (LANGUAGE_KINDS, LANGUAGE_KINDS) if self.language else (KIND_NAMES, DEFAULT_KINDS)
         chosen = set(self.kinds) if self.kinds else set(default)
         return tuple(k for k in names if k in chosen)
 

@@ -459,26 +459,11 @@ def split_output_gates(outputs: Any, source: str) -> tuple[Any, dict[str, dict[s
     return rest, gates
 
 
-def _resolved_kinds(names: tuple[str, ...], golden: Any) -> tuple[str, ...]:
-    """Group names as their kinds: an image model's groups (default, modern, edge, all); a language model's kinds are one
-    group, which "default" and "all" name (another group name is left for RunConfig to refuse, naming the kinds)."""
-    from .artifacts import resolve_kinds
-    from .decode.goldenset import is_generative
-    from .decode.names import KIND_NAMES as DECODE_KINDS
-
-    if names and golden is not None and is_generative(Path(golden)):
-        return tuple(dict.fromkeys(k for n in names for k in (DECODE_KINDS if n in ("default", "all") else (n,))))
-    return resolve_kinds(names)
-
-
 def to_run_config(values: Mapping[str, Any]) -> RunConfig:
     """The RunConfig of overlaid ``check`` values: each row with a ``field`` sets it; the gate rows
     set the thresholds; ``no-cache`` drops the cache."""
     rows = for_command(CHECK)
     config = {o.field: values[o.python] for o in rows if o.field}
-    if len(set(config["kinds"])) != len(config["kinds"]):
-        raise UsageError(f"artifact kinds listed twice: {', '.join(config['kinds'])}")
-    config["kinds"] = _resolved_kinds(config["kinds"], config["golden"])
     if values.get("no_cache"):
         config["cache_dir"] = None
     thresholds = Thresholds.from_options({o.gate.name: values[o.python] for o in rows if o.gate}, values.get("output_gates"))

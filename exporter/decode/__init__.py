@@ -1,15 +1,6 @@
 """Language models (issue 45): a generative golden set, the decode step with its KV cache in the forms
 people ship, each file stepped token by token in its runtime, and verdicts on the tokens it generates.
 
-Imported lazily: ``run_generation`` is what the check calls on a generative golden set.
+Nothing is imported here: the check imports ``decode.run.run_generation`` when its golden set is generative (it
+imports torch), and the options and the config read ``decode.names`` and ``decode.goldenset`` alone.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-
-def run_generation(config: Any, progress: Any = None, plant: Any = None) -> Any:
-    from .run import run_generation as run
-
-    return run(config, progress or (lambda _: None), plant)

@@ -12,3 +12,13 @@ def unknown_kinds_message(unknown: list[str]) -> str:
     """The one line that refuses ``unknown`` kind names for a language model, with its kinds."""
     return (f"unknown language-model kind(s) {', '.join(unknown)}; a generative golden set is checked with the kinds "
             f"{', '.join(KIND_NAMES)}")
+
+
+def resolve(names: tuple[str, ...]) -> tuple[str, ...]:
+    """A language model's kind names, its group named: its kinds are one group, which "default" and "all" name (another
+    name is kept, for RunConfig to refuse naming the kinds), each once, in the order given.
+
+    >>> resolve(("decode-onnx", "all"))[:2]
+    ('decode-onnx', 'full-forward')
+    """
+    return tuple(dict.fromkeys(k for n in names for k in (KIND_NAMES if n in ("default", "all") else (n,))))

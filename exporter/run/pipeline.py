@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__, decode
+from .. import __version__
 from ..artifacts import KINDS_BY_NAME, BuildContext
 from ..artifacts._heap import reused_heap
 from ..artifacts.base import INPUT, ModelRecipe
@@ -37,7 +37,6 @@ from ..builder.builds import Builds
 from ..cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, store_observations
 from ..cache.store import ArtifactCache
 from ..config import RunConfig
-from ..decode.goldenset import is_generative
 from ..diagnostics.run import PendingSelfCheck
 from ..errors import ArchitectureError, ExportCheckError, GoldenError, UsageError
 from ..feeds import length
@@ -71,8 +70,8 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     check_outputs(config)  # --out must not be, or hold, what the run reads (exporter/paths.py)
     # Validate everything cheap first, so bad input fails before any export starts.
     check_readable_file(config.checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
-    if is_generative(config.golden):  # prompts for a language model: its decode loop is checked instead (issue 45)
-        return decode.run_generation(config, progress)
+    if config.language:  # prompts for a language model: its decode loop is checked instead (issue 45)
+        return _generation(config, progress)
     golden = checked_golden(config)
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint_info = file_info(config.checkpoint)
@@ -144,6 +143,13 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
             timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
         timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
     return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings, run_notes)
+
+
+def _generation(config: RunConfig, progress: Progress) -> Report:
+    """A language model's check (exporter/decode), imported where it runs: it imports torch and the decode kinds."""
+    from ..decode.run import run_generation
+
+    return run_generation(config, progress)
 
 
 def _opened_cache(config: RunConfig, checkpoint: FileInfo, golden: GoldenSet, run_notes: list[str]) -> ArtifactCache | None:

@@ -29,7 +29,8 @@ from export_check.settings import golden_params, parse_settings
 # model-inputs and outputs tables; settings_files by the lookup that found them (issue 24), settings_ignored
 # by the same lookup (the files beside the checkpoint it did not read, issue 47); decode_gates by the language model's
 # gate rows (issue 45, decode/gates.py OPTIONS).
-DERIVED = {"arch_root", "thresholds", "signature_settings", "settings_files", "settings_ignored", "decode_gates"}
+DERIVED = {"arch_root", "thresholds", "signature_settings", "settings_files", "settings_ignored", "decode_gates",
+           "language"}  # language: read from the golden set on construction
 
 
 def test_every_user_settable_runconfig_field_has_exactly_one_row() -> None:
