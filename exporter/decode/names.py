@@ -8,6 +8,10 @@ KIND_NAMES = ("full-forward", "decode-torch-export", "decode-onnx", "decode-exec
               "decode-torchao-int8", "decode-torchao-int4")
 
 
+# The detail of a language model's row that holds what its judge read (decode/rows.py writes it; the views read it)
+JUDGE_RECORD = "decode_judge"
+
+
 def unknown_kinds_message(unknown: list[str]) -> str:
     """The one line that refuses ``unknown`` kind names for a language model, with its kinds."""
     return (f"unknown language-model kind(s) {', '.join(unknown)}; a generative golden set is checked with the kinds "

@@ -22,12 +22,13 @@ from ..files import FileInfo
 from ..gates import Gate
 from ..results import FAIL, NOT_APPLICABLE, PASS, Row
 from .gates import FLOAT_MAX_MAE, INT8_MIN_TOP1, DecodePath, GenerationGate, gates_for, judge, overlaid
+from .names import JUDGE_RECORD
 from .verdicts import TokenVerdict
 
 # What the views' gate column and gates line show (exporter/gates.Gate bounds no KL and no generation): the decode gate
 # itself is each row's details["decode_gate"] and the run's note. Both weight-only families are the views' "int8" rows.
 ROW_GATES = {"eager": Gate(max_mae=FLOAT_MAX_MAE), "float": Gate(max_mae=FLOAT_MAX_MAE), "int8": Gate(max_relative_mae=1.0, min_top1=INT8_MIN_TOP1)}
-RECORD = "decode_judge"
+RECORD = JUDGE_RECORD
 
 
 def row_family(decode_family: str) -> str:

@@ -82,7 +82,9 @@ def _decode_hint(row: Row, record: dict) -> str:
 
 
 def _decode_record(row: Row) -> dict | None:
-    raw = dict(row.details).get("decode_judge")
+    from ..decode.names import JUDGE_RECORD
+
+    raw = dict(row.details).get(JUDGE_RECORD)
     try:
         record = json.loads(raw) if raw else None
     except ValueError:
