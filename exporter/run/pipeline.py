@@ -71,37 +71,41 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     # Validate everything cheap first, so bad input fails before any export starts.
     check_readable_file(config.checkpoint, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
     if config.language:  # prompts for a language model: its decode loop is checked instead (issue 45)
-        return _generation(config, progress)
+        from ..decode.run import run_generation  # imported here: it imports torch and the decode kinds
+
+        return run_generation(config, progress)
     golden = checked_golden(config)
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint_info = file_info(config.checkpoint)
     timings = {"verify_inputs": time.perf_counter() - started}
-
     run_notes: list[str] = list(config.settings_ignored)
-    cache = _opened_cache(config, checkpoint_info, golden, run_notes)
-    if config.judge_only:
-        return _judged_from_cache(cache, config, golden, checkpoint_info, out_dir, started, timings, run_notes)
-    if cache is not None:
-        with locked_out_dir(out_dir):
-            # Every row's artifact and observation cached and intact, and enough to judge with today's
-            # thresholds: no model, no torch, no replay.
-            hit = _cache_hit(cache, config, out_dir)
-        timings["cache_lookup"] = time.perf_counter() - started - sum(timings.values())
-        if hit is not None:
+    try:  # best effort: without a key or a folder the run goes on without it
+        cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256, golden.signature.to_json())
+    except CacheUnavailable as exc:
+        cache = None
+        run_notes.append(f"cache: not used by this run: {exc}")
+    with locked_out_dir(out_dir):
+        # Under the lock: another process (a pytest-xdist worker, a fleet) that held it may have just built and stored
+        # these very artifacts; then this is a hit, not a second build. A hit needs no model, no torch and no replay.
+        found = _cache_hit(cache, config, out_dir, run_notes)
+        if cache is not None:
+            timings["judge_only" if config.judge_only else "cache_lookup"] = time.perf_counter() - started - sum(timings.values())
+        if found is not None:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
-            return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings, run_notes)
+        else:
+            found = _replayed(config, golden, cache, out_dir, progress, started, timings, run_notes)
+    return _report(config, golden, checkpoint_info, found[0], found[1], started, out_dir, timings, run_notes)
 
-    # Start the build server (each export runs in a child of it, so a native crash costs one row)
-    # now, so that it imports the export libraries while this process loads the model.
+
+def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None, out_dir: Path, progress: Progress, started: float,
+              timings: dict[str, float], run_notes: list[str]) -> tuple[list[Observation], float | None]:
+    """Build, replay, observe and explain every row (the cache's files reused where it has them), and store what was
+    observed: the observations and the golden set's label accuracy. ``timings`` gets each stage's time since the run
+    ``started`` (each stage is the time since the sum of the ones before it)."""
+    # Start the build server (each export runs in a child of it, so a native crash costs one row) now, so that it
+    # imports the export libraries while this process loads the model. Before torch runs here: it may be forked.
     isolation.prewarm(config.kinds, config.build_timeout or None)
-
-    with pinned_threads(config.threads), locked_out_dir(out_dir):
-        # Looked up again under the lock: another process (a pytest-xdist worker, a fleet) that held it
-        # may have just built and stored these very artifacts; then this is a hit, not a second build.
-        hit = None if cache is None else _cache_hit(cache, config, out_dir)
-        if hit is not None:
-            progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
-            return _report(config, golden, checkpoint_info, hit[0], hit[1], started, out_dir, timings, run_notes)
+    with pinned_threads(config.threads):
         progress("loading checkpoint")
         model = _loaded_model(config, run_notes)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once: held when it fits in memory, else spilled to a file
@@ -135,30 +139,14 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         finally:
             isolation.settle()  # a run stopped early leaves no build running behind it
             batches.close()  # a spilled set's file
-        replayed = time.perf_counter() - started - sum(timings.values())
-        timings["build"] = builds.waited
-        timings["replay"] = replayed - builds.waited
-        if cache is not None:
-            observations = _stored(cache, config, observations, builds, label_accuracy, run_notes)
-            timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
-        timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
-    return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings, run_notes)
-
-
-def _generation(config: RunConfig, progress: Progress) -> Report:
-    """A language model's check (exporter/decode), imported where it runs: it imports torch and the decode kinds."""
-    from ..decode.run import run_generation
-
-    return run_generation(config, progress)
-
-
-def _opened_cache(config: RunConfig, checkpoint: FileInfo, golden: GoldenSet, run_notes: list[str]) -> ArtifactCache | None:
-    """The run's artifact cache, or None: it is best effort, and without a key or a folder the run goes on without it."""
-    try:
-        return open_cache(config, checkpoint.sha256, golden.manifest_sha256, golden.signature.to_json())
-    except CacheUnavailable as exc:
-        run_notes.append(f"cache: not used by this run: {exc}")
-        return None
+    replayed = time.perf_counter() - started - sum(timings.values())
+    timings["build"] = builds.waited
+    timings["replay"] = replayed - builds.waited
+    if cache is not None:
+        observations = _stored(cache, config, observations, builds, label_accuracy, run_notes)
+        timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
+    timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
+    return observations, label_accuracy
 
 
 def _stored(cache: ArtifactCache, config: RunConfig, observations: list[Observation], builds: Builds, label_accuracy: float | None,
@@ -258,39 +246,34 @@ def checked_golden(config: RunConfig) -> GoldenSet:
     return golden
 
 
-def _cache_hit(cache: ArtifactCache, config: RunConfig, out_dir: Path) -> tuple[list[Observation], float | None] | None:
-    """Every row from the cache, when each is there and today's gates can be judged on it: a verdict
-    that asks for a per-layer table an entry does not hold is a miss (the files are reused, the rows replayed)."""
-    found = cached_run(cache, config)
-    if found is None or any(layers_missing(obs, config.thresholds, config.diagnose) for obs in found.observations):
-        return None
-    return restore_run(cache, found, out_dir)
+def _cache_hit(cache: ArtifactCache | None, config: RunConfig, out_dir: Path, run_notes: list[str]) -> tuple[list[Observation], float | None] | None:
+    """Every row from the cache, when each is there and today's gates can be judged on it: a verdict that asks for a
+    per-layer table an entry does not hold is a miss (the files are reused, the rows replayed).
 
-
-def _judged_from_cache(cache: ArtifactCache | None, config: RunConfig, golden: GoldenSet, checkpoint_info: FileInfo, out_dir: Path,
-                       started: float, timings: dict[str, float], run_notes: list[str]) -> Report:
-    """``--judge-only``: the cached observations of this very check (same checkpoint, golden set,
-    settings, versions) judged with today's gates. What a gate or a failing row would have a full check
-    measure (a per-layer table, a metric an older entry lacks) is not measured: the row's reason or the
-    run's note says so."""
+    ``--judge-only``: the cached observations of this very check (same checkpoint, golden set, settings, versions),
+    or a one-line error; what a gate would have a full check measure (a per-layer table, a metric an older entry
+    lacks) is not measured, and a run note says so."""
     if cache is None:
-        why = next((n for n in run_notes if n.startswith("cache:")), "the cache is off (--no-cache)")
-        raise UsageError(f"--judge-only judges a cached check, and this run has no cache ({why}); run the check without --judge-only")
-    with locked_out_dir(out_dir):
-        found = cached_run(cache, config)
-        if found is None:
+        if config.judge_only:
+            why = next((n for n in run_notes if n.startswith("cache:")), "the cache is off (--no-cache)")
+            raise UsageError(f"--judge-only judges a cached check, and this run has no cache ({why}); run the check without --judge-only")
+        return None
+    found = cached_run(cache, config)
+    if found is None:
+        if config.judge_only:
             raise UsageError(f"--judge-only: no cached run of this check in {config.cache_dir} (never run with these settings, or the "
                              "checkpoint, golden set, settings or library versions changed since); run it once without --judge-only")
-        restored = restore_run(cache, found, out_dir)
-        if restored is None:
-            raise UsageError(f"--judge-only: the cached artifacts cannot be put into {out_dir} intact; run the check without --judge-only")
-        observations, label_accuracy = restored
-    wanting = [o.name for o in observations if layers_missing(o, config.thresholds, config.diagnose)]
+        return None
+    wanting = [o.name for o in found.observations if layers_missing(o, config.thresholds, config.diagnose)]
+    if wanting and not config.judge_only:
+        return None
+    restored = restore_run(cache, found, out_dir)
+    if restored is None and config.judge_only:
+        raise UsageError(f"--judge-only: the cached artifacts cannot be put into {out_dir} intact; run the check without --judge-only")
     if wanting:
         run_notes.append(f"--judge-only: judged from the cache without a replay; a full check would also measure {', '.join(wanting)} "
                          "(a per-layer table, or a metric these entries lack): run it without --judge-only for them")
-    timings["judge_only"] = time.perf_counter() - started - sum(timings.values())
-    return _report(config, golden, checkpoint_info, observations, label_accuracy, started, out_dir, timings, run_notes)
+    return restored
 
 
 def _counted(infer: Callable, total: int, signature, progress: Progress) -> Callable:
