@@ -42,14 +42,26 @@ def pinned_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def load_model(checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None,
-               notes: list[str] | None = None) -> Any:
-    """The architecture built and loaded with the checkpoint's weights (read safely), in eval mode on the CPU;
-    ``notes`` gets what the user should know of the reading (the wrapper key a state_dict was under)."""
-    from .checkpoint import build_model, load_state_dict
+FACTORY_SECONDS_AT_LEAST = 10.0  # a build timeout chosen to cut builds short (a test's 0.01 s) does not cut the factory
 
-    state = load_state_dict(checkpoint, notes)
-    return build_model(arch, arch_kwargs, state, checkpoint, arch_root)
+
+def load_model(checkpoint: Path, arch: str, arch_kwargs: dict[str, Any], arch_root: Path | None,
+               notes: list[str] | None = None, timeout: float | None = None) -> Any:
+    """The architecture built and loaded with the checkpoint's weights (read safely), in eval mode on the CPU;
+    ``notes`` gets what the user should know of the reading (the wrapper key a state_dict was under).
+
+    The factory is the user's code, run in this process: with a ``timeout`` (the run's build timeout) a hang in it is
+    cut after that, at least ``FACTORY_SECONDS_AT_LEAST`` (a Python-level wait; exporter/timelimit.py)."""
+    from .checkpoint import build_model, load_state_dict
+    from .errors import ArchitectureError
+    from .timelimit import time_limit
+
+    limit = max(timeout, FACTORY_SECONDS_AT_LEAST) if timeout else None
+    with time_limit(limit, lambda: ArchitectureError(
+            f"{arch}: building the model was still running after {limit:g} s (--build-timeout, at least "
+            f"{FACTORY_SECONDS_AT_LEAST:g} s here); fix the factory, or raise --build-timeout if it is just slow")):
+        state = load_state_dict(checkpoint, notes)
+        return build_model(arch, arch_kwargs, state, checkpoint, arch_root)
 
 
 def fingerprint(model: Any) -> str:

@@ -1,7 +1,7 @@
 """A time limit on Python code that runs in this process's main thread (SIGALRM).
 
 For code the run cannot move into a child of its own: the build server's ahead-of-time imports
-(builder/ahead.py), and the model's factory in the run's own process (pipeline.py). A Python-level wait (a
+(builder/ahead.py), and the model's factory in the run's own process (model.load_model). A Python-level wait (a
 sleep, a socket, a lock, a loop of Python code) is interrupted when the limit passes; a hang inside native
 code is not (the builds and replays, which can hang there, run in children the parent kills instead).
 Off the main thread, or with no limit (None or 0), the block runs unlimited.

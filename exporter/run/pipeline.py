@@ -38,7 +38,7 @@ from ..cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, 
 from ..cache.store import ArtifactCache
 from ..config import RunConfig
 from ..diagnostics.run import PendingSelfCheck
-from ..errors import ArchitectureError, ExportCheckError, GoldenError, UsageError
+from ..errors import ExportCheckError, GoldenError, UsageError
 from ..feeds import length
 from ..files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from ..golden.batches import GoldenBatches
@@ -50,7 +50,6 @@ from ..progress import count_message
 from ..records import Observation
 from ..results import GoldenSummary, Report
 from ..signature import SINGLE, Signature, ctc_problem
-from ..timelimit import time_limit
 from ..versions import library_versions
 from . import observe
 from .diagnosis import eager_failure, eager_sizes_ahead
@@ -107,7 +106,7 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
     isolation.prewarm(config.kinds, config.build_timeout or None)
     with pinned_threads(config.threads):
         progress("loading checkpoint")
-        model = _loaded_model(config, run_notes)
+        model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, run_notes, config.build_timeout)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once: held when it fits in memory, else spilled to a file
         signature = golden.signature
         progress("running the eager model on the first batch (does it reproduce itself?)")
@@ -158,19 +157,6 @@ def _stored(cache: ArtifactCache, config: RunConfig, observations: list[Observat
         reason = next(iter(cache.problems.values())).removeprefix("cache: ")
         run_notes.append(f"cache: {count} {'entry' if count == 1 else 'entries'} not stored: {reason}")
     return observations
-
-
-FACTORY_SECONDS_AT_LEAST = 10.0  # a build timeout chosen to cut builds short (a test's 0.01 s) does not cut the factory
-
-
-def _loaded_model(config: RunConfig, notes: list[str]) -> Any:
-    """The checkpoint in its architecture. The factory is the user's code, run in this process: a hang in it is cut at the
-    build timeout, at least ``FACTORY_SECONDS_AT_LEAST`` (a Python-level wait; exporter/timelimit.py)."""
-    limit = max(config.build_timeout, FACTORY_SECONDS_AT_LEAST) if config.build_timeout else None
-    with time_limit(limit, lambda: ArchitectureError(
-            f"{config.arch}: building the model was still running after {limit:g} s (--build-timeout, at least "
-            f"{FACTORY_SECONDS_AT_LEAST:g} s here); fix the factory, or raise --build-timeout if it is just slow")):
-        return load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, notes)
 
 
 def _build_context(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> BuildContext:
