@@ -1,4 +1,4 @@
-"""The gates of a language model's rows and the pure judge that applies them (verdict + gate -> status, reasons).
+"""The gates of a language model's rows and the pure judge that applies them (verdict + gate -> a Judged decision).
 
 Per family, measured on the bundled decoders (docs/how-to/your-own-language-model.md, "Gates"):
 
@@ -125,8 +125,23 @@ def _cause(verdict: TokenVerdict, path: DecodePath) -> list[str]:
     return []
 
 
-def judge(row: str, verdict: TokenVerdict, gate: GenerationGate, path: DecodePath, against: str = "eager") -> tuple[bool, tuple[str, ...]]:
-    """``(passed, reasons)``: every bound the row misses, then its cause when one can be named."""
+@dataclass(frozen=True)
+class Judged:
+    """The judge's whole decision on a row, and what it read: a row's record (decode/rows.py) stores the inputs to judge it again."""
+
+    passed: bool  # every bound met and no standing reason
+    reasons: tuple[str, ...]  # every bound missed, then its cause when one can be named, then the standing reasons
+    gate: GenerationGate
+    described: str  # the gate in words (GenerationGate.describe)
+    path: DecodePath
+    against: str
+    standing: tuple[str, ...]
+
+
+def judge(row: str, verdict: TokenVerdict, gate: GenerationGate, path: DecodePath, against: str = "eager",
+          standing: tuple[str, ...] = ()) -> Judged:
+    """The row's decision: every bound it misses, then its cause when one can be named; ``standing``: reasons no gate
+    decides (e.g. ExecuTorch's runner disagreeing), on which the row fails whatever its gate."""
     reasons: list[str] = []
     if gate.max_mae is not None and not verdict.mae <= gate.max_mae:
         reasons.append(f"logit MAE {verdict.mae:.3g} > {gate.max_mae:g} over {verdict.positions} teacher-forced positions")
@@ -138,4 +153,4 @@ def judge(row: str, verdict: TokenVerdict, gate: GenerationGate, path: DecodePat
         reasons += _divergence_reasons(row, verdict, against)
     if reasons and gate.identical_generations:  # int8 may move a near-tie: its divergence names no decode-path cause
         reasons += _cause(verdict, path)
-    return not reasons, tuple(reasons)
+    return Judged(not reasons and not standing, (*reasons, *standing), gate, gate.describe(), path, against, standing)

@@ -26,7 +26,10 @@ def forced_logits(model: nn.Module, prompt: np.ndarray, continuation: np.ndarray
         return model(input_ids=sequence, use_cache=False).logits[0].numpy().astype(np.float32)
 
 
-def eager_reference(model: nn.Module, prompts: list[np.ndarray], new_tokens: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """``(continuations, logits)``: per prompt the greedy ``new_tokens`` and the logits over prompt + them."""
+def eager_reference(model: nn.Module, prompts: list[np.ndarray], new_tokens: int,
+                    approved: list[np.ndarray] | None = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``(continuations, logits)``: per prompt the greedy ``new_tokens``, and the teacher-forced logits over prompt +
+    ``approved`` (a golden set's continuations, which a check forces), or over prompt + those continuations (a recording)."""
     continuations = [greedy(model, p, new_tokens) for p in prompts]
-    return continuations, [forced_logits(model, p, c) for p, c in zip(prompts, continuations, strict=True)]
+    forced = continuations if approved is None else approved
+    return continuations, [forced_logits(model, p, c) for p, c in zip(prompts, forced, strict=True)]

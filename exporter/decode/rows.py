@@ -1,7 +1,7 @@
 """A language model's rows from their verdicts (pure: no torch), and a stored report's rows judged again.
 
 ``judged_row`` is the one way a verdict becomes a :class:`~export_check.results.Row`: the decode gate's
-judge (gates.judge), the numbers of the teacher-forced pass in ``metrics``, the token verdict and what
+judgement (gates.judge, made before), the numbers of the teacher-forced pass in ``metrics``, the token verdict and what
 the judge read (``decode_judge``: its gate family, the gate, the decode path, and the reasons no gate
 decides, e.g. ExecuTorch's runner disagreeing) in ``details``. ``judged_again`` reads those back from a
 JSON report and judges them with the gates laid over by the options given now: ``export-check judge``.
@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..files import FileInfo
 from ..gates import Gate
 from ..results import FAIL, NOT_APPLICABLE, PASS, Row
-from .gates import FLOAT_MAX_MAE, INT8_MIN_TOP1, DecodePath, GenerationGate, gates_for, judge, overlaid
+from .gates import FLOAT_MAX_MAE, INT8_MIN_TOP1, DecodePath, GenerationGate, Judged, gates_for, judge, overlaid
 from .names import JUDGE_RECORD
 from .verdicts import TokenVerdict
 
@@ -57,15 +57,15 @@ def _details(verdict: TokenVerdict, gate_text: str, cache_length: int | None) ->
     return details
 
 
-def judged_row(name: str, decode_family: str, verdict: TokenVerdict, gate: GenerationGate, path: DecodePath, against: str,
-               standing: tuple[str, ...] = (), extra: tuple[tuple[str, str], ...] = (), **fields: Any) -> Row:
-    """The row of ``verdict`` judged by ``gate``; ``standing``: reasons no gate decides (the row fails on them whatever its gate)."""
-    passed, reasons = judge(name, verdict, gate, path, against)
-    record = {"family": decode_family, "against": against, "gate": dataclasses.asdict(gate), "path": dataclasses.asdict(path),
-              "standing": list(standing)}
-    details = (*_details(verdict, gate.describe(), path.cache_length), *extra, (RECORD, json.dumps(record)))
-    return Row(name=name, family=row_family(decode_family), compared_with=against, status=PASS if passed and not standing else FAIL,
-               gate=ROW_GATES[row_family(decode_family)], metrics=_metrics(verdict), reasons=reasons + standing, details=details, **fields)
+def judged_row(name: str, decode_family: str, verdict: TokenVerdict, judged: Judged, extra: tuple[tuple[str, str], ...] = (),
+               **fields: Any) -> Row:
+    """The row of ``verdict`` as the judge decided it (gates.judge), with what the judge read in its record."""
+    record = {"family": decode_family, "against": judged.against, "gate": dataclasses.asdict(judged.gate),
+              "path": dataclasses.asdict(judged.path), "standing": list(judged.standing)}
+    metrics = _metrics(verdict)
+    details = (*_details(verdict, judged.described, judged.path.cache_length), *extra, (RECORD, json.dumps(record)))
+    return Row(name=name, family=row_family(decode_family), compared_with=judged.against, status=PASS if judged.passed else FAIL,
+               gate=ROW_GATES[row_family(decode_family)], metrics=metrics, reasons=judged.reasons, details=details, **fields)
 
 
 STRICT = " (--strict: a kind that does not apply fails)"
@@ -104,7 +104,8 @@ def _again(stored: dict[str, Any], values: Mapping[str, Any], single_forward: bo
     verdict = TokenVerdict.from_json(json.loads(details["token_verdict"]))
     own = {"decode_gate", "generations_equal", "kl_mean", "kl_worst", "top1_agreement", "perplexity", "cache_length", "token_verdict", RECORD}
     extra = tuple((k, v) for k, v in details.items() if k not in own and not k.startswith("diverged:"))
-    row = judged_row(str(stored["name"]), record["family"], verdict, gate, path, record["against"], tuple(record["standing"]), extra, **kept)
+    judged = judge(str(stored["name"]), verdict, gate, path, record["against"], tuple(record["standing"]))
+    row = judged_row(str(stored["name"]), record["family"], verdict, judged, extra, **kept)
     return row, None if gate == before else f"{record['family']} {before.describe()} -> {gate.describe()}"
 
 

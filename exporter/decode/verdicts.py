@@ -126,3 +126,24 @@ def token_verdict(names: list[str], prompts: list[np.ndarray], approved: list[np
         kl_mean=float(every_kl.mean()), kl_worst=float(every_kl.max()), top1_agreement=float(np.concatenate(agree).mean()),
         perplexity=float(np.exp(np.concatenate(nll).mean())), reference_perplexity=float(np.exp(np.concatenate(ref_nll).mean())),
         prompts=tuple(verdicts), per_prompt_mae=tuple(per_prompt))
+
+
+def runner_disagreement(names: list[str], runner: tuple[str, ...] | None, generated: tuple[np.ndarray, ...], decode,
+                        eos: int | None) -> tuple[str, ...]:
+    """Where a runtime's own runner (``runner``: its text per prompt) generated other text than the stepped loop's
+    ``generated`` tokens up to EOS, each prompt named; a runner's text that starts with NUL says it raised there, and is
+    not compared (the row's note says so)."""
+    if runner is None:
+        return ()
+    differing = []
+    for name, text, tokens in zip(names, runner, generated, strict=True):
+        if text.startswith("\0"):
+            continue
+        ids = [int(t) for t in tokens]
+        stepped_text = decode(ids[:ids.index(eos)] if eos in ids else ids)
+        if text != stepped_text:
+            differing.append(f"prompt {name}: runner {text!r}, stepped {stepped_text!r}")
+    if not differing:
+        return ()
+    return (f"ExecuTorch's runner (TextLLMRunner) and the stepped loop disagree on {len(differing)} of {len(names)} prompts; first: "
+            f"{differing[0]}",)

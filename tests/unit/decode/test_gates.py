@@ -25,12 +25,13 @@ def diverged(name: str, prompt_tokens: int, step: int) -> PromptVerdict:
 
 
 def test_a_float_row_whose_generations_all_match_passes() -> None:
-    assert judge("decode-onnx", verdict((SAME, SAME), mae=5e-7), GATES["float"], DecodePath(True, 18, True, 18)) == (True, ())
+    judged = judge("decode-onnx", verdict((SAME, SAME), mae=5e-7), GATES["float"], DecodePath(True, 18, True, 18))
+    assert (judged.passed, judged.reasons, judged.described, judged.against) == (True, (), "generations identical & MAE<=1e-05", "eager")
 
 
 def test_a_divergence_names_the_prompt_the_step_both_tokens_the_row_and_the_decode_path() -> None:
-    passed, reasons = judge("decode-onnx", verdict((SAME, diverged("p1", 7, 3), diverged("p2", 6, 0))), GATES["float"],
-                            DecodePath(True, 18, True, 18))
+    judged = judge("decode-onnx", verdict((SAME, diverged("p1", 7, 3), diverged("p2", 6, 0))), GATES["float"], DecodePath(True, 18, True, 18))
+    passed, reasons = judged.passed, judged.reasons
     assert not passed
     assert reasons[0] == ("generation differs on 2 of 3 prompts; first: prompt p1 at step 3 (position 10): eager ' a' (token 11), "
                           "decode-onnx ' b' (token 12) (and 1 more: p2)")
@@ -42,24 +43,25 @@ def test_a_divergence_names_the_prompt_the_step_both_tokens_the_row_and_the_deco
 def test_a_divergence_only_past_the_cache_names_its_length(length: int, past: int, prompt: int) -> None:
     # the token at step s is generated from position prompt + s - 1: past the cache when that is >= length
     step = length - prompt + past
-    reasons = judge("decode-onnx", verdict((diverged("p0", prompt, step),)), GATES["float"], DecodePath(True, length, True, length + 9))[1]
+    reasons = judge("decode-onnx", verdict((diverged("p0", prompt, step),)), GATES["float"], DecodePath(True, length, True, length + 9)).reasons
     assert reasons[-1] == (f"cause: the generation stops matching only past the static cache's {length} positions "
                            f"(prompt + continuation need up to {length + 9}): the cache is too short")
-    inside = judge("decode-onnx", verdict((diverged("p0", prompt, length - prompt),)), GATES["float"], DecodePath(True, length, True, length + 9))[1]
+    within = verdict((diverged("p0", prompt, length - prompt),))
+    inside = judge("decode-onnx", within, GATES["float"], DecodePath(True, length, True, length + 9)).reasons
     assert "too short" not in inside[-1] and "decode path is the suspect" in inside[-1]
 
 
 def test_no_cause_is_named_for_the_full_forward_or_when_the_single_forward_fails_too() -> None:
     bad = verdict((diverged("p0", 5, 2),), mae=0.3)
-    assert not any(r.startswith("cause:") for r in judge("full-forward", bad, GATES["float"], DecodePath(False, None, None))[1])
-    assert not any(r.startswith("cause:") for r in judge("decode-onnx", bad, GATES["float"], DecodePath(True, 40, False, 20))[1])
+    assert not any(r.startswith("cause:") for r in judge("full-forward", bad, GATES["float"], DecodePath(False, None, None)).reasons)
+    assert not any(r.startswith("cause:") for r in judge("decode-onnx", bad, GATES["float"], DecodePath(True, 40, False, 20)).reasons)
 
 
 @pytest.mark.parametrize(("kl", "top1", "missed"), [(5e-5, 0.99, ()), (2e-3, 0.99, ("KL",)), (5e-5, 0.9, ("top-1",)), (2e-3, 0.9, ("KL", "top-1"))])
 def test_the_int8_gate_bounds_kl_and_agreement_and_lets_generations_differ(kl: float, top1: float, missed: tuple[str, ...]) -> None:
-    passed, reasons = judge("decode-torchao-int8", verdict((diverged("p0", 5, 2),), mae=6e-3, kl=kl, top1=top1), GATES["int8-weight"],
-                            DecodePath(True, 40, True, 40))
-    assert passed == (not missed) and [r.split(" ")[0] for r in reasons] == list(missed)
+    judged = judge("decode-torchao-int8", verdict((diverged("p0", 5, 2),), mae=6e-3, kl=kl, top1=top1), GATES["int8-weight"],
+                   DecodePath(True, 40, True, 40))
+    assert judged.passed == (not missed) and [r.split(" ")[0] for r in judged.reasons] == list(missed)
 
 
 def test_token_verdict_counts_by_hand() -> None:
@@ -69,6 +71,24 @@ def test_token_verdict_counts_by_hand() -> None:
     assert out.top1_agreement == pytest.approx(2 / 3) and out.kl_worst == pytest.approx(0.1 * np.log(0.1 / 0.7) + 0.8 * np.log(0.8 / 0.2))
     assert out.perplexity == pytest.approx(1 / 0.2) and out.reference_perplexity == pytest.approx(1 / 0.8)
     assert out.prompts[0].first_step == 0 and (out.prompts[0].expected_text, out.prompts[0].got_text) == ("<1>", "<0>")
+
+
+def test_a_standing_reason_fails_a_row_that_meets_every_bound() -> None:
+    judged = judge("decode-executorch-runner", verdict((SAME,), mae=5e-7), GATES["float"], DecodePath(True, 18, True, 18), "eager",
+                   ("the runner disagrees",))
+    assert (judged.passed, judged.reasons, judged.standing) == (False, ("the runner disagrees",), ("the runner disagrees",))
+
+
+def test_the_runner_is_compared_with_the_stepped_tokens_up_to_eos_and_not_where_it_raised() -> None:
+    from export_check.decode.verdicts import runner_disagreement
+
+    decode = lambda ids: "".join(chr(96 + i) for i in ids)  # noqa: E731  1 -> "a", 2 -> "b"
+    generated = (np.array([1, 2, 9, 3]), np.array([2, 2]), np.array([3]))  # 9: EOS, what follows it is not text
+    assert runner_disagreement(["p0", "p1", "p2"], None, generated, decode, 9) == ()
+    assert runner_disagreement(["p0", "p1", "p2"], ("ab", "bb", "\0it raised"), generated, decode, 9) == ()
+    assert runner_disagreement(["p0", "p1", "p2"], ("ab", "ba", "x"), generated, decode, 9) == (
+        "ExecuTorch's runner (TextLLMRunner) and the stepped loop disagree on 2 of 3 prompts; first: prompt p1: runner 'ba', stepped 'bb'",)
+    assert runner_disagreement(["p0"], ("abic",), generated[:1], decode, None) == ()  # no EOS: every token is text
 
 
 def test_the_options_lay_new_bounds_over_a_family_and_refuse_one_out_of_range() -> None:
@@ -90,11 +110,12 @@ def test_a_stored_row_judged_again_is_the_same_judge_with_the_new_bounds() -> No
     from export_check.decode.rows import judged_again, judged_row
 
     int8 = verdict((SAME, diverged("p1", 5, 2)), mae=6e-3, kl=4e-5, top1=0.99)
-    float_row = judged_row("full-forward", "float", verdict((SAME, SAME), mae=5e-7), GATES["float"], DecodePath(False, None, None), "eager")
-    onnx = judged_row("decode-onnx", "float", verdict((SAME, diverged("p1", 5, 2)), mae=2e-6), GATES["float"], DecodePath(True, 40, True, 40),
-                      "eager")
-    quant = judged_row("decode-torchao-int8", "int8-weight", int8, GATES["int8-weight"], DecodePath(True, 40, True, 40), "eager",
-                       standing=("ExecuTorch's runner ... disagree",))
+    def row(name: str, family: str, v: TokenVerdict, path: DecodePath, standing: tuple[str, ...] = ()):
+        return judged_row(name, family, v, judge(name, v, GATES[family], path, "eager", standing))
+
+    float_row = row("full-forward", "float", verdict((SAME, SAME), mae=5e-7), DecodePath(False, None, None))
+    onnx = row("decode-onnx", "float", verdict((SAME, diverged("p1", 5, 2)), mae=2e-6), DecodePath(True, 40, True, 40))
+    quant = row("decode-torchao-int8", "int8-weight", int8, DecodePath(True, 40, True, 40), standing=("ExecuTorch's runner ... disagree",))
     rows = [float_row, onnx, quant]
     data = {"rows": [r.to_json(1e-5) for r in rows]}
     assert json.loads(json.dumps(data)) == data
