@@ -4,8 +4,9 @@ from float rounding. Pure, like the judge that asks it.
 A batch-size run (``records.BatchSizeRun``) that misses its gate against eager at that size is named a cause (the export
 kept its example batch, specialised the batch size, this size only) only beyond the float noise measured in the same
 run (:class:`FloatNoise`); an int8 row moving with the batch is by design only where its kind's row says its activation
-scales are dynamic; the eager model moving with the batch beyond float rounding depends on its batch. The judge
-(``run.judge``) turns these reasons and notes into a row's status.
+scales are dynamic; the eager model moving with the batch beyond float rounding depends on its batch; an eager model that
+does not reproduce itself cannot be the reference. The judge (``run.judge``) asks once per row (:func:`row_causes`,
+:func:`eager_causes`) and turns these reasons and notes into a row's status.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..artifacts import KINDS_BY_NAME
-from ..gates import Gate, size_gate_reasons
-from ..records import BatchSizeRun, Measured
+from ..gates import Gate, GateOf, Thresholds, rerun_bound, size_gate_reasons
+from ..records import BatchSizeRun, EagerSelfCheck, Measured, Observation
+from ..results import Rerun, ShapeCheck
 from ..sentences import batch_size_cause, size_refused_cause, within_float_noise
 
 EAGER = "eager"
@@ -142,10 +144,11 @@ def activation_scales(name: str) -> str | None:
     return kind.activation_scales if kind is not None else None
 
 
-def shape_notes(runs: tuple[BatchSizeRun, ...], bound: float, scales: str | None, reasons: tuple[str, ...]) -> tuple[str, ...]:
-    """What the batch-size runs show that is not a failure: an int8 row moving with the batch, by design only where its
-    kind's row says its activation scales are dynamic (``scales``); a static one moving is said, never excused."""
-    if reasons or scales is None:
+def shape_notes(runs: tuple[BatchSizeRun, ...], scales: str | None) -> tuple[str, ...]:
+    """What the batch-size runs show that is not a failure (``row_causes`` says it only when they found none): an int8
+    row moving with the batch, by design only where its kind's row says its activation scales are dynamic (``scales``);
+    a static one moving is said, never excused."""
+    if scales is None:
         return ()
     moved = [r for r in runs if _moves(r.moved, FLOAT_MOVE) and not _moves(r.eager_moved, FLOAT_MOVE)]
     if not moved:
@@ -169,6 +172,56 @@ def rerun_reasons(max_abs: float, bound: float, runs: int) -> tuple[str, ...]:
         return ()
     return (f"not deterministic: {runs} runs of the same batch differ by up to {max_abs:.3g} > {bound:g}",)
 
+
+@dataclass(frozen=True)
+class RowCauses:
+    """What the batch-size check and the rerun of one artifact row find (``row_causes``), and what its batch-size runs
+    show that is not a failure (``notes``)."""
+
+    shapes: ShapeCheck | None
+    rerun: Rerun | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return (self.shapes.reasons if self.shapes else ()) + (self.rerun.reasons if self.rerun else ())
+
+
+def row_causes(obs: Observation, measured: Measured, gate_for: GateOf, thresholds: Thresholds,
+               eager_noisy: bool = False, run_to_run: float = 0.0) -> RowCauses:
+    """The batch-size check and the rerun of one row, with the notes of its batch-size runs. ``eager_noisy``: eager draws
+    random numbers, so the artifact's reruns do too (the eager row carries that finding). ``run_to_run``: eager's MAE
+    between two calls on one batch (its self-check), a part of its own variation (``float_noise``)."""
+    rerun = None
+    if measured.rerun is not None:
+        bound, r = rerun_bound(thresholds), measured.rerun
+        # an artifact of a model that draws random numbers draws them too: the eager row carries that finding
+        rerun = Rerun(runs=r.runs, images=r.images, max_abs=r.max_abs, bound=bound,
+                      reasons=() if eager_noisy else rerun_reasons(r.max_abs, bound, r.runs))
+    if measured.sizes is None:
+        return RowCauses(shapes=None, rerun=rerun)
+    main, runs, more = measured.sizes.main_size, measured.sizes.runs, measured.sizes.outputs
+    scales = activation_scales(obs.name)
+    moving = shape_notes(runs, scales)
+    # every compared output, each against the row's gate at its own scale and named when there are several: an image may
+    # move with the batch size by the row's own MAE bound (for int8: its relative gate at the output's scale, since
+    # activation scales are computed per batch)
+    replayed, first = dict(obs.outputs), obs.outputs[0][0] if obs.outputs else "the first output"
+    bounds: dict[str, float] = {}
+    reasons: tuple[str, ...] = ()
+    for name, output_runs in ((first, runs), *more):
+        metrics = replayed.get(name, obs.metrics if name == first else None)
+        scale = metrics.reference_mean_abs if metrics is not None else max((r.reference_mean_abs or 0.0 for r in output_runs), default=0.0)
+        gate = gate_for(name if obs.outputs else None)
+        bounds[name] = gate.mae_bound(scale)
+        noise = float_noise(output_runs, main, scale, obs.family, run_to_run if name == first else 0.0)
+        found = shape_reasons(output_runs, main, gate, bounds[name], obs.family, replayed=obs.metrics is not None,
+                              noise=noise, scales=scales)
+        reasons += tuple(f"{name}: {r}" for r in found) if more else found
+    return RowCauses(shapes=ShapeCheck(main_size=main, bound=bounds[first], runs=runs, reasons=reasons, outputs=more),
+                     rerun=rerun, notes=() if reasons else moving)
+
+
 def _eager_scale(measured: Measured) -> float:
     """The mean |eager output| at the main size (the first output's), what float rounding's reach is measured against."""
     sizes = measured.sizes
@@ -183,10 +236,11 @@ def eager_moving_runs(measured: Measured, bound: float) -> list[BatchSizeRun]:
     return [r for r in (measured.sizes.runs if measured.sizes is not None else ()) if _moves(r.moved, beyond)]
 
 
-def eager_size_notes(measured: Measured, bound: float) -> tuple[str, ...]:
+def eager_size_notes(measured: Measured, bound: float, moved: list[BatchSizeRun]) -> tuple[str, ...]:
+    """What the eager row's batch-size runs show: ``moved``, its batch dependence (``eager_moving_runs``), or a movement
+    within float rounding that its gate is tighter than, and the sizes at which it fails itself."""
     runs = measured.sizes.runs if measured.sizes is not None else ()
     notes = []
-    moved = eager_moving_runs(measured, bound)
     rounding = [r for r in runs if _moves(r.moved, bound)] if not moved else []
     if rounding:  # beyond the gate, within float rounding: the gate is tighter than the model's float noise
         worst = max(rounding, key=lambda r: r.moved or 0.0)
@@ -203,3 +257,52 @@ def eager_size_notes(measured: Measured, bound: float) -> tuple[str, ...]:
     if failing:
         notes.append("the eager model itself fails at batch size " + ", ".join(str(r.size) for r in failing))
     return tuple(notes)
+
+
+def eager_check_reasons(check: EagerSelfCheck | None, bound: float) -> tuple[str, ...]:
+    """Why the eager model cannot be the reference: its weights hold NaN/Inf, or it does not reproduce itself. Empty
+    when neither."""
+    if check is not None and check.nonfinite_weights:  # issue 44: was blamed on nondeterminism (NaN != NaN)
+        return (f"the checkpoint's weights hold NaN/Inf ({'; '.join(check.nonfinite_weights)}): every output they reach is "
+                "NaN/Inf, whatever the export; restore or retrain the checkpoint",)
+    if check is None or check.max_abs <= bound:
+        return ()
+    differ = f"two calls on the same batch of {check.images} differ by up to {check.max_abs:.3g} (MAE {check.mae:.3g}) > {bound:g}"
+    if check.random and check.reproduces_under_seed is not False:
+        return (f"not deterministic: {differ}: forward draws random numbers (dropout left on, e.g. F.dropout without "
+                "training=self.training, or torch.rand*/randn_like in forward); the same seed before each call reproduces it",)
+    if check.state_changes:
+        return (f"stateful forward: {differ}: forward changes the model on every call ({'; '.join(check.state_changes)}): "
+                "a Python-side counter or a buffer updated in forward",)
+    return (f"not deterministic: {differ}: not from torch's random numbers and no attribute changed (threads, or "
+            "state outside the model)",)
+
+
+def eager_check_notes(check: EagerSelfCheck | None, bound: float) -> tuple[str, ...]:
+    if check is None or check.max_abs > bound or not check.state_changes:
+        return ()
+    return (f"forward changes the model on every call ({'; '.join(check.state_changes)}), though two calls gave the same "
+            "outputs: a stateful forward can drift over a long run",)
+
+
+@dataclass(frozen=True)
+class EagerCauses:
+    """What the eager row's diagnostics say (``eager_causes``): why it cannot be the reference (``reasons``), whether
+    its outputs depend on the batch, and its notes."""
+
+    reasons: tuple[str, ...] = ()
+    batch_dependent: bool = False
+    notes: tuple[str, ...] = ()
+
+
+def eager_causes(measured: Measured | None, bound: float, rerun: float) -> EagerCauses:
+    """The eager row's causes from its diagnostics: its self-check against ``rerun`` (the rerun bound), and its batch-size
+    runs against ``bound`` (the reference MAE): a model that does not reproduce itself has its batch-size movement as its
+    noise, not as a dependence on the batch."""
+    if measured is None:
+        return EagerCauses()
+    moved = eager_moving_runs(measured, bound)
+    reproduce = eager_check_reasons(measured.eager_check, rerun)
+    stateful = eager_check_notes(measured.eager_check, rerun)
+    moves = () if reproduce else eager_size_notes(measured, bound, moved)
+    return EagerCauses(reasons=reproduce, batch_dependent=bool(moved), notes=moves + stateful)

@@ -1,13 +1,13 @@
 """Explain: after the judge, what only some rows need, measured for those rows alone.
 
-The judge looks at a row as observed (``judge.wants_layers``) and says whether it deserves a per-layer
+The judge looks at a row as observed (``judge.wanted``) and says whether it deserves a per-layer
 table: a failing float row (where does it first depart from eager?) or a quantized one (which layers
 lose most?). For those, this measures the table (0.05-0.3 s per artifact, ``diagnostics.layers``, by
 the method the kind's row names) on the batch that shows the failure: the worst image's, or, when the
 replay agrees and one batch size does not, the batch at that size holding its worst image. The pipeline then
 judges every row once more, on the enriched observations. Nothing here decides a verdict.
 
-A failing row whose file is an ONNX graph (``judge.wants_reduction``) also gets its smallest failing
+A failing row whose file is an ONNX graph (``judge.wanted`` too) also gets its smallest failing
 subgraph, written beside the artifacts to hand over (``diagnostics.reduce``), on its worst samples.
 """
 
@@ -30,7 +30,7 @@ from ..feeds import Feeds, length
 from ..gates import FAMILIES, gate_reasons, size_gate_reasons, top_k_of
 from ..golden.goldenset import GoldenSet, stack_batches
 from ..records import LayerComparison, Measured, Observation, Reduced
-from .judge import wants_layers, wants_reduction
+from .judge import wanted
 
 
 def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:
@@ -50,7 +50,7 @@ def _worst_image(obs: Observation) -> int:
 
 def explain_flagged(observations: list[Observation], explainer: Explainer) -> list[Observation]:
     """The explain pass, after the observe stage and before the judge's last word: each row the judge flags
-    (``wants_layers``, ``wants_reduction``) gets what explains it; every other row is handed on as it is."""
+    (``judge.wanted``) gets what explains it; every other row is handed on as it is."""
     return [explainer(obs) for obs in observations]
 
 
@@ -70,9 +70,10 @@ class Explainer:
         measured, config = obs.diagnostics, self.config
         if measured is None or measured.error is not None or obs.artifact is None or obs.name not in KINDS_BY_NAME:
             return obs
-        if wants_layers(obs, config.thresholds, config.diagnose):
+        want = wanted(obs, config.thresholds, config.diagnose)  # a per-layer table leaves what is wanted as it is
+        if want.layers:
             obs = self._layers(obs, measured)
-        if wants_reduction(obs, config.thresholds) and obs.diagnostics is not None:
+        if want.reduction and obs.diagnostics is not None:
             with captured_warnings([]):  # the runtime's words about the subgraphs it is handed, not about the row
                 reduced = self._reduced(obs)
             obs = replace(obs, diagnostics=replace(obs.diagnostics, reduced=reduced, seconds=obs.diagnostics.seconds + reduced.seconds))

@@ -2,7 +2,7 @@
 
 This is the only place a verdict is made. A cold run, a cached run and a pytest item all judge
 their observations (``measurements.Observation``) here, with the thresholds of the run; the
-observer asks :func:`wants_layers` whether a per-layer table is worth measuring for a row. Whether
+explain pass asks :func:`wanted` whether a per-layer table or a reduced subgraph is worth measuring for a row. Whether
 numbers meet a gate is the gates room's (``gates.judging``): here its reasons become statuses and causes. What a
 batch-size run's finding is caused by, and the float noise it is weighed against, are ``run.causes``'.
 """
@@ -10,7 +10,7 @@ batch-size run's finding is caused by, and the float noise it is weighed against
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..compare import Metrics
@@ -28,8 +28,8 @@ from ..gates import (
     sole_output,
 )
 from ..layouts import layout_reasons
-from ..records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Measured, Observation
-from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Rerun, Row, ShapeCheck
+from ..records import BatchSizeRun, EagerSelfCheck, Int8Coverage, Observation
+from ..results import ERROR, FAIL, NOT_APPLICABLE, PASS, Diagnostics, OutputRow, Row, ShapeCheck
 from ..sentences import (
     calibration_notes,
     coverage_shortfall,
@@ -39,50 +39,20 @@ from ..sentences import (
     recording_notes,
     reduced_summary,
 )
-from .causes import EAGER, activation_scales, eager_moving_runs, eager_size_notes, float_noise, rerun_reasons, shape_notes, shape_reasons
+from .causes import EAGER, eager_causes, row_causes
 
 WRONG_WEIGHTS = "the checkpoint's logits differ from the approved reference: wrong or retrained weights?"
 
 
-def _checks(obs: Observation, measured: Measured, gate_for: GateOf, thresholds: Thresholds,
-            eager_noisy: bool = False, run_to_run: float = 0.0) -> tuple[ShapeCheck | None, Rerun | None]:
-    """The batch-size check and the rerun of one row. ``run_to_run``: eager's MAE between two calls on one batch (its
-    self-check), a part of its own variation (``float_noise``)."""
-    shapes = rerun = None
-    if measured.sizes is not None:
-        main, runs, more = measured.sizes.main_size, measured.sizes.runs, measured.sizes.outputs
-        # every compared output, each against the row's gate at its own scale and named when there are several: an
-        # image may move with the batch size by the row's own MAE bound (for int8: its relative gate at the output's
-        # scale, since activation scales are computed per batch)
-        replayed, first = dict(obs.outputs), obs.outputs[0][0] if obs.outputs else "the first output"
-        bounds: dict[str, float] = {}
-        reasons: tuple[str, ...] = ()
-        for name, output_runs in ((first, runs), *more):
-            metrics = replayed.get(name, obs.metrics if name == first else None)
-            scale = metrics.reference_mean_abs if metrics is not None else max((r.reference_mean_abs or 0.0 for r in output_runs), default=0.0)
-            gate = gate_for(name if obs.outputs else None)
-            bounds[name] = gate.mae_bound(scale)
-            found = shape_reasons(output_runs, main, gate, bounds[name], obs.family, replayed=obs.metrics is not None,
-                                  noise=float_noise(output_runs, main, scale, obs.family, run_to_run if name == first else 0.0),
-                                  scales=activation_scales(obs.name))
-            reasons += tuple(f"{name}: {r}" for r in found) if more else found
-        shapes = ShapeCheck(main_size=main, bound=bounds[first], runs=runs, reasons=reasons, outputs=more)
-    if measured.rerun is not None:
-        bound, r = rerun_bound(thresholds), measured.rerun
-        # an artifact of a model that draws random numbers draws them too: the eager row carries that finding
-        reasons = () if eager_noisy else rerun_reasons(r.max_abs, bound, r.runs)
-        rerun = Rerun(runs=r.runs, images=r.images, max_abs=r.max_abs, bound=bound, reasons=reasons)
-    return shapes, rerun
-
-
 def _status_before_layers(obs: Observation, thresholds: Thresholds) -> str:
+    """The row's status on the values alone (``_values_only``), before any per-layer table or reduction."""
+    obs = _values_only(obs)
     gate_for = gate_of(thresholds, obs.family)
     if obs.error is not None or obs.metrics is None or (obs.diagnostics is not None and obs.diagnostics.error):
         return ERROR
     reasons = drift_reasons(obs, judge_outputs(obs, gate_for), gate_for)
     if obs.diagnostics is not None:
-        shapes, rerun = _checks(obs, obs.diagnostics, gate_for, thresholds)
-        reasons += (shapes.reasons if shapes else ()) + (rerun.reasons if rerun else ())
+        reasons += row_causes(obs, obs.diagnostics, gate_for, thresholds).reasons
     return FAIL if reasons else PASS
 
 
@@ -101,29 +71,48 @@ def _values_only(obs: Observation) -> Observation:
     return replace(obs, diagnostics=replace(obs.diagnostics, sizes=sizes))
 
 
-def wants_layers(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bool:
-    """Whether the row deserves a per-layer table: a row of a family that has one failing on values (not only on batch
-    sizes it refused: ``_values_only``), or an int8-style row whenever ``--diagnose`` asks (``GateFamily.layers``)."""
+@dataclass(frozen=True)
+class Wanted:
+    """What explains a row (``wanted``): a per-layer table, and the smallest failing subgraph."""
+
+    layers: bool = False
+    reduction: bool = False
+
+
+def wanted(obs: Observation, thresholds: Thresholds, diagnose: bool) -> Wanted:
+    """What the row deserves, from one look at its status on values (not on batch sizes it refused: ``_values_only``):
+    a per-layer table for a row of a family that has one failing on values, or for an int8-style row whenever
+    ``--diagnose`` asks (``GateFamily.layers``); its smallest failing subgraph (``diagnostics.reduce``) for a row whose
+    file is an ONNX graph failing on values."""
     if obs.family == EAGER:
-        return False
+        return Wanted()
     layers = FAMILIES[obs.family].layers
-    status = _status_before_layers(_values_only(obs), thresholds)
-    return (layers == "on-fail" and status == FAIL) or (layers == "quantization" and (status == FAIL or diagnose))
+    onnx = obs.artifact is not None and obs.artifact.path.endswith(".onnx")
+    if layers not in ("on-fail", "quantization") and not onnx:
+        return Wanted()
+    failing = _status_before_layers(obs, thresholds) == FAIL
+    return Wanted(layers=(layers == "on-fail" and failing) or (layers == "quantization" and (failing or diagnose)),
+                  reduction=onnx and failing)
+
+
+def wants_layers(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bool:
+    """Whether the row deserves a per-layer table (``wanted``)."""
+    return wanted(obs, thresholds, diagnose).layers
 
 
 def wants_reduction(obs: Observation, thresholds: Thresholds) -> bool:
-    """Whether the row deserves its smallest failing subgraph (``diagnostics.reduce``): a row whose file is an ONNX
-    graph failing on values (``_values_only``)."""
-    return (obs.family != EAGER and obs.artifact is not None and obs.artifact.path.endswith(".onnx")
-            and _status_before_layers(_values_only(obs), thresholds) == FAIL)
+    """Whether the row deserves its smallest failing subgraph (``wanted``)."""
+    return wanted(obs, thresholds, False).reduction
+
+
+def _stale_reduction(obs: Observation, thresholds: Thresholds) -> bool:
+    reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
+    return reduced is None or reduced.gate != thresholds.gate_for(obs.family).describe()
 
 
 def reduction_missing(obs: Observation, thresholds: Thresholds) -> bool:
     """A failing ONNX row without its reduced subgraph, or with one reduced under another gate."""
-    if not wants_reduction(obs, thresholds):
-        return False
-    reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
-    return reduced is None or reduced.gate != thresholds.gate_for(obs.family).describe()
+    return wants_reduction(obs, thresholds) and _stale_reduction(obs, thresholds)
 
 
 def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> bool:
@@ -132,38 +121,14 @@ def layers_missing(obs: Observation, thresholds: Thresholds, diagnose: bool) -> 
     judged whole: the row must be observed again."""
     if metric_missing(obs, thresholds):
         return True
-    if reduction_missing(obs, thresholds):
+    stale = _stale_reduction(obs, thresholds)
+    want = wanted(obs, thresholds, diagnose)
+    if want.reduction and stale:
         return True
-    if not wants_layers(obs, thresholds, diagnose):
+    if not want.layers:
         return False
     layers = obs.diagnostics.layers if obs.diagnostics is not None else None
     return layers is None or layers.threshold != reference_mae(thresholds)
-
-
-def eager_check_reasons(check: EagerSelfCheck | None, bound: float) -> tuple[str, ...]:
-    """Why the eager model cannot be the reference: its weights hold NaN/Inf, or it does not reproduce itself. Empty
-    when neither."""
-    if check is not None and check.nonfinite_weights:  # issue 44: was blamed on nondeterminism (NaN != NaN)
-        return (f"the checkpoint's weights hold NaN/Inf ({'; '.join(check.nonfinite_weights)}): every output they reach is "
-                "NaN/Inf, whatever the export; restore or retrain the checkpoint",)
-    if check is None or check.max_abs <= bound:
-        return ()
-    differ = f"two calls on the same batch of {check.images} differ by up to {check.max_abs:.3g} (MAE {check.mae:.3g}) > {bound:g}"
-    if check.random and check.reproduces_under_seed is not False:
-        return (f"not deterministic: {differ}: forward draws random numbers (dropout left on, e.g. F.dropout without "
-                "training=self.training, or torch.rand*/randn_like in forward); the same seed before each call reproduces it",)
-    if check.state_changes:
-        return (f"stateful forward: {differ}: forward changes the model on every call ({'; '.join(check.state_changes)}): "
-                "a Python-side counter or a buffer updated in forward",)
-    return (f"not deterministic: {differ}: not from torch's random numbers and no attribute changed (threads, or "
-            "state outside the model)",)
-
-
-def eager_check_notes(check: EagerSelfCheck | None, bound: float) -> tuple[str, ...]:
-    if check is None or check.max_abs > bound or not check.state_changes:
-        return ()
-    return (f"forward changes the model on every call ({'; '.join(check.state_changes)}), though two calls gave the same "
-            "outputs: a stateful forward can drift over a long run",)
 
 
 def stateful(check: EagerSelfCheck | None, bound: float) -> bool:
@@ -187,30 +152,28 @@ def _eager_row(obs: Observation, thresholds: Thresholds) -> Row:
     common["outputs"], common["not_compared"] = outputs, obs.not_compared
     common["notes"] = obs.notes + own_gate_notes(obs, thresholds, gate_for)
     reasons = drift_reasons(obs, outputs, gate_for)
+    metrics = headline(obs, outputs, gate_for)
+    wrong_weights = bool(reasons) and differs_measurably(obs, gate_for)
     details = dict(obs.details)
     recorded, checked = details.get("recorded_batch_size"), details.get("checked_batch_size")
-    batch_dependent = obs.diagnostics is not None and bool(eager_moving_runs(obs.diagnostics, reference_mae(thresholds)))
-    if reasons and recorded and checked and recorded != checked and batch_dependent:
+    m = obs.diagnostics
+    bound = reference_mae(thresholds)
+    found = eager_causes(m, bound, rerun_bound(thresholds))
+    if reasons and recorded and checked and recorded != checked and found.batch_dependent:
         reasons += (f"the golden set was recorded at batch size {recorded} and this check runs at {checked}, and the model's "
                     f"outputs depend on the batch: check at --batch-size {recorded} (or re-record) before suspecting the weights",)
-    elif reasons and differs_measurably(obs, gate_for):
+    elif wrong_weights:
         reasons += (WRONG_WEIGHTS,)
     diagnostics = None
-    m = obs.diagnostics
     if m is not None:
-        bound = reference_mae(thresholds)
         # eager is the reference of the batch-size check: measured and shown, never gated
         shapes = None if m.sizes is None else ShapeCheck(main_size=m.sizes.main_size, bound=bound, runs=m.sizes.runs, reasons=(),
                                                          outputs=m.sizes.outputs)
-        reproduce = eager_check_reasons(m.eager_check, rerun_bound(thresholds))
-        reasons = reproduce + tuple(r for r in reasons if not (reproduce and r == WRONG_WEIGHTS))
-        # a model that does not reproduce itself: its batch-size movement is its noise, not batch dependence
-        moves = () if reproduce else eager_size_notes(m, bound)
-        diagnostics = Diagnostics(shapes=shapes, latency=m.latency,
-                                  notes=moves + eager_check_notes(m.eager_check, rerun_bound(thresholds)) + measured_notes(m)
-                                        + recording_notes(details),
+        # a model that does not reproduce itself: its batch-size movement is its noise, not batch dependence (eager_causes)
+        reasons = found.reasons + tuple(r for r in reasons if not (found.reasons and r == WRONG_WEIGHTS))
+        diagnostics = Diagnostics(shapes=shapes, latency=m.latency, notes=found.notes + measured_notes(m) + recording_notes(details),
                                   seconds=m.seconds, eager_check=m.eager_check)
-    return Row(status=FAIL if reasons else PASS, metrics=headline(obs, outputs, gate_for), reasons=reasons, diagnostics=diagnostics, **common)
+    return Row(status=FAIL if reasons else PASS, metrics=metrics, reasons=reasons, diagnostics=diagnostics, **common)
 
 
 def differs_measurably(obs: Observation, gate_for: GateOf) -> bool:
@@ -297,11 +260,8 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     stateful one leaves nothing to compare with)."""
     if obs.family == EAGER:
         return _eager_row(obs, thresholds)
-    bound = rerun_bound(thresholds)
-    noise = eager_check if noisy(eager_check, bound) else None
     gate_for = gate_of(thresholds, obs.family)
-    gate = gate_for(None)
-    common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate,
+    common: dict[str, Any] = {"name": obs.name, "family": obs.family, "compared_with": obs.compared_with, "gate": gate_for(None),
                               "build_seconds": obs.build_seconds, "details": obs.details, "notes": obs.notes, "artifact": obs.artifact,
                               "cache": obs.cache, "int8_coverage": Int8Coverage.from_details(dict(obs.details))}
     if obs.not_applicable:
@@ -312,23 +272,30 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
         return Row(status=ERROR, metrics=obs.metrics, reasons=(
             "not judged: the checkpoint's weights hold NaN/Inf (see the eager row), so eager's outputs are no reference; restore "
             "or retrain the checkpoint and check again",) + ((obs.error,) if obs.error else ()), **common)
-    if stateful(eager_check, bound):
+    if stateful(eager_check, rerun_bound(thresholds)):
         return Row(status=ERROR, metrics=obs.metrics, reasons=(
             "not judged: the eager model's outputs change from call to call (see the eager row), so no artifact can be "
             "compared with it; fix the model's forward and check again",) + ((obs.error,) if obs.error else ()), **common)
-    if obs.error is not None or obs.metrics is None:
-        reasons: tuple[str, ...] = (obs.error or "no metrics",)
-        m = obs.diagnostics
-        if m is not None and m.error is None and m.sizes is not None:
-            # the replay failed on some batch; if the batch-size check says why, it is the artifact's verdict
-            shapes, _ = _checks(obs, m, gate_for, thresholds)
-            if shapes is not None and shapes.reasons:
-                return Row(status=FAIL, metrics=None, reasons=reasons + shapes.reasons, replay_seconds=obs.replay_seconds,
-                           diagnostics=Diagnostics(shapes=shapes, latency=m.latency, notes=measured_notes(m), seconds=m.seconds), **common)
-        return Row(status=ERROR, metrics=None, reasons=reasons, **common)
+    if obs.error is None and obs.metrics is not None:
+        return _replayed_row(obs, thresholds, diagnose, strict, eager_check, common)
+    reasons: tuple[str, ...] = (obs.error or "no metrics",)
+    m = obs.diagnostics
+    # the replay failed on some batch; if the batch-size check says why, it is the artifact's verdict
+    shapes = row_causes(obs, m, gate_for, thresholds).shapes if m is not None and m.error is None else None
+    if m is not None and shapes is not None and shapes.reasons:
+        return Row(status=FAIL, metrics=None, reasons=reasons + shapes.reasons, replay_seconds=obs.replay_seconds,
+                   diagnostics=Diagnostics(shapes=shapes, latency=m.latency, notes=measured_notes(m), seconds=m.seconds), **common)
+    return Row(status=ERROR, metrics=None, reasons=reasons, **common)
+
+
+def _replayed_row(obs: Observation, thresholds: Thresholds, diagnose: bool, strict: bool, eager_check: EagerSelfCheck | None,
+                  common: dict[str, Any]) -> Row:
+    """A row whose replay gave its figures: judged against its gate (a noisy eager's widened by its own noise), its
+    layout and int8 coverage, then its batch-size check and rerun (``row_causes``) and what explains a failure."""
+    noise = eager_check if noisy(eager_check, rerun_bound(thresholds)) else None
+    gate_for = gate_of(thresholds, obs.family, noise)
+    gate = gate_for(None)
     if noise is not None:
-        gate_for = gate_of(thresholds, obs.family, noise)
-        gate = gate_for(None)
         common["gate"] = gate
         common["notes"] = obs.notes + (f"judged against a non-deterministic eager model: the gate allows twice its own "
                                        f"run-to-run noise (MAE {noise.mae:.3g}): {gate.describe()}",)
@@ -345,28 +312,26 @@ def judge_row(obs: Observation, thresholds: Thresholds, diagnose: bool = False, 
     calibrated = calibration_notes(dict(obs.details)) + coverage_notes  # said in every view
     if m is None or m.error is not None:
         common["notes"] = calibrated + common["notes"]
+    metrics = headline(obs, outputs, gate_for)
     if m is None:
-        return Row(status=status, metrics=headline(obs, outputs, gate_for), reasons=reasons, replay_seconds=obs.replay_seconds, **common)
+        return Row(status=status, metrics=metrics, reasons=reasons, replay_seconds=obs.replay_seconds, **common)
     if m.error is not None:
-        return Row(status=ERROR, metrics=headline(obs, outputs, gate_for), reasons=reasons + (m.error,), replay_seconds=obs.replay_seconds,
-                   **common)
-    shapes, rerun = _checks(obs, m, gate_for, thresholds, eager_noisy=noise is not None,
-                            run_to_run=eager_check.mae if eager_check is not None else 0.0)
-    found = (shapes.reasons if shapes else ()) + (rerun.reasons if rerun else ())
-    status = FAIL if found else status
-    layers = m.layers if wants_layers(obs, thresholds, diagnose) else None
-    if layers is not None and FAMILIES[obs.family].layers == "on-fail" and (reasons or found):
-        found += (f"where: {layers_summary(layers)}",)
-    reduced = m.reduced if wants_reduction(obs, thresholds) else None
-    if reduced is not None and (reasons or found):
+        return Row(status=ERROR, metrics=metrics, reasons=reasons + (m.error,), replay_seconds=obs.replay_seconds, **common)
+    want = wanted(obs, thresholds, diagnose)
+    found = row_causes(obs, m, gate_for, thresholds, eager_noisy=noise is not None,
+                       run_to_run=eager_check.mae if eager_check is not None else 0.0)
+    explained: tuple[str, ...] = ()
+    layers = m.layers if want.layers else None
+    if layers is not None and FAMILIES[obs.family].layers == "on-fail" and (reasons or found.reasons):
+        explained += (f"where: {layers_summary(layers)}",)
+    reduced = m.reduced if want.reduction else None
+    if reduced is not None and (reasons or found.reasons):
         stale = reduced.gate != thresholds.gate_for(obs.family).describe()
-        found += ("reduced: " + reduced_summary(reduced, gate_reasons(reduced.metrics, gate) if reduced.metrics else (), stale),)
-    notes = calibrated + measured_notes(m) + (shape_notes(shapes.runs, shapes.bound, activation_scales(obs.name), shapes.reasons)
-                                                   if shapes else ())
-    diagnostics = Diagnostics(shapes=shapes, rerun=rerun, latency=m.latency, layers=layers, notes=notes, seconds=m.seconds,
-                              reduced=reduced)
-    return Row(status=status, metrics=headline(obs, outputs, gate_for), reasons=reasons + found, replay_seconds=obs.replay_seconds,
-               diagnostics=diagnostics, **common)
+        explained += ("reduced: " + reduced_summary(reduced, gate_reasons(reduced.metrics, gate) if reduced.metrics else (), stale),)
+    diagnostics = Diagnostics(shapes=found.shapes, rerun=found.rerun, latency=m.latency, layers=layers, seconds=m.seconds,
+                              notes=calibrated + measured_notes(m) + found.notes, reduced=reduced)
+    return Row(status=FAIL if found.reasons else status, metrics=metrics, reasons=reasons + found.reasons + explained,
+               replay_seconds=obs.replay_seconds, diagnostics=diagnostics, **common)
 
 
 def judge_rows(observations: list[Observation], thresholds: Thresholds, diagnose: bool = False, strict: bool = False) -> list[Row]:

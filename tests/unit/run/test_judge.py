@@ -184,6 +184,28 @@ def test_a_size_the_file_refuses_names_its_bound_and_gets_no_table_while_a_size_
     assert wants_reduction(obs(diagnostics=off, artifact=onnx), DEFAULTS)
 
 
+def test_what_explains_a_row_is_decided_from_one_look_at_its_values() -> None:
+    """``wanted``: the per-layer table and the reduced subgraph, both from the row's status on values; a reduction
+    made under another gate is missing, one made under today's is not."""
+    from export_check.records import FileInfo, Reduced
+    from export_check.run.judge import Wanted, reduction_missing, wanted
+
+    onnx = FileInfo(path="out/onnx.onnx", size_bytes=1, sha256="0" * 64)
+    failing = obs(mae=3e-4, artifact=onnx, diagnostics=measured(layers=layers()))
+    assert wanted(failing, DEFAULTS, diagnose=False) == Wanted(layers=True, reduction=True)
+    assert wanted(obs(mae=3e-4, diagnostics=measured()), DEFAULTS, diagnose=False) == Wanted(layers=True, reduction=False)
+    assert wanted(obs(artifact=onnx, diagnostics=measured()), DEFAULTS, diagnose=True) == Wanted()  # passes: nothing to explain
+    int8 = obs("onnx-int8-dynamic", family="int8", mae=1e-3, artifact=onnx, diagnostics=measured())
+    assert wanted(int8, DEFAULTS, diagnose=True) == Wanted(layers=True, reduction=False)  # within its gate: a table, no reduction
+    assert wanted(obs("eager", family="eager", mae=3e-4, diagnostics=measured()), DEFAULTS, diagnose=True) == Wanted()
+    gate = DEFAULTS.gate_for("float").describe()
+    assert reduction_missing(failing, DEFAULTS)  # none made yet
+    made = dataclasses.replace(failing, diagnostics=measured(layers=layers(), reduced=Reduced(gate=gate)))
+    assert not reduction_missing(made, DEFAULTS) and not layers_missing(made, DEFAULTS, diagnose=False)
+    other = dataclasses.replace(failing, diagnostics=measured(layers=layers(), reduced=Reduced(gate="MAE<=1")))
+    assert reduction_missing(other, DEFAULTS) and layers_missing(other, DEFAULTS, diagnose=False)
+
+
 def test_a_cached_observation_lacking_the_table_its_verdict_wants_is_not_enough() -> None:
     strict = DEFAULTS.with_gates(float=Gate(max_mae=1e-9))
     cached = obs(diagnostics=measured())  # observed under the default gate: passed, no table
