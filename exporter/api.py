@@ -108,8 +108,8 @@ def record(checkpoint: PathLike, arch: str | None = None, **options: Any) -> Gol
     ``export-check golden record``: options ``inputs``, ``golden``, ``force``, ``size``, ``resize``, ``mode``,
     ``mean``, ``std`` (text as on the command line, or numbers: ``size=(32, 32)``), ``batch_size``, ``threads``,
     ``arch_kwargs``, ``config``. Returns the set as written."""
-    from .golden.inputs import preprocess_from_args
     from .golden.lifecycle import record_golden
+    from .golden.preprocess import preprocess_from_args
     from .settings import golden_params
 
     explicit = _explicit(RECORD, "record", checkpoint, {**options, "arch": arch, **_as_text(options)})

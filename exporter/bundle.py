@@ -225,7 +225,7 @@ class Bundle:
 
     def array(self, name: str) -> np.ndarray:
         from .errors import GoldenError
-        from .golden.reading import load_npy
+        from .golden.inputs import load_npy
 
         try:  # the golden set's reader: its header checked before numpy allocates anything
             return load_npy(self.read(name), Path(f"{self.path}: member {name}"), "array", FIX)

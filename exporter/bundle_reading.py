@@ -10,7 +10,7 @@ read without end, hang, or allocate what the bundle merely claims.
   the golden set's ``ARRAY_MAX_BYTES`` for an array). Inflation then streams ``CHUNK`` bytes at a time,
   hashed as it goes, and stops one byte past the declared size (``zipfile`` itself stops at the
   central directory's size): a 3 MB member declaring 1 GiB is refused before one byte is inflated.
-- An array member is read by the golden set's ``.npy`` reader (``golden/reading.py``: the header's
+- An array member is read by the golden set's ``.npy`` reader (``golden/inputs.py``: the header's
   dtype, shape and claimed bytes checked before numpy allocates); the manifest's counts (samples,
   batches, calibration indices) are checked against each other and the golden set's ``SAMPLES_MAX``
   before anything is sized by them.

@@ -202,7 +202,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     if args.golden_command == "record":
-        from .golden.inputs import preprocess_from_args
+        from .golden.preprocess import preprocess_from_args
 
         preprocess = preprocess_from_args(args.size, args.resize, args.mode, args.mean, args.std, params.settings.get("preprocess"))
         inputs = params.inputs

@@ -9,7 +9,8 @@ fsynced. A failure removes the temporary file and re-raises. The file gets the m
 Reading untrusted files (``read_regular``, ``open_beneath``): only regular files are read (checked
 with ``fstat`` on the open descriptor, opened ``O_NONBLOCK`` so a FIFO cannot block the open),
 never through a symbolic link (``O_NOFOLLOW`` at every level below the folder the caller trusts),
-and never more than the caller's limit.
+and never more than the caller's limit; a Git LFS pointer left in a checkout in place of the file is
+recognised and said so (``lfs_pointer``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -176,6 +178,27 @@ def read_fd(fd: int, limit: int, shown: Path) -> bytes:
 def read_regular(path: Path, limit: int) -> bytes:
     """The bytes of the regular file ``path`` (no symbolic link, no FIFO), at most ``limit`` of them."""
     return read_fd(open_regular(path), limit, path)
+
+
+# A Git LFS pointer (https://github.com/git-lfs/git-lfs/blob/main/docs/spec.md): under 1024 bytes, its
+# first line the spec's URL; a checkout without `git lfs pull` holds these instead of the files.
+_LFS_VERSIONS = (b"version https://git-lfs.github.com/spec/", b"version https://hawser.github.com/spec/")
+_LFS_POINTER_MAX = 1024
+
+
+def lfs_pointer(data: bytes) -> str | None:
+    r"""What to say about a Git LFS pointer file standing in for the file, or None if ``data`` is not one.
+
+    >>> lfs_pointer(b"version https://git-lfs.github.com/spec/v1\noid sha256:ab12cd34ef56ab12\nsize 2048\n")[:65]
+    'is a Git LFS pointer, not the file (2,048 bytes, oid ab12cd34ef56'
+    """
+    if len(data) >= _LFS_POINTER_MAX or not data.startswith(_LFS_VERSIONS):
+        return None
+    size = re.search(rb"^size (\d{1,20})$", data, re.M)
+    oid = re.search(rb"^oid sha256:([0-9a-f]{12})", data, re.M)
+    facts = ", ".join(([f"{int(size.group(1)):,} bytes"] if size else []) + ([f"oid {oid.group(1).decode()}…"] if oid else []))
+    return (f"is a Git LFS pointer, not the file{f' ({facts})' if facts else ''}: the checkout did not download it; run "
+            "`git lfs pull` (in GitHub Actions: actions/checkout with `lfs: true`), then rerun")
 
 
 def check_readable_file(path: Path, what: str, fix: str, error: type[ExportCheckError] = CheckpointError) -> None:

@@ -200,7 +200,7 @@ class _Session:
         from .errors import GoldenError
         from .golden import lifecycle
         from .golden.goldenset import MANIFEST
-        from .golden.inputs import preprocess_from_args
+        from .golden.preprocess import preprocess_from_args
 
         golden = Path(config.golden).resolve()
         if golden in self.golden_notes:

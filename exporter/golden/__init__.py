@@ -7,7 +7,9 @@ and the reference logits. Every run replays it; it changes only on ``export-chec
 - ``goldenset``: the set as read (``GoldenSet``): its inputs decoded and batched, its references, each file hash-checked.
 - ``calibration``: the samples the static int8 kinds calibrate on (``CalibrationSplit``).
 - ``store``: write a set atomically, content-addressed, and collect the files it no longer names.
-- ``inputs``: find, decode and preprocess the inputs (``Preprocess``, images, ``.npy`` tensors).
+- ``reading``: a golden file's bytes, read within bounds beneath the folder and hash-checked (``read_verified``).
+- ``inputs``: those bytes decoded whole (``.npy``, ``.npz``, ``.safetensors``, images), each bound checked where it is parsed.
+- ``preprocess``: the ``Preprocess`` spec an image becomes the model's input by, from the manifest or the command line.
 - ``batches``: one run's batches, decoded once when they fit in memory, streamed when not.
 - ``lifecycle``: ``golden record|verify|approve`` as typed results (the CLI prints them).
 

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from ..errors import UsageError
-from .goldenset import GoldenSet, feeds_length
+from ..signature import Signature
+from .goldenset import GoldenSet
 from .spill import SpilledBatches
 
 # Decoded inputs (and eager outputs) held in memory at most; above it the set is spilled to a file.
@@ -36,6 +37,13 @@ Outputs = dict[str, np.ndarray]
 
 def _nbytes(arrays: Mapping[str, np.ndarray]) -> int:
     return sum(int(np.asarray(a).nbytes) for a in arrays.values())
+
+
+def feeds_length(feeds: Mapping[str, np.ndarray], signature: Signature) -> int:
+    """How many samples a batch of ``feeds`` holds (the first input's size on its batch axis)."""
+    spec = signature.inputs[0]
+    array = feeds[spec.name] if spec.name in feeds else next(iter(feeds.values()))
+    return int(array.shape[spec.batch_axis]) if array.ndim > spec.batch_axis else len(array)
 
 
 def memory_budget() -> int:
@@ -67,7 +75,7 @@ class GoldenBatches:
         self._spill: SpilledBatches | None = None  # complete once _rest is consumed
         if per_sample * len(golden) <= self.budget:
             self.held = [(first_start, self.first), *stream]
-        elif spill and SpilledBatches.can_hold(self.first):
+        elif spill and not any(np.asarray(a).dtype.hasobject for a in self.first.values()):  # an object array has no bytes to spill
             self._rest = _chained((first_start, self.first), stream)
         self._eager: list[tuple[Outputs, float]] | None = None
 

@@ -6,7 +6,8 @@ and replay share), and the approved references read once per set and checked aga
 (``reference``, ``reference_samples``, ``reference_outputs``). Every file is read beneath the
 golden folder by a path the manifest gives (checked once, when the manifest is parsed: nothing
 leaves the folder, no link is followed) and must match its sha256
-(:func:`~export_check.golden.reading.read_verified`). Parsing and validating the manifest that
+(:func:`~export_check.golden.reading.read_verified`, which hands the bytes on once); its bytes are
+decoded whole by :mod:`export_check.golden.inputs`. Parsing and validating the manifest that
 builds a GoldenSet is :mod:`export_check.golden.manifest`.
 """
 
@@ -22,9 +23,9 @@ import numpy as np
 from ..errors import GoldenError
 from ..signature import SINGLE, InputSpec, Signature
 from .calibration import CalibrationSplit, default_calibration
-from .inputs import Preprocess, decode_input, decode_sample
+from .inputs import Preprocess, decode_input, decode_sample, load_npy, load_npz, npy_header
 from .labels import Label, labels_of, primary_labels
-from .reading import ARRAY_MAX_BYTES, load_npy, load_npz, npy_header, read_verified
+from .reading import ARRAY_MAX_BYTES, read_verified
 from .reading import MANIFEST as MANIFEST  # named here too, where the run and the store import it from
 
 VERSION_1 = 1  # one float input, one logits output (SINGLE); still written when a set is exactly that
@@ -102,11 +103,33 @@ class GoldenSet:
         return value if isinstance(value, str) else None
 
     def reference(self) -> np.ndarray:
-        """Format 1: the approved logits, one row per input (read and checked on every call).
-        Format 2: the first output's references stacked along its batch axis (GoldenError when its
-        samples' shapes differ; use :meth:`reference_outputs`)."""
+        """Format 1: the approved logits, one row per input (read and checked once per set, with
+        :meth:`reference_samples`). Format 2: the first output's references stacked along its batch
+        axis (GoldenError when its samples' shapes differ; use :meth:`reference_outputs`)."""
         if self.version != VERSION_1:
             return self.reference_outputs(0, len(self))[self.signature.outputs[0].name]
+        return self._reference_v1()
+
+    def reference_samples(self) -> dict[str, list[np.ndarray]]:
+        """Every output's approved value per sample, without the batch axis, by output name; read,
+        hash-checked and validated once per set (every key present, dtype and shape as the manifest
+        says, finite). Format 1: ``{"logits": rows}``."""
+        if "samples" not in self._cache:
+            if self.version == VERSION_1:
+                self._cache["v1"] = self._read_reference_v1()
+                self._cache["samples"] = {LOGITS: list(self._cache["v1"])}
+            else:
+                self._cache["samples"] = self._read_reference_v2()
+        samples: dict[str, list[np.ndarray]] = self._cache["samples"]
+        return samples
+
+    def _reference_v1(self) -> np.ndarray:
+        """Format 1's logits array, read once with :meth:`reference_samples`."""
+        self.reference_samples()
+        array: np.ndarray = self._cache["v1"]
+        return array
+
+    def _read_reference_v1(self) -> np.ndarray:
         data = read_verified(self.root, self.reference_file, self.reference_sha256)
         shown = self.root / self.reference_file
         shape, dtype, _ = npy_header(data, shown, "reference")  # before allocating: the manifest's shape, a float dtype
@@ -119,24 +142,6 @@ class GoldenSet:
             bad = int(array.size - np.count_nonzero(np.isfinite(array)))
             raise GoldenError(f"{shown}: the reference holds {bad} NaN, Inf or float32-overflowing values; re-record or approve the "
                               "golden set from a checkpoint with finite logits")
-        return array
-
-    def reference_samples(self) -> dict[str, list[np.ndarray]]:
-        """Every output's approved value per sample, without the batch axis, by output name; read,
-        hash-checked and validated once per set (every key present, dtype and shape as the manifest
-        says, finite). Format 1: ``{"logits": rows}``."""
-        if "samples" not in self._cache:
-            if self.version == VERSION_1:
-                self._cache["samples"] = {LOGITS: list(self._reference_v1())}
-            else:
-                self._cache["samples"] = self._read_reference_v2()
-        samples: dict[str, list[np.ndarray]] = self._cache["samples"]
-        return samples
-
-    def _reference_v1(self) -> np.ndarray:
-        if "v1" not in self._cache:
-            self._cache["v1"] = self.reference()
-        array: np.ndarray = self._cache["v1"]
         return array
 
     def _read_reference_v2(self) -> dict[str, list[np.ndarray]]:
@@ -192,18 +197,16 @@ class GoldenSet:
     def load_input(self, item: GoldenInput) -> np.ndarray:
         """Read one input, check its hash, decode and preprocess it (format 1; format 2: the array of
         a set with one input)."""
-        if self.version != VERSION_1:
-            if len(self.signature.inputs) != 1:
-                raise ValueError(f"{self.root}: the golden set has inputs {', '.join(self.signature.input_names)}; use load_sample")
-            return self.load_sample(item)[self.signature.inputs[0].name]
-        data = read_verified(self.root, item.file, item.sha256)
-        return decode_input(data, item.file, self.preprocess, self.root / item.file)
+        if self.version != VERSION_1 and len(self.signature.inputs) != 1:
+            raise ValueError(f"{self.root}: the golden set has inputs {', '.join(self.signature.input_names)}; use load_sample")
+        return self.load_sample(item)[INPUT if self.version == VERSION_1 else self.signature.inputs[0].name]
 
     def load_sample(self, item: GoldenInput) -> dict[str, np.ndarray]:
-        """One sample's named inputs, without the batch axis, in the signature's dtypes (hash checked, decoded)."""
-        if self.version == VERSION_1:
-            return {INPUT: self.load_input(item)}
+        """One sample's named inputs, without the batch axis, in the signature's dtypes: its file's bytes
+        read once and hash-checked (reading.py), then decoded whole (inputs.py)."""
         data = read_verified(self.root, item.file, item.sha256)
+        if self.version == VERSION_1:  # format 1: the one float input, an image or .npy tensor
+            return {INPUT: decode_input(data, item.file, self.preprocess, self.root / item.file)}
         return decode_sample(data, item.file, self.signature.inputs, self.preprocess, self.root / item.file)
 
     def batches(self, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -226,8 +229,8 @@ class GoldenSet:
 
     def calibration_batches(self, batch_size: int) -> tuple[dict[str, np.ndarray], ...]:
         """The calibration split (``calibration_indices``) as batches of named inputs, for the statically quantized
-        kinds; each sample is read and its hash checked again."""
-        samples = [self.load_sample(self.inputs[i]) for i in self.calibration_indices()]
+        kinds; each sample is read and its hash checked again, decoded a batch at a time (as :meth:`feed_batches`)."""
+        samples = (self.load_sample(self.inputs[i]) for i in self.calibration_indices())
         return tuple(feeds for _, feeds in stack_batches(samples, self.signature.inputs, batch_size))
 
     def feed_batches(self, batch_size: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
@@ -276,9 +279,3 @@ def stack_batches(
 def stack_samples(samples: Sequence[Mapping[str, np.ndarray]], inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
     return {spec.name: np.stack([s[spec.name] for s in samples], axis=spec.batch_axis).astype(spec.dtype, copy=False) for spec in inputs}
 
-
-def feeds_length(feeds: Mapping[str, np.ndarray], signature: Signature) -> int:
-    """How many samples a batch of ``feeds`` holds (the first input's size on its batch axis)."""
-    spec = signature.inputs[0]
-    array = feeds[spec.name] if spec.name in feeds else next(iter(feeds.values()))
-    return int(array.shape[spec.batch_axis]) if array.ndim > spec.batch_axis else len(array)

@@ -1,8 +1,19 @@
-"""A golden set's inputs: finding them, decoding them (untrusted bytes) and preprocessing images.
+"""A golden set's inputs decoded whole from their untrusted bytes: arrays, samples and images.
 
-The same :class:`Preprocess` spec turns an image file into the model's input when a golden set is
-recorded, when it is replayed and when the bundled models are trained, so all three agree. It is
-recorded as data in the manifest; :func:`preprocess_from_args` builds it from the command line.
+Reading a file (bounded, beneath the golden folder, hash-checked) is :mod:`export_check.golden.reading`;
+everything that turns its bytes into arrays is here, each bound checked beside the parsing it bounds
+(the bounds themselves are named in reading.py, where docs/explanation/trust-model.md lists them):
+
+- ``.npy``: the header read and checked (dtype, shape, the bytes it claims against the bytes there are,
+  ``ARRAY_MAX_BYTES``) before numpy allocates anything (:func:`npy_header`, :func:`load_npy`);
+- ``.npz``: each member's declared size and header checked before it is decompressed, the archive's
+  total held to ``ARRAY_MAX_BYTES`` (the reference) or ``SAMPLE_MAX_BYTES`` (one sample) (:func:`load_npz`);
+- a sample's decoded size as its headers declare it, read without decompressing anything
+  (:func:`declared_bytes`, :func:`declared_sample_bytes`);
+- images: only PNG, JPEG, BMP and WEBP, their pixel count checked from the header before decoding,
+  then preprocessed per the :class:`~export_check.golden.preprocess.Preprocess` spec the manifest records;
+- a golden input (:func:`decode_input`) or a format-2 sample (:func:`decode_sample`) checked against
+  the signature's inputs (:func:`conform_sample`).
 
 >>> spec = Preprocess(size=(32, 32), mode="RGB", mean=(0.5,) * 3, std=(0.5,) * 3)
 >>> preprocess_file(Path("golden/images/0000.png"), spec).shape  # doctest: +SKIP
@@ -12,111 +23,152 @@ recorded as data in the manifest; :func:`preprocess_from_args` builds it from th
 from __future__ import annotations
 
 import io
-import math
-from dataclasses import asdict, dataclass
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import GoldenError, UsageError
-from .reading import SAMPLE_MAX_BYTES, check_sample_size, load_npy, load_npz
+from ..errors import GoldenError
+from .preprocess import Preprocess as Preprocess  # named here too, where the models, benchmarks and tests import it from
+from .reading import ARRAY_MAX_BYTES, SAMPLE_MAX_BYTES
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 TENSOR_SUFFIX = ".npy"
-_MODES = {"RGB": 3, "L": 1}
-_INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
-# Memory bounds (docs/explanation/trust-model.md): a preprocessed input is at most MAX_SIDE on a side and
-# MAX_PIXELS in all (2048² RGB float32 is 48 MiB); a decoded image, and the resized image before its
-# crop, at most MAX_IMAGE_PIXELS (checked from the header, before decoding; a 16-bit image of that
-# size peaks near 0.5 GB while converted).
-MAX_SIDE = 4096
-MAX_PIXELS = 2048 * 2048
+# A decoded image, and the resized image before its crop, at most MAX_IMAGE_PIXELS (checked from the
+# header, before decoding; a 16-bit image of that size peaks near 0.5 GB while converted); the
+# preprocessed input's own bounds are preprocess.MAX_SIDE and MAX_PIXELS.
 MAX_IMAGE_PIXELS = 50_000_000
-MIN_STD = 1e-6
 
 
-@dataclass(frozen=True)
-class Preprocess:
-    """How an image file becomes a ``float32`` ``C×H×W`` array.
+# --- arrays ------------------------------------------------------------------------------------
 
-    ``resize`` scales the shorter side to that many pixels before a center crop to ``size``;
-    ``None`` resizes straight to ``size``. Pixels are scaled to [0, 1], then ``(x - mean) / std``.
-    """
+_NPY_HEADER_MAX = 10_000  # numpy's own default limit for header text
 
-    size: tuple[int, int]
-    mode: str = "RGB"
-    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
-    std: tuple[float, ...] = (0.5, 0.5, 0.5)
-    resize: int | None = None
-    interpolation: str = "bilinear"
 
-    def __post_init__(self) -> None:
-        if self.mode not in _MODES:
-            raise ValueError(f"mode must be one of {sorted(_MODES)}, got {self.mode!r}")
-        if self.interpolation not in _INTERPOLATIONS:
-            raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {self.interpolation!r}")
-        if len(self.size) != 2 or any(int(s) != s or not 1 <= s <= MAX_SIDE for s in self.size):
-            raise ValueError(f"size must be two integers in 1..{MAX_SIDE}, got {self.size!r}")
-        if self.size[0] * self.size[1] > MAX_PIXELS:
-            raise ValueError(f"size {self.size[0]}x{self.size[1]} is over {MAX_PIXELS:,} pixels (2048x2048), more than a golden "
-                             "input needs; pick a smaller size")
-        channels = _MODES[self.mode]
-        if len(self.mean) != channels or len(self.std) != channels:
-            raise ValueError(f"mode {self.mode} needs {channels} mean and std values")
-        if any(not math.isfinite(m) for m in self.mean):
-            raise ValueError("mean values must be finite numbers")
-        # float32 division: a smaller std would turn pixels into Inf
-        if any(not (MIN_STD <= s < math.inf) for s in self.std):
-            raise ValueError(f"std values must be finite and at least {MIN_STD:g}")
-        if self.resize is not None and (int(self.resize) != self.resize or not min(self.size) <= self.resize <= MAX_SIDE):
-            raise ValueError(f"resize must be an integer from the crop size {min(self.size)} to {MAX_SIDE}")
+def npy_header(data: bytes, shown: Path, what: str = "array", fix: str = "replace it or re-record") -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape, dtype, data offset)`` of an ``.npy`` file's bytes, checked before anything is allocated:
+    a readable header, no object dtype, and exactly as many data bytes as the header claims, at most
+    ``ARRAY_MAX_BYTES``. ``fix`` ends each refusal (a bundle's member says its own)."""
+    fmt = np.lib.format
+    buf = io.BytesIO(data)
+    try:
+        version = fmt.read_magic(buf)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(buf, max_header_size=_NPY_HEADER_MAX)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = fmt.read_array_header_2_0(buf, max_header_size=_NPY_HEADER_MAX)
+        else:
+            raise ValueError(f"unknown .npy version {version}")
+    except Exception as exc:  # a crafted header can raise ValueError, SyntaxError, TypeError, ...
+        reason = " ".join(str(exc).split())[:120]
+        raise GoldenError(f"{shown}: not a readable .npy {what} ({type(exc).__name__}: {reason}); {fix}") from None
+    if dtype.hasobject:
+        raise GoldenError(f"{shown}: holds pickled data or object arrays, which export-check never loads; save plain numeric arrays")
+    if not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise GoldenError(f"{shown}: .npy header has shape {shape!r}; {fix}")
+    count = 1
+    for d in shape:
+        count *= d
+    claimed = count * dtype.itemsize
+    if claimed > ARRAY_MAX_BYTES:
+        raise GoldenError(f"{shown}: .npy header claims {dtype} {tuple(shape)}, {claimed:,} bytes, over the {ARRAY_MAX_BYTES:,}-byte "
+                          f"memory budget; {fix}")
+    offset = buf.tell()
+    if len(data) - offset != claimed:
+        raise GoldenError(f"{shown}: .npy header claims {dtype} {tuple(shape)} ({claimed:,} bytes) but the file holds "
+                          f"{len(data) - offset:,} bytes of data; {fix}")
+    return tuple(shape), dtype, offset
 
-    @property
-    def channels(self) -> int:
-        return _MODES[self.mode]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+def load_npy(data: bytes, shown: Path, what: str = "array", fix: str = "replace it or re-record") -> np.ndarray:
+    """An ``.npy`` file's array, its header checked first (:func:`npy_header`), no pickles."""
+    npy_header(data, shown, what, fix)
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as exc:  # the header was checked; a damaged body can still fail
+        reason = " ".join(str(exc).split())[:120]
+        raise GoldenError(f"{shown}: not a readable .npy {what} ({type(exc).__name__}: {reason}); {fix}") from None
+    if not isinstance(array, np.ndarray):
+        raise GoldenError(f"{shown}: not a .npy {what}; {fix}")
+    return array
 
-    @classmethod
-    def from_json(cls, data: Any) -> Preprocess:
-        """Build from the manifest's ``preprocess`` object; raises ``ValueError`` when malformed."""
-        if not isinstance(data, dict):
-            raise ValueError("preprocess must be an object")
-        known = {"size", "mode", "mean", "std", "resize", "interpolation"}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown preprocess keys {sorted(unknown)}")
-        if "size" not in data:
-            raise ValueError("preprocess needs 'size'")
+
+def declared_bytes(data: bytes, name: str, shown: Path) -> int:
+    """The decoded size a sample file's own headers declare, read without decompressing anything: an
+    ``.npz``'s members' uncompressed sizes, an ``.npy``'s array, a ``.safetensors`` file's bytes; 0 for an
+    image (bounded by its pixel count when decoded). A file that cannot be read so declares 0 here
+    and is refused, naming it, when it is decoded."""
+    lower = name.lower()
+    if lower.endswith(".npz"):
         try:
-            size = tuple(int(v) if isinstance(v, int) and not isinstance(v, bool) else _bad(v) for v in data["size"])
-            kwargs: dict[str, Any] = {"size": size}
-            for key in ("mean", "std"):
-                if key in data:
-                    kwargs[key] = tuple(_number(v) for v in data[key])
-            if "mode" in data:
-                kwargs["mode"] = str(data["mode"]) if isinstance(data["mode"], str) else _bad(data["mode"])
-            if "interpolation" in data:
-                value = data["interpolation"]
-                kwargs["interpolation"] = value if isinstance(value, str) else _bad(value)
-            if data.get("resize") is not None:
-                value = data["resize"]
-                kwargs["resize"] = value if isinstance(value, int) and not isinstance(value, bool) else _bad(value)
-        except TypeError as exc:
-            raise ValueError(f"malformed preprocess: {exc}") from None
-        return cls(**kwargs)
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                return sum(info.file_size for info in archive.infolist())
+        except Exception:  # not a zip: its decoding says so
+            return 0
+    if lower.endswith(".npy"):
+        try:
+            shape, dtype, _ = npy_header(data, shown)
+        except GoldenError:
+            return 0
+        return int(np.prod(shape, dtype=object)) * dtype.itemsize
+    return len(data) if lower.endswith(".safetensors") else 0
 
 
-def _bad(value: Any) -> Any:
-    raise ValueError(f"unexpected value {value!r}")
+def check_sample_size(size: int, shown: Path, declared: str = "declares") -> None:
+    """One sample's decoded size within ``SAMPLE_MAX_BYTES``, or one GoldenError line naming it."""
+    if size > SAMPLE_MAX_BYTES:
+        raise GoldenError(f"{shown}: {declared} {size:,} bytes of arrays once decompressed, over the {SAMPLE_MAX_BYTES:,} bytes one "
+                          "sample may hold; replace it or re-record")
 
 
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-        raise ValueError(f"expected a finite number, got {value!r}")
-    return float(value)
+def declared_sample_bytes(data: bytes, name: str, shown: Path) -> int:
+    """The decoded bytes the sample file ``name``'s bytes declare (:func:`declared_bytes`); one GoldenError
+    naming it when that is over ``SAMPLE_MAX_BYTES``."""
+    size = declared_bytes(data, name, shown)
+    check_sample_size(size, shown)
+    return size
+
+
+def load_npz(data: bytes, shown: Path, what: str = "sample", budget: int = ARRAY_MAX_BYTES) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` archive's bytes, by key (member name less ``.npy``), each member's
+    declared size and header checked before it is decompressed or allocated, its decompressed size
+    held to the declared one; the total held to ``budget`` (``SAMPLE_MAX_BYTES`` for a sample)."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except Exception:
+        if data[:1] == b"\x80":  # a pickle's protocol opcode: numpy would have to unpickle it
+            raise GoldenError(f"{shown}: holds pickled data or object arrays, which export-check never loads; save plain numeric arrays "
+                              "with numpy.savez(name=array, ...)") from None
+        if data[:6] == b"\x93NUMPY":
+            raise GoldenError(f"{shown}: not an .npz archive (holds one bare array); save the {what} with numpy.savez(name=array, ...)") \
+                from None
+        raise GoldenError(f"{shown}: not a readable .npz archive of arrays (not a zip file); replace it or re-record") from None
+    arrays: dict[str, np.ndarray] = {}
+    left = budget
+    with archive:
+        declared = sum(info.file_size for info in archive.infolist())
+        if declared > budget:  # before anything is decompressed
+            raise GoldenError(f"{shown}: declares {declared:,} bytes of arrays once decompressed, over the {budget:,} bytes one {what} "
+                              "may hold; replace it or re-record")
+        for info in archive.infolist():
+            member = f"{shown}: member {info.filename!r}"
+            if not info.filename.endswith(".npy"):
+                raise GoldenError(f"{member} is not an array (an .npz holds .npy members only); replace it or re-record")
+            if info.file_size > left:
+                raise GoldenError(f"{member} is {info.file_size:,} bytes uncompressed, over the {budget:,}-byte memory budget "
+                                  "of one archive; replace it or re-record")
+            try:
+                with archive.open(info) as fh:
+                    raw = fh.read(info.file_size + 1)
+            except Exception as exc:  # bad CRC, unsupported compression, truncated data
+                raise GoldenError(f"{member} cannot be extracted ({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); "
+                                  "replace it or re-record") from None
+            if len(raw) > info.file_size:
+                raise GoldenError(f"{member} holds more than the size its zip header says; replace it or re-record")
+            left -= len(raw)
+            arrays[info.filename[: -len(".npy")]] = load_npy(raw, shown, f"array ({info.filename})")
+    return arrays
 
 
 # Only the formats golden sets hold. Pillow would otherwise sniff and decode dozens of formats from
@@ -259,13 +311,6 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
 
 
-def read_npz(data: bytes, shown: Path, what: str = "sample", budget: int = SAMPLE_MAX_BYTES) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz`` archive (untrusted bytes), in the archive's order, loaded without
-    pickles; anything else (a pickle, an object array, a plain ``.npy``, a damaged zip) is a one-line
-    GoldenError naming ``shown``."""
-    return load_npz(data, shown, what, budget)
-
-
 def read_safetensors(data: bytes, shown: Path) -> dict[str, np.ndarray]:
     try:
         from safetensors.numpy import load
@@ -281,7 +326,7 @@ def read_safetensors(data: bytes, shown: Path) -> dict[str, np.ndarray]:
 def read_sample(data: bytes, name: str, shown: Path) -> dict[str, np.ndarray]:
     """One sample archive's arrays by input name, in the file's order (numpy arrays of the dtypes
     ``SAMPLE_DTYPES``), or a one-line GoldenError naming ``shown``."""
-    arrays = read_safetensors(data, shown) if name.lower().endswith(".safetensors") else read_npz(data, shown)
+    arrays = read_safetensors(data, shown) if name.lower().endswith(".safetensors") else load_npz(data, shown, "sample", SAMPLE_MAX_BYTES)
     if not arrays:
         raise GoldenError(f"{shown}: holds no arrays; save one array per model input, named after forward's parameters")
     for key, array in arrays.items():
@@ -355,52 +400,3 @@ def finite_or_raise(array: np.ndarray, what: str) -> None:
     if not np.all(np.isfinite(array)):
         bad = int(array.size - np.count_nonzero(np.isfinite(array)))
         raise GoldenError(f"{what}: the model produced {bad} NaN/Inf logits; refusing to record them as the reference")
-
-
-# --- preprocessing from the command line -----------------------------------------------------
-
-
-def _floats(text: str | None, name: str) -> tuple[float, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise UsageError(f"--{name} takes comma-separated numbers, got {text!r}") from None
-
-
-def _size(text: str | None) -> tuple[int, int] | None:
-    if text is None:
-        return None
-    parts = text.lower().split("x")
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise UsageError(f"--size takes N or HxW, got {text!r}") from None
-    if len(values) == 1:
-        values = values * 2
-    if len(values) != 2:
-        raise UsageError(f"--size takes N or HxW, got {text!r}")
-    return values[0], values[1]
-
-
-def preprocess_from_args(
-    size: str | None, resize: int | None, mode: str | None, mean: str | None, std: str | None, configured: dict[str, Any] | None
-) -> Preprocess | None:
-    """Command-line flags over ``[tool.export-check.preprocess]``; ``None`` when nothing says how (tensors only)."""
-    data: dict[str, Any] = dict(configured or {})
-    if size is not None:
-        data["size"] = list(_size(size) or ())
-    for key, value in (("resize", resize), ("mode", mode), ("mean", _floats(mean, "mean")), ("std", _floats(std, "std"))):
-        if value is not None:
-            data[key] = list(value) if isinstance(value, tuple) else value
-    if not data:
-        return None
-    if "mode" in data and "mean" not in data and data["mode"] == "L":
-        data.setdefault("mean", [0.5])
-        data.setdefault("std", [0.5])
-    try:
-        return Preprocess.from_json(data)
-    except ValueError as exc:
-        raise UsageError(f"bad preprocessing ({exc}); fix --size/--resize/--mode/--mean/--std") from None
-

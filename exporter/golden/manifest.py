@@ -37,22 +37,22 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import files
+from .. import files, parsing
 from ..errors import GoldenError
 from ..signature import SINGLE, Signature, signature_from_json
 from .calibration import CALIBRATION_RULES, CalibrationSplit
-from .goldenset import VERSION_1, VERSION_2, GoldenInput, GoldenSet, OutputRecord, feeds_length, stack_batches
-from .inputs import IMAGE_SUFFIXES, SAMPLE_DTYPES, TENSOR_SUFFIX, Preprocess, is_sample_archive
+from .goldenset import VERSION_1, VERSION_2, GoldenInput, GoldenSet, OutputRecord, stack_batches
+from .inputs import IMAGE_SUFFIXES, SAMPLE_DTYPES, TENSOR_SUFFIX, declared_sample_bytes, is_sample_archive
 from .labels import check_label
+from .preprocess import Preprocess
 from .reading import (
     FILE_MAX_BYTES,
     GOLDEN_MAX_BYTES,
+    JSON_MAX_DEPTH,
     MANIFEST,
     MANIFEST_MAX_BYTES,
-    lfs_pointer,
-    load_json,
     read_beneath,
-    sample_declared_bytes,
+    read_verified,
     sha256_bytes,
 )
 
@@ -109,7 +109,7 @@ def safe_relative(root: Path, rel: Any, field: str) -> Path:
 def parse_manifest(root: Path, text: str) -> GoldenSet:
     """Parse and validate manifest text (no file contents are read)."""
     manifest = root / MANIFEST
-    data = load_json(text, manifest)
+    data = parsing.load_json(text, manifest, "restore it or re-record the golden set", GoldenError, max_depth=JSON_MAX_DEPTH)
     _require(isinstance(data, dict), manifest, "the manifest must be a JSON object")
     _require(data.get("format") == FORMAT, manifest, f"format is {data.get('format')!r}, expected {FORMAT!r}")
     version = data.get("version")
@@ -266,8 +266,8 @@ def load_golden(root: Path) -> GoldenSet:
     """Read the manifest and verify every file's hash before any expensive work starts."""
     golden = read_manifest(root)
     total = 0
-    for item in golden.inputs:
-        total += sample_declared_bytes(root, item.file, item.sha256)
+    for item in golden.inputs:  # each file read and hash-checked (reading.py), its declared size read from its headers (inputs.py)
+        total += declared_sample_bytes(read_verified(root, item.file, item.sha256), item.file, root / item.file)
         if total > GOLDEN_MAX_BYTES:
             raise _over_total(total, root / item.file)
     golden.reference_samples()  # read once and kept: every key present, as the manifest says, finite
@@ -297,7 +297,7 @@ def _classify(root: Path, rel: str, expected: str) -> str:
         return "broken"
     if sha256_bytes(data) == expected:
         return "undecodable"
-    return "changed" if lfs_pointer(data) is None else "lfs-pointer"  # a pointer: never downloaded (`git lfs pull`), not changed
+    return "changed" if files.lfs_pointer(data) is None else "lfs-pointer"  # a pointer: never downloaded (`git lfs pull`), not changed
 
 
 def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
@@ -310,7 +310,7 @@ def verify_golden(root: Path) -> tuple[GoldenSet | None, list[Problem]]:
     total = 0  # the bound on the set's total is said once, of the sample that crosses it
     for item in golden.inputs:
         try:
-            size = sample_declared_bytes(root, item.file, item.sha256)
+            size = declared_sample_bytes(read_verified(root, item.file, item.sha256), item.file, root / item.file)
             total += size
             if total - size <= GOLDEN_MAX_BYTES < total:  # said once, of the sample that crosses it
                 raise _over_total(total, root / item.file)
@@ -342,7 +342,6 @@ __all__ = [
     "GoldenInput",
     "GoldenSet",
     "OutputRecord",
-    "feeds_length",
     "stack_batches",
     "Problem",
     "load_golden",

@@ -25,17 +25,13 @@ Entry = tuple[str, np.dtype, tuple[int, ...], int]
 
 
 class SpilledBatches:
-    """Batches written with ``add`` (in order), re-read by iteration as ``(start, {name: array})``; ``close`` frees the file."""
+    """Batches written with ``add`` (in order), re-read by iteration as ``(start, {name: array})``; ``close`` frees the file.
+    Plain numbers only: an object array has no bytes to write (``GoldenBatches`` streams such a set instead)."""
 
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile(prefix="export-check-golden-")  # noqa: SIM115  (open until close(): the run reads it pass after pass)
         self._batches: list[tuple[int, tuple[Entry, ...]]] = []
         self._end = 0
-
-    @staticmethod
-    def can_hold(feeds: Mapping[str, np.ndarray]) -> bool:
-        """Whether every array of a batch is plain numbers (an object array has no bytes to write)."""
-        return all(not np.asarray(a).dtype.hasobject for a in feeds.values())
 
     def add(self, start: int, feeds: Mapping[str, np.ndarray]) -> None:
         entries = []

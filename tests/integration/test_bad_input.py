@@ -32,8 +32,9 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, mo
 from export_check.checkpoint import load_state_dict
 from export_check.cli import main
 from export_check.errors import CheckpointError, GoldenError, UsageError
-from export_check.golden.inputs import MAX_SIDE, Preprocess, decode_input, preprocess_image
+from export_check.golden.inputs import Preprocess, decode_input, preprocess_image
 from export_check.golden.manifest import MANIFEST, read_manifest
+from export_check.golden.preprocess import MAX_SIDE
 
 TINY = f"{TESTS / 'arches.py'}:TinyNet"
 LOG_OF_MARGIN = f"{TESTS / 'fault_arches.py'}:LogOfMargin"

@@ -27,8 +27,9 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, deadline, forge_golden_fi
 from export_check import files
 from export_check.cli import main
 from export_check.errors import GoldenError
+from export_check.golden.inputs import load_npy
 from export_check.golden.manifest import MANIFEST, GoldenSet, parse_manifest, read_manifest
-from export_check.golden.reading import ARRAY_MAX_BYTES, JSON_MAX_DEPTH, load_npy
+from export_check.golden.reading import ARRAY_MAX_BYTES, JSON_MAX_DEPTH
 
 LINEAR = ["--arch", "torch.nn:Linear", "--arch-kwargs", '{"in_features": 12, "out_features": 3}']
 

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from export_check.cli import main
 from export_check.errors import UsageError
-from export_check.golden.inputs import Preprocess, preprocess_file, preprocess_from_args
+from export_check.golden.inputs import Preprocess, preprocess_file
 from export_check.golden.manifest import MANIFEST, load_golden, read_manifest
+from export_check.golden.preprocess import preprocess_from_args
 from user_project import PREPROCESS, UserModels, eager_logits, train_mlp, write_digit_vectors, write_netdef
 
 pytest_plugins = ["user_project_fixtures"]

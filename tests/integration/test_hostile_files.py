@@ -25,8 +25,9 @@ from conftest import DEFAULT_ARCH, DEFAULT_CHECKPOINT, DEFAULT_GOLDEN, TESTS, de
 from export_check import parsing
 from export_check.cli import main
 from export_check.errors import ArtifactError, UsageError
+from export_check.golden.inputs import declared_bytes
 from export_check.golden.manifest import MANIFEST, read_manifest
-from export_check.golden.reading import SAMPLE_MAX_BYTES, declared_bytes
+from export_check.golden.reading import SAMPLE_MAX_BYTES
 from export_check.history import HistoryError, parse_line
 from export_check.signature import flatten_outputs
 

@@ -106,3 +106,19 @@ def test_prepare_out_dir_and_its_lock(tmp_path: Path) -> None:
         files.prepare_out_dir(tmp_path / "file" / "out")
     with files.locked_out_dir(out):
         assert (out / ".export-check.lock").exists()
+
+
+def test_lfs_pointers_are_recognised_and_described() -> None:
+    import io
+
+    import numpy as np
+
+    from export_check.files import lfs_pointer
+
+    pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"ab" * 32 + b"\nsize 123456\n"
+    assert lfs_pointer(pointer) == ("is a Git LFS pointer, not the file (123,456 bytes, oid abababababab…): the checkout did not "
+                                    "download it; run `git lfs pull` (in GitHub Actions: actions/checkout with `lfs: true`), then rerun")
+    assert lfs_pointer(b"version https://hawser.github.com/spec/v1\n").startswith("is a Git LFS pointer, not the file:")
+    npy = io.BytesIO()
+    np.save(npy, np.zeros(2))
+    assert lfs_pointer(pointer + b"x" * 1024) is None and lfs_pointer(npy.getvalue()) is None

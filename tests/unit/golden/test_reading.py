@@ -1,45 +1,17 @@
-"""golden/reading.py: a golden set's untrusted files are read within their bounds; every refusal is one GoldenError line."""
+"""golden/reading.py: a golden set's untrusted files are read within their bounds; every refusal is one GoldenError line.
+(Their bytes decoded within theirs: tests/unit/golden/test_inputs.py.)"""
 
 from __future__ import annotations
 
-import io
 import os
-import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from export_check.errors import GoldenError
-from export_check.golden.reading import (
-    ARRAY_MAX_BYTES,
-    SAMPLE_MAX_BYTES,
-    check_sample_size,
-    declared_bytes,
-    lfs_pointer,
-    load_json,
-    load_npy,
-    load_npz,
-    npy_header,
-    read_beneath,
-    read_user_file,
-)
+from export_check.golden.reading import load_json, read_beneath, read_user_file
 
 SHOWN = Path("golden/x")
-
-
-def npy(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
-
-
-def npz(**arrays: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    return buf.getvalue()
 
 
 def refused(call, *args, **kwargs) -> str:
@@ -48,93 +20,6 @@ def refused(call, *args, **kwargs) -> str:
     text = str(info.value)
     assert "\n" not in text
     return text
-
-
-@pytest.mark.parametrize("array", [np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros((0, 4), np.int64), np.array(True),
-                                   np.asfortranarray(np.arange(6.0).reshape(2, 3))])
-def test_npy_reads_back_exactly(array: np.ndarray) -> None:
-    data = npy(array)
-    shape, dtype, offset = npy_header(data, SHOWN)
-    assert shape == array.shape and dtype == array.dtype and len(data) - offset == array.nbytes
-    back = load_npy(data, SHOWN)
-    assert back.dtype == array.dtype and np.array_equal(back, array)
-    assert declared_bytes(data, "a.npy", SHOWN) == array.nbytes
-
-
-def test_npy_that_claims_other_bytes_or_holds_objects_is_refused() -> None:
-    data = npy(np.arange(10, dtype=np.float64))
-    assert "but the file holds 72 bytes of data" in refused(load_npy, data[:-8], SHOWN)
-    header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, {"descr": "|O", "fortran_order": False, "shape": (2,)})
-    assert "holds pickled data or object arrays" in refused(npy_header, header.getvalue() + b"\x80" * 16, SHOWN)
-    huge = np.lib.format.header_data_from_array_1_0(np.zeros(1, np.float64))
-    huge["shape"] = (ARRAY_MAX_BYTES // 8 + 1,)
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, huge)
-    assert "over the 1,073,741,824-byte memory budget" in refused(npy_header, buf.getvalue(), SHOWN)
-    assert "not a readable .npy array" in refused(load_npy, b"PK\x03\x04not numpy", SHOWN)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.binary(max_size=200), st.integers(0, 200))
-def test_any_bytes_after_a_real_header_load_or_are_one_golden_error(tail: bytes, cut: int) -> None:
-    data = npy(np.arange(4, dtype=np.int16))
-    try:
-        load_npy(data[:cut] + tail, SHOWN)
-    except GoldenError as exc:
-        assert str(exc).startswith(f"{SHOWN}: ")
-
-
-def test_npz_reads_every_member_by_name() -> None:
-    data = npz(input=np.ones((3, 2), np.float32), mask=np.array([True, False]))
-    arrays = load_npz(data, SHOWN)
-    assert sorted(arrays) == ["input", "mask"] and arrays["input"].shape == (3, 2) and arrays["mask"].tolist() == [True, False]
-    assert declared_bytes(data, "s.NPZ", SHOWN) == sum(len(npy(a)) for a in arrays.values())
-
-
-def test_npz_over_the_budget_is_refused_before_decompressing() -> None:
-    data = npz(big=np.zeros(SAMPLE_MAX_BYTES // 4 + 1, np.float32))  # compresses to almost nothing
-    assert len(data) < 1 << 20
-    assert "over the 67,108,864 bytes one sample may hold" in refused(load_npz, data, SHOWN, budget=SAMPLE_MAX_BYTES)
-
-
-def test_what_is_not_an_npz_of_arrays_is_named() -> None:
-    assert "holds one bare array" in refused(load_npz, npy(np.zeros(2)), SHOWN)
-    assert "pickled data" in refused(load_npz, b"\x80\x04K\x01.", SHOWN)
-    assert "not a zip file" in refused(load_npz, b"hello", SHOWN)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as archive:
-        archive.writestr("notes.txt", "hi")
-    assert "member 'notes.txt' is not an array" in refused(load_npz, buf.getvalue(), SHOWN)
-
-
-def test_a_member_larger_than_its_header_says_is_refused() -> None:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr("a.npy", npy(np.zeros(4)))
-    data = bytearray(buf.getvalue())
-    # shrink the declared uncompressed size in the central directory (offset 24 of its entry)
-    central = data.rfind(b"PK\x01\x02")
-    size = int.from_bytes(data[central + 24:central + 28], "little")
-    data[central + 24:central + 28] = (size - 8).to_bytes(4, "little")
-    text = refused(load_npz, bytes(data), SHOWN)
-    assert "member 'a.npy'" in text
-
-
-def test_declared_bytes_of_images_and_garbage_is_zero_and_safetensors_its_length() -> None:
-    assert declared_bytes(b"\x89PNG....", "a.png", SHOWN) == 0
-    assert declared_bytes(b"garbage", "a.npz", SHOWN) == 0 and declared_bytes(b"garbage", "a.npy", SHOWN) == 0
-    assert declared_bytes(b"12345", "a.safetensors", SHOWN) == 5
-    check_sample_size(SAMPLE_MAX_BYTES, SHOWN)
-    assert "declares 67,108,865 bytes" in refused(check_sample_size, SAMPLE_MAX_BYTES + 1, SHOWN)
-
-
-def test_lfs_pointers_are_recognised_and_described() -> None:
-    pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"ab" * 32 + b"\nsize 123456\n"
-    assert lfs_pointer(pointer) == ("is a Git LFS pointer, not the file (123,456 bytes, oid abababababab…): the checkout did not "
-                                    "download it; run `git lfs pull` (in GitHub Actions: actions/checkout with `lfs: true`), then rerun")
-    assert lfs_pointer(b"version https://hawser.github.com/spec/v1\n").startswith("is a Git LFS pointer, not the file:")
-    assert lfs_pointer(pointer + b"x" * 1024) is None and lfs_pointer(npy(np.zeros(2))) is None
 
 
 def test_read_beneath_refuses_links_fifos_pointers_and_missing_files(tmp_path: Path) -> None:
@@ -165,3 +50,17 @@ def test_read_user_file_follows_a_link_the_user_gave_but_reads_only_regular_file
 def test_load_json_is_bounded_and_a_golden_error() -> None:
     assert load_json('{"version": 2}', SHOWN) == {"version": 2}
     assert "restore it or re-record the golden set" in refused(load_json, "[" * 40 + "]" * 40, SHOWN)
+
+
+def test_read_verified_hands_on_the_bytes_whose_sha256_the_manifest_gives(tmp_path: Path) -> None:
+    import hashlib
+
+    from export_check.golden.reading import read_verified
+
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "inputs" / "a.npy").write_bytes(b"sample")
+    assert read_verified(tmp_path, "inputs/a.npy", hashlib.sha256(b"sample").hexdigest()) == b"sample"
+    changed = refused(read_verified, tmp_path, "inputs/a.npy", hashlib.sha256(b"other").hexdigest())
+    assert changed.startswith(f"{tmp_path / 'inputs/a.npy'}: content changed since recording (sha256 {hashlib.sha256(b'sample').hexdigest()[:12]}")
+    assert refused(read_verified, tmp_path, "inputs/b.npy", "0" * 64) == (f"{tmp_path / 'inputs/b.npy'}: listed in manifest.json but missing; "
+                                                                         "restore it or re-record the golden set")

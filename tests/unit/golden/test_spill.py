@@ -51,7 +51,31 @@ def test_a_non_contiguous_array_is_spilled_as_its_values() -> None:
     ((_, got),) = list(spill)
     np.testing.assert_array_equal(got["x"], strided)
     spill.close()
-    assert not SpilledBatches.can_hold({"x": np.array([object()])}) and SpilledBatches.can_hold({"x": strided})
+
+
+class _Set:
+    """A stand-in for a golden set of 4 samples whose batches hold ``value`` (an object array has no bytes to spill)."""
+
+    def __init__(self, value: np.ndarray) -> None:
+        from export_check.signature import SINGLE
+
+        self.signature, self.value = SINGLE, value
+
+    def __len__(self) -> int:
+        return 4
+
+    def feed_batches(self, batch_size: int):
+        for start in range(0, 4, batch_size):
+            yield start, {"input": self.value}
+
+
+def test_a_set_over_the_budget_spills_plain_numbers_and_streams_object_arrays() -> None:
+    numbers = GoldenBatches(_Set(np.zeros((2, 3), np.float32)), 2, budget=0)
+    objects = GoldenBatches(_Set(np.array([object(), object()])), 2, budget=0)
+    assert numbers.held is None and numbers.rereadable and objects.held is None and not objects.rereadable
+    numbers.precompute_eager(lambda feeds: {"logits": feeds["input"] * 2}, budget=1 << 20)
+    assert numbers.eager_held() and [start for start, _ in numbers] == [0, 2]  # read back from its spill file
+    numbers.close()
 
 
 @pytest.fixture(scope="module")

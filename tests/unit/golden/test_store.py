@@ -8,13 +8,13 @@ import numpy as np
 
 
 def test_reference_archives_are_content_addressed() -> None:
-    from export_check.golden.inputs import read_npz
+    from export_check.golden.inputs import load_npz
     from export_check.golden.store import npz_bytes
 
     arrays = {"boxes/0": np.arange(6, dtype=np.float32).reshape(2, 3), "boxes/1": np.zeros((1, 3), np.float32), "a.b/0": np.array([1, 2])}
     data = npz_bytes(arrays)
     assert npz_bytes(dict(arrays)) == data  # no timestamps: the same arrays, the same bytes
-    back = read_npz(data, Path("r.npz"))
+    back = load_npz(data, Path("r.npz"))
     assert list(back) == list(arrays) and all(np.array_equal(back[k], v) and back[k].dtype == v.dtype for k, v in arrays.items())
 
 
