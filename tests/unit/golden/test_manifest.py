@@ -49,6 +49,20 @@ def test_tampered_logits_are_refused(golden_copy: Path) -> None:
         load_golden(golden_copy)
 
 
+def test_a_format_1_reference_is_read_once_per_set_and_each_input_once_per_load(golden_copy: Path) -> None:
+    golden = load_golden(golden_copy)  # reads and checks the reference once
+    first = golden.reference()
+    next(golden_copy.glob("reference-*.npy")).unlink()  # no second read: the set serves what it checked
+    assert golden.reference() is first and first.dtype == np.float32 and first.shape == (len(golden), 10)
+    np.testing.assert_array_equal(np.stack(golden.reference_samples()["logits"]), first)
+    np.testing.assert_array_equal(golden.reference_outputs(3, 2)["logits"], first[3:5])
+    sample = golden.load_sample(golden.inputs[7])
+    assert list(sample) == ["input"] and sample["input"].shape == (3, 32, 32)
+    np.testing.assert_array_equal(golden.load_input(golden.inputs[7]), sample["input"])
+    with pytest.raises(GoldenError, match="reference-.*: listed in manifest.json but missing"):
+        load_golden(golden_copy)  # a new load reads it again
+
+
 @pytest.mark.parametrize("evil", ["../outside.png", "/etc/passwd.png", "inputs/../../x.png", "~/x.png"])
 def test_manifest_paths_outside_the_folder_are_refused(golden_copy: Path, evil: str) -> None:
     manifest = json.loads((golden_copy / MANIFEST).read_text())
