@@ -130,10 +130,3 @@ def nonfinite_weights(model: Any, limit: int = 8) -> tuple[str, ...]:
             if bad:
                 found.append(f"{name}: {bad} of {tensor.numel()}")
     return tuple(found[:limit])
-
-
-def check_eager(infer: Callable[[Any], np.ndarray], model: Any, feeds: Any, kind: str = "logits", class_axis: int = -1) -> EagerSelfCheck:
-    """``infer`` (feeds in, the first compared output's rows out) twice on ``feeds``; if the two
-    differ, twice more under the same seed, to tell random numbers from state."""
-    pending = first_call(infer, model, feeds)
-    return pending.finish(infer(feeds), infer, feeds, kind, class_axis)

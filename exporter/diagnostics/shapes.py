@@ -8,12 +8,17 @@ one batch (above 32 when the set has that many), through the artifact and throug
 compares the artifact with eager at each size (not with itself at the main size: an artifact that
 fails to follow eager's own change with the batch would then look perfect).
 
+The plan (``plan_for``, within ``--diagnostics-budget``) and the runs at each size are this module's; a row's whole
+check is one call of :class:`SizeCheck` (the measures of its rows against eager's are ``rows``').
+
 >>> plan_sizes(16, 64)
 (1, 7, 16, 64)
 """
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -22,10 +27,13 @@ from typing import Any
 import numpy as np
 
 from ..artifacts.base import ran_for
-from ..compare import ErrorAccumulator, ShapeMismatch
 from ..feeds import Feeds, length, take
-from ..records import BatchSizeRun
+from ..golden.goldenset import GoldenSet
+from ..records import SizeRuns
 from ..signature import SINGLE, Signature
+from . import LATENCY_REPEATS, SMALL_MODEL_PARAMETERS
+from .rows import Column, RowCountError, columns_of, measure_outputs
+from .trace import EAGER, ReplayTrace
 
 Infer = Callable[[Feeds], np.ndarray]
 # Images the check runs: the first PROBE_IMAGES of the golden set (or the main batch, if larger): the kinds' contract
@@ -134,10 +142,6 @@ def bounded_plan(main: int, probe: int, budget_images: float, topup_batches: int
     return replace(chosen, layer_images=layers if layers < main else 0, cut=cut)
 
 
-class RowCountError(ValueError):
-    pass
-
-
 def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, signature: Signature = SINGLE,
               clock: dict[int, float] | None = None, plan: SizePlan | None = None) -> dict[int, np.ndarray | str]:
     """Outputs of ``infer`` (feeds in, one output row per sample out) over the probe at each size,
@@ -151,10 +155,10 @@ def run_sizes(infer: Infer, images: Feeds, sizes: tuple[int, ...], main: int, si
             parts = []
             for start in range(0, count, size):
                 chunk = take(images, signature, start, min(start + size, count))
+                n = length(chunk, signature)
                 began = time.perf_counter()
                 got = infer(chunk)
                 spent += ran_for(infer, began)
-                n = length(chunk, signature)
                 if got.shape[0] != n:
                     raise RowCountError(f"returned {got.shape[0]} output rows for {n} inputs")
                 parts.append(got)
@@ -175,130 +179,149 @@ def describe_failure(exc: BaseException) -> str:
     return runtime_error(exc)
 
 
-def _per_image_mae(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.shape != b.shape:
-        raise RowCountError(f"output shape {tuple(a.shape)} != {tuple(b.shape)}")
-    with np.errstate(invalid="ignore"):  # inf - inf (a checkpoint with Inf weights) is NaN, as a row's non-finite values say
-        diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).reshape(len(a), -1)
-    diff = np.where(np.isfinite(diff), diff, np.inf)
-    return diff.mean(axis=1) if diff.shape[1] else np.zeros(len(a))
-
-
-def _judged_at(judged: np.ndarray | None, count: int) -> np.ndarray:
-    """The positions among the first ``count`` probe samples that are judged (all of them without a mask)."""
-    return np.arange(count) if judged is None else np.flatnonzero(judged[:count])
-
-
-def _moved(outputs: dict[int, np.ndarray | str], size: int, main: int, judged: np.ndarray | None = None) -> float | None:
-    """Worst per-image MAE of the outputs at ``size`` against the same images at the main size (over the
-    ``judged`` probe samples only, when a mask is given)."""
-    got, ref = outputs.get(size), outputs.get(main)
-    if not isinstance(got, np.ndarray) or not isinstance(ref, np.ndarray):
+def parameter_count(model: Any) -> int | None:
+    """The model's parameters, each shared one once (what the plan reads of the model); None: it holds none to count."""
+    params = getattr(model, "parameters", None)
+    if params is None:
         return None
-    if len(ref) < len(got):
-        return None
-    keep = _judged_at(judged, len(got))
-    try:
-        dev = _per_image_mae(got[keep], ref[keep])
-    except RowCountError:
-        return None
-    return float(dev.max()) if len(dev) else 0.0
+    return sum(int(p.numel()) for p in params())
+
+
+def plan_for(parameters: int | None, probe_count: int, batch_size: int, golden_size: int, budget: float) -> SizePlan:
+    """The plan that fits ``budget`` (a share of the replay of ``golden_size`` images per row, counted in images), or the
+    full plan for a model of at most ``SMALL_MODEL_PARAMETERS`` parameters (``None``: not counted, then the share).
+    A function of the model's size and the set's counts only: no clock.
+
+    >>> plan_for(78_714, 64, 16, 64, 0.15).cut, plan_for(25_600_000, 64, 16, 64, 0.15).cut[0]
+    ((), 'latency from the replay only')
+    """
+    main = min(batch_size, probe_count)
+    timed = golden_size // main - 1  # the replay's timed full batches after its warm-up
+    small = parameters is not None and parameters <= SMALL_MODEL_PARAMETERS
+    return bounded_plan(main, probe_count, math.inf if small else budget * golden_size, LATENCY_REPEATS - timed)
 
 
 @dataclass(frozen=True)
-class Column:
-    """One compared output's place in the rows the checks compare (``side_by_side``): columns
-    ``start:stop``, each sample's values of shape ``shape``, judged as ``kind`` over ``class_axis``."""
+class CalibratedProbe:
+    """What a calibrated row's batch-size check runs (static int8: judged on the probe samples outside its calibration
+    split only, at every size, on as many of them as the row's own figure). A size other than the main one and the
+    whole probe runs on those samples alone, in whole batches of it (a sample's batch-mates do not change a static
+    int8 output, and eager runs the same batches); the main size (the replay's) and the whole-probe batch run over
+    every probe sample and are compared on the judged ones. Under a plan the budget cut, a size runs as many judged
+    samples as the plan's count (so its cost is unchanged), and the bounded determinism rerun is the first of them.
+    Outputs come back at their probe positions (``scatter``), so that ``judged`` masks them all alike.
 
-    name: str
-    kind: str
-    class_axis: int
-    shape: tuple[int, ...]
-    start: int
-    stop: int
+    >>> probe = CalibratedProbe.plan(full_plan(16, 64), np.arange(64) % 2 == 1, {"input": np.zeros((64, 1))}, SINGLE)
+    >>> probe.alone, probe.whole.counts
+    (((1, 32), (7, 28)), ((16, 64), (64, 64)))
+    >>> bounded = CalibratedProbe.plan(bounded_plan(16, 64, 45, 4), np.arange(64) % 2 == 1, {"input": np.zeros((64, 1))}, SINGLE)
+    >>> bounded.alone, bounded.whole.counts
+    (((1, 2), (7, 7)), ((16, 64), (33, 33)))
+    """
 
+    whole: SizePlan  # the sizes run over the probe (the main one from the replay)
+    alone: tuple[tuple[int, int], ...]  # (size, samples) run on the judged samples alone
+    judged: np.ndarray  # over the probe: outside the calibration split
+    feeds: Feeds  # the judged samples
+    first: Feeds  # the first of them (the bounded determinism rerun's sample)
 
-def side_by_side(outputs: Mapping[str, np.ndarray]) -> np.ndarray:
-    """Every compared output (samples first), one row per sample, the outputs' values side by side in
-    float32: what the batch-size and determinism checks run on, so each covers every output."""
-    arrays = [np.asarray(a) for a in outputs.values()]
-    n = len(arrays[0])
-    rows = [a.reshape(n, -1).astype(np.float32, copy=False) for a in arrays]
-    return rows[0] if len(rows) == 1 else np.concatenate(rows, axis=1)
+    @classmethod
+    def plan(cls, plan: SizePlan, judged: np.ndarray, probe: Feeds, signature: Signature) -> CalibratedProbe:
+        count, n = len(judged), int(judged.sum())
+        # as many judged samples as the plan's count at that size, or all of them (in whole batches) when the budget cut nothing
+        alone = tuple((size, n // size * size if not plan.cut else max(size, min(plan.images(size), n) // size * size))
+                      for size in plan.sizes if size not in (plan.main, count) and 0 < size <= n)
+        whole = replace(plan, counts=tuple((size, images) for size, images in plan.counts if size not in dict(alone)))
+        positions = np.flatnonzero(judged)
+        feeds = {spec.name: np.take(probe[spec.name], positions, axis=spec.batch_axis) for spec in signature.inputs}
+        return cls(whole=whole, alone=alone, judged=judged, feeds=feeds, first=take(feeds, signature, 0, 1))
 
+    def run(self, infer: Infer, signature: Signature, clock: dict[int, float] | None = None) -> dict[int, Any]:
+        """``infer``'s outputs at the sizes run on the judged samples alone, at their probe positions."""
+        if not self.alone:
+            return {}
+        plan = replace(self.whole, counts=self.alone)
+        out = run_sizes(infer, self.feeds, plan.sizes, self.whole.main, signature, clock, plan)
+        return {size: self.scatter(got) for size, got in out.items()}
 
-def columns_of(sample: Mapping[str, np.ndarray], signature: Signature) -> tuple[Column, ...]:
-    """Where each compared output sits in ``side_by_side``'s rows, from one sample's outputs (samples first)."""
-    specs = signature.compared_outputs() or signature.outputs[:1]
-    columns, start = [], 0
-    for spec in specs:
-        shape = tuple(np.asarray(sample[spec.name]).shape[1:])
-        width = int(np.prod(shape)) if shape else 1
-        columns.append(Column(spec.name, spec.kind, spec.class_axis, shape, start, start + width))
-        start += width
-    return tuple(columns)
-
-
-def _block(outputs: dict[int, np.ndarray | str], column: Column, width: int) -> dict[int, np.ndarray | str]:
-    """One output's values at each size; a size whose rows are not ``width`` wide is that size's error."""
-    def one(got: np.ndarray | str) -> np.ndarray | str:
-        if isinstance(got, str):
+    def scatter(self, got: Any) -> Any:
+        """Rows of the judged samples put back at their probe positions (the others NaN, never compared)."""
+        if not isinstance(got, np.ndarray):
             return got
-        if got.ndim != 2 or got.shape[1] != width:
-            return f"RowCountError: returned {got.shape[1] if got.ndim == 2 else got.shape} values per sample over its outputs; eager's are {width}"
-        return got[:, column.start : column.stop].reshape(len(got), *column.shape)
-
-    return {size: one(got) for size, got in outputs.items()}
-
-
-def measure_outputs(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int, columns: tuple[Column, ...],
-                    clock: dict[int, float] | None = None, judged: np.ndarray | None = None) -> tuple[tuple[str, tuple[BatchSizeRun, ...]], ...]:
-    """``measure`` for every compared output, each judged on its own values (the seconds on the first's)."""
-    if len(columns) == 1:  # one output: compared as the 2-D rows it always was (its verdicts unchanged)
-        only = columns[0]
-        return ((only.name, measure(artifact, eager, main, only.kind, only.class_axis, clock=clock, judged=judged)),)
-    width = columns[-1].stop
-    return tuple((c.name, measure(_block(artifact, c, width), _block(eager, c, width), main, c.kind, c.class_axis,
-                                  clock=clock if i == 0 else None, judged=judged))
-                 for i, c in enumerate(columns))
+        positions = np.flatnonzero(self.judged)[: len(got)]
+        full = np.full((int(positions[-1]) + 1 if len(positions) else 0, *got.shape[1:]), np.nan, dtype=np.float32)
+        full[positions] = got
+        return full
 
 
-def measure(artifact: dict[int, np.ndarray | str], eager: dict[int, np.ndarray | str], main: int,
-            kind: str = "logits", class_axis: int = -1, clock: dict[int, float] | None = None,
-            judged: np.ndarray | None = None) -> tuple[BatchSizeRun, ...]:
-    """At every size: the artifact against eager at that same size (per image, under the row's
-    gate later), and how far each of them moved from its own output at the main size. ``judged``: a
-    mask over the probe samples (a calibrated row's: those outside its calibration split); only those
-    are compared, moved and counted, and ``worst_image`` stays an index into the golden set."""
-    main = min(main, max(artifact))
-    runs = []
-    for size in sorted(artifact):
-        got, eager_got = artifact[size], eager.get(size)
-        eager_error = eager_got if isinstance(eager_got, str) else None
-        common: dict[str, Any] = {"size": size, "moved": _moved(artifact, size, main, judged),
-                                  "eager_moved": _moved(eager, size, main, judged),
-                                  "eager_error": eager_error, "seconds": (clock or {}).get(size, 0.0)}
-        if isinstance(got, str):
-            runs.append(BatchSizeRun(images=0, error=got, **common))
-            continue
-        if not isinstance(eager_got, np.ndarray):
-            runs.append(BatchSizeRun(images=len(_judged_at(judged, len(got))), error=None if eager_error else "eager was not run at this size",
-                                     **common))
-            continue
-        acc = ErrorAccumulator(kind, class_axis)
-        keep = _judged_at(judged, min(len(got), len(eager_got)))  # the main size from the replay may hold a short last batch more
-        try:
-            with np.errstate(invalid="ignore"):  # inf - inf: Inf weights; the NaN counts as a non-finite value
-                acc.add(eager_got[keep], got[keep])
-        except ShapeMismatch as exc:
-            runs.append(BatchSizeRun(images=len(keep), error=f"{exc} (eager's at this batch size)", **common))
-            continue
-        m = acc.result()
-        per_image = np.asarray(m.per_image_mae, dtype=np.float64)
-        at = int(np.argmax(per_image)) if per_image.size else None
-        runs.append(BatchSizeRun(
-            images=m.images, mae=m.mae, max_abs=m.max_abs, agreement=None if m.agreement == "none" else m.top1_agreement,
-            reference_mean_abs=m.reference_mean_abs, nonfinite=m.nonfinite, worst_image=None if at is None else int(keep[at]),
-            worst_image_mae=None if at is None else float(per_image[at]), **common,
-        ))
-    return tuple(runs)
+class SizeCheck:
+    """The batch-size check of a run's rows, planned once: the probe the replay recorded (``trace``), the plan
+    (``plan_for``, or the one ``eager_ahead`` was run with), where each compared output sits in the rows
+    (``columns_of``, from the golden set's first sample), eager's outputs at every planned size (the main one from the
+    replay), and a calibrated row's probe (``CalibratedProbe``), made for the first calibrated row and shared.
+    :meth:`measure` runs a row's sizes and measures them against eager's. ``eager`` runs the eager model
+    (``rows.rows_of`` of its outputs); ``eager_ahead`` is ``eager_sizes_ahead``'s result."""
+
+    def __init__(self, eager: Infer, trace: ReplayTrace, golden: GoldenSet, model: Any, batch_size: int, budget: float,
+                 eager_ahead: Mapping[int, Any] | None = None) -> None:
+        self.eager, self.trace, self.golden, self.signature = eager, trace, golden, trace.signature
+        self.probe = trace.probe()
+        self.count = trace.probe_size()
+        self.main = min(batch_size, self.count)
+        replayed = trace.probe_outputs(EAGER)
+        plan = getattr(eager_ahead, "plan", None)
+        if eager_ahead is not None and plan is not None and replayed is not None and plan.main == self.main:
+            self.plan: SizePlan = plan
+            self.eager_at = {**eager_ahead, self.main: replayed}
+        else:
+            self.plan = plan_for(parameter_count(model), self.count, batch_size, len(golden), budget)
+            self.eager_at = self.sizes_from(eager, EAGER, self.plan)
+        # where each compared output sits in the rows the checks compare: every output is checked
+        self.columns: tuple[Column, ...] = columns_of(golden.reference_outputs(0, 1), self.signature)
+        self._calibrated: CalibratedProbe | None = None  # made for the first calibrated row
+        self._calibrated_eager: dict[int, Any] = {}
+        self._calibrated_lock = threading.Lock()
+
+    def sizes_from(self, infer: Infer, name: str, plan: SizePlan, clock: dict[int, float] | None = None) -> dict[int, Any]:
+        """Outputs at every planned size: the main size from the replay, the others run now."""
+        replayed = self.trace.probe_outputs(name)
+        todo = tuple(s for s in plan.sizes if s != plan.main or replayed is None)
+        out = run_sizes(infer, self.probe, todo, plan.main, self.signature, clock, plan)
+        if replayed is not None and plan.main in plan.sizes:
+            out[plan.main] = replayed
+        return out
+
+    def calibrated_probe(self) -> CalibratedProbe:
+        """What a calibrated row's batch-size check runs on (``CalibratedProbe``), with eager's outputs there: made once,
+        for the first calibrated row, and shared by the others."""
+        with self._calibrated_lock:
+            if self._calibrated is None:
+                judged = np.ones(self.count, dtype=bool)
+                judged[[i for i in self.golden.calibration_indices() if i < self.count]] = False
+                self._calibrated = CalibratedProbe.plan(self.plan, judged, self.probe, self.signature)
+                eager_at = dict(self.eager_at)
+                eager_at.update(self._calibrated.run(self.eager, self.signature))
+                self._calibrated_eager = eager_at
+            return self._calibrated
+
+    def eager_runs(self) -> SizeRuns:
+        """Eager's own row: its outputs at every size against themselves (how far each size moved from the main one)."""
+        (_, runs), *others = measure_outputs(self.eager_at, self.eager_at, self.main, self.columns)
+        return SizeRuns(main_size=self.main, runs=runs, outputs=tuple(others))
+
+    def measure(self, infer: Infer, name: str, calibrated: CalibratedProbe | None = None) -> tuple[SizeRuns, Any, Feeds | None]:
+        """Row ``name``'s sizes run through ``infer`` and measured against eager's (a ``calibrated`` row's on its judged
+        samples), with what the bounded determinism rerun compares: its rows at batch size 1, and the sample they are
+        of when it is not the probe's first (a calibrated row's first judged sample; else ``None``)."""
+        clock: dict[int, float] = {}
+        outputs = self.sizes_from(infer, name, self.plan if calibrated is None else calibrated.whole, clock)
+        eager_at, judged, at_one, one = self.eager_at, None, None, None
+        if calibrated is not None:
+            outputs.update(calibrated.run(infer, self.signature, clock))
+            eager_at, judged = self._calibrated_eager, calibrated.judged
+        at_one = outputs.get(1)
+        if calibrated is not None and 1 in dict(calibrated.alone):  # its size-1 rows are the judged samples': rerun the first of them
+            first = int(np.flatnonzero(calibrated.judged)[0])  # the first judged sample's row of the scattered output
+            at_one, one = at_one[first : first + 1] if isinstance(at_one, np.ndarray) else at_one, calibrated.first
+        (_, runs), *others = measure_outputs(outputs, eager_at, self.plan.main, self.columns, clock=clock, judged=judged)
+        return SizeRuns(main_size=self.plan.main, runs=runs, outputs=tuple(others)), at_one, one

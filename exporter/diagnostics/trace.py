@@ -13,22 +13,22 @@ per row) and one float per batch; flat in the size of the golden set.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..artifacts.base import PROBE_IMAGES
 from ..feeds import Feeds, concat, length, take
-from ..progress import count_message
 from ..signature import SINGLE, Signature
+
+EAGER = "eager"  # the trace's name for the eager model's outputs (and the eager row's)
 
 
 @dataclass
 class ReplayTrace:
     """The probe is the first ``probe_count`` samples, or fewer when the set's first samples change
     shape sooner (a batch-size check stacks samples, so it runs on the first group of one shape).
-    Outputs are each row's compared outputs side by side, one row per sample (``shapes.side_by_side``)."""
+    Outputs are each row's compared outputs side by side, one row per sample (``rows.side_by_side``)."""
 
     main: int  # the replay's batch size
     probe_count: int  # the first samples the batch-size check and the cost use
@@ -38,13 +38,10 @@ class ReplayTrace:
     _closed: bool = False  # the first group of one shape has ended
     _outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
     _seconds: dict[str, list[float]] = field(default_factory=dict)
-    total: int = 0  # samples in the golden set (the replay's progress counts up to it)
-    report: Callable[[str], None] | None = None  # progress: each artifact's replay, as a count of inputs
 
     @classmethod
     def for_run(cls, golden_size: int, batch_size: int, signature: Signature = SINGLE) -> ReplayTrace:
-        return cls(main=batch_size, probe_count=min(golden_size, max(batch_size, PROBE_IMAGES)), signature=signature,
-                   total=golden_size)
+        return cls(main=batch_size, probe_count=min(golden_size, max(batch_size, PROBE_IMAGES)), signature=signature)
 
     def wants(self, start: int) -> bool:
         """Whether the batch starting at ``start`` holds probe samples."""
@@ -59,14 +56,17 @@ class ReplayTrace:
         self._images.append(dict(batch))
         self._starts.append(start)
 
+    def add_eager(self, start: int, batch: Feeds, samples: int, out: np.ndarray, seconds: float) -> None:
+        """Eager's replayed batch of ``samples`` samples: the batch itself (``add_batch``) and eager's output for it (``add_output``)."""
+        self.add_batch(start, batch)
+        self.add_output(EAGER, start, samples, out, seconds)
+
     def add_output(self, name: str, start: int, samples: int, out: np.ndarray, seconds: float) -> None:
         """One row's output for one replayed batch of ``samples`` samples and the seconds its ``infer`` took."""
         if start in self._starts and self._starts.index(start) == len(self._outputs.get(name, ())):
             self._outputs.setdefault(name, []).append(np.asarray(out))
         if samples == self.main:  # only full batches time the main batch size
             self._seconds.setdefault(name, []).append(seconds)
-        if self.report is not None and name != "eager":  # eager's pass is counted where it runs (pipeline)
-            self.report(count_message(f"replaying {name}", min(start + samples, self.total), self.total))
 
     def probe_size(self) -> int:
         return min(self.probe_count, sum(length(b, self.signature) for b in self._images))

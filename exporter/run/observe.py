@@ -1,5 +1,5 @@
 """Observe: replay the golden set through eager and every artifact reloaded from its file, then
-measure each row's diagnostics (``run.diagnosis``). Measurements only (``measurements.Observation``); ``judge`` decides.
+measure each row's diagnostics (``diagnostics.run``). Measurements only (``measurements.Observation``); ``judge`` decides.
 
 With ``by_artifact`` (eager's outputs held in memory, ``--jobs 2``), each artifact is replayed and
 diagnosed on its own as soon as its build is done, while the next ones build on the other core;
@@ -32,9 +32,9 @@ from ..builder.builds import BuildOutcome, Builds, Progress
 from ..builder.protocol import PRIVATE_PREFIX, first_sample
 from ..compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
 from ..config import RunConfig
-from ..diagnostics.run import EAGER, Diagnoser
+from ..diagnostics.rows import side_by_side
+from ..diagnostics.run import EAGER, Diagnoser, RowDiagnosis, inline
 from ..diagnostics.runtime_errors import runtime_error
-from ..diagnostics.shapes import side_by_side
 from ..diagnostics.trace import ReplayTrace
 from ..errors import GoldenError, describe_exception
 from ..feeds import length, samples_first
@@ -42,28 +42,31 @@ from ..gates import CPU_DEPENDENT_FAMILIES, precision_family
 from ..golden.batches import GoldenBatches
 from ..golden.goldenset import MANIFEST, VERSION_1, GoldenSet
 from ..model import EagerRunner
+from ..progress import count_message
 from ..records import EagerSelfCheck, Observation
 from ..sentences import load_needs
 from ..signature import outputs_mismatch
 from ..versions import kernel_choices
-from .diagnosis import RowDiagnosis, eager_failure, inline
+from .diagnosis import eager_failure
 
 
 class Replay:
     """Replays the golden set through runners, batch by batch, accumulating each row's errors
     against eager per compared output, and what the diagnostics reuse (``trace``)."""
 
-    def __init__(self, config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> None:
-        self.config, self.golden, self.batches, self.model = config, golden, batches, model
+    def __init__(self, config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any,
+                 progress: Progress | None = None) -> None:
+        """``progress``: each artifact's replay said as a count of inputs (exporter/progress.py)."""
+        self.config, self.golden, self.batches, self.model, self.progress = config, golden, batches, model, progress
         self.signature = golden.signature
         self.compared = self.signature.compared_outputs()
-        self.trace = ReplayTrace.for_run(len(golden), config.batch_size, self.signature)
-        self.eager_runner = EagerRunner(model, self.signature)
         self.accumulators: dict[str, dict[str, ErrorAccumulator]] = {}
         self.seconds: dict[str, float] = {}
         self.errors: dict[str, str] = {}
         self.run_failed: set[str] = set()  # opened, then failed on some batch: the diagnostics still run through it
         self.eager_acc = self._accumulators()
+        self.trace = ReplayTrace.for_run(len(golden), config.batch_size, self.signature)
+        self.eager_runner = EagerRunner(model, self.signature)
         self.eager_error: str | None = None
         self.eager_argmax: list[np.ndarray] = []
         self.calibrated = {k.name for k in KINDS_BY_NAME.values() if k.calibrated}
@@ -120,35 +123,35 @@ class Replay:
             return None
         assert outcome.path is not None
         failure = outcome.load_failure
-        if failure is not None and failure.missing and _imported_here(failure.missing, failure.how):
-            # it lacked what this process imported with the architecture: it loads only where that is imported, not as deployed
-            self.errors[kind.name] = load_needs(outcome.path.name, failure.how, failure.missing, _private_file(failure.missing), failure.description)
-            return None
-        try:
-            with captured_warnings(outcome.notes):
-                if failure is None:  # replayed where nothing of the architecture is imported, as deployed (builder/clean.py)
-                    runner = stack.enter_context(isolation.open_deployed(kind, outcome.path, ctx, outcome.notes))
-                    if isinstance(runner, isolation.CleanRunner):
-                        return runner
-                else:
-                    runner = stack.enter_context(kind.open_runner(outcome.path, ctx))
-        except isolation.NeedsWhatItLacks as exc:  # it opens only where the architecture's import provides what it names
-            lacked = exc.failure
-            self.errors[kind.name] = load_needs(outcome.path.name, lacked.how, lacked.missing, _private_file(lacked.missing), lacked.description)
-            return None
-        except NotApplicable as exc:  # its runtime does not run here (Core ML off macOS): not a failure of the file
-            self.errors[kind.name] = str(exc)
-            outcome.not_applicable = True
-            return None
-        except Exception as exc:
-            self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
-            return None
-        if failure is not None:  # it loads here, beside the architecture, and failed where nothing of it is imported
-            self.errors[kind.name] = load_needs(outcome.path.name, "", "", None, failure.description)
+        # it lacked what this process imported with the architecture: it loads only where that is imported, not as deployed
+        lacked = failure if failure is not None and failure.missing and _imported_here(failure.missing, failure.how) else None
+        if lacked is None:
+            try:
+                with captured_warnings(outcome.notes):
+                    if failure is None:  # replayed where nothing of the architecture is imported, as deployed (builder/clean.py)
+                        runner = stack.enter_context(isolation.open_deployed(kind, outcome.path, ctx, outcome.notes))
+                        if isinstance(runner, isolation.CleanRunner):
+                            return runner
+                    else:
+                        runner = stack.enter_context(kind.open_runner(outcome.path, ctx))
+            except isolation.NeedsWhatItLacks as exc:  # it opens only where the architecture's import provides what it names
+                lacked = exc.failure
+            except NotApplicable as exc:  # its runtime does not run here (Core ML off macOS): not a failure of the file
+                self.errors[kind.name] = str(exc)
+                outcome.not_applicable = True
+                return None
+            except Exception as exc:
+                self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
+                return None
+        shown = lacked or failure  # with no lack named: it loads here, beside the architecture, and failed where nothing of it is imported
+        if shown is not None:
+            how, missing = (shown.how, shown.missing) if lacked is not None else ("", "")
+            self.errors[kind.name] = load_needs(outcome.path.name, how, missing, _private_file(missing) if missing else None, shown.description)
             return None
         if outcome.clean_first is not None:
+            feeds = first_sample(ctx)
             with captured_warnings(outcome.notes):
-                differs = clean_process_difference(runner, ctx, outcome.clean_first)
+                differs = None if feeds is None else clean_process_difference(runner, feeds, outcome.clean_first)
             if differs is not None:
                 self.errors[kind.name] = (
                     f"{outcome.path.name} computes differently in this process than where nothing of the architecture is imported: "
@@ -175,10 +178,6 @@ class Replay:
             raise eager_failure(self.config, self.golden, start, feeds, exc, self.eager_runner.infer) from None
         if record:
             n = length(feeds, self.signature)
-            primary = logits_of(eager, EagerRunner.name)
-            self.trace.add_batch(start, feeds)
-            self.trace.add_output(EAGER, start, n, side_by_side(eager), held[1])
-            self.eager_argmax.append(np.argmax(primary, axis=1) if primary.shape[1] else np.zeros(n, np.int64))
             if self.eager_error is None:
                 reference = samples_first(self.golden.reference_outputs(start, n), self.signature)
                 try:
@@ -195,6 +194,9 @@ class Replay:
                     self.eager_error = f"eager output does not match the golden reference: {exc}{fix}"
                 except KeyError as exc:
                     self.eager_error = f"eager output {exc} has no golden reference"
+            primary = logits_of(eager, EagerRunner.name)
+            self.eager_argmax.append(np.argmax(primary, axis=1) if primary.shape[1] else np.zeros(n, np.int64))
+            self.trace.add_eager(start, feeds, n, side_by_side(eager), held[1])
         return eager
 
     def run(self, runners: dict[str, Any], notes: dict[str, list[str]], with_eager: bool) -> None:
@@ -212,6 +214,8 @@ class Replay:
                     with captured_warnings(notes[name]):
                         out = self._compared(runner.infer(feeds), name)
                     self.trace.add_output(name, start, n, side_by_side(out), ran_for(runner, began))
+                    if self.progress is not None:  # eager's pass is counted where it runs (pipeline)
+                        self.progress(count_message(f"replaying {name}", min(start + n, len(self.golden)), len(self.golden)))
                     reference = eager
                     if name in self.calibrated:  # judged on the samples it was not calibrated on
                         keep = self._judged_mask(start, n)
@@ -294,17 +298,14 @@ class Observed:
     plan: Any
 
 
-def clean_process_difference(runner: Any, ctx: BuildContext, clean: dict[str, Any]) -> str | None:
-    """How the first golden sample's outputs of ``runner`` (the file reloaded in this process, which imported the
-    architecture) differ from ``clean`` (the same file's, in the build server's load host, which imported nothing of
-    it; builder/server.py's probe): ``None`` when every output is the same, bit for bit (the same file, input,
+def clean_process_difference(runner: Any, feeds: dict[str, np.ndarray], clean: dict[str, Any]) -> str | None:
+    """How the outputs of ``runner`` (the file reloaded in this process, which imported the architecture) for the first
+    golden sample (``feeds``: ``protocol.first_sample``) differ from ``clean`` (the same file's, in the build server's load
+    host, which imported nothing of it; builder/server.py's probe): ``None`` when every output is the same, bit for bit (the same file, input,
     runtime and thread count compute the same; NaN equals NaN). A first run that raises here is the replay's to
     report (``None``); so is a file that does not reproduce itself (random ops, dropout left on): when the outputs
     differ, the sample is run once more here, and a second run unlike the first says nothing of the architecture
     (the determinism check fails such a file)."""
-    feeds = first_sample(ctx)
-    if feeds is None:
-        return None
     try:
         here = runner.infer(feeds)
         found = _differences(here, clean)
@@ -370,8 +371,7 @@ def observe_all(
     ones in the background, ``RowDiagnosis``)."""
     clock = timings if timings is not None else {}
     clock["replay/diagnostics_inline"] = clock["replay/diagnostics_waited"] = 0.0
-    replay = Replay(config, golden, batches, model)
-    replay.trace.report = progress  # each artifact's replay counts its inputs (exporter/progress.py)
+    replay = Replay(config, golden, batches, model, progress)
     rows: dict[str, Observation] = {}
     background = by_artifact and config.effective_jobs > 1
     diagnoser: Diagnoser | None = None

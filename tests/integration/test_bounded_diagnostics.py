@@ -13,7 +13,6 @@ import pytest
 from conftest import TESTS, save_state, seeded
 from export_check.cli import main
 from export_check.config import RunConfig
-from export_check.diagnostics import run as diagnostics_run
 from export_check.diagnostics import shapes
 from export_check.run.pipeline import run_check
 
@@ -35,7 +34,7 @@ def _record(tmp_path_factory, digit_images: Path, cls_name: str) -> tuple[Path, 
 
 @pytest.fixture()
 def no_floor(monkeypatch):
-    monkeypatch.setattr(diagnostics_run, "SMALL_MODEL_PARAMETERS", 0)
+    monkeypatch.setattr(shapes, "SMALL_MODEL_PARAMETERS", 0)
 
 
 def test_the_minimum_plan_still_catches_a_baked_batch_size(tmp_path_factory, digit_images: Path, no_floor) -> None:

@@ -43,10 +43,10 @@ def test_the_same_check_under_a_slow_clock_plans_and_judges_the_same(tmp_path: P
     # the full plan on the whole probe of 24 images, at sizes 1, 7, 8 and 24
     assert [(r.size, r.images) for r in at_rest.row("torchscript-trace").diagnostics.shapes.runs] == [(1, 24), (7, 21), (8, 24), (24, 24)]
     # a plan the budget had to cut (the small-model rule off, no budget) says so in the run's headline, not only in notes
-    from export_check.diagnostics import run as diagnostics_run
+    from export_check.diagnostics import shapes as diagnostics_shapes
     from export_check.report.text import render
 
-    monkeypatch.setattr(diagnostics_run, "SMALL_MODEL_PARAMETERS", 0)
+    monkeypatch.setattr(diagnostics_shapes, "SMALL_MODEL_PARAMETERS", 0)
     cut = run_check(RunConfig(checkpoint=checkpoint, arch=ARCH, golden=tmp_path / "golden", out_dir=tmp_path / "cut", batch_size=8,
                               kinds=("torchscript-trace",), cache_dir=None, diagnostics_budget=0.0))
     (headline,) = [line for line in render(cut).splitlines() if line.startswith(("PASSED", "FAILED"))]

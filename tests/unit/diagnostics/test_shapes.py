@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from export_check.diagnostics.shapes import bounded_plan, full_plan, images_at, measure, plan_sizes, run_sizes
+from export_check.diagnostics.rows import measure
+from export_check.diagnostics.shapes import bounded_plan, full_plan, images_at, plan_sizes, run_sizes
 from export_check.feeds import Feeds
 
 rng = np.random.default_rng(0)

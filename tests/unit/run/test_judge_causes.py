@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from export_check.compare import compare
-from export_check.diagnostics.run import plan_for
+from export_check.diagnostics.shapes import plan_for
 from export_check.gates import Gate, Thresholds
 from export_check.records import Measured, Observation, SizeRuns
 from export_check.run.judge import WRONG_WEIGHTS, judge_row
