@@ -112,6 +112,46 @@ def copy_fd(src: int, dst: int | None, limit: int | None = None) -> tuple[str, i
     return digest.hexdigest(), size
 
 
+def _lstat_at(folder_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(_plain(name), dir_fd=folder_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def sweep_partials(folder_fd: int, min_age: float = PARTIAL_MIN_AGE) -> int:
+    """Remove the ``.partial`` files of writers that are gone (a run killed by SIGKILL between
+    creating and committing one) from the folder open at ``folder_fd``: a regular file no process holds a
+    ``flock`` on, untouched for ``min_age`` seconds (the moment between a writer's create and its lock).
+    How many were removed."""
+    removed = 0
+    now = time.time()
+    for name in os.listdir(folder_fd):
+        if not (name.startswith(".") and name.endswith(".partial")):
+            continue
+        st = _lstat_at(folder_fd, name)
+        if st is None or not stat.S_ISREG(st.st_mode) or now - st.st_mtime < min_age:
+            continue
+        try:
+            fd = os.open(name, _FILE, dir_fd=folder_fd)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_ino != st.st_ino:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: a writer is at work on it
+                continue
+            again = _lstat_at(folder_fd, name)
+            if again is not None and again.st_ino == st.st_ino:
+                os.unlink(name, dir_fd=folder_fd)
+                removed += 1
+        finally:
+            os.close(fd)
+    return removed
+
+
 class Folder:
     """An open folder below the cache root: every name in it is opened, replaced and removed
     through this descriptor, never through a path."""
@@ -178,10 +218,7 @@ class Folder:
         return Folder(fd, self.path / name)
 
     def lstat(self, name: str) -> os.stat_result | None:
-        try:
-            return os.stat(_plain(name), dir_fd=self.fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None
+        return _lstat_at(self.fd, name)
 
     def what(self, name: str) -> str:
         st = self.lstat(name)
@@ -227,35 +264,8 @@ class Folder:
         return name, fd
 
     def sweep_partials(self, min_age: float = PARTIAL_MIN_AGE) -> int:
-        """Remove the ``.partial`` files of writers that are gone (a run killed by SIGKILL between
-        creating and committing one): a regular file no process holds a ``flock`` on, untouched for
-        ``min_age`` seconds (the moment between a writer's create and its lock). How many were removed."""
-        removed = 0
-        now = time.time()
-        for name in os.listdir(self.fd):
-            if not (name.startswith(".") and name.endswith(".partial")):
-                continue
-            st = self.lstat(name)
-            if st is None or not stat.S_ISREG(st.st_mode) or now - st.st_mtime < min_age:
-                continue
-            try:
-                fd = os.open(name, _FILE, dir_fd=self.fd)
-            except OSError:
-                continue
-            try:
-                if os.fstat(fd).st_ino != st.st_ino:
-                    continue
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:  # held: a writer is at work on it
-                    continue
-                again = self.lstat(name)
-                if again is not None and again.st_ino == st.st_ino:
-                    os.unlink(name, dir_fd=self.fd)
-                    removed += 1
-            finally:
-                os.close(fd)
-        return removed
+        """:func:`sweep_partials` of this folder."""
+        return sweep_partials(self.fd, min_age)
 
     def commit(self, temp: str, name: str) -> None:
         """Rename ``temp`` onto ``name`` atomically (a link at ``name`` is replaced, not followed)."""

@@ -2,7 +2,7 @@
 let a hit put it in ``--out`` later without writing or hashing its bytes again where that proves nothing new
 (``store_file``, ``restore_file``; the files of an artifact: artifacts/parts.py).
 
-A stored file's sealed description (cache/store.py) carries, beside its sha256 and size, two
+A stored file's sealed description (``sealed.Stored``) carries, beside its sha256 and size, two
 identities, each ``[boot, device, inode, size, mtime_ns]``: ``seen``, of the file in the entry folder
 as it was written and hashed, and ``placed``, of the file in ``--out`` the run measured. An identity
 matches only on the same boot of the same machine (``/proc/sys/kernel/random/boot_id``; where the
@@ -29,12 +29,12 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..files import current_umask
 from ..nofollow import Folder, Refused, copy_fd, open_regular
+from .sealed import Stored
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 CHUNK = 16 << 20
@@ -42,23 +42,6 @@ CHUNK = 16 << 20
 
 class Mismatch(Exception):
     """The bytes put in ``--out`` are not the sealed ones (the caller marks the entry damaged)."""
-
-
-@dataclass(frozen=True)
-class Stored:
-    """One file of an artifact in a cache entry: its name in ``--out``, its name in the entry folder, its
-    sealed sha256 and size, and the identities it had when stored (``seen``: in the entry; ``placed``: in ``--out``)."""
-
-    shown: str
-    file: str
-    sha256: str
-    size: int
-    seen: tuple[Any, ...] = ()
-    placed: tuple[Any, ...] = ()
-
-    def to_meta(self) -> dict[str, Any]:
-        return {"as": self.shown, "file": self.file, "sha256": self.sha256, "size": self.size, "seen": list(self.seen),
-                "placed": list(self.placed)}
 
 
 def boot() -> str:
@@ -196,11 +179,3 @@ def _copy_plain(src: int, out: int, size: int) -> int:
 def record(fd: int) -> tuple[Any, ...]:
     """The identity of the open file ``fd`` now (for ``Stored.seen`` and ``Stored.placed``)."""
     return identity(os.fstat(fd))
-
-
-def from_meta(value: Any, what: str) -> Stored:
-    """A ``Stored`` from its sealed description; ``ValueError`` naming ``what`` when it is not one."""
-    if not isinstance(value, dict) or not isinstance(value.get("size"), int):
-        raise ValueError(f"meta.json describes no file for {what}")
-    return Stored(shown=str(value.get("as", "")), file=str(value["file"]), sha256=str(value["sha256"]), size=value["size"],
-                  seen=tuple(value.get("seen") or ()), placed=tuple(value.get("placed") or ()))

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..nofollow import Folder
+from .. import nofollow
 
 GB = 10**9
 DEFAULT_MAX_GB = 5.0
@@ -129,7 +129,7 @@ def usage(root: Path) -> Usage:
 
 
 def sweep_partials(root: Path) -> int:
-    """Remove the ``.partial`` files killed runs left in any entry under ``root`` (nofollow.Folder.sweep_partials:
+    """Remove the ``.partial`` files killed runs left in any entry under ``root`` (nofollow.sweep_partials:
     only those no writer holds); how many. Best effort: a folder that cannot be read is passed over."""
     removed = 0
     try:
@@ -137,11 +137,11 @@ def sweep_partials(root: Path) -> int:
     except OSError:
         return 0
     try:
-        for layout, layout_fd in _children(root_fd, _LAYOUT):
-            for shard, shard_fd in _children(layout_fd, _SHARD):
-                for name, entry_fd in _children(shard_fd, _ENTRY):
+        for _, layout_fd in _children(root_fd, _LAYOUT):
+            for _, shard_fd in _children(layout_fd, _SHARD):
+                for _, entry_fd in _children(shard_fd, _ENTRY):
                     with contextlib.suppress(OSError):
-                        removed += Folder(entry_fd, root / layout / shard / name).sweep_partials()  # _children closes entry_fd
+                        removed += nofollow.sweep_partials(entry_fd)
     finally:
         os.close(root_fd)
     return removed
@@ -228,6 +228,24 @@ def prune(root: Path, limit: int | None, *, wait: float = 0.0) -> Pruned | None:
                 elif outcome is False:
                     in_use += 1
         return Pruned(removed, freed, in_use, usage(root) if removed else now, limit)
+
+
+def evict(root: Path, limit: int | None) -> str | None:
+    """After a run stored (while it still holds its own entries: they are never the ones evicted), the least
+    recently used entries no run holds, evicted until ``root`` is under ``limit`` (``None``: no limit); what was
+    done, as a line for the report, or ``None`` when nothing had to go. Best effort, as the cache."""
+    if limit is None:
+        return None
+    try:
+        pruned = prune(root, limit)
+    except OSError as exc:
+        return f"cache: could not evict old entries from {root} ({exc.strerror or exc}); run `export-check cache prune`"
+    if pruned is None or (not pruned.removed and not pruned.in_use):
+        return None
+    line = f"cache: evicted {pruned.removed} least recently used entries ({shown_size(pruned.freed)}) to keep {root} under {shown_size(limit)}"
+    if pruned.in_use:
+        line += f"; {pruned.in_use} over the limit are in use by another run and stay"
+    return line
 
 
 def hold(fd: int) -> None:

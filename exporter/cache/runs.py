@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..artifacts import KINDS_BY_NAME
 from ..errors import error_message
 from ..files import FileInfo
-from ..nofollow import Refused, write_inside
+from ..nofollow import Refused
 from ..records import Observation, Reduced
 from ..signature import SINGLE
 from .key import run_key_inputs
-from .prune import parse_gb
+from .prune import evict, parse_gb
 from .secret import CacheKeyUnavailable, load_key
 from .store import EAGER, HIT, MISS, REBUILT, RESTORED, UNTRUSTED_NOTE, ArtifactCache, Damaged, Entry
 
@@ -111,65 +111,45 @@ def cached_run(cache: ArtifactCache, config: RunConfig) -> CachedRun | None:
     """The eager row and every selected kind as cached, with metrics and (for a kind) its file; ``None``
     unless all are. Nothing is restored yet: the pipeline first asks the judge whether today's gates can
     be judged on them (a verdict may want a per-layer table an entry does not hold)."""
-    eager = cache.lookup(EAGER)
-    if eager is None or eager.observation is None or eager.observation.metrics is None:
-        return None
     entries = {}
-    for name in config.selected_kinds:
+    for name in (EAGER, *config.selected_kinds):
         entry = cache.lookup(name)
-        if entry is None or entry.observation is None or entry.observation.metrics is None or entry.file is None:
+        if entry is None or entry.observation is None or entry.observation.metrics is None or (name != EAGER and entry.file is None):
             return None
         entries[name] = entry
-    return CachedRun(eager, entries)
+    return CachedRun(entries.pop(EAGER), entries)
 
 
 def restore_run(cache: ArtifactCache, run: CachedRun, out_dir: Path) -> tuple[list[Observation], float | None] | None:
-    """Every row's observation from the cache, its artifact restored into ``out_dir``; ``None`` when a
-    file cannot be put there intact (the build path then says why)."""
+    """Every row's observation from the cache, its artifact and its reduced subgraph restored into ``out_dir`` and
+    named there (not in the ``--out`` of the run that stored it); ``None`` when a file cannot be put there intact
+    (the build path then says why), or the entry was stored without its reduced subgraph (the row is observed again).
+    A link planted in ``--out`` where the subgraph goes is refused: the reduction then says why it is not there."""
     assert run.eager.observation is not None
     observations = [replace(run.eager.observation, cache=HIT)]
     for name, entry in run.entries.items():
-        assert entry.observation is not None and entry.sha256 is not None and entry.size is not None
+        obs = entry.observation
+        assert obs is not None and entry.sha256 is not None and entry.size is not None
+        extras = list(_reduced_files(obs) or ())
         dest = out_dir / KINDS_BY_NAME[name].filename()
+        refused = None
         try:
-            if not cache.restore(entry, dest):  # the bytes in --out are not the ones measured: build
+            if not cache.restore(entry, dest, tuple(extras)):  # the bytes in --out are not the ones measured: build
                 return None
-        except OSError:
-            return None  # --out cannot take it: the build path reports why
+        except Refused as exc:  # a link planted in --out: the reduction says why it is not there
+            refused = str(exc)
+        except (Damaged, OSError):
+            return None  # stored without its reduced subgraph, or --out cannot take it: the build path reports why
+        reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
+        if extras and obs.diagnostics is not None and reduced is not None:
+            moved = (replace(reduced, path=str(out_dir / extras[0]), data=str(out_dir / extras[1])) if refused is None
+                     else Reduced(gate=reduced.gate, model_nodes=reduced.model_nodes, optimization=reduced.optimization, error=refused))
+            obs = replace(obs, diagnostics=replace(obs.diagnostics, reduced=moved))
         parts = tuple((f.shown, f.size, f.sha256) for f in entry.files[:-1])  # the companions (an ONNX graph's .data): all but the last
         artifact = FileInfo(path=str(dest), size_bytes=entry.size + sum(size for _, size, _ in parts), sha256=entry.sha256, parts=parts)
-        observation = _with_extras(cache, entry, out_dir)
-        if observation is None:
-            return None
-        observations.append(replace(observation, artifact=artifact, build_seconds=None, replay_seconds=None, cache=HIT))
+        observations.append(replace(obs, artifact=artifact, build_seconds=None, replay_seconds=None, cache=HIT))
     cache.release()  # every file is in --out: the run needs the cache no more
     return observations, run.eager.label_accuracy
-
-
-def _with_extras(cache: ArtifactCache, entry: Entry, out_dir: Path) -> Observation | None:
-    """``entry``'s observation with its reduced subgraph put in this run's ``out_dir`` and named there (not in
-    the ``--out`` of the run that stored it), written as ``nofollow.write_inside`` writes (a link planted in
-    ``--out`` is refused: the reduction then says why it is not there); ``None`` when the entry cannot give it
-    (stored without its files: the row is observed again)."""
-    obs = entry.observation
-    assert obs is not None
-    reduced = obs.diagnostics.reduced if obs.diagnostics is not None else None
-    if obs.diagnostics is None or reduced is None or reduced.path is None or reduced.data is None:
-        return obs
-    extras = {extra[0]: extra for extra in entry.extras}
-    wanted = [f"reduced/{Path(reduced.path).name}", f"reduced/{Path(reduced.data).name}"]
-    if any(name not in extras for name in wanted):
-        return None
-    try:
-        for name in wanted:
-            write_inside(out_dir, name, cache.read_extra(entry, extras[name]))
-    except Refused as exc:
-        moved = Reduced(gate=reduced.gate, model_nodes=reduced.model_nodes, optimization=reduced.optimization, error=str(exc))
-    except (Damaged, OSError):
-        return None
-    else:
-        moved = replace(reduced, path=str(out_dir / wanted[0]), data=str(out_dir / wanted[1]))
-    return replace(obs, diagnostics=replace(obs.diagnostics, reduced=moved))
 
 
 def _reduced_files(obs: Observation) -> dict[str, Path] | None:
@@ -207,13 +187,6 @@ def _entries(observations: list[Observation], built: Mapping[str, BuiltFile], la
     return entries
 
 
-def _state(cache: ArtifactCache, obs: Observation, built: Mapping[str, BuiltFile]) -> str:
-    """Where a row's observation came from, as its report says: restored, rebuilt (a damaged or untrusted entry), or a miss."""
-    if obs.name != EAGER and built[obs.name].cache == RESTORED:
-        return RESTORED
-    return REBUILT if obs.name in cache.damaged or obs.name in cache.untrusted else MISS
-
-
 def store_observations(
     cache: ArtifactCache, config: RunConfig, observations: list[Observation], built: Mapping[str, BuiltFile], label_accuracy: float | None
 ) -> list[Observation]:
@@ -232,8 +205,12 @@ def store_observations(
             notes += (f"cache: {cache.stale[obs.name]} changed since the cached entry was stored; rebuilt",)
         if obs.name in cache.problems:
             notes += (cache.problems[obs.name],)
-        marked.append(replace(obs, cache=_state(cache, obs, built), notes=notes))
-    evicted = cache.evict()  # while this run still holds its own entries: they are never the ones evicted
+        if obs.name != EAGER and built[obs.name].cache == RESTORED:
+            state = RESTORED
+        else:  # a damaged or untrusted entry is rebuilt; else a miss
+            state = REBUILT if obs.name in cache.damaged or obs.name in cache.untrusted else MISS
+        marked.append(replace(obs, cache=state, notes=notes))
+    evicted = evict(cache.root, cache.max_bytes)  # while this run still holds its own entries: they are never the ones evicted
     cache.release()
     if evicted is not None and marked and marked[0].name == EAGER:
         marked[0] = replace(marked[0], notes=(*marked[0].notes, evicted))

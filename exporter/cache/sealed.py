@@ -7,6 +7,9 @@ The MAC is taken, under this user's cache key (``secret``), over the bytes of th
 written and the entry's folder name, so an edited, truncated, moved, or otherwise-keyed ``meta.json``
 is refused before any of its JSON is parsed. Only then is it parsed, and even then bounded: nesting
 depth and integer length are limited, and so is the file (the writer refuses what the reader would).
+
+Each file of an entry is described there as a :class:`Stored` (its name in ``--out`` and in the entry, its
+sealed sha256 and size, the identities cache/linked.py trusts): ``from_meta`` reads one back.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from .secret import CacheKey
@@ -91,3 +95,28 @@ def loads_bounded(data: bytes) -> Any:
     if depth(data) > MAX_DEPTH:
         raise ValueError(f"JSON nested more than {MAX_DEPTH} deep")
     return json.loads(data.decode("utf-8"), parse_int=_bounded_int)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One file of an artifact in a cache entry: its name in ``--out``, its name in the entry folder, its
+    sealed sha256 and size, and the identities it had when stored (``seen``: in the entry; ``placed``: in ``--out``)."""
+
+    shown: str
+    file: str
+    sha256: str
+    size: int
+    seen: tuple[Any, ...] = ()
+    placed: tuple[Any, ...] = ()
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"as": self.shown, "file": self.file, "sha256": self.sha256, "size": self.size, "seen": list(self.seen),
+                "placed": list(self.placed)}
+
+
+def from_meta(value: Any, what: str) -> Stored:
+    """A ``Stored`` from its sealed description; ``ValueError`` naming ``what`` when it is not one."""
+    if not isinstance(value, dict) or not isinstance(value.get("size"), int):
+        raise ValueError(f"meta.json describes no file for {what}")
+    return Stored(shown=str(value.get("as", "")), file=str(value["file"]), sha256=str(value["sha256"]), size=value["size"],
+                  seen=tuple(value.get("seen") or ()), placed=tuple(value.get("placed") or ()))

@@ -52,14 +52,14 @@ from typing import TYPE_CHECKING, Any
 from ..artifacts import KINDS_BY_NAME
 from ..artifacts.parts import companion_names, companions
 from ..files import fsync_dir
-from ..nofollow import Folder, Refused, sha256_regular
+from ..nofollow import Folder, Refused, sha256_regular, write_inside
 from ..records import Observation
 from ..versions import package_version
 from .key import FORMAT, local_module_sources
-from .linked import Mismatch, Stored, from_meta, restore_file, store_file
+from .linked import Mismatch, restore_file, store_file
 from .plain import from_plain
-from .prune import hold, prune, shown_size, touch
-from .sealed import MAX_META_BYTES, NotSealed, seal, unseal
+from .prune import hold, touch
+from .sealed import MAX_META_BYTES, NotSealed, Stored, from_meta, seal, unseal
 from .secret import CacheKey
 
 if TYPE_CHECKING:
@@ -158,23 +158,6 @@ class ArtifactCache:
     def release(self) -> None:
         """Let go of every entry this run held: from now on eviction may remove them."""
         _release(self._held)
-
-    def evict(self) -> str | None:
-        """Evict the least recently used entries no run holds until the cache is under its limit;
-        what was done, as a line for the report, or ``None`` when nothing had to go."""
-        if self.max_bytes is None:
-            return None
-        try:
-            pruned = prune(self.root, self.max_bytes)
-        except OSError as exc:
-            return f"cache: could not evict old entries from {self.root} ({exc.strerror or exc}); run `export-check cache prune`"
-        if pruned is None or (not pruned.removed and not pruned.in_use):
-            return None
-        line = (f"cache: evicted {pruned.removed} least recently used entries ({shown_size(pruned.freed)}) to keep {self.root} "
-                f"under {shown_size(self.max_bytes)}")
-        if pruned.in_use:
-            line += f"; {pruned.in_use} over the limit are in use by another run and stay"
-        return line
 
     def entry_key(self, name: str) -> str:
         """The entry of ``name`` (a kind, or the eager row) under this run's key and the versions of the
@@ -295,21 +278,14 @@ class ArtifactCache:
             raise Damaged(f"{file_name} is missing")
         return shown, file_name, sha, size
 
-    def read_extra(self, entry: Entry, extra: tuple[str, str, str, int]) -> bytes:
-        """The bytes of one of ``entry``'s extras, checked against its sealed sha256 (``Damaged`` else)."""
-        _, file_name, sha, size = extra
-        with self._folder(entry.name, create=False) as folder:
-            if folder is None:
-                raise Damaged("the entry folder disappeared")
-            data = folder.read(file_name, size)
-        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-            raise Damaged(f"{file_name} changed since it was stored")
-        return data
-
-    def restore(self, entry: Entry, dest: Path) -> bool:
+    def restore(self, entry: Entry, dest: Path, extras: tuple[str, ...] = ()) -> bool:
         """Put every file of the entry's artifact at ``dest`` (a companion beside it), each atomically, without
-        writing or hashing bytes that are already the sealed ones (cache/linked.py); ``False`` (and the entry
-        is damaged) when the bytes put there are not. ``OSError`` when ``dest`` cannot be written."""
+        writing or hashing bytes that are already the sealed ones (cache/linked.py), then each of ``extras`` (its
+        name in ``--out``: the reduced subgraph) inside ``dest.parent``, checked against its sealed sha256 and
+        written as ``nofollow.write_inside`` writes. ``False`` (and the entry is damaged) when the artifact's bytes
+        put there are not the sealed ones. ``Damaged`` when an extra is not in the entry or changed (it was stored
+        without them: the row is observed again), ``Refused`` when a link planted in ``--out`` stands where one goes
+        (the artifact is in place), ``OSError`` when ``--out`` cannot take them."""
         assert entry.file is not None and entry.sha256 is not None and entry.size is not None
         files = entry.files or (Stored(dest.name, entry.file.name, entry.sha256, entry.size),)
         self.restored[entry.name] = []
@@ -334,6 +310,19 @@ class ArtifactCache:
             self.damaged[entry.name] = str(exc)
             return False
         fsync_dir(dest.parent)
+        held = {extra[0]: extra for extra in entry.extras}
+        if any(name not in held for name in extras):
+            raise Damaged(f"the entry holds no {', '.join(n for n in extras if n not in held)}")
+        if extras:
+            with self._folder(entry.name, create=False) as folder:
+                if folder is None:
+                    raise Damaged("the entry folder disappeared")
+                for name in extras:
+                    _, file_name, sha, size = held[name]
+                    data = folder.read(file_name, size)
+                    if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+                        raise Damaged(f"{file_name} changed since it was stored")
+                    write_inside(dest.parent, name, data)
         return True
 
     # -- writing ------------------------------------------------------------------------------
@@ -386,7 +375,8 @@ class ArtifactCache:
                     "sources": self.local_sources(),
                     "extras": extra_meta,
                 }
-                folder.write_atomic(META, seal(self.key, folder.path.name, meta))
+                sealed = seal(self.key, folder.path.name, meta)
+                folder.write_atomic(META, sealed)
                 kept = {m["file"] for m in (artifact_meta, *extra_meta, *(artifact_meta or {}).get("parts", ())) if m is not None}
                 for old in previous - kept:
                     folder.remove_file(old)
