@@ -88,6 +88,7 @@ def one_run(side: str, size: str) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     report = WORK / size / f"report-{side}.json"
+    report.unlink(missing_ok=True)  # never read an earlier run's report as this one's
     if side == "script":
         cmd = [sys.executable, str(HERE / "baseline_large.py"), "--arch", ARCH, "--arch-kwargs", json.dumps(SIZES[size]),
                "--checkpoint", str(checkpoint), "--golden", str(golden), "--out", str(out), "--json"]
@@ -95,19 +96,21 @@ def one_run(side: str, size: str) -> dict[str, Any]:
         cmd = [*export_check_cmd(), "check", str(checkpoint), "--arch", ARCH, "--arch-kwargs", json.dumps(SIZES[size]),
                "--golden", str(golden), "--config", str(settings), "--out", str(out), "--json", str(report), "--no-cache", "-q"]
     log = WORK / size / f"{side}.log"
+    at_peak: list[tuple[str, int, float]] = []
     with open(log, "wb") as sink:
         if side == "script":  # it prints its JSON
             with open(report, "wb") as printed:
-                code, wall, cpu, peak = measured(cmd, stdout=printed, stderr=sink)
+                code, wall, cpu, peak = measured(cmd, stdout=printed, stderr=sink, at_peak=at_peak)
         else:
-            code, wall, cpu, peak = measured(cmd, stdout=sink)
+            code, wall, cpu, peak = measured(cmd, stdout=sink, at_peak=at_peak)
     if code not in (0, 1):
         raise SystemExit(f"{side} on {size} failed ({code}): {log.read_text()[-3000:]}")
     found = json.loads(report.read_text())
     rows = ({row["name"]: row["status"] for row in found["rows"]} if side == "check"
             else {name: "built" for name in found["artifacts"]})
     return {"wall": wall, "cpu": cpu, "pss_mb": peak, "disk_mb": disk_mb(out), "code": code, "rows": rows,
-            "stages": found.get("timings") if side == "check" else found.get("seconds")}
+            "stages": found.get("timings") if side == "check" else found.get("seconds"),
+            "at_peak": sorted(((role, round(pss)) for role, _, pss in at_peak), key=lambda p: -p[1])}
 
 
 def bench(size: str, repeats: int) -> dict[str, Any]:
@@ -117,11 +120,13 @@ def bench(size: str, repeats: int) -> dict[str, Any]:
             runs[side].append(one_run(side, size))
             last = runs[side][-1]
             print(f"  {size} {side}: wall {last['wall']:.1f} s, CPU {last['cpu']:.1f} s, peak PSS {last['pss_mb']:.0f} MB, "
-                  f"disk {last['disk_mb']:.0f} MB", flush=True)
+                  f"disk {last['disk_mb']:.0f} MB; at the peak: " + ", ".join(f"{role} {pss}" for role, pss in last["at_peak"]),
+                  flush=True)
     median = {side: {key: statistics.median(r[key] for r in series) for key in ("wall", "cpu", "pss_mb", "disk_mb")}
               for side, series in runs.items()}
     return {"size": size, "kwargs": SIZES[size], "repeats": repeats, "median": median, "rows": runs["check"][0]["rows"],
-            "stages": {side: series[0]["stages"] for side, series in runs.items()}}
+            "stages": {side: series[0]["stages"] for side, series in runs.items()},
+            "at_peak": {side: series[0]["at_peak"] for side, series in runs.items()}}
 
 
 def parameters(size: str) -> float:

@@ -58,17 +58,35 @@ def tree_pids(root: int) -> list[int]:
 
 def tree_pss_mb(root: int) -> float:
     """The summed PSS (``/proc/<pid>/smaps_rollup``) of ``root`` and its live descendants, in MB (2**20 bytes)."""
-    total_kb = 0
+    return sum(pss for _, pss in tree_pss_by_pid(root))
+
+
+def tree_pss_by_pid(root: int) -> list[tuple[int, float]]:
+    """(pid, PSS in MB) of ``root`` and each live descendant (a process that ended meanwhile, or a zombie, left out)."""
+    found = []
     for pid in tree_pids(root):
         try:
             with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
                 for line in rollup:
                     if line.startswith(b"Pss:"):
-                        total_kb += int(line.split()[1])
+                        found.append((pid, int(line.split()[1]) / 1024))
                         break
         except OSError:  # ended meanwhile, or a zombie
             continue
-    return total_kb / 1024
+    return found
+
+
+def process_role(pid: int) -> str:
+    """What a process of the tree is, from its name (``/proc/<pid>/comm``, which export-check's processes set:
+    builder/lifeline.py ``name_process``) and its command line; ``?`` once it has ended."""
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            name = comm.read().strip()
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+    except OSError:
+        return "?"
+    return name if name.startswith("xc ") else " ".join(a.decode(errors="replace") for a in argv[:3])[:60]
 
 
 class TreePeak:
@@ -76,13 +94,20 @@ class TreePeak:
 
     def __init__(self, root: int, every: float = SAMPLE_SECONDS) -> None:
         self.root, self.every, self.peak = root, every, 0.0
+        self.at_peak: list[tuple[str, int, float]] = []  # (role, pid, PSS MB) of each process when the peak was read
+        self._roles: dict[int, str] = {}
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
         while True:
-            self.peak = max(self.peak, tree_pss_mb(self.root))
+            found = tree_pss_by_pid(self.root)
+            total = sum(pss for _, pss in found)
+            if total > self.peak:
+                for pid, _ in found:  # a pid's role read again each sample: a fork renames itself after it started
+                    self._roles[pid] = process_role(pid)
+                self.peak, self.at_peak = total, [(self._roles.get(pid, "?"), pid, pss) for pid, pss in found]
             if self._done.wait(self.every):
                 return
 
@@ -93,14 +118,17 @@ class TreePeak:
 
 
 def measured(cmd: list[str], stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.STDOUT, env: dict[str, str] | None = None,
-             cwd: Path = REPO) -> tuple[int, float, float, float]:
-    """Run ``cmd`` to its end: (exit code, wall seconds, tree CPU seconds, tree peak PSS in MB)."""
+             cwd: Path = REPO, at_peak: list[tuple[str, int, float]] | None = None) -> tuple[int, float, float, float]:
+    """Run ``cmd`` to its end: (exit code, wall seconds, tree CPU seconds, tree peak PSS in MB); ``at_peak``, when
+    given, is filled with each process's (role, pid, PSS MB) at the peak (``TreePeak.at_peak``)."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=stderr, env=None if env is None else {**os.environ, **env})
     sampler = TreePeak(proc.pid)
     _, status, usage = os.wait4(proc.pid, 0)  # a descendant that outlives the command leaves its tree (reparented)
     wall = time.perf_counter() - started
     peak = sampler.stop()
+    if at_peak is not None:
+        at_peak[:] = sampler.at_peak
     proc.returncode = os.waitstatus_to_exitcode(status)
     return proc.returncode, wall, usage.ru_utime + usage.ru_stime, peak
 

@@ -357,9 +357,9 @@ class OnnxRunner:
 def onnx_batch_dims(path: Path, signature: Signature = SINGLE) -> list[tuple[str, str, int, str | int | None]]:
     """(side, name, batch axis, its dimension) for every graph input and output: a symbol name when
     dynamic, an int when fixed, ``None`` when unknown. Axes come from the signature (default 0)."""
-    import onnx
+    from ._external import graph_io
 
-    model = onnx.load(str(path), load_external_data=False)
+    graph_inputs, graph_outputs = graph_io(path)  # without the weights: this runs after every ONNX build
     axes = {i.name: i.batch_axis for i in signature.inputs} | {o.name: o.batch_axis for o in signature.outputs}
 
     def dim(value: Any, axis: int) -> str | int | None:
@@ -371,7 +371,7 @@ def onnx_batch_dims(path: Path, signature: Signature = SINGLE) -> list[tuple[str
         return int(dims[axis].dim_value) if dims[axis].HasField("dim_value") else None
 
     found: list[tuple[str, str, int, str | int | None]] = []
-    for side, values in (("input", model.graph.input), ("output", model.graph.output)):
+    for side, values in (("input", graph_inputs), ("output", graph_outputs)):
         for value in values:
             axis = axes.get(value.name, 0)
             found.append((side, value.name, axis, dim(value, axis)))

@@ -100,6 +100,11 @@ def place(written: Path, tmp: Path, final: Path) -> dict[str, str]:
     data = final.with_name(data_name(final.name))
     with contextlib.suppress(FileNotFoundError):
         data.unlink()  # an earlier file of this name is not this model's (onnx.save would append to it)
+    if written.stat().st_size <= external_above() and not [p for p in written.parent.iterdir() if p != written]:
+        # alone in its scratch folder: no tensor can be outside it, and it is within the limit; a rename, not a parse
+        # of the whole model (weights included) to find that out
+        os.replace(written, tmp)
+        return {}
     model = onnx.load(str(written), load_external_data=False)
     external = _external_tensors(model)
     total = written.stat().st_size + _external_bytes(written.parent, external)
@@ -164,3 +169,66 @@ def _consolidate(model: Any, external: list[Any], folder: Path, data: Path) -> N
                 entry.key, entry.value = key, value
         out.flush()
         os.fsync(out.fileno())
+
+
+def graph_io(path: Path) -> tuple[list[Any], list[Any]]:
+    """The graph inputs and outputs (``onnx.ValueInfoProto``) of the ONNX file at ``path``, read without its weights.
+
+    ``onnx.load`` parses the whole file, an inline model's weights included (a 366 MB copy for the 92 M model of
+    issue 43, after every ONNX build, to read a few names and shapes). This walks the protobuf wire format of the
+    file, memory-mapped, to ModelProto's ``graph`` (field 7) and in it to ``input`` (11) and ``output`` (12), and
+    parses only those; every other field, the initializers too, is stepped over by its length. A file it cannot
+    walk (not protobuf, cut short) is parsed whole by ``onnx.load``, which says what is wrong with it."""
+    import mmap
+
+    import onnx
+
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            inputs: list[Any] = []
+            outputs: list[Any] = []
+            for start, end in _fields_of(view, 0, len(view), 7):
+                for field, into in ((11, inputs), (12, outputs)):
+                    into.extend(onnx.ValueInfoProto.FromString(view[a:b]) for a, b in _fields_of(view, start, end, field))
+            return inputs, outputs
+    except (ValueError, OSError, IndexError):  # an empty file cannot be mapped; a malformed one cannot be walked
+        model = onnx.load(str(path), load_external_data=False)
+        return list(model.graph.input), list(model.graph.output)
+
+
+def _fields_of(view: Any, start: int, end: int, wanted: int) -> list[tuple[int, int]]:
+    """The (start, end) of each length-delimited field numbered ``wanted`` in the message at ``view[start:end]``, in order
+    (a repeated field's items; a message field given twice, which protobuf merges); ValueError where the bytes are not
+    protobuf's wire format."""
+    found, at = [], start
+    while at < end:
+        key, at = _varint(view, at, end)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, at = _varint(view, at, end)
+        elif wire == 1:
+            at += 8
+        elif wire == 5:
+            at += 4
+        elif wire == 2:
+            length, at = _varint(view, at, end)
+            if field == wanted:
+                found.append((at, at + length))
+            at += length
+        else:  # groups (3, 4) are not in ONNX's schema; 6, 7 do not exist
+            raise ValueError(f"wire type {wire}")
+        if at > end or field == 0:
+            raise ValueError("truncated")
+    return found
+
+
+def _varint(view: Any, at: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= end or shift > 63:
+            raise ValueError("truncated varint")
+        byte = view[at]
+        value |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if not byte & 0x80:
+            return value, at

@@ -293,6 +293,7 @@ def serve_host(channel_fd: int, parent_pid: int, runtime: str, pdeathsig: bool =
     elif os.getppid() != parent_pid:
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent alone decides, and closes the channel
+    lifeline.name_process(f"host {runtime}")
     from ..artifacts import KINDS
 
     # the runtime, and the runners of its kinds (none imports torch), once here rather than in each replay child
@@ -371,6 +372,7 @@ def serve_replay(fd: int) -> None:
         logged: list[str] = []
         try:
             with captured_warnings(notes), protocol.logged_exceptions() as logged:
+                lifeline.name_process(f"r {opening['module'].rpartition('.')[2]}")
                 ctx = pickle.loads(opening["ctx"])
                 pin_threads(ctx)
                 _pin_interop_threads()

@@ -63,6 +63,7 @@ def serve(request_fd: int, reply_fd: int, life_fd: int | None = None, parent_pid
     # Ctrl-C at a terminal signals the whole process group: the parent alone decides (it stops this
     # server and the build under way), so neither this server nor its children print a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    lifeline.name_process("server")
     BuildServer(life_fd, channel_fd).serve(request_fd, reply_fd)
 
 
@@ -296,6 +297,7 @@ def build_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """Run the request's build in this process (a build child) and return its reply."""
     from ..artifacts._common import captured_warnings
 
+    lifeline.name_process(f"b {request['module'].rpartition('.')[2]}")
     sys.path[:] = request["sys_path"]
     os.chdir(request["cwd"])
     if "env" in request:  # the parent's export-check switches, as they are for this build
@@ -334,6 +336,7 @@ def load_here(request: dict[str, Any], ctx: Any) -> dict[str, Any]:
     from ..artifacts._common import captured_warnings
     from ..errors import describe_exception
 
+    lifeline.name_process(f"l {request['module'].rpartition('.')[2]}")
     os.chdir(request["cwd"])
     reply: dict[str, Any] = {"status": "ok"}
     try:
@@ -404,6 +407,7 @@ class LoadHost:
             code = 0
             try:
                 lifeline.die_with_parent(server)
+                lifeline.name_process("load host")
                 for fd in (*server_fds, request_w, reply_r):
                     os.close(fd)
                 LoadServer(life_fd, import_seconds, channel_fd).serve_loads(request_r, reply_w)

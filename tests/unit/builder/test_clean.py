@@ -76,6 +76,10 @@ def test_a_file_is_replayed_in_a_process_that_never_imported_the_architecture_an
         assert runner.last_seconds is not None and 0 < runner.last_seconds < 60
         used = runner.settings_in_use
         child = runner.pid
+        if sys.platform.startswith("linux") and child is not None:  # each process says what it is (lifeline.name_process)
+            assert Path(f"/proc/{child}/comm").read_text().strip() == "xc r torchscrip"  # 15 bytes: the kernel's limit
+            host = int(Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()[1])
+            assert Path(f"/proc/{host}/comm").read_text().strip() == "xc load host"
     assert child is not None and child != os.getpid()
     assert not (seen / str(child)).exists(), sorted(p.name for p in seen.iterdir())  # it never imported the architecture
     assert sorted(p.name for p in seen.iterdir()) == [str(os.getpid())]
