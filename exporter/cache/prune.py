@@ -112,39 +112,30 @@ def _children(fd: int, pattern: re.Pattern[str]) -> Iterator[tuple[str, int]]:
 
 def usage(root: Path) -> Usage:
     """Every entry under ``root``, least recently used first (an absent cache: none)."""
+    return Usage(root, _entries(root, sweep=False))
+
+
+def _entries(root: Path, *, sweep: bool) -> tuple[EntryUse, ...]:
+    """Every entry under ``root``, least recently used first; with ``sweep``, each entry's ``.partial`` files that
+    killed runs left removed before it is measured (``nofollow.sweep_partials``: only those no writer holds; best
+    effort, a folder that cannot be swept is measured as it is)."""
     found = []
     try:
         root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return Usage(root, ())
+        return ()
     try:
         for layout, layout_fd in _children(root_fd, _LAYOUT):
             for shard, shard_fd in _children(layout_fd, _SHARD):
                 for name, entry_fd in _children(shard_fd, _ENTRY):
+                    if sweep:
+                        with contextlib.suppress(OSError):
+                            nofollow.sweep_partials(entry_fd)
                     st = os.fstat(entry_fd)
                     found.append(EntryUse(root / layout / shard / name, _entry_size(entry_fd), st.st_mtime))
     finally:
         os.close(root_fd)
-    return Usage(root, tuple(sorted(found, key=lambda e: (e.last_used, str(e.path)))))
-
-
-def sweep_partials(root: Path) -> int:
-    """Remove the ``.partial`` files killed runs left in any entry under ``root`` (nofollow.sweep_partials:
-    only those no writer holds); how many. Best effort: a folder that cannot be read is passed over."""
-    removed = 0
-    try:
-        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return 0
-    try:
-        for _, layout_fd in _children(root_fd, _LAYOUT):
-            for _, shard_fd in _children(layout_fd, _SHARD):
-                for _, entry_fd in _children(shard_fd, _ENTRY):
-                    with contextlib.suppress(OSError):
-                        removed += nofollow.sweep_partials(entry_fd)
-    finally:
-        os.close(root_fd)
-    return removed
+    return tuple(sorted(found, key=lambda e: (e.last_used, str(e.path))))
 
 
 def _remove(entry: EntryUse) -> bool | None:
@@ -215,8 +206,7 @@ def prune(root: Path, limit: int | None, *, wait: float = 0.0) -> Pruned | None:
     with _evicting(root, wait) as held:
         if not held:
             return None
-        sweep_partials(root)
-        now = usage(root)
+        now = Usage(root, _entries(root, sweep=True))  # one walk: abandoned .partial files swept, then every entry measured
         total, removed, freed, in_use = now.size, 0, 0, 0
         if limit is not None:
             for entry in now.entries:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from export_check.cache.prune import GB, hold, parse_gb, prune, shown_size, sweep_partials, touch, usage
+from export_check.cache.prune import GB, evict, hold, parse_gb, prune, shown_size, touch, usage
 
 
 def entry(root: Path, n: int, size: int, last_used: float) -> Path:
@@ -66,6 +66,20 @@ def test_an_entry_a_run_holds_is_kept_and_counted(cache) -> None:
     assert not entries[0].exists() and not entries[1].exists() and done.left.size == 300
 
 
+def test_evict_says_in_one_line_what_went_and_what_another_run_holds(cache) -> None:
+    root, entries = cache
+    assert evict(root, None) is None and evict(root, 600) is None and len(usage(root).entries) == 3  # no limit, or under it
+    fd = os.open(entries[2], os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        hold(fd)  # the least recently used entry is another run's: it stays, the next two go
+        line = evict(root, 100)
+    finally:
+        os.close(fd)
+    assert line == (f"cache: evicted 2 least recently used entries (300 B) to keep {root} under 100 B; "
+                    "1 over the limit are in use by another run and stay")
+    assert entries[2].exists() and not entries[0].exists() and not entries[1].exists()
+
+
 def test_removal_follows_no_link_and_leaves_a_folder_it_did_not_make(cache, tmp_path: Path) -> None:
     root, entries = cache
     precious = tmp_path / "precious.txt"
@@ -94,7 +108,9 @@ def test_abandoned_partials_are_swept_and_a_fresh_one_is_not(cache) -> None:
     old.write_bytes(b"half")
     fresh.write_bytes(b"half")
     os.utime(old, (1.0, 1.0))
-    assert sweep_partials(root) == 1 and not old.exists() and fresh.exists()
+    assert usage(root).size == 608  # usage only reads
+    done = prune(root, None)  # pruning sweeps each entry before it measures it
+    assert done is not None and done.left.size == 604 and not old.exists() and fresh.exists()
 
 
 def test_touch_marks_an_entry_used_now(cache) -> None:
