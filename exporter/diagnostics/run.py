@@ -107,12 +107,12 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
 
 
 class SizeOutputs(dict):
-    """Eager's outputs by batch size (``eager_sizes_ahead``), with the plan every row then follows."""
+    """Eager's outputs by batch size (``eager_at_sizes``), with the plan every row then follows."""
 
     plan: shapes.SizePlan
 
 
-def eager_sizes_ahead(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE, golden_size: int | None = None,
+def eager_at_sizes(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE, golden_size: int | None = None,
                       budget: float = 1e9) -> SizeOutputs:
     """Eager over the probe at every planned size but the main one (the replay computes that one);
     the plan is chosen here (``shapes.plan_for``) and carried on the result for every row.
@@ -152,7 +152,7 @@ class Diagnoser:
     Set up once the replay has run eager over the golden set (``trace`` holds eager's outputs and
     timings); then :meth:`observe` for each row, as soon as that row's replay is done and while its
     runner is still open, so the pipeline can diagnose one artifact while the next one builds.
-    ``eager_ahead`` is ``eager_sizes_ahead``'s result; the batch-size check is ``shapes.SizeCheck``'s.
+    ``eager_ahead`` is ``eager_at_sizes``'s result; the batch-size check is ``shapes.SizeCheck``'s.
     """
 
     def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, progress, trace: ReplayTrace,

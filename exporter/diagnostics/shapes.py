@@ -260,7 +260,7 @@ class SizeCheck:
     (``columns_of``, from the golden set's first sample), eager's outputs at every planned size (the main one from the
     replay), and a calibrated row's probe (``CalibratedProbe``), made for the first calibrated row and shared.
     :meth:`measure` runs a row's sizes and measures them against eager's. ``eager`` runs the eager model
-    (``rows.rows_of`` of its outputs); ``eager_ahead`` is ``eager_sizes_ahead``'s result."""
+    (``rows.rows_of`` of its outputs); ``eager_ahead`` is ``run.eager_at_sizes``'s result."""
 
     def __init__(self, eager: Infer, trace: ReplayTrace, golden: GoldenSet, model: Any, batch_size: int, budget: float,
                  eager_ahead: Mapping[int, Any] | None = None) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..config import RunConfig
-from ..diagnostics.run import eager_sizes_ahead as eager_sizes_at
+from ..diagnostics.run import eager_at_sizes
 from ..diagnostics.trace import ReplayTrace
 from ..errors import ArchitectureError, ArtifactError, describe_exception
 from ..feeds import length
@@ -43,4 +43,4 @@ def eager_failure(config: RunConfig, golden: GoldenSet, start: int, feeds: dict[
 def eager_sizes_ahead(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> dict[int, Any] | None:
     """Eager's share of the batch-size check, run before the builds (only for a set held in memory)."""
     probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)
-    return None if probe is None else eager_sizes_at(model, probe, config.batch_size, golden.signature, len(golden), config.diagnostics_budget)
+    return None if probe is None else eager_at_sizes(model, probe, config.batch_size, golden.signature, len(golden), config.diagnostics_budget)
