@@ -5,6 +5,7 @@ scratch folder (the legacy exporter's one file per tensor, too), ``place`` makes
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..errors import ArtifactError
 from ._common import OnnxRunner, atomic_path, require_dynamic_batch
@@ -20,16 +21,16 @@ def _legacy_export(ctx: BuildContext, args: tuple, kwargs: dict, tmp: Path, inpu
     # TransformerEncoderLayer takes a native fast path that has no ONNX form), so autograd kept every activation of
     # the example batch for a backward that never comes, until the export returned: 9/10 of the export's peak
     # above the model (TokenTransformer 92 M, batch 16: about 1.5 GB). Saved tensors are dropped instead: the same
-    # graph is recorded (the file is byte-identical), nothing is kept for backward (benchmarks/NOTES.md, "Big models").
+    # graph is recorded (the file is byte-identical), nothing is kept for backward (BENCHMARKS.md, "Big models").
     with torch.autograd.graph.saved_tensors_hooks(_drop_saved, _never_unpacked):
         _export(ctx, args, kwargs, tmp, input_names, output_names)
 
 
-def _drop_saved(tensor: object) -> None:
+def _drop_saved(tensor: Any) -> None:
     return None
 
 
-def _never_unpacked(packed: object) -> object:
+def _never_unpacked(packed: Any) -> Any:
     raise ArtifactError("internal: a backward pass ran during the ONNX export")
 
 

@@ -1,5 +1,5 @@
-"""ONNX files read and placed without their weights (artifacts/_external.py ``graph_io``, ``place``; issue 43): after
-every ONNX build the file's graph inputs and outputs are read to check its batch axis, and the file is moved into
+"""ONNX files read and placed without their weights (artifacts/_external.py ``graph_io``, ``node_count``, ``place``;
+issue 43): after every ONNX build the file's graph inputs and outputs are read to check its batch axis, and the file is moved into
 place. Neither parses the weights of an inline model any more (a 366 MB copy for the 92 M benchmark model): the
 graph's inputs and outputs are found by walking the protobuf wire format, and a file alone in its scratch folder
 within the limit is renamed. Each must give what ``onnx.load`` gives, or fall back to it."""
@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from export_check.artifacts import _external
 from export_check.artifacts._common import onnx_batch_dims
-from export_check.artifacts._external import graph_io, place
+from export_check.artifacts._external import graph_io, node_count, place
 from export_check.signature import SINGLE
 
 NAMES = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=12)
@@ -52,6 +52,7 @@ def test_the_graphs_inputs_and_outputs_are_what_onnx_load_reads(tmp_path_factory
     found = graph_io(path)
     assert found == _by_onnx(path)
     assert [v.name for v in found[0]] == [name for name, _ in inputs]
+    assert node_count(path) == len(outputs) == len(onnx.load(str(path)).graph.node)
 
 
 def test_a_graph_given_twice_is_merged_as_protobuf_merges_it(tmp_path: Path) -> None:
@@ -60,7 +61,7 @@ def test_a_graph_given_twice_is_merged_as_protobuf_merges_it(tmp_path: Path) -> 
     path = tmp_path / "twice.onnx"
     path.write_bytes(first + second)  # one message: its graph field twice, whose repeated inputs concatenate
     inputs, outputs = graph_io(path)
-    assert [v.name for v in inputs] == ["a", "b"] and [v.name for v in outputs] == ["y"]
+    assert [v.name for v in inputs] == ["a", "b"] and [v.name for v in outputs] == ["y"] and node_count(path) == 1
     assert (inputs, outputs) == _by_onnx(path)
 
 
