@@ -22,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,9 @@ def bench(size: str, repeats: int) -> dict[str, Any]:
                   flush=True)
     median = {side: {key: statistics.median(r[key] for r in series) for key in ("wall", "cpu", "pss_mb", "disk_mb")}
               for side, series in runs.items()}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     return {"size": size, "kwargs": SIZES[size], "repeats": repeats, "median": median, "rows": runs["check"][0]["rows"],
+            "measured": f"{time.strftime('%Y-%m-%d')}, {commit or '?'}",
             "stages": {side: series[0]["stages"] for side, series in runs.items()},
             "at_peak": {side: series[0]["at_peak"] for side, series in runs.items()}}
 
@@ -149,6 +152,12 @@ def render(results: list[dict[str, Any]]) -> str:
                  f"({c[k] / s[k]:.2f}x)" for k in ("wall", "cpu", "pss_mb", "disk_mb")]
         statuses = ", ".join(f"{name} {status}" for name, status in r["rows"].items())
         lines.append(f"| {r['size']} | {parameters(r['size']):.0f} M | {r['repeats']} | {' | '.join(cells)} | {statuses} |")
+    lines += ["", "Each process's PSS (MB) at the tree's peak, the first check of each size (processes name themselves: "
+              "`xc server`, `xc load host`, `xc host <runtime>`, and `xc b`/`l`/`r <kind>` for a build, load-probe and replay "
+              "child; `/proc/<pid>/comm` keeps 15 bytes), and when and at which commit each size was measured:", ""]
+    for r in results:
+        procs = ", ".join(f"{role} {pss}" for role, pss in r.get("at_peak", {}).get("check", []))
+        lines.append(f"- {r['size']} ({r.get('measured', 'an earlier commit, before the per-process breakdown')}): {procs or 'not recorded'}")
     lines += ["", "Targets: CPU and peak memory at most 1.05x the script's, wall at most the script's. Reproduce:", "",
               "    python benchmarks/big_models.py --sizes 14m 92m --repeats 2 --write BENCHMARKS.md",
               "    python benchmarks/big_models.py --sizes 700m --write BENCHMARKS.md   # 2.9 GB of fp32 weights", "", END]

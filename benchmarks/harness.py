@@ -86,7 +86,7 @@ def process_role(pid: int) -> str:
             argv = cmdline.read().split(b"\0")
     except OSError:
         return "?"
-    return name if name.startswith("xc ") else " ".join(a.decode(errors="replace") for a in argv[:3])[:60]
+    return name if name.startswith("xc ") else " ".join(Path(a.decode(errors="replace")).name for a in argv[:2])
 
 
 class TreePeak:
