@@ -142,21 +142,13 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
     timings["build"] = builds.waited
     timings["replay"] = replayed - builds.waited
     if cache is not None:
-        observations = _stored(cache, config, observations, builds, label_accuracy, run_notes)
+        observations = store_observations(cache, config, observations, builds.outcomes, label_accuracy)
+        if cache.problems:  # best effort: the run's verdicts stand; each row's note says why its entry was not kept
+            count, reason = len(cache.problems), next(iter(cache.problems.values())).removeprefix("cache: ")
+            run_notes.append(f"cache: {count} {'entry' if count == 1 else 'entries'} not stored: {reason}")
         timings["cache_store"] = time.perf_counter() - started - sum(timings.values())
     timings.update(parts)  # after the stages: each stage above is the time since the sum of the ones before it
     return observations, label_accuracy
-
-
-def _stored(cache: ArtifactCache, config: RunConfig, observations: list[Observation], builds: Builds, label_accuracy: float | None,
-            run_notes: list[str]) -> list[Observation]:
-    """The observations as stored in the cache; what was not kept is one run note (each row's note says why)."""
-    observations = store_observations(cache, config, observations, builds.outcomes, label_accuracy)
-    if cache.problems:  # best effort: the run's verdicts stand
-        count = len(cache.problems)
-        reason = next(iter(cache.problems.values())).removeprefix("cache: ")
-        run_notes.append(f"cache: {count} {'entry' if count == 1 else 'entries'} not stored: {reason}")
-    return observations
 
 
 def _build_context(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> BuildContext:
