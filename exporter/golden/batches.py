@@ -67,9 +67,7 @@ class GoldenBatches:
         self.golden = golden
         self.batch_size = batch_size
         self.budget = memory_budget() if budget is None else budget
-        stream = golden.feed_batches(batch_size)
-        first_start, self.first = next(stream)
-        per_sample = _nbytes(self.first) / max(self.length(self.first), 1)
+        (first_start, self.first), per_sample, stream = golden.first_batch(batch_size)
         self.held: list[tuple[int, Feeds]] | None = None
         self._rest: Iterator[tuple[int, Feeds]] | None = None  # the batches after the first, until the spill reads them
         self._spill: SpilledBatches | None = None  # complete once _rest is consumed

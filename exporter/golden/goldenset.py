@@ -5,9 +5,9 @@ batches (``batches``, ``feed_batches``; :func:`stack_batches` is the one batchin
 and replay share), and the approved references read once per set and checked against the manifest
 (``reference``, ``reference_samples``, ``reference_outputs``). Every file is read beneath the
 golden folder by a path the manifest gives (checked once, when the manifest is parsed: nothing
-leaves the folder, no link is followed) and must match its sha256
-(:func:`~export_check.golden.reading.read_verified`, which hands the bytes on once); its bytes are
-decoded whole by :mod:`export_check.golden.inputs`. Parsing and validating the manifest that
+leaves the folder, no link is followed) within the bounds of :mod:`export_check.golden.reading`
+(:func:`read_beneath`) and must match its sha256 (:func:`read_verified`, which hands the bytes on once);
+its bytes are decoded whole by :mod:`export_check.golden.inputs`. Parsing and validating the manifest that
 builds a GoldenSet is :mod:`export_check.golden.manifest`.
 """
 
@@ -20,18 +20,53 @@ from typing import Any
 
 import numpy as np
 
+from .. import files
 from ..errors import GoldenError
 from ..signature import SINGLE, InputSpec, Signature
 from .calibration import CalibrationSplit, default_calibration
 from .inputs import Preprocess, decode_input, decode_sample, load_npy, load_npz, npy_header
 from .labels import Label, labels_of, primary_labels
-from .reading import ARRAY_MAX_BYTES, read_verified
+from .reading import ARRAY_MAX_BYTES, FILE_MAX_BYTES, describe, sha256_bytes
 from .reading import MANIFEST as MANIFEST  # named here too, where the run and the store import it from
 
 VERSION_1 = 1  # one float input, one logits output (SINGLE); still written when a set is exactly that
 VERSION_2 = 2  # a recorded signature: named inputs and outputs
 INPUT = "input"  # format 1's one input
 LOGITS = "logits"  # format 1's one output
+
+
+def read_beneath(root: Path, rel: str, limit: int, fix: str, missing: str = "") -> bytes:
+    """``root/rel``'s bytes, or one GoldenError line: missing (``missing`` says so), a link, not a
+    regular file, too large, unreadable, a Git LFS pointer in place of the file."""
+    shown = root / rel
+    try:
+        data = files.read_fd(files.open_beneath(root, rel), limit, shown)
+    except FileNotFoundError:
+        raise GoldenError(missing or f"{shown}: missing; {fix}") from None
+    except files.UnsafeFile as exc:
+        raise GoldenError(f"{shown}: {describe(exc)}; refused, {fix}") from None
+    except IsADirectoryError:
+        raise GoldenError(f"{shown}: is a directory, expected a file; {fix}") from None
+    except OSError as exc:
+        raise GoldenError(f"{shown}: cannot read ({describe(exc)}); check its permissions") from None
+    pointer = files.lfs_pointer(data)
+    if pointer is not None:
+        raise GoldenError(f"{shown}: {pointer}")
+    return data
+
+
+def read_verified(root: Path, rel: str, expected: str) -> bytes:
+    """The bytes of the file ``rel`` the manifest names (:func:`read_beneath`), which must match its sha256 ``expected``."""
+    path = root / rel
+    data = read_beneath(root, rel, FILE_MAX_BYTES, "restore it or re-record the golden set",
+                        f"{path}: listed in {MANIFEST} but missing; restore it or re-record the golden set")
+    actual = sha256_bytes(data)
+    if actual != expected:
+        raise GoldenError(
+            f"{path}: content changed since recording (sha256 {actual[:12]}… != manifest {expected[:12]}…); "
+            "restore the file, or re-record/approve the golden set if the change is intended"
+        )
+    return data
 
 
 @dataclass(frozen=True)
@@ -203,7 +238,7 @@ class GoldenSet:
 
     def load_sample(self, item: GoldenInput) -> dict[str, np.ndarray]:
         """One sample's named inputs, without the batch axis, in the signature's dtypes: its file's bytes
-        read once and hash-checked (reading.py), then decoded whole (inputs.py)."""
+        read once and hash-checked (:func:`read_verified`), then decoded whole (inputs.py)."""
         data = read_verified(self.root, item.file, item.sha256)
         if self.version == VERSION_1:  # format 1: the one float input, an image or .npy tensor
             return {INPUT: decode_input(data, item.file, self.preprocess, self.root / item.file)}
@@ -230,8 +265,21 @@ class GoldenSet:
     def calibration_batches(self, batch_size: int) -> tuple[dict[str, np.ndarray], ...]:
         """The calibration split (``calibration_indices``) as batches of named inputs, for the statically quantized
         kinds; each sample is read and its hash checked again, decoded a batch at a time (as :meth:`feed_batches`)."""
-        samples = (self.load_sample(self.inputs[i]) for i in self.calibration_indices())
-        return tuple(feeds for _, feeds in stack_batches(samples, self.signature.inputs, batch_size))
+        return tuple(feeds for _, feeds in self._sample_batches([self.inputs[i] for i in self.calibration_indices()], batch_size))
+
+    def _sample_batches(self, items: Sequence[GoldenInput], batch_size: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """``items``' samples, each read, hash-checked and decoded (:meth:`load_sample`) as its batch is stacked
+        (:func:`stack_batches`); ``start`` counts in ``items``."""
+        return stack_batches((self.load_sample(item) for item in items), self.signature.inputs, batch_size)
+
+    def first_batch(self, batch_size: int) -> tuple[tuple[int, dict[str, np.ndarray]], float, Iterator[tuple[int, dict[str, np.ndarray]]]]:
+        """The first of :meth:`feed_batches`, decoded now; the bytes its inputs decode to per sample (what a run
+        sizes the whole set by); and the batches after it, decoded as they are read."""
+        stream = self.feed_batches(batch_size)
+        start, feeds = next(stream)
+        spec = self.signature.inputs[0]  # every input of a batch holds its samples along its batch axis
+        per_sample = sum(int(np.asarray(a).nbytes) for a in feeds.values()) / max(int(feeds[spec.name].shape[spec.batch_axis]), 1)
+        return (start, feeds), per_sample, stream
 
     def feed_batches(self, batch_size: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """Yield ``(start, feeds)``: consecutive samples, decoded a batch at a time, each input stacked
@@ -241,7 +289,7 @@ class GoldenSet:
             for start, batch in self.batches(batch_size):
                 yield start, {INPUT: batch}
             return
-        yield from stack_batches((self.load_sample(item) for item in self.inputs), self.signature.inputs, batch_size)
+        yield from self._sample_batches(self.inputs, batch_size)
 
     def labels(self) -> list[int | None]:
         """Each sample's class label of the primary output (the first compared one, when it is logits), or None."""

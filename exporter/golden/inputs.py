@@ -1,6 +1,6 @@
 """A golden set's inputs decoded whole from their untrusted bytes: arrays, samples and images.
 
-Reading a file (bounded, beneath the golden folder, hash-checked) is :mod:`export_check.golden.reading`;
+Reading a file (bounded, beneath the golden folder, hash-checked) is :mod:`export_check.golden.goldenset`'s;
 everything that turns its bytes into arrays is here, each bound checked beside the parsing it bounds
 (the bounds themselves are named in reading.py, where docs/explanation/trust-model.md lists them):
 

@@ -24,7 +24,8 @@ batched along each input's batch axis, a batch ending where the input shapes cha
 Everything read from here is untrusted: paths must stay inside the folder, hashes must match. This
 module parses and validates the manifest of both formats (every check of a field beside the
 reading of that field, where a reviewer can see both), reads it from the folder, loads a set with
-every file's hash checked, and collects every problem for ``golden verify``; the set it returns,
+every file's hash checked (and, for a check, with the run's settings applied and checked: ``checked_golden``),
+and collects every problem for ``golden verify``; the set it returns,
 and reading its files, is :mod:`export_check.golden.goldenset`. Writing a set (content-addressed,
 manifest replaced last) is :mod:`export_check.golden.store`.
 """
@@ -33,15 +34,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import files, parsing
-from ..errors import GoldenError
-from ..signature import SINGLE, Signature, signature_from_json
+from ..errors import GoldenError, UsageError
+from ..signature import SINGLE, Signature, SignatureSettings, ctc_problem, signature_from_json
 from .calibration import CALIBRATION_RULES, CalibrationSplit
-from .goldenset import VERSION_1, VERSION_2, GoldenInput, GoldenSet, OutputRecord, stack_batches
+from .goldenset import VERSION_1, VERSION_2, GoldenInput, GoldenSet, OutputRecord, read_beneath, read_verified, stack_batches
 from .inputs import IMAGE_SUFFIXES, SAMPLE_DTYPES, TENSOR_SUFFIX, declared_sample_bytes, is_sample_archive
 from .labels import check_label
 from .preprocess import Preprocess
@@ -51,8 +52,6 @@ from .reading import (
     JSON_MAX_DEPTH,
     MANIFEST,
     MANIFEST_MAX_BYTES,
-    read_beneath,
-    read_verified,
     sha256_bytes,
 )
 
@@ -90,7 +89,7 @@ def _require(cond: bool, manifest: Path, what: str) -> None:
 
 def safe_relative(root: Path, rel: Any, field: str) -> Path:
     """Resolve a manifest path, refusing anything that could leave the golden folder (checked once, here:
-    every later read opens it beneath the folder without following a link, ``reading.read_beneath``)."""
+    every later read opens it beneath the folder without following a link, ``goldenset.read_beneath``)."""
     if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
         raise GoldenError(f"{root / MANIFEST}: {field} must be a relative path string, got {rel!r}; re-record the golden set")
     pure = PurePosixPath(rel)
@@ -106,9 +105,12 @@ def safe_relative(root: Path, rel: Any, field: str) -> Path:
     return path
 
 
-def parse_manifest(root: Path, text: str) -> GoldenSet:
-    """Parse and validate manifest text (no file contents are read)."""
+def parse_manifest(root: Path, text: str | None = None) -> GoldenSet:
+    """Parse and validate the manifest ``text``, or (None) the folder's own, read within its bounds; no other file
+    is read."""
     manifest = root / MANIFEST
+    if text is None:
+        text = _manifest_text(root)
     data = parsing.load_json(text, manifest, "restore it or re-record the golden set", GoldenError, max_depth=JSON_MAX_DEPTH)
     _require(isinstance(data, dict), manifest, "the manifest must be a JSON object")
     _require(data.get("format") == FORMAT, manifest, f"format is {data.get('format')!r}, expected {FORMAT!r}")
@@ -244,7 +246,7 @@ def _recording(manifest: Path, recording: Any) -> dict[str, Any]:
     return {"batch_size": recording["batch_size"], "mode": recording["mode"], **({"kinds": dict(kinds)} if kinds else {})}
 
 
-def read_manifest(root: Path) -> GoldenSet:
+def _manifest_text(root: Path) -> str:
     if not root.exists():
         raise GoldenError(f"{root}: golden set not found; pass --golden DIR or record one with `export-check golden record`")
     if not root.is_dir():
@@ -259,18 +261,49 @@ def read_manifest(root: Path) -> GoldenSet:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise GoldenError(f"{manifest}: not UTF-8 text; restore it or re-record the golden set") from None
-    return parse_manifest(root, text)
+    return text
+
+
+def read_manifest(root: Path) -> GoldenSet:
+    """The folder's manifest, read, parsed and validated (:func:`parse_manifest`); no other file is read."""
+    return parse_manifest(root)
 
 
 def load_golden(root: Path) -> GoldenSet:
     """Read the manifest and verify every file's hash before any expensive work starts."""
     golden = read_manifest(root)
     total = 0
-    for item in golden.inputs:  # each file read and hash-checked (reading.py), its declared size read from its headers (inputs.py)
+    for item in golden.inputs:  # each file read and hash-checked (goldenset.py), its declared size read from its headers (inputs.py)
         total += declared_sample_bytes(read_verified(root, item.file, item.sha256), item.file, root / item.file)
         if total > GOLDEN_MAX_BYTES:
             raise _over_total(total, root / item.file)
     golden.reference_samples()  # read once and kept: every key present, as the manifest says, finite
+    return golden
+
+
+def checked_golden(root: Path, settings: SignatureSettings) -> GoldenSet:
+    """The golden set as a check compares it, checked whole before any export: read with every file's hash and
+    the approved outputs checked (:func:`load_golden`), then the settings applied to its signature, and the outputs
+    they name, the CTC blanks they declare and the compared outputs that hold no values refused."""
+    golden = load_golden(root)
+    unknown = [n for n in settings.outputs if n not in golden.signature.output_names]
+    if unknown:
+        raise UsageError(f"{root}: settings name outputs {', '.join(unknown)}, the golden set has "
+                         f"{', '.join(golden.signature.output_names)}; fix [tool.export-check.outputs.NAME]")
+    checked = settings.at_check(golden.signature)
+    if checked != golden.signature:  # a setting changes an output's kind or leaves it out of the comparison
+        golden = replace(golden, signature=checked)  # (the references read stay with it: the cache is shared)
+    for spec in golden.signature.compared_outputs():  # a declared CTC blank must be one of the recorded classes
+        record = golden.reference_records.get(spec.name)
+        for shape in record.shapes if record is not None else (golden.reference_shape[1:],):
+            if (problem := ctc_problem(spec, tuple(shape))) is not None:
+                raise UsageError(f"{root / MANIFEST}: {problem}; fix ctc-blank in [tool.export-check.outputs.{spec.name}]")
+    empty = golden.empty_outputs()  # "top-1 100 %" over zero values is no verdict
+    if empty:
+        name, shape = empty[0]
+        raise GoldenError(f"{root / MANIFEST}: output {name} holds no values (shape {shape} per sample): a comparison over nothing "
+                          f"would pass; re-record the golden set from a model whose output has values, or set compare = false in "
+                          f"[tool.export-check.outputs.{name}]")
     return golden
 
 
@@ -345,6 +378,7 @@ __all__ = [
     "stack_batches",
     "Problem",
     "load_golden",
+    "checked_golden",
     "parse_manifest",
     "read_manifest",
     "verify_golden",

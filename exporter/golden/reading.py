@@ -1,15 +1,18 @@
-"""Bounded reading of a golden set's untrusted files: nothing hangs, nothing unbounded is read.
+"""The bounds a golden set's untrusted files are read under: nothing hangs, nothing unbounded is read.
 
-Every limit a golden set is read under is here, so the docs (docs/explanation/trust-model.md) can list them:
+Every limit a golden set is read under is here, so the docs (docs/explanation/trust-model.md) can list them
+(a set's own files are read by :mod:`export_check.golden.goldenset`, beside the set they make; a file the user
+points at to record, and JSON, here):
 
 - only regular files are opened, never through a symbolic link below the golden folder
-  (:func:`export_check.files.open_beneath`), and opened non-blocking, so a FIFO cannot hang a run;
+  (:func:`export_check.files.open_beneath`, by :func:`export_check.golden.goldenset.read_beneath`), and opened
+  non-blocking, so a FIFO cannot hang a run;
 - a file is read only up to its limit (``MANIFEST_MAX_BYTES``, ``LABELS_MAX_BYTES``,
   ``FILE_MAX_BYTES``), checked on the descriptor before reading;
 - JSON is parsed only ``JSON_MAX_DEPTH`` levels deep, with integers of at most
   ``JSON_MAX_INT_DIGITS`` digits (Python's parser would recurse or spend quadratic time);
-- a file the manifest names must match the sha256 it gives (:func:`read_verified`: the one call that
-  hands a golden file's bytes on); the manifest's paths themselves are checked once, when it is parsed
+- a file the manifest names must match the sha256 it gives (:func:`export_check.golden.goldenset.read_verified`:
+  the one call that hands a golden file's bytes on); the manifest's paths themselves are checked once, when it is parsed
   (:func:`export_check.golden.manifest.safe_relative`);
 - the decoded bounds, each checked beside the parsing it bounds in :mod:`export_check.golden.inputs`:
   an ``.npy`` array's header is read and checked (dtype, shape, the bytes it claims against the bytes
@@ -53,42 +56,8 @@ def describe(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def read_beneath(root: Path, rel: str, limit: int, fix: str, missing: str = "") -> bytes:
-    """``root/rel``'s bytes, or one GoldenError line: missing (``missing`` says so), a link, not a
-    regular file, too large, unreadable, a Git LFS pointer in place of the file."""
-    shown = root / rel
-    try:
-        data = files.read_fd(files.open_beneath(root, rel), limit, shown)
-    except FileNotFoundError:
-        raise GoldenError(missing or f"{shown}: missing; {fix}") from None
-    except files.UnsafeFile as exc:
-        raise GoldenError(f"{shown}: {describe(exc)}; refused, {fix}") from None
-    except IsADirectoryError:
-        raise GoldenError(f"{shown}: is a directory, expected a file; {fix}") from None
-    except OSError as exc:
-        raise GoldenError(f"{shown}: cannot read ({describe(exc)}); check its permissions") from None
-    pointer = files.lfs_pointer(data)
-    if pointer is not None:
-        raise GoldenError(f"{shown}: {pointer}")
-    return data
-
-
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def read_verified(root: Path, rel: str, expected: str) -> bytes:
-    """The bytes of the file ``rel`` the manifest names (:func:`read_beneath`), which must match its sha256 ``expected``."""
-    path = root / rel
-    data = read_beneath(root, rel, FILE_MAX_BYTES, "restore it or re-record the golden set",
-                        f"{path}: listed in {MANIFEST} but missing; restore it or re-record the golden set")
-    actual = sha256_bytes(data)
-    if actual != expected:
-        raise GoldenError(
-            f"{path}: content changed since recording (sha256 {actual[:12]}… != manifest {expected[:12]}…); "
-            "restore the file, or re-record/approve the golden set if the change is intended"
-        )
-    return data
 
 
 def read_user_file(path: Path, limit: int, what: str) -> bytes:
@@ -124,8 +93,6 @@ __all__ = [
     "MANIFEST",
     "MANIFEST_MAX_BYTES",
     "load_json",
-    "read_beneath",
     "read_user_file",
-    "read_verified",
     "sha256_bytes",
 ]

@@ -19,7 +19,6 @@ rows, their numbers and the report's order are the same either way (tests/integr
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -38,18 +37,18 @@ from ..cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, 
 from ..cache.store import ArtifactCache
 from ..config import RunConfig
 from ..diagnostics.run import PendingSelfCheck
-from ..errors import ExportCheckError, GoldenError, UsageError
+from ..errors import ExportCheckError, UsageError
 from ..feeds import length
 from ..files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from ..golden.batches import GoldenBatches
-from ..golden.goldenset import MANIFEST, GoldenSet
-from ..golden.manifest import load_golden
+from ..golden.goldenset import GoldenSet
+from ..golden.manifest import checked_golden
 from ..model import EagerRunner, fingerprint, load_model, pinned_threads
 from ..paths import check_outputs
 from ..progress import count_message
 from ..records import Observation
 from ..results import GoldenSummary, Report
-from ..signature import SINGLE, Signature, ctc_problem
+from ..signature import SINGLE, Signature
 from ..versions import library_versions
 from . import observe
 from .diagnosis import eager_failure, eager_sizes_ahead
@@ -73,7 +72,7 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         from ..decode.run import run_generation  # imported here: it imports torch and the decode kinds
 
         return run_generation(config, progress)
-    golden = checked_golden(config)
+    golden = checked_golden(config.golden, config.signature_settings)
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint_info = file_info(config.checkpoint)
     timings = {"verify_inputs": time.perf_counter() - started}
@@ -195,33 +194,6 @@ def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, m
         eager_ahead = eager_sizes_ahead(config, golden, batches, model)
     parts["load_model/eager_batch_sizes"] = time.perf_counter() - began
     return eager_check, eager_ahead
-
-
-def checked_golden(config: RunConfig) -> GoldenSet:
-    """The golden set as this run compares it (its settings applied to its signature), checked whole before any
-    export: outputs the settings name, CTC blanks, outputs that hold no values, the approved outputs themselves."""
-    golden = load_golden(config.golden)
-    unknown = [n for n in config.signature_settings.outputs if n not in golden.signature.output_names]
-    if unknown:
-        raise UsageError(f"{config.golden}: settings name outputs {', '.join(unknown)}, the golden set has "
-                         f"{', '.join(golden.signature.output_names)}; fix [tool.export-check.outputs.NAME]")
-    checked = config.signature_settings.at_check(golden.signature)
-    if checked != golden.signature:  # a setting changes an output's kind or leaves it out of the comparison
-        golden = dataclasses.replace(golden, signature=checked)
-    for spec in golden.signature.compared_outputs():  # a declared CTC blank must be one of the recorded classes
-        record = golden.reference_records.get(spec.name)
-        for shape in record.shapes if record is not None else (golden.reference_shape[1:],):
-            if (problem := ctc_problem(spec, tuple(shape))) is not None:
-                raise UsageError(f"{config.golden / MANIFEST}: {problem}; fix ctc-blank in [tool.export-check.outputs.{spec.name}]")
-    empty = golden.empty_outputs()
-    if empty:  # "top-1 100 %" over zero values is no verdict
-        name, shape = empty[0]
-        raise GoldenError(f"{config.golden / MANIFEST}: output {name} holds no values (shape {shape} per sample): a comparison over nothing "
-                          f"would pass; re-record the golden set from a model whose output has values, or set compare = false in "
-                          f"[tool.export-check.outputs.{name}]")
-    # the approved outputs read and checked now, so a damaged set fails before any export
-    golden.reference() if golden.signature is SINGLE else golden.reference_samples()
-    return golden
 
 
 def _cache_hit(cache: ArtifactCache | None, config: RunConfig, out_dir: Path, run_notes: list[str]) -> tuple[list[Observation], float | None] | None:

@@ -174,3 +174,56 @@ def test_stack_batches_end_at_the_batch_size_or_a_change_of_shape() -> None:
                    (4, (3, 2, 2), np.float32, (2, 3))]
     first = next(stack_batches(samples, inputs, 2))[1]
     np.testing.assert_array_equal(first["x"][:, 1], samples[1]["x"])  # the batch axis is axis 1
+
+
+# --- checked_golden: the set as a check compares it, the run's settings applied and checked -----------------------
+
+
+def test_checked_golden_applies_the_settings_and_serves_the_references_it_checked(golden_copy: Path) -> None:
+    from export_check.golden.manifest import checked_golden
+    from export_check.signature import SINGLE, SignatureSettings
+
+    plain = checked_golden(golden_copy, SignatureSettings())
+    assert plain.signature is SINGLE and len(plain) == len(load_golden(DEFAULT_GOLDEN))
+    values = checked_golden(golden_copy, SignatureSettings(outputs={"logits": {"kind": "values"}}))
+    assert [(o.name, o.kind) for o in values.signature.outputs] == [("logits", "values")]
+    next(golden_copy.glob("reference-*.npy")).unlink()  # read and checked by the load: not read again
+    assert values.reference().shape == (len(values), 10)
+
+
+def test_checked_golden_refuses_settings_the_set_cannot_take_in_one_line(golden_copy: Path) -> None:
+    from export_check.errors import UsageError
+    from export_check.golden.manifest import checked_golden
+    from export_check.signature import SignatureSettings
+
+    with pytest.raises(UsageError) as info:
+        checked_golden(golden_copy, SignatureSettings(outputs={"boxes": {"kind": "values"}}))
+    assert str(info.value) == (f"{golden_copy}: settings name outputs boxes, the golden set has logits; "
+                               "fix [tool.export-check.outputs.NAME]")
+    with pytest.raises(UsageError) as info:  # a blank for a classifier's logits (10 classes, no frames)
+        checked_golden(golden_copy, SignatureSettings(outputs={"logits": {"ctc_blank": 3}}))
+    assert str(info.value).startswith(f"{golden_copy / MANIFEST}: ctc-blank is for a sequence-logits output")
+    assert str(info.value).endswith("fix ctc-blank in [tool.export-check.outputs.logits]")
+    manifest = json.loads((golden_copy / MANIFEST).read_text())
+    manifest["reference"]["sha256"] = "0" * 64  # a damaged set is refused before its settings are looked at
+    (golden_copy / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(GoldenError, match="content changed since recording"):
+        checked_golden(golden_copy, SignatureSettings(outputs={"boxes": {"kind": "values"}}))
+
+
+def test_checked_golden_refuses_a_compared_output_that_holds_no_values(tmp_path: Path) -> None:
+    from export_check.golden.manifest import checked_golden
+    from export_check.golden.store import NewInput, npz_bytes, write_golden_v2
+    from export_check.signature import InputSpec, OutputSpec, Signature, SignatureSettings
+
+    signature = Signature(inputs=(InputSpec("x"),), outputs=(OutputSpec("logits"), OutputSpec("boxes", kind="values")))
+    inputs = [NewInput(f"s{i}.npz", npz_bytes({"x": np.full(3, i, dtype=np.float32)})) for i in range(3)]
+    reference = {"logits": [np.eye(4, dtype=np.float32)[i] for i in range(3)], "boxes": [np.zeros((0, 4), np.float32)] * 3}
+    write_golden_v2(tmp_path, inputs, None, signature, reference, {"batch_size": 3, "mode": "eval"}, {}, {})
+    with pytest.raises(GoldenError) as info:
+        checked_golden(tmp_path, SignatureSettings())
+    assert str(info.value).startswith(f"{tmp_path / MANIFEST}: output boxes holds no values (shape (0, 4) per sample)")
+    assert str(info.value).endswith("or set compare = false in [tool.export-check.outputs.boxes]")
+    golden = checked_golden(tmp_path, SignatureSettings(outputs={"boxes": {"compared": False}}))  # left out: nothing to refuse
+    assert [o.name for o in golden.signature.compared_outputs()] == ["logits"]
+    np.testing.assert_array_equal(golden.reference_outputs(0, 3)["logits"], np.eye(4, dtype=np.float32)[:3])

@@ -13,6 +13,7 @@ from conftest import DEFAULT_GOLDEN
 from export_check.errors import UsageError
 from export_check.golden import batches as batches_module
 from export_check.golden.batches import ENV, MEMORY_BUDGET, GoldenBatches, memory_budget
+from export_check.golden.goldenset import GoldenSet
 from export_check.golden.manifest import load_golden
 from export_check.golden.spill import SpilledBatches
 
@@ -67,6 +68,8 @@ class _Set:
     def feed_batches(self, batch_size: int):
         for start in range(0, 4, batch_size):
             yield start, {"input": self.value}
+
+    first_batch = GoldenSet.first_batch  # the set's own sizing, over these batches
 
 
 def test_a_set_over_the_budget_spills_plain_numbers_and_streams_object_arrays() -> None:
