@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .cache.plain import from_plain
+from .cache.sealed import from_plain
 from .errors import UsageError
 from .files import FileInfo
 from .gates import Thresholds, missing_names

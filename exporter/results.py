@@ -206,7 +206,7 @@ class Row:
 
 def lossless(value: Any) -> Any:
     """``value`` with every non-finite float as the text ``inf``, ``-inf`` or ``nan`` (JSON has no such
-    numbers; ``cache.plain.from_plain`` reads the text back): a stored observation keeps an infinite error.
+    numbers; ``cache.sealed.from_plain`` reads the text back): a stored observation keeps an infinite error.
 
     >>> lossless({"mae": float("inf"), "runs": [1.5, float("nan")]})
     {'mae': 'inf', 'runs': [1.5, 'nan']}

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from ..artifacts import BUILD_ORDER, KINDS_BY_NAME, ArtifactKind, BuildContext, parts
 from ..artifacts._common import captured_warnings
 from ..artifacts.base import NotApplicable
-from ..cache.runs import restore_artifact
 from ..cache.store import RESTORED
 from ..errors import ArtifactError, describe_exception
 from ..files import fsync_dir
@@ -222,24 +221,25 @@ class Builds:
         self.private = private_folder(out_dir)
         # removed once every build is in; at the latest when this object goes, or at exit
         self._remove_private = weakref.finalize(self, shutil.rmtree, self.private, ignore_errors=True)
+        # the cache asked once for every file it may hold (each put in --out), then the rest built
+        restored = cache.restore_files({kind.name: out_dir / kind.filename() for kind in self.order}) if cache is not None else {}
         for kind in self.order:
-            restored = restore_artifact(cache, kind.name, out_dir / kind.filename()) if cache is not None else None
-            if restored is not None:
-                self.outcomes[kind.name] = BuildOutcome(path=restored.path, details=restored.details, notes=list(restored.notes), cache=RESTORED)
+            if kind.name in restored:
+                found = restored[kind.name]
+                self.outcomes[kind.name] = BuildOutcome(path=found.path, details=found.details, notes=list(found.notes), cache=RESTORED)
             elif ahead:
                 self.jobs[kind.name] = self._start(kind)
 
     def _start(self, kind: ArtifactKind) -> BuildJob:
-        return start_build(kind, self.ctx, self.private / kind.filename(), self._source_path(kind), self.timeout,
+        """Start ``kind``'s build from the file it derives from: the cache's copy, committed in ``--out``, or the
+        private one its source's build wrote."""
+        source = None
+        if kind.source is not None:
+            folder = self.out_dir if self.outcomes.get(kind.source, BuildOutcome()).cache == RESTORED else self.private
+            source = folder / KINDS_BY_NAME[kind.source].filename()
+        return start_build(kind, self.ctx, self.private / kind.filename(), source, self.timeout,
                            target=self.out_dir / kind.filename(), runtimes=tuple(sorted({k.runtime for k in self.order})),
                            read_later=any(k.source == kind.name for k in self.order))
-
-    def _source_path(self, kind: ArtifactKind) -> Path | None:
-        """The file ``kind`` derives from: the cache's copy, committed in ``--out``, or the private one its build wrote."""
-        if kind.source is None:
-            return None
-        folder = self.out_dir if self.outcomes.get(kind.source, BuildOutcome()).cache == RESTORED else self.private
-        return folder / KINDS_BY_NAME[kind.source].filename()
 
     def get(self, name: str) -> BuildOutcome:
         """``name``'s outcome, waiting for (or running) its build."""

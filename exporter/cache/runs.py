@@ -1,5 +1,6 @@
 """A run's side of the cache: open the cache for a run's key, find and restore a whole run's
-entries, restore one artifact instead of building it, and store what a run built and observed.
+entries, and store what a run built and observed (the builds ask ``ArtifactCache.restore_files``
+for the files it holds instead of building them).
 
 ``store`` holds the entries (``ArtifactCache``); this module speaks the pipeline's terms (a run's
 config, its observations, its builds). Neither asks the judge: the pipeline does, between
@@ -73,26 +74,6 @@ def open_cache(config: RunConfig, checkpoint_sha256: str, golden_manifest_sha256
 class CacheUnavailable(Exception):
     """This run can use no cache (no key can be made, no cache folder created): it goes on without one
     and says so in one line, the message. A key that proves nothing is a CacheKeyError instead (exit 2)."""
-
-
-@dataclass(frozen=True)
-class Restored:
-    path: Path
-    details: dict[str, str]
-    notes: tuple[str, ...]
-
-
-def restore_artifact(cache: ArtifactCache, name: str, dest: Path) -> Restored | None:
-    """Put the cached file of ``name`` at ``dest`` instead of building it; ``None`` when not cached."""
-    entry = cache.lookup(name)
-    if entry is None or entry.file is None:
-        return None
-    try:
-        if not cache.restore(entry, dest):
-            return None
-    except OSError:
-        return None
-    return Restored(dest, entry.details, entry.notes)
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,8 @@ from ..records import Observation
 from ..versions import package_version
 from .key import FORMAT, local_module_sources
 from .linked import Mismatch, restore_file, store_file
-from .plain import from_plain
 from .prune import hold, touch
-from .sealed import MAX_META_BYTES, NotSealed, Stored, from_meta, seal, unseal
+from .sealed import MAX_META_BYTES, NotSealed, Stored, from_meta, from_plain, seal, unseal
 from .secret import CacheKey
 
 if TYPE_CHECKING:
@@ -110,6 +109,15 @@ class Entry:
     files: tuple[Stored, ...] = ()
 
 
+@dataclass(frozen=True)
+class Restored:
+    """An artifact put in ``--out`` from the cache instead of being built, with what its build recorded."""
+
+    path: Path
+    details: dict[str, str]
+    notes: tuple[str, ...]
+
+
 class Damaged(Exception):
     pass
 
@@ -131,7 +139,6 @@ class ArtifactCache:
         self._local_sources: dict[str, str] | None = None
         self.problems: dict[str, str] = {}  # name -> why storing it failed
         self._kind_versions: dict[str, dict[str, str]] = {}  # name -> its packages' versions, read once per run
-        self._swept: set[str] = set()  # entries whose abandoned .partial files this run has removed
         # name -> (device, inode, descriptor) of the entry folder this run holds (prune.hold) until release()
         self._held: dict[str, tuple[int, int, int]] = {}
         self._finalizer = weakref.finalize(self, _release, self._held)
@@ -146,6 +153,8 @@ class ArtifactCache:
             return True
         if held is not None:
             os.close(self._held.pop(name)[2])
+        with contextlib.suppress(OSError):  # best effort, as the cache
+            folder.sweep_partials()  # what a killed run left half written in this entry, once: when this run first holds it
         fd = os.dup(folder.fd)
         try:
             hold(fd)
@@ -174,10 +183,6 @@ class ArtifactCache:
     def _folder(self, name: str, *, create: bool) -> Iterator[Folder | None]:
         key = self.entry_key(name)
         with Folder.walk(self.root, (LAYOUT, key[:2], key), create=create) as folder:
-            if folder is not None and name not in self._swept:
-                self._swept.add(name)
-                with contextlib.suppress(OSError):  # best effort, as the cache
-                    folder.sweep_partials()  # what a killed run left half written in this entry
             yield folder
 
     # -- reading ------------------------------------------------------------------------------
@@ -233,12 +238,14 @@ class ArtifactCache:
         if artifact is not None:
             main = from_meta({"as": KINDS_BY_NAME[name].filename() if name in KINDS_BY_NAME else name, **artifact}, name)
             files = (*(from_meta(p, name) for p in artifact.get("parts") or ()), main)
+        observation = meta.get("observation")  # the description read back whole (its files, its observation), then checked
+        observation = None if observation is None else from_plain(Observation, observation)
+        if artifact is not None:
             allowed = {main.shown, *companion_names(main.shown)}
             for stored in files:
                 self._check_file(folder, stored, allowed)
             file, sha, size = folder.path / main.file, main.sha256, main.size
         extras = tuple(self._extra(folder, e) for e in meta.get("extras") or ())
-        observation = meta.get("observation")
         sources = meta.get("sources") or {}
         if not isinstance(sources, dict):
             raise Damaged("meta.json has no valid source list")
@@ -250,7 +257,7 @@ class ArtifactCache:
             details={str(k): str(v) for k, v in dict(meta.get("details") or {}).items()},
             notes=tuple(str(n) for n in meta.get("notes") or ()),
             build_seconds=meta.get("build_seconds"),
-            observation=None if observation is None else from_plain(Observation, observation),
+            observation=observation,
             label_accuracy=meta.get("label_accuracy"),
             extras=extras,
             files=files,
@@ -277,6 +284,20 @@ class ArtifactCache:
         if folder.lstat(file_name) is None:
             raise Damaged(f"{file_name} is missing")
         return shown, file_name, sha, size
+
+    def restore_files(self, dests: dict[str, Path]) -> dict[str, Restored]:
+        """Each artifact of ``dests`` (a kind's name -> where it goes in ``--out``) the cache holds, put there instead of
+        being built (:meth:`restore`); one it does not hold, or cannot put there intact, is left out (it is built)."""
+        restored: dict[str, Restored] = {}
+        for name, dest in dests.items():
+            entry = self.lookup(name)
+            try:
+                if entry is None or entry.file is None or not self.restore(entry, dest):
+                    continue
+            except OSError:
+                continue
+            restored[name] = Restored(dest, entry.details, entry.notes)
+        return restored
 
     def restore(self, entry: Entry, dest: Path, extras: tuple[str, ...] = ()) -> bool:
         """Put every file of the entry's artifact at ``dest`` (a companion beside it), each atomically, without

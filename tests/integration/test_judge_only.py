@@ -135,7 +135,7 @@ def test_judge_only_refuses_a_check_it_has_no_cache_of(tmp_path: Path, capsys) -
 def test_a_reports_observations_read_back_exactly_with_an_infinite_error(runs: Path) -> None:
     from dataclasses import asdict
 
-    from export_check.cache.plain import from_plain
+    from export_check.cache.sealed import from_plain
     from export_check.records import Observation
     from export_check.results import lossless
 
