@@ -8,8 +8,10 @@ the user points at is trusted: it is imported and run.
 from __future__ import annotations
 
 import inspect
+import os
 import pickle
 import re
+import stat
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -18,7 +20,6 @@ from typing import Any
 
 from .architecture import resolve_factory
 from .errors import ArchitectureError, CheckpointError
-from .files import check_readable_file
 
 # The keys under which training scripts and public packages keep the model's state_dict beside the
 # optimizer's and their metadata: Lightning and timm ``state_dict``, torchvision's references and
@@ -58,7 +59,6 @@ def load_state_dict(path: Path, notes: list[str] | None = None) -> dict[str, Any
     content). Anything else is a :class:`CheckpointError` naming the file (and the key that holds a
     state_dict, when another key does).
     """
-    check_readable_file(path, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
     head = _head(path)
     if path.suffix == ".safetensors" or _looks_like_safetensors(head, path):
         obj = _load_safetensors(path)
@@ -69,12 +69,35 @@ def load_state_dict(path: Path, notes: list[str] | None = None) -> dict[str, Any
     return _strip_prefixes(state)
 
 
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)  # a FIFO cannot block the open
+
+
 def _head(path: Path, size: int = 64) -> bytes:
+    """The checkpoint's first bytes, its readability checked where it is opened (once): a missing, irregular,
+    unreadable or empty file is a CheckpointError saying which, in files.check_readable_file's words (the run checks
+    early with it; a recording, a bundle or a build server loads without that check)."""
+    fix = "pass the path of a .pth/.pt/.safetensors state_dict"
     try:
-        with open(path, "rb") as fh:
-            return fh.read(size)
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
+        if not path.exists():
+            parent = next((p for p in path.parents if p.exists()), None)
+            where = f" ({parent} is a file, not a folder)" if parent is not None and not parent.is_dir() else ""
+            raise CheckpointError(f"{path}: checkpoint not found{where}; {fix}") from None
+        if not path.is_file():
+            raise CheckpointError(f"{path}: checkpoint is not a regular file; {fix}") from None
         raise CheckpointError(f"{path}: cannot read checkpoint ({exc.strerror or exc}); check its permissions") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # directories, FIFOs, sockets, devices
+        os.close(fd)
+        raise CheckpointError(f"{path}: checkpoint is not a regular file; {fix}")
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            head = fh.read(size)
+        except OSError as exc:
+            raise CheckpointError(f"{path}: cannot read checkpoint ({exc.strerror or exc}); check its permissions") from None
+    if not head:
+        raise CheckpointError(f"{path}: checkpoint is empty (0 bytes); re-save it with torch.save(model.state_dict(), path)")
+    return head
 
 
 def _looks_like_safetensors(head: bytes, path: Path) -> bool:
@@ -320,7 +343,16 @@ def build_model(
     if not isinstance(model, torch.nn.Module):
         raise ArchitectureError(f"{spec}: returned a {type(model).__name__}, not a torch.nn.Module")
     expected = model.state_dict()
-    describe_mismatch(expected, state, checkpoint, spec)
+    # every key the model and the checkpoint do not share, and every shape they disagree on, in one error
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    shapes = [f"{k} {tuple(state[k].shape)}!={tuple(expected[k].shape)}"
+              for k in expected if k in state and tuple(state[k].shape) != tuple(expected[k].shape)]
+    if missing or unexpected or shapes:
+        parts = [f"{len(items)} {label}: {', '.join(items[:3])}" + (f", … {len(items)} in all" if len(items) > 3 else "")
+                 for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", shapes)) if items]
+        raise CheckpointError(
+            f"{checkpoint}: does not fit {spec} ({'; '.join(parts)}); check --arch and --arch-kwargs match the trained model")
     # Where every tensor already has the model's dtype, the model takes the checkpoint's tensors over (mapped from the
     # file: _load_torch) instead of copying them into the ones its factory made: one copy of the weights, not two.
     # A model whose factory ties parameters (one Parameter under two names) keeps its ties: copied into, not assigned.
@@ -334,23 +366,3 @@ def build_model(
         raise CheckpointError(f"{checkpoint}: its weights do not load into {spec} ({reason}); re-save the model's own state_dict") from None
     return model.to("cpu").eval()
 
-
-def describe_mismatch(expected: Mapping[str, Any], given: Mapping[str, Any], checkpoint: Path, spec: str, show: int = 3) -> None:
-    """Raise one :class:`CheckpointError` listing missing, unexpected and shape-mismatched keys."""
-    missing = [k for k in expected if k not in given]
-    unexpected = [k for k in given if k not in expected]
-    shapes = [
-        f"{k} {tuple(given[k].shape)}!={tuple(expected[k].shape)}"
-        for k in expected
-        if k in given and tuple(given[k].shape) != tuple(expected[k].shape)
-    ]
-    if not (missing or unexpected or shapes):
-        return
-    parts = []
-    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", shapes)):
-        if items:
-            more = f", … {len(items)} in all" if len(items) > show else ""
-            parts.append(f"{len(items)} {label}: {', '.join(items[:show])}{more}")
-    raise CheckpointError(
-        f"{checkpoint}: does not fit {spec} ({'; '.join(parts)}); check --arch and --arch-kwargs match the trained model"
-    )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,38 @@ def test_a_wrapped_checkpoint_records_checks_and_says_which_key_and_a_bad_one_is
     assert "Traceback" not in stderr
     assert err == [f"export-check: error: {checkpoint}: a dict of 'model_state', 'epoch' that holds no state_dict: no key maps parameter "
                    "names to tensors (its key 'model_state' holds an empty dict); save one with torch.save(model.state_dict(), path)"]
+
+
+def _unreadable(tmp_path: Path, case: str) -> Path:
+    if case == "parent-is-a-file":
+        (tmp_path / "a-file").write_bytes(b"x")
+        return tmp_path / "a-file" / "m.pth"
+    path = tmp_path / "m.pth"
+    if case == "dangling-link":
+        path.symlink_to(tmp_path / "gone.pth")
+    elif case == "directory":
+        path.mkdir()
+    elif case == "fifo":
+        os.mkfifo(path)
+    elif case == "empty":
+        path.write_bytes(b"")
+    return path
+
+
+@pytest.mark.parametrize("case, says", [("missing", "checkpoint not found;"), ("parent-is-a-file", "is a file, not a folder"),
+                                        ("dangling-link", "checkpoint not found;"), ("directory", "is not a regular file"),
+                                        ("fifo", "is not a regular file"), ("empty", "is empty (0 bytes)")])
+def test_an_unreadable_checkpoint_is_said_where_it_is_opened_as_the_early_check_says_it(tmp_path: Path, case: str, says: str) -> None:
+    """A recording or a build server loads without the run's early check: the loader's one open says the same, and a FIFO
+    does not block it."""
+    from export_check.files import check_readable_file
+
+    path = _unreadable(tmp_path, case)
+    with pytest.raises(CheckpointError) as early:
+        check_readable_file(path, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
+    with pytest.raises(CheckpointError) as loading:
+        load_state_dict(path)
+    assert str(loading.value) == str(early.value) and says in str(loading.value) and str(loading.value).startswith(str(path))
 
 
 def test_safetensors_checkpoint(tmp_path: Path) -> None:
