@@ -6,9 +6,23 @@ checked on): the greedy continuation re-runs the whole sequence for every new to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import nn
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What every kind of a check is compared against: per prompt, its tokens, the approved continuation, eager's
+    teacher-forced logits over both and eager's greedy continuation."""
+
+    names: list[str]
+    prompts: list[np.ndarray]
+    approved: list[np.ndarray]
+    logits: list[np.ndarray]
+    generated: list[np.ndarray]
 
 
 def greedy(model: nn.Module, prompt: np.ndarray, new_tokens: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Drive a reloaded decode artifact in its runtime, in a child interpreter that imports nothing of the model.
+"""A decode kind built to its file, then driven in its runtime in a child interpreter that imports nothing of the model.
 
 The child is ``stepper.py`` run as a script under ``python -I`` (no user site, no current directory on
 the path), so neither export_check nor the architecture's modules can be imported there; the request
@@ -6,6 +6,9 @@ and the result cross as ``.npz`` files in a private temporary folder. The replay
 exporter/builder/clean.py serves one ``infer`` per call, a batch at a time; stepping a decoder is
 hundreds of calls per prompt that carry the cache from one to the next, so the whole loop runs in
 the child and only the logits come back.
+
+``observe`` is one kind's whole observation: built to its file, stepped from it here, and its token verdict taken
+(numbers only: the judge decides the row later, decode/run.py).
 """
 
 from __future__ import annotations
@@ -14,14 +17,23 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..files import FileInfo, file_info
+from ..results import ERROR, Row
 from . import stepper
+from .gates import DecodePath
+from .goldenset import GenerativeSet
 from .kinds import DecodeKind
+from .reference import Reference
+from .rows import ROW_GATES, row_family
+from .verdicts import TokenVerdict, runner_disagreement, token_verdict
 
 
 class SteppingFailed(Exception):
@@ -75,3 +87,59 @@ def _child_env() -> dict[str, str]:
     import os
 
     return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A row's numbers before its judge: the verdict, and what the judge reads beside it."""
+
+    name: str
+    family: str  # the decode gate family (gates.GATES)
+    against: str
+    verdict: TokenVerdict
+    path: DecodePath  # its single_forward_passed is the full-forward row's status, set when the rows are judged in order
+    standing: tuple[str, ...] = ()  # reasons no gate decides: the runtime's own runner disagreeing
+    extra: tuple[tuple[str, str], ...] = ()
+    artifact: FileInfo | None = None
+    build_seconds: float | None = None
+    replay_seconds: float | None = None
+    notes: tuple[str, ...] = ()
+
+
+def observe(kind: DecodeKind, model: Any, golden: GenerativeSet, eager: Reference, out_dir: Path, bugs: dict[str, Any],
+            shape: tuple[int, ...], decode: Callable) -> Observed | Row:
+    """A kind built and stepped from its file, and its verdict; a Row (an error) when it could not be built or stepped.
+    A decode step is built with the planted ``bugs`` (the tests') and the static cache of ``shape``."""
+    family = row_family(kind.family)
+    needed = max(len(p) for p in eager.prompts) + golden.new_tokens
+    is_step = kind.name != "full-forward"
+    length = shape[2] if is_step else None  # the steps' static cache: the longest prompt + continuation, or the plant's
+    path = out_dir / f"{kind.name}{kind.suffix}"
+    began = time.perf_counter()
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # an exporter's warnings are the row's notes, never its failure
+            warnings.simplefilter("always")
+            kind.build(model, length or needed, path, bugs if is_step else {})
+    except Exception as exc:
+        return Row(kind.name, family, "eager", ERROR, ROW_GATES[family], None, (f"build failed: {type(exc).__name__}: {str(exc).splitlines()[0]}",))
+    built = time.perf_counter() - began
+    runner_reads = kind.runtime == "executorch-runner" and golden.tokenizer is not None and None not in golden.texts
+    try:
+        stepped = step_file(kind, path, eager.prompts, eager.approved, golden.new_tokens, shape if is_step else (),
+                            texts=list(golden.texts) if runner_reads else None, tokenizer=golden.tokenizer)  # type: ignore[arg-type]
+    except SteppingFailed as exc:
+        return Row(kind.name, family, "eager", ERROR, ROW_GATES[family], None, (str(exc),), artifact=file_info(path), build_seconds=built)
+    verdict = token_verdict(eager.names, eager.prompts, eager.approved, eager.logits, eager.generated, stepped.forced, stepped.generated, decode)
+    disagree = runner_disagreement(eager.names, stepped.runner, stepped.generated, decode, model.config.eos_token_id)
+    notes = tuple(dict.fromkeys(f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught))
+    if kind.runtime == "executorch-runner" and not runner_reads:
+        notes += ("ExecuTorch's runner reads text prompts with a tokenizer; this set's prompts are token ids: only the stepped loop is judged",)
+    extra: tuple[tuple[str, str], ...] = ()
+    if stepped.runner is not None:
+        raised = [(n, t[1:]) for n, t in zip(eager.names, stepped.runner, strict=True) if t.startswith("\0")]
+        compared = len(eager.names) - len(raised)
+        extra = (("runner_agrees", "no: see the reasons" if disagree else f"{compared}/{compared} prompts"),)
+        # the runner's own failure (not the file's): a visible note, the prompt not compared there
+        notes += tuple(f"ExecuTorch's runner raised on prompt {n}, not compared there: {why}" for n, why in raised)
+    return Observed(kind.name, kind.family, "eager", verdict, DecodePath(is_step, length, None, needed), disagree, extra,
+                    artifact=file_info(path), build_seconds=built, replay_seconds=stepped.seconds, notes=notes)

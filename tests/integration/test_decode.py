@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import NO_TORCH, read_report
+from export_check.architecture import resolve_factory
 from export_check.cli import main
 from export_check.config import RunConfig
 from export_check.decode import goldenset
@@ -404,6 +405,37 @@ def test_strict_fails_a_decode_kind_that_does_not_apply(llama_golden: Path, tmp_
         rows = {r["name"]: r for r in read_report(tmp_path / f"{name}.json")["rows"]}
         assert (rows["decode-executorch"]["status"], rows["eager"]["status"]) == (status, "pass")
     assert main(["judge", str(_sealed_json(reports[True], tmp_path / "strict-run.json"))]) == 1
+
+
+WIDER_VOCABULARY = """
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def wide():
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=520, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, max_position_embeddings=256, bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    return LlamaForCausalLM(config).eval()
+"""
+
+
+def test_a_model_of_another_vocabulary_is_one_line_before_any_build(llama_golden: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The set's logits are over 512 tokens, this model's over 520: exit 2 naming the set and both shapes, no traceback, no
+    kind built (eager's verdict is taken after the kinds', so the shapes are checked as soon as eager has run)."""
+    (tmp_path / "wide.py").write_text(WIDER_VOCABULARY)
+    checkpoint, out = tmp_path / "wide.pth", tmp_path / "out"
+    torch.save(resolve_factory(f"{tmp_path / 'wide.py'}:wide")().state_dict(), checkpoint)
+    code = main([str(checkpoint), "--arch", f"{tmp_path / 'wide.py'}:wide", "--golden", str(llama_golden), "--out", str(out),
+                 "--artifacts", "decode-onnx"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in lines if line.startswith("export-check: error")]
+    assert code == 2 and len(err) == 1 and "Traceback" not in "".join(lines), lines
+    assert lines[-2].endswith("eager over the golden prompts") and not any("build, step" in line for line in lines), lines
+    first = goldenset.load_set(llama_golden).names[0]
+    assert err[0].startswith(f"export-check: error: {llama_golden}: prompt {first}'s recorded logits have shape (")
+    assert ", 512), the model's (" in err[0] and ", 520): the set was recorded with another vocabulary" in err[0]
+    assert not list(out.glob("decode-onnx*"))  # nothing was built
 
 
 def test_golden_verify_and_approve_on_a_generative_set(small_prompts_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
