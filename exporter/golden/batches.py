@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from ..errors import UsageError
+from ..progress import count_message
 from ..signature import Signature
 from .goldenset import GoldenSet
 from .spill import SpilledBatches
@@ -131,9 +132,10 @@ class GoldenBatches:
                 return feeds
         raise AssertionError(f"no batch starts at {start}")
 
-    def precompute_eager(self, run: Callable[[Feeds], Outputs], budget: int | None = None) -> None:
+    def precompute_eager(self, run: Callable[[Feeds], Outputs], budget: int | None = None,
+                         progress: Callable[[str], None] | None = None) -> None:
         """Run eager over a held or spilled set now (a spilled one is written to its file on this pass), keeping
-        each batch's outputs and seconds when they fit the budget.
+        each batch's outputs and seconds when they fit the budget; ``progress`` hears the count of inputs run.
 
         A failure is left for the replay to meet and report, batch by batch, as it would without this.
         """
@@ -141,7 +143,7 @@ class GoldenBatches:
             return
         budget = self.budget if budget is None else budget
         outputs: list[tuple[Outputs, float]] | None = []
-        size = 0
+        size = done = 0
         for _, feeds in (iter(self.held) if self.held is not None else self._spilling()):
             if outputs is None:
                 continue  # a spilled set's file is written to its end all the same
@@ -152,6 +154,9 @@ class GoldenBatches:
                 outputs = None
                 continue
             outputs.append((out, time.perf_counter() - began))
+            if progress is not None:
+                done += self.length(feeds)
+                progress(count_message("eager over the golden set", min(done, len(self.golden)), len(self.golden)))
             size += _nbytes(out)
             if size > budget:
                 outputs = None  # outputs too large to hold: the replay computes them batch by batch

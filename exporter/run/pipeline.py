@@ -38,14 +38,12 @@ from ..cache.store import ArtifactCache
 from ..config import RunConfig
 from ..diagnostics.run import PendingSelfCheck
 from ..errors import ExportCheckError, UsageError
-from ..feeds import length
 from ..files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from ..golden.batches import GoldenBatches
 from ..golden.goldenset import GoldenSet
 from ..golden.manifest import checked_golden
 from ..model import EagerRunner, fingerprint, load_model, pinned_threads
 from ..paths import check_outputs
-from ..progress import count_message
 from ..records import Observation
 from ..results import GoldenSummary, Report
 from ..signature import SINGLE, Signature
@@ -182,7 +180,7 @@ def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, m
     signature = golden.signature
     began = time.perf_counter()
     with reused_heap():  # eager's activations reused batch to batch, as a torch runner's are (artifacts/_heap.py)
-        batches.precompute_eager(_counted(EagerRunner(model, signature).infer, len(golden), signature, progress))
+        batches.precompute_eager(EagerRunner(model, signature).infer, progress=progress)
     parts["load_model/eager_pass"] = time.perf_counter() - began
     began = time.perf_counter()
     held = batches.eager(0)
@@ -224,20 +222,6 @@ def _cache_hit(cache: ArtifactCache | None, config: RunConfig, out_dir: Path, ru
         run_notes.append(f"--judge-only: judged from the cache without a replay; a full check would also measure {', '.join(wanting)} "
                          "(a per-layer table, or a metric these entries lack): run it without --judge-only for them")
     return restored
-
-
-def _counted(infer: Callable, total: int, signature, progress: Progress) -> Callable:
-    """``infer`` that reports eager's pass over the golden set as a count of inputs."""
-    done = 0
-
-    def counted(feeds):
-        nonlocal done
-        out = infer(feeds)
-        done += length(feeds, signature)
-        progress(count_message("eager over the golden set", min(done, total), total))
-        return out
-
-    return counted
 
 
 def _report(
