@@ -166,7 +166,7 @@ def check_stages(run: Run) -> dict[str, float]:
     for name, seconds in parts.items():
         stages[f"diagnostics: {name}"] = seconds
     stages["diagnostics (all)"] = total
-    if "replay/diagnostics_waited" in timings:  # since the background diagnosis (diagnosis.RowDiagnosis)
+    if "replay/diagnostics_waited" in timings:  # since the background diagnosis (diagnostics.run.RowDiagnosis)
         eager = parts["eager self-check (in load model)"] + parts["eager at the other batch sizes (in load model)"]
         stages["diagnostics on the critical path"] = eager + timings.get("replay/diagnostics_inline", 0.0) + timings["replay/diagnostics_waited"]
     stages["replay + diagnostics (this process)"] = timings.get("replay", 0.0)
@@ -231,7 +231,7 @@ def render(results: list[dict[str, Any]], title: str = "## Real-size models") ->
              + ", ".join(f"{r['model']} x {r['images']}" for r in results) + ".", "",
              "Diagnostics, all = their seconds on either thread; on the critical path = what this process waited for them (eager's "
              "share in load model, the rows diagnosed on the main thread, and the waits for the rows diagnosed in the background "
-             "while the next row replays, `diagnosis.RowDiagnosis`): the share the target counts. The background thread shares the "
+             "while the next row replays, `diagnostics.run.RowDiagnosis`): the share the target counts. The background thread shares the "
              "two cores with the replay, so what it slows the replay down by is in the cold ratio, not in the share.", "",
              "| model | images | baseline s | cold s | cold ratio | diagnostics s, all (share of cold) | on the critical path s (share) "
              "| warm s (ratio) | peak MB baseline / cold (ratio) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]

@@ -20,7 +20,7 @@ from .signature import SignatureSettings
 ONNX_EXPORTERS = ("torchscript", "dynamo")
 COLOR_CHOICES = ("auto", "always", "never")  # --color (report/text.py: use_colour); here, so the views need not import the options
 
-# The diagnostics' plan (diagnostics/run.py plan_for), here so that the cache key (cache/key.py) holds it without
+# The diagnostics' plan (diagnostics/shapes.py plan_for), here so that the cache key (cache/key.py) holds it without
 # importing the diagnostics.
 # Repeats of the timed batch for the latency median (after one warm-up run).
 LATENCY_REPEATS = 5

@@ -82,7 +82,7 @@ def local_module_sources() -> dict[str, str]:
 
 
 def plan_rule() -> dict[str, Any]:
-    """What decides the diagnostics' plan (``diagnostics.run.plan_for``) besides inputs the key already holds: it reads
+    """What decides the diagnostics' plan (``diagnostics.shapes.plan_for``) besides inputs the key already holds: it reads
     the model's parameter count (of the keyed checkpoint and architecture), the golden set's size (of the keyed
     manifest), the batch size and ``--diagnostics-budget`` (the keyed settings), and these constants; never a clock. So
     one key is one plan: an entry measured under a plan the budget cut is never served to a check that plans more."""
