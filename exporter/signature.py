@@ -144,21 +144,6 @@ def _named_items(out: Any, prefix: str) -> list[tuple[str, Any]] | None:
     return None
 
 
-def outputs_mismatch(what: str, returned: Any, signature: Signature) -> Any:
-    """The error for a model or file that returned outputs other than the golden set's (``returned``: their names):
-    which are missing and, for a set recorded with positional names before named tuples and dataclasses were named by
-    their fields, how to fix it."""
-    from .errors import ArtifactError
-
-    returned, names = list(returned), signature.output_names
-    missing = [n for n in names if n not in returned]
-    positional = len(names) == len(returned) and names == positional_names(len(names))
-    hint = ("; a named tuple's or a dataclass's outputs are named by their fields since issue 25, and this set was recorded "
-            "before: re-record it (golden record --force)" if positional and set(returned) != set(names) else "")
-    return ArtifactError(f"{what} returned outputs {', '.join(returned) or 'none'}; the golden set has {', '.join(names)} "
-                         f"(missing: {', '.join(missing)}){hint}")
-
-
 # Output names that say what an output holds, read from the name's last word backwards (``pred_boxes`` ->
 # boxes, ``logits_per_image`` -> logits, ``last_hidden_state`` -> state). transformers' ModelOutput field
 # names (last_hidden_state, pooler_output, hidden_states, extract_features, image_embeds, pred_boxes,

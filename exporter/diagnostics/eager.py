@@ -7,6 +7,9 @@ judged against noise. This names why: forward drew random numbers (dropout left 
 torch's generator state moved during the call, and a fixed seed makes two calls agree), or forward
 changed the model's own state (a Python-side counter, a buffer updated in place: the attribute is
 named). The record goes to the eager row's diagnostics; ``judge`` decides what it means.
+
+When eager raises on a golden batch instead (or returns outputs the golden set does not have), ``eager_failure``
+is the run's one-line error, naming the input it fails on.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from typing import Any
 import numpy as np
 
 from ..compare import ErrorAccumulator
+from ..config import RunConfig
+from ..errors import ArchitectureError, ArtifactError, describe_exception
+from ..feeds import length
+from ..golden.goldenset import GoldenSet
 from ..records import EagerSelfCheck
 
 SEED = 20260101
@@ -130,3 +137,25 @@ def nonfinite_weights(model: Any, limit: int = 8) -> tuple[str, ...]:
             if bad:
                 found.append(f"{name}: {bad} of {tensor.numel()}")
     return tuple(found[:limit])
+
+
+def eager_failure(config: RunConfig, golden: GoldenSet, start: int, feeds: dict[str, np.ndarray], exc: BaseException,
+                  infer: Any) -> ArchitectureError:
+    """The run's one-line error when eager raises on the golden batch at ``start`` (``feeds``), or returns
+    outputs the golden set does not have: the input file and the exception. The batch's samples are run
+    one at a time to name the first that fails alone; when none does, the line names the batch."""
+    count = length(feeds, golden.signature)
+    items = golden.inputs[start : start + count]
+    fix = "check that --arch and the golden set's preprocessing match the model, or re-record the golden set"
+    if isinstance(exc, ArtifactError):  # the outputs do not fit the golden set: every input would say so
+        return ArchitectureError(f"{config.checkpoint}: {exc} (on the golden input {golden.root / items[0].file}); the golden set holds "
+                                 f"outputs {', '.join(golden.signature.output_names)}: check --arch, or re-record the golden set")
+    for offset, item in enumerate(items if count > 1 else ()):
+        one = {spec.name: np.take(feeds[spec.name], [offset], axis=spec.batch_axis) for spec in golden.signature.inputs}
+        try:
+            infer(one)
+        except Exception as alone:  # any exception of the user's model: its message is the line
+            return ArchitectureError(f"{config.checkpoint}: the eager model fails on the golden input {golden.root / item.file} "
+                                     f"({describe_exception(alone)}); {fix}")
+    shown = golden.root / items[0].file if count == 1 else f"{golden.root / items[0].file} .. {items[-1].file} (a batch of {count})"
+    return ArchitectureError(f"{config.checkpoint}: the eager model fails on the golden input {shown} ({describe_exception(exc)}); {fix}")

@@ -21,7 +21,7 @@ import numpy as np
 from ..compare import ErrorAccumulator, ShapeMismatch
 from ..feeds import samples_first
 from ..records import BatchSizeRun
-from ..signature import Signature, outputs_mismatch
+from ..signature import Signature
 
 
 class RowCountError(ValueError):
@@ -32,10 +32,7 @@ def rows_of(outputs: Mapping[str, np.ndarray], signature: Signature, what: str, 
     """Every compared output of ``outputs`` (``what``'s), one row per sample, side by side (``side_by_side``); with
     ``first_only``, the first compared output's rows alone (what the eager self-check compares: it is about the model)."""
     specs = (signature.compared_outputs() or signature.outputs[:1])[: 1 if first_only else None]
-    moved = samples_first({s.name: outputs[s.name] for s in specs if s.name in outputs}, signature)
-    if len(moved) < len(specs):
-        raise outputs_mismatch(what, outputs, signature)
-    return side_by_side(moved)
+    return side_by_side(samples_first(outputs, signature, [s.name for s in specs], what))
 
 
 def _per_image_mae(a: np.ndarray, b: np.ndarray) -> np.ndarray:

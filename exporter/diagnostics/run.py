@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..artifacts import KINDS_BY_NAME, ArtifactKind, BuildContext
+from ..artifacts import KINDS_BY_NAME, ArtifactKind
 from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import ran_for
-from ..builder import isolation
 from ..config import RunConfig
 from ..errors import describe_exception
 from ..feeds import Feeds, length
@@ -166,18 +165,18 @@ class Diagnoser:
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.plan.sizes))}, determinism, latency ({config.threads} threads)"
                  + (" (bounded by --diagnostics-budget)" if self.plan.cut else ""))
 
-    def observe(self, obs: Observation, ctx: BuildContext, runner: Any | None = None, run_failed: bool = False) -> Observation:
-        """``obs`` with its diagnostics measured. ``runner`` is the replay's open runner for it
-        (without one, the artifact is reopened from its file). ``run_failed``: the replay failed on
-        some batch; the batch-size check still runs, to say whether the batch size is why."""
+    def observe(self, obs: Observation, runner: Any | None = None, run_failed: bool = False) -> Observation:
+        """``obs`` with its diagnostics measured through ``runner``, the replay's open runner for it (the file as it
+        ships, opened once, by the replay); a row without one (its file did not open) has none. ``run_failed``: the
+        replay failed on some batch; the batch-size check still runs, to say whether the batch size is why."""
         config, began = self.config, time.perf_counter()
         if obs.family == EAGER:
             _, cost = _rerun_and_cost(self.eager_infer, self.trace, EAGER, config.threads, False, self.plan)
             return replace(obs, diagnostics=Measured(sizes=self.size_check.eager_runs(), latency=cost, **self.scope,
                                                      seconds=time.perf_counter() - began, eager_check=self.eager_check))
-        if obs.artifact is None or obs.name not in KINDS_BY_NAME:
+        if obs.artifact is None or obs.name not in KINDS_BY_NAME or runner is None:
             return obs
-        if (obs.error is not None or obs.metrics is None) and not (run_failed and runner is not None):
+        if (obs.error is not None or obs.metrics is None) and not run_failed:
             return obs
         kind = KINDS_BY_NAME[obs.name]
         path = Path(obs.artifact.path)
@@ -187,17 +186,15 @@ class Diagnoser:
         warnings_seen: list[str] = []
         with captured_warnings(warnings_seen):
             try:
-                with contextlib.ExitStack() as stack:
-                    infer = _Rows(runner or stack.enter_context(isolation.open_deployed(kind, path, ctx, warnings_seen)), obs.name,
-                                  self.trace.signature)
-                    sizes, at_one, one = self.size_check.measure(infer, obs.name, calibrated)
-                    unmeasured: str | None = None
-                    rerun: RerunMeasure | None = None
-                    latency: Latency | None = None
-                    try:
-                        rerun, latency = _rerun_and_cost(infer, self.trace, obs.name, config.threads, True, self.plan, at_one, one)
-                    except Exception as exc:  # it already failed the batch-size check at the main size; said once
-                        unmeasured = describe_exception(exc)[:240]
+                infer = _Rows(runner, obs.name, self.trace.signature)
+                sizes, at_one, one = self.size_check.measure(infer, obs.name, calibrated)
+                unmeasured: str | None = None
+                rerun: RerunMeasure | None = None
+                latency: Latency | None = None
+                try:
+                    rerun, latency = _rerun_and_cost(infer, self.trace, obs.name, config.threads, True, self.plan, at_one, one)
+                except Exception as exc:  # it already failed the batch-size check at the main size; said once
+                    unmeasured = describe_exception(exc)[:240]
             except Exception as exc:
                 return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
@@ -232,9 +229,9 @@ class RowDiagnosis:
     """
 
     def __init__(self, diagnoser: Diagnoser, run_failed: set[str], observed: list[tuple[ArtifactKind, Observation, Any | None]],
-                 ctx: BuildContext, runner_stack: contextlib.ExitStack) -> None:
+                 runner_stack: contextlib.ExitStack) -> None:
         """``run_failed``: the replay's kinds opened and then failed on some batch (``observe.Replay.run_failed``)."""
-        self.diagnoser, self.run_failed, self.observed, self.ctx = diagnoser, run_failed, observed, ctx
+        self.diagnoser, self.run_failed, self.observed = diagnoser, run_failed, observed
         self.runner_stack = runner_stack
         self._thread: threading.Thread | None = None
         self._result: dict[str, Observation] = {}
@@ -244,7 +241,7 @@ class RowDiagnosis:
         try:
             with self.runner_stack:
                 for kind, obs, runner in self.observed:
-                    self._result[kind.name] = self.diagnoser.observe(obs, self.ctx, runner, kind.name in self.run_failed)
+                    self._result[kind.name] = self.diagnoser.observe(obs, runner, kind.name in self.run_failed)
         except BaseException as exc:  # re-raised on the main thread by result()
             self._raised = exc
 

@@ -208,7 +208,8 @@ class CalibratedProbe:
     whole probe runs on those samples alone, in whole batches of it (a sample's batch-mates do not change a static
     int8 output, and eager runs the same batches); the main size (the replay's) and the whole-probe batch run over
     every probe sample and are compared on the judged ones. Under a plan the budget cut, a size runs as many judged
-    samples as the plan's count (so its cost is unchanged), and the bounded determinism rerun is the first of them.
+    samples as the plan's count (so its cost is unchanged), and the bounded determinism rerun is the first of them
+    (``SizeCheck.measure``).
     Outputs come back at their probe positions (``scatter``), so that ``judged`` masks them all alike.
 
     >>> probe = CalibratedProbe.plan(full_plan(16, 64), np.arange(64) % 2 == 1, {"input": np.zeros((64, 1))}, SINGLE)
@@ -223,7 +224,6 @@ class CalibratedProbe:
     alone: tuple[tuple[int, int], ...]  # (size, samples) run on the judged samples alone
     judged: np.ndarray  # over the probe: outside the calibration split
     feeds: Feeds  # the judged samples
-    first: Feeds  # the first of them (the bounded determinism rerun's sample)
 
     @classmethod
     def plan(cls, plan: SizePlan, judged: np.ndarray, probe: Feeds, signature: Signature) -> CalibratedProbe:
@@ -234,7 +234,7 @@ class CalibratedProbe:
         whole = replace(plan, counts=tuple((size, images) for size, images in plan.counts if size not in dict(alone)))
         positions = np.flatnonzero(judged)
         feeds = {spec.name: np.take(probe[spec.name], positions, axis=spec.batch_axis) for spec in signature.inputs}
-        return cls(whole=whole, alone=alone, judged=judged, feeds=feeds, first=take(feeds, signature, 0, 1))
+        return cls(whole=whole, alone=alone, judged=judged, feeds=feeds)
 
     def run(self, infer: Infer, signature: Signature, clock: dict[int, float] | None = None) -> dict[int, Any]:
         """``infer``'s outputs at the sizes run on the judged samples alone, at their probe positions."""
@@ -322,6 +322,6 @@ class SizeCheck:
         at_one = outputs.get(1)
         if calibrated is not None and 1 in dict(calibrated.alone):  # its size-1 rows are the judged samples': rerun the first of them
             first = int(np.flatnonzero(calibrated.judged)[0])  # the first judged sample's row of the scattered output
-            at_one, one = at_one[first : first + 1] if isinstance(at_one, np.ndarray) else at_one, calibrated.first
+            at_one, one = at_one[first : first + 1] if isinstance(at_one, np.ndarray) else at_one, take(calibrated.feeds, self.signature, 0, 1)
         (_, runs), *others = measure_outputs(outputs, eager_at, self.plan.main, self.columns, clock=clock, judged=judged)
         return SizeRuns(main_size=self.plan.main, runs=runs, outputs=tuple(others)), at_one, one

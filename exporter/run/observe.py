@@ -32,6 +32,7 @@ from ..builder.builds import BuildOutcome, Builds, Progress
 from ..builder.protocol import PRIVATE_PREFIX, first_sample
 from ..compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
 from ..config import RunConfig
+from ..diagnostics.eager import eager_failure
 from ..diagnostics.rows import side_by_side
 from ..diagnostics.run import EAGER, Diagnoser, RowDiagnosis, inline
 from ..diagnostics.runtime_errors import runtime_error
@@ -45,9 +46,7 @@ from ..model import EagerRunner
 from ..progress import count_message
 from ..records import EagerSelfCheck, Observation
 from ..sentences import load_needs
-from ..signature import outputs_mismatch
 from ..versions import kernel_choices
-from .diagnosis import eager_failure
 
 
 class Replay:
@@ -125,47 +124,45 @@ class Replay:
         failure = outcome.load_failure
         # it lacked what this process imported with the architecture: it loads only where that is imported, not as deployed
         lacked = failure if failure is not None and failure.missing and _imported_here(failure.missing, failure.how) else None
-        if lacked is None:
-            try:
-                with captured_warnings(outcome.notes):
+        with captured_warnings(outcome.notes):  # what opening it and running its first sample here warn: the row's notes
+            if lacked is None:
+                try:
                     if failure is None:  # replayed where nothing of the architecture is imported, as deployed (builder/clean.py)
                         runner = stack.enter_context(isolation.open_deployed(kind, outcome.path, ctx, outcome.notes))
                         if isinstance(runner, isolation.CleanRunner):
                             return runner
                     else:
                         runner = stack.enter_context(kind.open_runner(outcome.path, ctx))
-            except isolation.NeedsWhatItLacks as exc:  # it opens only where the architecture's import provides what it names
-                lacked = exc.failure
-            except NotApplicable as exc:  # its runtime does not run here (Core ML off macOS): not a failure of the file
-                self.errors[kind.name] = str(exc)
-                outcome.not_applicable = True
+                except isolation.NeedsWhatItLacks as exc:  # it opens only where the architecture's import provides what it names
+                    lacked = exc.failure
+                except NotApplicable as exc:  # its runtime does not run here (Core ML off macOS): not a failure of the file
+                    self.errors[kind.name] = str(exc)
+                    outcome.not_applicable = True
+                    return None
+                except Exception as exc:
+                    self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
+                    return None
+            shown = lacked or failure  # with no lack named: it loads here, beside the architecture, and failed where nothing of it is imported
+            if shown is not None:
+                how, missing = (shown.how, shown.missing) if lacked is not None else ("", "")
+                self.errors[kind.name] = load_needs(outcome.path.name, how, missing, _private_file(missing) if missing else None,
+                                                    shown.description)
                 return None
-            except Exception as exc:
-                self.errors[kind.name] = f"reloading {outcome.path.name} failed: {describe_exception(exc)}"
-                return None
-        shown = lacked or failure  # with no lack named: it loads here, beside the architecture, and failed where nothing of it is imported
-        if shown is not None:
-            how, missing = (shown.how, shown.missing) if lacked is not None else ("", "")
-            self.errors[kind.name] = load_needs(outcome.path.name, how, missing, _private_file(missing) if missing else None, shown.description)
+            clean, differs = outcome.clean_first, None
+            if clean is not None and (feeds := first_sample(ctx)) is not None:
+                differs = clean_process_difference(runner, feeds, clean)
+        if differs is not None:
+            self.errors[kind.name] = (
+                f"{outcome.path.name} computes differently in this process than where nothing of the architecture is imported: "
+                f"{differs} on the first golden sample; something importing the architecture does (a global torch setting, a "
+                "registered op, a patched library) changes what the file computes, so a replay here would not be a deployed "
+                "process's: move that out of the architecture's import")
             return None
-        if outcome.clean_first is not None:
-            feeds = first_sample(ctx)
-            with captured_warnings(outcome.notes):
-                differs = None if feeds is None else clean_process_difference(runner, feeds, outcome.clean_first)
-            if differs is not None:
-                self.errors[kind.name] = (
-                    f"{outcome.path.name} computes differently in this process than where nothing of the architecture is imported: "
-                    f"{differs} on the first golden sample; something importing the architecture does (a global torch setting, a "
-                    "registered op, a patched library) changes what the file computes, so a replay here would not be a deployed "
-                    "process's: move that out of the architecture's import")
-                return None
         return runner
 
     def _compared(self, outputs: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
         """The compared outputs, samples first; every one must be there."""
-        if any(o.name not in outputs for o in self.compared):
-            raise outputs_mismatch(what, outputs, self.signature)
-        return samples_first({o.name: outputs[o.name] for o in self.compared}, self.signature)
+        return samples_first(outputs, self.signature, [o.name for o in self.compared], what)
 
     def _eager(self, index: int, start: int, feeds: dict[str, np.ndarray], record: bool) -> dict[str, np.ndarray]:
         try:
@@ -379,7 +376,7 @@ def observe_all(
     def eager_row() -> Diagnoser:
         with inline(clock):
             made = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
-            rows[EAGER] = made.observe(replay.eager_observation(), ctx)
+            rows[EAGER] = made.observe(replay.eager_observation())
         return made
 
     if by_artifact:  # eager's pass, from the outputs held, and its row, while the first build runs
@@ -404,7 +401,7 @@ def observe_all(
             raise
         # Batch sizes, determinism, latency: through the runners the replay used, reusing what it
         # computed (exporter/diagnostics/trace.py).
-        pending = RowDiagnosis(diagnoser, replay.run_failed, observed, ctx, stack)
+        pending = RowDiagnosis(diagnoser, replay.run_failed, observed, stack)
         pending.start(background, clock)
     if pending is not None:
         rows.update(pending.result(clock))

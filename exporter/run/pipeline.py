@@ -36,7 +36,9 @@ from ..builder.builds import Builds
 from ..cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, store_observations
 from ..cache.store import ArtifactCache
 from ..config import RunConfig
-from ..diagnostics.run import PendingSelfCheck
+from ..diagnostics.eager import eager_failure
+from ..diagnostics.run import PendingSelfCheck, eager_at_sizes
+from ..diagnostics.trace import ReplayTrace
 from ..errors import ExportCheckError, UsageError
 from ..files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
 from ..golden.batches import GoldenBatches
@@ -49,7 +51,6 @@ from ..results import GoldenSummary, Report
 from ..signature import SINGLE, Signature
 from ..versions import library_versions
 from . import observe
-from .diagnosis import eager_failure, eager_sizes_ahead
 from .explain import Explainer, explain_flagged
 from .judge import judge_rows, layers_missing
 
@@ -189,7 +190,9 @@ def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, m
     progress("eager at the other batch sizes of the diagnostics")
     began = time.perf_counter()
     with reused_heap():
-        eager_ahead = eager_sizes_ahead(config, golden, batches, model)
+        probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)  # None: the set streams
+        eager_ahead = None if probe is None else eager_at_sizes(model, probe, config.batch_size, signature, len(golden),
+                                                                config.diagnostics_budget)
     parts["load_model/eager_batch_sizes"] = time.perf_counter() - began
     return eager_check, eager_ahead
 
