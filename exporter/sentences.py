@@ -268,31 +268,3 @@ def reproduce_command(reduced: Reduced) -> str | None:
             "for k,(o,v) in enumerate(zip(s.get_outputs(),y)) for f in [d[f\"reference_{k}\"].astype(\"f8\")] "
             "for e in [abs(v.astype(\"f8\")-f)]]")
     return f"python -c {shlex.quote(code)}"
-
-
-def load_needs(filename: str, how: str, missing: str, defined_in: str | None, description: str) -> str:
-    """Why a file that loads beside the architecture does not load without it (a deployed process has
-    not imported it): what it needs, and the two ways out. ``defined_in``: the file of the module that
-    defines ``missing`` in this process, when export-check imported it under a private name.
-
-    >>> text = load_needs("torch-export.pt2", "pytree", "transformers.modeling_outputs.SequenceClassifierOutput", None, "")
-    >>> text.split(", and ")[0]
-    'torch-export.pt2 needs transformers.modeling_outputs.SequenceClassifierOutput registered as a pytree node to load'
-    >>> text.split(": ", 1)[1]
-    'import transformers.modeling_outputs in the deployed process before loading the file, or return a tuple or dict from forward'
-    """
-    module, _, name = missing.rpartition(".")
-    if defined_in is not None:  # a lone architecture file: its private module name exists in no other process
-        shown = f"{name} (defined in {defined_in}, which export-check imports under the private name {module})"
-        fix = f"move {name} into a module the deployed process can import by name and import it there"
-    else:
-        shown, fix = missing, f"import {module} in the deployed process before loading the file"
-    if how == "pytree":
-        return (f"{filename} needs {shown} registered as a pytree node to load, and a process that has not imported the "
-                f"architecture has not registered it: {fix}, or return a tuple or dict from forward")
-    if how == "class":
-        return f"{filename} needs class {shown} to load, which a process that has not imported the architecture lacks: {fix}"
-    if how == "module":
-        return f"{filename} needs module {missing} to load, which a process that has not imported the architecture cannot import: " \
-               "install it where the file is deployed, or export without it"
-    return f"reloading {filename} in a process that has not imported the architecture failed: {description}"

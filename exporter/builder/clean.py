@@ -150,7 +150,7 @@ class CleanRunner:
 
 class NeedsWhatItLacks(Exception):
     """The file did not open in its replay child for want of what the architecture's import provides (``failure``: the
-    :class:`~protocol.LoadFailure` naming it): the row's error, worded by ``messages.load_needs``."""
+    :class:`~protocol.LoadFailure` naming it): the row's error, worded by ``protocol.load_needs``."""
 
     def __init__(self, failure: protocol.LoadFailure) -> None:
         super().__init__(failure.description)

@@ -1,4 +1,6 @@
-"""What the parent and the build server agree on: the messages on their pipes and a few constants.
+"""What the parent and the build server agree on: the messages on their pipes and a few constants; and what a
+file's failure to load where nothing of the architecture is imported (:class:`LoadFailure`) says to the user
+(``load_needs``).
 
 Its own module so that neither side imports the other's code to talk to it (client.py and
 server.py import this). A message is a pickled dict behind its length (8 bytes, little-endian);
@@ -130,6 +132,34 @@ def missing_at_load(texts: list[str]) -> tuple[str, str]:
                 found = match.groupdict()
                 return how, found["name"] if "name" in found else f"{found['module']}.{found['attr']}"
     return "", ""
+
+
+def load_needs(filename: str, how: str, missing: str, defined_in: str | None, description: str) -> str:
+    """Why a file that loads beside the architecture does not load without it (a deployed process has
+    not imported it): what it needs, and the two ways out. ``defined_in``: the file of the module that
+    defines ``missing`` in this process, when export-check imported it under a private name.
+
+    >>> text = load_needs("torch-export.pt2", "pytree", "transformers.modeling_outputs.SequenceClassifierOutput", None, "")
+    >>> text.split(", and ")[0]
+    'torch-export.pt2 needs transformers.modeling_outputs.SequenceClassifierOutput registered as a pytree node to load'
+    >>> text.split(": ", 1)[1]
+    'import transformers.modeling_outputs in the deployed process before loading the file, or return a tuple or dict from forward'
+    """
+    module, _, name = missing.rpartition(".")
+    if defined_in is not None:  # a lone architecture file: its private module name exists in no other process
+        shown = f"{name} (defined in {defined_in}, which export-check imports under the private name {module})"
+        fix = f"move {name} into a module the deployed process can import by name and import it there"
+    else:
+        shown, fix = missing, f"import {module} in the deployed process before loading the file"
+    if how == "pytree":
+        return (f"{filename} needs {shown} registered as a pytree node to load, and a process that has not imported the "
+                f"architecture has not registered it: {fix}, or return a tuple or dict from forward")
+    if how == "class":
+        return f"{filename} needs class {shown} to load, which a process that has not imported the architecture lacks: {fix}"
+    if how == "module":
+        return f"{filename} needs module {missing} to load, which a process that has not imported the architecture cannot import: " \
+               "install it where the file is deployed, or export without it"
+    return f"reloading {filename} in a process that has not imported the architecture failed: {description}"
 
 
 def first_sample(ctx: Any) -> dict[str, Any] | None:

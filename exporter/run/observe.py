@@ -29,7 +29,7 @@ from ..artifacts.base import NotApplicable, logits_of, ran_for
 from ..artifacts.parts import artifact_info
 from ..builder import isolation
 from ..builder.builds import BuildOutcome, Builds, Progress
-from ..builder.protocol import PRIVATE_PREFIX, first_sample
+from ..builder.protocol import PRIVATE_PREFIX, first_sample, load_needs
 from ..compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
 from ..config import RunConfig
 from ..diagnostics.eager import eager_failure
@@ -45,7 +45,6 @@ from ..golden.goldenset import MANIFEST, VERSION_1, GoldenSet
 from ..model import EagerRunner
 from ..progress import count_message
 from ..records import EagerSelfCheck, Observation
-from ..sentences import load_needs
 from ..versions import kernel_choices
 
 
@@ -164,7 +163,9 @@ class Replay:
         """The compared outputs, samples first; every one must be there."""
         return samples_first(outputs, self.signature, [o.name for o in self.compared], what)
 
-    def _eager(self, index: int, start: int, feeds: dict[str, np.ndarray], record: bool) -> dict[str, np.ndarray]:
+    def _eager(self, index: int, start: int, feeds: dict[str, np.ndarray], n: int, record: bool) -> dict[str, np.ndarray]:
+        """Eager's compared outputs for the batch of ``n`` samples at ``start`` (held from eager's pass, else run now); with
+        ``record``, measured against the golden reference and kept for the diagnostics."""
         try:
             held = self.batches.eager(index)
             if held is None:
@@ -174,7 +175,6 @@ class Replay:
         except Exception as exc:
             raise eager_failure(self.config, self.golden, start, feeds, exc, self.eager_runner.infer) from None
         if record:
-            n = length(feeds, self.signature)
             if self.eager_error is None:
                 reference = samples_first(self.golden.reference_outputs(start, n), self.signature)
                 try:
@@ -203,8 +203,8 @@ class Replay:
             self.accumulators.setdefault(name, self._accumulators())
             self.seconds.setdefault(name, 0.0)
         for index, (start, feeds) in enumerate(self.batches):
-            eager = self._eager(index, start, feeds, with_eager)
             n = length(feeds, self.signature)
+            eager = self._eager(index, start, feeds, n, with_eager)
             for name, runner in list(runners.items()):
                 began = time.perf_counter()
                 try:
@@ -372,11 +372,15 @@ def observe_all(
     rows: dict[str, Observation] = {}
     background = by_artifact and config.effective_jobs > 1
     diagnoser: Diagnoser | None = None
+    label_accuracy: float | None = None
 
     def eager_row() -> Diagnoser:
+        """Eager's row, diagnosed, and its accuracy on the golden labels: once its pass is done."""
+        nonlocal label_accuracy
         with inline(clock):
             made = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
             rows[EAGER] = made.observe(replay.eager_observation())
+        label_accuracy = replay.label_accuracy()
         return made
 
     if by_artifact:  # eager's pass, from the outputs held, and its row, while the first build runs
@@ -407,7 +411,7 @@ def observe_all(
         rows.update(pending.result(clock))
     selected = [KINDS_BY_NAME[name] for name in config.selected_kinds]
     assert diagnoser is not None  # the eager row is diagnosed in every run
-    return Observed([rows[EAGER], *(rows[kind.name] for kind in selected)], replay.label_accuracy(), diagnoser.probe, diagnoser.plan)
+    return Observed([rows[EAGER], *(rows[kind.name] for kind in selected)], label_accuracy, diagnoser.probe, diagnoser.plan)
 
 
 def _passes(builds: Builds, config: RunConfig, by_artifact: bool) -> Iterator[list[tuple[ArtifactKind, BuildOutcome]]]:

@@ -174,7 +174,7 @@ def test_a_file_that_opens_only_beside_the_architecture_names_what_it_lacks_on_e
                                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Not only the load probe of a file built in the run: a file opened for replay (one restored from the cache, say)
     that needs the user's pytree class fails in its replay child, and the error names the class, as the probe's does."""
-    from export_check.sentences import load_needs
+    from export_check.builder.protocol import load_needs
 
     (tmp_path / "clean_test_pytree.py").write_text(PYTREE)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -1,5 +1,5 @@
 """What a load that lacks the architecture's code says it lacks (protocol.missing_at_load), read off the
-real errors of pickle and torch's pytree, and the row's sentence for each (messages.load_needs)."""
+real errors of pickle and torch's pytree, and the row's sentence for each (protocol.load_needs)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import types
 
 import pytest
 
-from export_check.builder.protocol import missing_at_load
-from export_check.sentences import load_needs
+from export_check.builder.protocol import load_needs, missing_at_load
 
 
 def _error_text(call) -> str:
