@@ -1,4 +1,5 @@
-"""diagnostics/rows.py: the rows the batch-size and determinism checks compare, and where each output sits in them."""
+"""diagnostics/rows.py: the rows the batch-size and determinism checks compare; and where each output sits in them
+(diagnostics/shapes.py's columns_of)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from export_check.diagnostics.rows import columns_of, rows_of
+from export_check.diagnostics.rows import rows_of
+from export_check.diagnostics.shapes import columns_of
 from export_check.errors import ArtifactError
 from export_check.signature import InputSpec, OutputSpec, Signature
 

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from export_check.diagnostics.rows import measure
-from export_check.diagnostics.shapes import bounded_plan, full_plan, images_at, plan_sizes, run_sizes
+from export_check.diagnostics.shapes import bounded_plan, full_plan, images_at, measure_output, plan_sizes, run_sizes
 from export_check.feeds import Feeds
 
 rng = np.random.default_rng(0)
@@ -75,7 +74,7 @@ def test_measure_finds_the_size_that_moves_and_whether_eager_moves_too() -> None
     sizes = (1, 7, 16, 64)
     artifact = run_sizes(batch_dependent, IMAGES, sizes, 16)
     eager = run_sizes(linear, IMAGES, sizes, 16)
-    runs = {r.size: r for r in measure(artifact, eager, 16)}
+    runs = {r.size: r for r in measure_output(artifact, eager, 16)}
     # BLAS may block a matrix product differently by batch size: "no move" is below 1e-12, not exactly 0
     assert runs[7].mae == pytest.approx(0.5) and runs[7].moved == pytest.approx(0.5) and runs[7].eager_moved < 1e-12
     assert all(runs[s].mae < 1e-12 and runs[s].moved < 1e-12 for s in (1, 16, 64))
@@ -85,7 +84,7 @@ def test_measure_finds_the_size_that_moves_and_whether_eager_moves_too() -> None
 def test_measure_carries_errors_of_either_side() -> None:
     artifact = run_sizes(fails_above_16, IMAGES, (1, 16, 64), 16)
     eager = run_sizes(linear, IMAGES, (1, 16), 16)
-    runs = {r.size: r for r in measure(artifact, eager, 16)}
+    runs = {r.size: r for r in measure_output(artifact, eager, 16)}
     assert runs[64].error is not None and runs[64].images == 0 and runs[64].mae is None
-    only_artifact = measure(run_sizes(linear, IMAGES, (1, 16, 64), 16), eager, 16)[-1]
+    only_artifact = measure_output(run_sizes(linear, IMAGES, (1, 16, 64), 16), eager, 16)[-1]
     assert only_artifact.size == 64 and only_artifact.error == "eager was not run at this size"
