@@ -1,8 +1,8 @@
 """Diagnostics that say *why* a row looks the way it does: batch-size agreement, run-to-run
 determinism, cost, and where in the network an artifact departs from eager.
 
-Measuring lives in ``shapes`` (the batch-size plan, its runs and their measures), ``rows`` (the rows compared),
-``layers`` (one module per per-layer method), ``determinism`` and ``run`` (the rerun and the latency, from the replay's
+Measuring lives in ``shapes`` (the batch-size plan, its runs and their measures), ``layers`` (one module per per-layer
+method), ``determinism`` and ``run`` (the rows compared, ``rows_of``; the rerun and the latency, from the replay's
 own outputs and timings); its records are ``measurements``' (batch-size runs,
 latency, per-layer tables, the eager self-check). Nothing here judges or words a finding: ``judge``
 turns the records into verdicts (its records live in ``results``), ``messages`` words them.

@@ -1,5 +1,7 @@
 """The diagnostics of one row as measured (:class:`Diagnoser`): batch sizes, reruns, cost; each replay pass's rows
 diagnosed inline or on a second thread (:class:`RowDiagnosis`); and eager's self-check (:class:`PendingSelfCheck`).
+What they all compare is a batch's rows: every compared output, samples first, one row per sample, side by side in
+float32 (``rows_of``, ``side_by_side``), so each check covers every output.
 
 Each artifact runs through the runner the replay opened from its file (what ships), and what the
 replay already computed is reused (``trace.ReplayTrace``): the probe's outputs at the main batch size,
@@ -30,19 +32,39 @@ from ..artifacts._common import captured_warnings, dedupe
 from ..artifacts.base import ran_for
 from ..config import RunConfig
 from ..errors import describe_exception
-from ..feeds import Feeds, length
+from ..feeds import Feeds, length, samples_first
 from ..golden.goldenset import GoldenSet
 from ..model import EagerRunner
 from ..records import EagerSelfCheck, Latency, Measured, Observation, RerunMeasure
 from ..signature import SINGLE, Signature
 from . import LATENCY_REPEATS, determinism, shapes
-from .rows import rows_of
 from .shapes import SizeCheck
 from .trace import EAGER, ReplayTrace
 
 
+def rows_of(outputs: Mapping[str, np.ndarray], signature: Signature, what: str, first_only: bool = False) -> np.ndarray:
+    """Every compared output of ``outputs`` (``what``'s), one row per sample, side by side (``side_by_side``): what the
+    batch-size and determinism checks run on, so each covers every output; with ``first_only``, the first compared
+    output's rows alone (what the eager self-check compares: it is about the model).
+
+    >>> rows_of({"logits": np.ones((2, 3, 4))}, SINGLE, "eager").shape
+    (2, 12)
+    """
+    specs = (signature.compared_outputs() or signature.outputs[:1])[: 1 if first_only else None]
+    return side_by_side(samples_first(outputs, signature, [s.name for s in specs], what))
+
+
+def side_by_side(outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Every compared output (samples first), one row per sample, the outputs' values side by side in
+    float32: what the batch-size and determinism checks run on, so each covers every output."""
+    arrays = [np.asarray(a) for a in outputs.values()]
+    n = len(arrays[0])
+    rows = [a.reshape(n, -1).astype(np.float32, copy=False) for a in arrays]
+    return rows[0] if len(rows) == 1 else np.concatenate(rows, axis=1)
+
+
 class _Rows:
-    """A runner as the diagnostics call it: a batch of feeds in, every compared output's rows out (``rows.rows_of``;
+    """A runner as the diagnostics call it: a batch of feeds in, every compared output's rows out (``rows_of``;
     with ``first_only``, the first compared output's: the eager self-check's); ``last_seconds``: its last call's time
     where it ran (``artifacts.base.ran_for``)."""
 

@@ -8,7 +8,7 @@ through eager, and compares the artifact with eager at each size (not with itsel
 fails to follow eager's own change with the batch would then look perfect).
 
 The plan (``plan_for``, within ``--diagnostics-budget``), the runs at each size and their measures against eager's,
-output by output (``measure_outputs``, on the columns ``columns_of`` finds in ``rows.side_by_side``'s rows) are this
+output by output (``measure_outputs``, on the columns ``columns_of`` finds in ``run.side_by_side``'s rows) are this
 module's; a row's whole check is one call of :class:`SizeCheck`.
 
 >>> plan_sizes(16, 64)
@@ -237,7 +237,7 @@ def _moved(outputs: dict[int, np.ndarray | str], size: int, main: int, judged: n
 
 @dataclass(frozen=True)
 class Column:
-    """One compared output's place in the rows the checks compare (``rows.side_by_side``): columns
+    """One compared output's place in the rows the checks compare (``run.side_by_side``): columns
     ``start:stop``, each sample's values of shape ``shape``, judged as ``kind`` over ``class_axis``."""
 
     name: str
@@ -249,7 +249,7 @@ class Column:
 
 
 def columns_of(sample: Mapping[str, np.ndarray], signature: Signature) -> tuple[Column, ...]:
-    """Where each compared output sits in ``rows.side_by_side``'s rows, from one sample's outputs (as the golden set holds them)."""
+    """Where each compared output sits in ``run.side_by_side``'s rows, from one sample's outputs (as the golden set holds them)."""
     specs = signature.compared_outputs() or signature.outputs[:1]
     columns, start = [], 0
     for spec in specs:
@@ -353,8 +353,7 @@ class CalibratedProbe:
         alone = tuple((size, n // size * size if not plan.cut else max(size, min(plan.images(size), n) // size * size))
                       for size in plan.sizes if size not in (plan.main, count) and 0 < size <= n)
         whole = replace(plan, counts=tuple((size, images) for size, images in plan.counts if size not in dict(alone)))
-        positions = np.flatnonzero(judged)
-        feeds = {spec.name: np.take(probe[spec.name], positions, axis=spec.batch_axis) for spec in signature.inputs}
+        feeds = {spec.name: np.compress(judged, probe[spec.name], axis=spec.batch_axis) for spec in signature.inputs}
         return cls(whole=whole, alone=alone, judged=judged, feeds=feeds)
 
     def run(self, infer: Infer, signature: Signature, clock: dict[int, float] | None = None) -> dict[int, Any]:
@@ -381,7 +380,7 @@ class SizeCheck:
     (``columns_of``, from the golden set's first sample), eager's outputs at every planned size (the main one from the
     replay), and a calibrated row's probe (``CalibratedProbe``), made for the first calibrated row and shared.
     :meth:`measure` runs a row's sizes and measures them against eager's. ``eager`` runs the eager model
-    (``rows.rows_of`` of its outputs); ``eager_ahead`` is ``run.eager_at_sizes``'s result."""
+    (``run.rows_of`` of its outputs); ``eager_ahead`` is ``run.eager_at_sizes``'s result."""
 
     def __init__(self, eager: Infer, trace: ReplayTrace, golden: GoldenSet, model: Any, batch_size: int, budget: float,
                  eager_ahead: Mapping[int, Any] | None = None) -> None:

@@ -28,7 +28,7 @@ EAGER = "eager"  # the trace's name for the eager model's outputs (and the eager
 class ReplayTrace:
     """The probe is the first ``probe_count`` samples, or fewer when the set's first samples change
     shape sooner (a batch-size check stacks samples, so it runs on the first group of one shape).
-    Outputs are each row's compared outputs side by side, one row per sample (``rows.side_by_side``)."""
+    Outputs are each row's compared outputs side by side, one row per sample (``run.side_by_side``)."""
 
     main: int  # the replay's batch size
     probe_count: int  # the first samples the batch-size check and the cost use

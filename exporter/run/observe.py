@@ -33,8 +33,7 @@ from ..builder.protocol import PRIVATE_PREFIX, first_sample, load_needs
 from ..compare import LABEL_PAD, ErrorAccumulator, LabelMismatch, ShapeMismatch
 from ..config import RunConfig
 from ..diagnostics.eager import eager_failure
-from ..diagnostics.rows import side_by_side
-from ..diagnostics.run import EAGER, Diagnoser, RowDiagnosis, inline
+from ..diagnostics.run import EAGER, Diagnoser, RowDiagnosis, inline, side_by_side
 from ..diagnostics.runtime_errors import runtime_error
 from ..diagnostics.trace import ReplayTrace
 from ..errors import GoldenError, describe_exception

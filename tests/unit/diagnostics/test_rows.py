@@ -1,5 +1,5 @@
-"""diagnostics/rows.py: the rows the batch-size and determinism checks compare; and where each output sits in them
-(diagnostics/shapes.py's columns_of)."""
+"""The rows the batch-size and determinism checks compare (diagnostics/run.py's rows_of), and where each output sits in
+them (diagnostics/shapes.py's columns_of)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from export_check.diagnostics.rows import rows_of
+from export_check.diagnostics.run import rows_of
 from export_check.diagnostics.shapes import columns_of
 from export_check.errors import ArtifactError
 from export_check.signature import InputSpec, OutputSpec, Signature
