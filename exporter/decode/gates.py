@@ -1,4 +1,4 @@
-"""The gates of a language model's rows and the pure judge that applies them (verdict + gate -> a Judged decision).
+"""The gates of a language model's rows (the judge that applies them is decode/rows.py's ``judge``).
 
 Per family, measured on the bundled decoders (docs/how-to/your-own-language-model.md, "Gates"):
 
@@ -12,7 +12,7 @@ Per family, measured on the bundled decoders (docs/how-to/your-own-language-mode
 The user sets them with the options of ``OPTIONS`` (``export-check check`` and ``judge``, flags and settings keys):
 ``max-mae`` (the float gate's own option) bounds the float and eager rows' MAE; ``int8-weight-max-kl``,
 ``int8-weight-min-top1``, ``int4-weight-max-kl`` and ``int4-weight-min-top1`` the weight-only rows. ``judge``
-lays the values given now over the gates a report was judged with (``overlaid``) and judges again with ``judge``.
+lays the values given now over the gates a report was judged with (``overlaid``) and judges again (rows.judged_again).
 """
 
 from __future__ import annotations
@@ -20,12 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import UsageError
-
-if TYPE_CHECKING:  # the options table reads OPTIONS: nothing here imports numpy
-    from .verdicts import TokenVerdict
+from ..errors import UsageError  # the options table reads OPTIONS: nothing here imports numpy
 
 FLOAT_MAX_MAE = 1e-5
 INT8_MAX_KL_MEAN = 1e-3
@@ -89,68 +86,3 @@ def overlaid(gate: GenerationGate, family: str, values: Mapping[str, Any]) -> Ge
 def gates_for(values: Mapping[str, Any]) -> dict[str, GenerationGate]:
     """Every family's default gate with the option values of a run laid over it."""
     return {family: overlaid(gate, family, values) for family, gate in GATES.items()}
-
-
-@dataclass(frozen=True)
-class DecodePath:
-    """What the judge knows of a row besides its numbers, to name a cause."""
-
-    is_step: bool  # the row steps a decode step with a cache (not the full forward)
-    cache_length: int | None
-    single_forward_passed: bool | None  # the full-forward row's verdict in the same run (None: not built)
-    positions_needed: int = 0  # the longest prompt + continuation
-
-
-def _divergence_reasons(row: str, verdict: TokenVerdict, against: str) -> list[str]:
-    diverged = verdict.diverged
-    first = diverged[0]
-    others = ", ".join(p.name for p in diverged[1:4]) + (", ..." if len(diverged) > 4 else "")
-    more = "" if len(diverged) == 1 else f" (and {len(diverged) - 1} more: {others})"
-    return [f"generation differs on {len(diverged)} of {len(verdict.prompts)} prompts; first: prompt {first.name} at step {first.first_step} "
-            f"(position {first.position}): {against} {first.expected_text!r} (token {first.expected}), {row} {first.got_text!r} "
-            f"(token {first.got}){more}"]
-
-
-def _cause(verdict: TokenVerdict, path: DecodePath) -> list[str]:
-    diverged = verdict.diverged
-    if not path.is_step or not diverged:
-        return []
-    first = diverged[0]
-    if path.cache_length is not None and all((p.position or 0) - 1 >= path.cache_length for p in diverged):
-        return [f"cause: the generation stops matching only past the static cache's {path.cache_length} positions "
-                f"(prompt + continuation need up to {path.positions_needed}): the cache is too short"]
-    if path.single_forward_passed:
-        return [f"cause: the single forward (full-forward) passes, so the decode path is the suspect (cache position, cache length, "
-                f"mask), from step {first.first_step} of prompt {first.name}"]
-    return []
-
-
-@dataclass(frozen=True)
-class Judged:
-    """The judge's whole decision on a row, and what it read: a row's record (decode/rows.py) stores the inputs to judge it again."""
-
-    passed: bool  # every bound met and no standing reason
-    reasons: tuple[str, ...]  # every bound missed, then its cause when one can be named, then the standing reasons
-    gate: GenerationGate
-    described: str  # the gate in words (GenerationGate.describe)
-    path: DecodePath
-    against: str
-    standing: tuple[str, ...]
-
-
-def judge(row: str, verdict: TokenVerdict, gate: GenerationGate, path: DecodePath, against: str = "eager",
-          standing: tuple[str, ...] = ()) -> Judged:
-    """The row's decision: every bound it misses, then its cause when one can be named; ``standing``: reasons no gate
-    decides (e.g. ExecuTorch's runner disagreeing), on which the row fails whatever its gate."""
-    reasons: list[str] = []
-    if gate.max_mae is not None and not verdict.mae <= gate.max_mae:
-        reasons.append(f"logit MAE {verdict.mae:.3g} > {gate.max_mae:g} over {verdict.positions} teacher-forced positions")
-    if gate.max_kl_mean is not None and not verdict.kl_mean <= gate.max_kl_mean:
-        reasons.append(f"KL to {against} {verdict.kl_mean:.3g} nats (mean; worst {verdict.kl_worst:.3g}) > {gate.max_kl_mean:g}")
-    if gate.min_top1 is not None and not verdict.top1_agreement >= gate.min_top1:
-        reasons.append(f"top-1 agreement {verdict.top1_agreement:.1%} < {gate.min_top1:.0%} of positions")
-    if gate.identical_generations and verdict.diverged:
-        reasons += _divergence_reasons(row, verdict, against)
-    if reasons and gate.identical_generations:  # int8 may move a near-tie: its divergence names no decode-path cause
-        reasons += _cause(verdict, path)
-    return Judged(not reasons and not standing, (*reasons, *standing), gate, gate.describe(), path, against, standing)

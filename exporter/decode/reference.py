@@ -1,4 +1,5 @@
-"""The eager reference of a language model: teacher-forced logits and the greedy continuation.
+"""The eager reference of a language model: teacher-forced logits and the greedy continuation; and the shape of
+the model's static KV cache, which every decode step built and stepped holds (``cache_shape``).
 
 Both come from the model's full forward, without any cache (the cache is what the artifacts are
 checked on): the greedy continuation re-runs the whole sequence for every new token.
@@ -7,6 +8,7 @@ checked on): the greedy continuation re-runs the whole sequence for every new to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,3 +49,11 @@ def eager_reference(model: nn.Module, prompts: list[np.ndarray], new_tokens: int
     continuations = [greedy(model, p, new_tokens) for p in prompts]
     forced = continuations if approved is None else approved
     return continuations, [forced_logits(model, p, c) for p, c in zip(prompts, forced, strict=True)]
+
+
+def cache_shape(model: Any, cache_length: int) -> tuple[int, int, int, int]:
+    """``(layers, kv_heads, cache_length, head_dim)``: the static cache of ``model``'s decode step (steps.CachedStep)."""
+    config = model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    return (config.num_hidden_layers, kv_heads, cache_length, config.hidden_size // heads)

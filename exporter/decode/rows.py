@@ -1,17 +1,19 @@
-"""A language model's rows from their verdicts (pure: no torch), and a stored report's rows judged again.
+"""A language model's rows from their verdicts (pure: no torch): the judge, and a stored report's rows judged again.
 
-``judged_row`` is the one way a verdict becomes a :class:`~export_check.results.Row`: the decode gate's
-judgement (gates.judge, made before), the numbers of the teacher-forced pass in ``metrics``, the token verdict and what
-the judge read (``decode_judge``: its gate family, the gate, the decode path, and the reasons no gate
-decides, e.g. ExecuTorch's runner disagreeing) in ``details``. ``judged_again`` reads those back from a
-JSON report and judges them with the gates laid over by the options given now: ``export-check judge``.
+``judge`` decides a row from its verdict and its gate (gates.py): every bound missed, then its cause when one can be
+named. ``judged_row`` is the one way a verdict becomes a :class:`~export_check.results.Row`: the judge's decision (made
+before), the numbers of the teacher-forced pass in ``metrics``, the token verdict and what the judge read
+(``decode_judge``: its gate family, the gate, the decode path, and the reasons no gate decides, e.g. ExecuTorch's runner
+disagreeing) in ``details``. A kind that does not apply (``NotApplicable``: its packages missing) is decided by the
+judge too (``not_applicable_row``: under ``--strict`` a failure). ``judged_again`` reads those back from a JSON report
+and judges them with the gates laid over by the options given now: ``export-check judge``.
 """
-
 from __future__ import annotations
 
 import dataclasses
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from ..errors import UsageError
 from ..files import FileInfo
 from ..gates import Gate
 from ..results import FAIL, NOT_APPLICABLE, PASS, Row
-from .gates import FLOAT_MAX_MAE, INT8_MIN_TOP1, DecodePath, GenerationGate, Judged, gates_for, judge, overlaid
+from .gates import FLOAT_MAX_MAE, INT8_MIN_TOP1, GenerationGate, gates_for, overlaid
 from .names import JUDGE_RECORD
 from .verdicts import TokenVerdict
 
@@ -34,6 +36,70 @@ RECORD = JUDGE_RECORD
 def row_family(decode_family: str) -> str:
     """The views' family of a decode gate family: eager, float, or int8 (every weight-only family)."""
     return decode_family if decode_family in ("eager", "float") else "int8"
+
+
+@dataclass(frozen=True)
+class DecodePath:
+    """What the judge knows of a row besides its numbers, to name a cause."""
+
+    is_step: bool  # the row steps a decode step with a cache (not the full forward)
+    cache_length: int | None
+    single_forward_passed: bool | None  # the full-forward row's verdict in the same run (None: not built)
+    positions_needed: int = 0  # the longest prompt + continuation
+
+
+def _divergence_reasons(row: str, verdict: TokenVerdict, against: str) -> list[str]:
+    diverged = verdict.diverged
+    first = diverged[0]
+    others = ", ".join(p.name for p in diverged[1:4]) + (", ..." if len(diverged) > 4 else "")
+    more = "" if len(diverged) == 1 else f" (and {len(diverged) - 1} more: {others})"
+    return [f"generation differs on {len(diverged)} of {len(verdict.prompts)} prompts; first: prompt {first.name} at step {first.first_step} "
+            f"(position {first.position}): {against} {first.expected_text!r} (token {first.expected}), {row} {first.got_text!r} "
+            f"(token {first.got}){more}"]
+
+
+def _cause(verdict: TokenVerdict, path: DecodePath) -> list[str]:
+    diverged = verdict.diverged
+    if not path.is_step or not diverged:
+        return []
+    first = diverged[0]
+    if path.cache_length is not None and all((p.position or 0) - 1 >= path.cache_length for p in diverged):
+        return [f"cause: the generation stops matching only past the static cache's {path.cache_length} positions "
+                f"(prompt + continuation need up to {path.positions_needed}): the cache is too short"]
+    if path.single_forward_passed:
+        return [f"cause: the single forward (full-forward) passes, so the decode path is the suspect (cache position, cache length, "
+                f"mask), from step {first.first_step} of prompt {first.name}"]
+    return []
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The judge's whole decision on a row, and what it read: a row's record (judged_row) stores the inputs to judge it again."""
+
+    passed: bool  # every bound met and no standing reason
+    reasons: tuple[str, ...]  # every bound missed, then its cause when one can be named, then the standing reasons
+    gate: GenerationGate
+    path: DecodePath
+    against: str
+    standing: tuple[str, ...]
+
+
+def judge(row: str, verdict: TokenVerdict, gate: GenerationGate, path: DecodePath, against: str = "eager",
+          standing: tuple[str, ...] = ()) -> Judged:
+    """The row's decision: every bound it misses, then its cause when one can be named; ``standing``: reasons no gate
+    decides (e.g. ExecuTorch's runner disagreeing), on which the row fails whatever its gate."""
+    reasons: list[str] = []
+    if gate.max_mae is not None and not verdict.mae <= gate.max_mae:
+        reasons.append(f"logit MAE {verdict.mae:.3g} > {gate.max_mae:g} over {verdict.positions} teacher-forced positions")
+    if gate.max_kl_mean is not None and not verdict.kl_mean <= gate.max_kl_mean:
+        reasons.append(f"KL to {against} {verdict.kl_mean:.3g} nats (mean; worst {verdict.kl_worst:.3g}) > {gate.max_kl_mean:g}")
+    if gate.min_top1 is not None and not verdict.top1_agreement >= gate.min_top1:
+        reasons.append(f"top-1 agreement {verdict.top1_agreement:.1%} < {gate.min_top1:.0%} of positions")
+    if gate.identical_generations and verdict.diverged:
+        reasons += _divergence_reasons(row, verdict, against)
+    if reasons and gate.identical_generations:  # int8 may move a near-tie: its divergence names no decode-path cause
+        reasons += _cause(verdict, path)
+    return Judged(not reasons and not standing, (*reasons, *standing), gate, path, against, standing)
 
 
 def _metrics(verdict: TokenVerdict) -> Metrics:
@@ -59,13 +125,22 @@ def _details(verdict: TokenVerdict, gate_text: str, cache_length: int | None) ->
 
 def judged_row(name: str, decode_family: str, verdict: TokenVerdict, judged: Judged, extra: tuple[tuple[str, str], ...] = (),
                **fields: Any) -> Row:
-    """The row of ``verdict`` as the judge decided it (gates.judge), with what the judge read in its record."""
+    """The row of ``verdict`` as the judge decided it (``judge``), with what the judge read in its record."""
     record = {"family": decode_family, "against": judged.against, "gate": dataclasses.asdict(judged.gate),
               "path": dataclasses.asdict(judged.path), "standing": list(judged.standing)}
     metrics = _metrics(verdict)
-    details = (*_details(verdict, judged.described, judged.path.cache_length), *extra, (RECORD, json.dumps(record)))
+    details = (*_details(verdict, judged.gate.describe(), judged.path.cache_length), *extra, (RECORD, json.dumps(record)))
     return Row(name=name, family=row_family(decode_family), compared_with=judged.against, status=PASS if judged.passed else FAIL,
                gate=ROW_GATES[row_family(decode_family)], metrics=metrics, reasons=judged.reasons, details=details, **fields)
+
+
+@dataclass(frozen=True)
+class NotApplicable:
+    """A kind observed not to apply to this model or machine, and why: the judge decides its row (``not_applicable_row``)."""
+
+    name: str
+    family: str  # the decode gate family
+    why: str
 
 
 STRICT = " (--strict: a kind that does not apply fails)"

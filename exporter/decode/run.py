@@ -1,8 +1,9 @@
 """A check on a generative golden set: eager, then every decode kind built and stepped from its file, then every row judged.
 
-Observing (builds, the stepping children, the token verdicts: numbers only) comes first; the judge (gates.judge, pure)
-then decides the rows in their order, the full forward's before the decode steps' whose cause reads it, as
-``export-check judge`` decides them again from a stored report (rows.judged_again).
+Observing (builds, the stepping children, the token verdicts: numbers only; a kind whose packages are missing noted
+as not applicable) comes first; the judge (rows.judge, pure) then decides the rows in their order, the full forward's
+before the decode steps' whose cause reads it, as ``export-check judge`` decides them again from a stored report
+(rows.judged_again).
 
 ``run_generation`` is what ``run_check`` calls when ``config.golden`` is a generative set; it returns
 the same :class:`~export_check.results.Report` every view reads, one ``Row`` per kind: the numbers of
@@ -27,12 +28,11 @@ from ..model import load_model, pinned_threads
 from ..results import PASS, GoldenSummary, Report, Row
 from ..versions import library_versions
 from . import goldenset, reference
-from .gates import DecodePath, gates_for, judge
+from .gates import gates_for
 from .kinds import KINDS
 from .reference import Reference
-from .rows import ROW_GATES, judged_row, not_applicable_row
+from .rows import ROW_GATES, DecodePath, NotApplicable, judge, judged_row, not_applicable_row
 from .stepping import Observed, observe
-from .steps import cache_shape
 from .verdicts import token_verdict
 
 
@@ -68,12 +68,12 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
                               "set was recorded with another vocabulary; pass the checkpoint and --arch it was recorded with, or record "
                               "it again with export-check golden record")
         eager = Reference(list(golden.names), prompts, approved, logits, generated)
-        shape = cache_shape(model, plant.cache_length or max(len(p) for p in prompts) + golden.new_tokens)  # every decode step's cache
-        observed: list[Observed | Row] = []
+        shape = reference.cache_shape(model, plant.cache_length or max(len(p) for p in prompts) + golden.new_tokens)  # every decode step's cache
+        observed: list[Observed | Row | NotApplicable] = []
         for kind in (k for k in KINDS if k.name in chosen):
             missing = [m for m in kind.needs if importlib.util.find_spec(m) is None]
             if missing:
-                observed.append(not_applicable_row(kind.name, kind.family, f"needs {', '.join(missing)}, not installed", config.strict))
+                observed.append(NotApplicable(kind.name, kind.family, f"needs {', '.join(missing)}, not installed"))
                 continue
             progress(f"{kind.name}: build, step")
             observed.append(observe(kind, model, golden, eager, out_dir, bugs, shape, decode))
@@ -82,8 +82,10 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
     rows: list[Row] = []
     single_forward: bool | None = None  # the full-forward row's status: while it passes, a decode step's divergence blames the decode path
     for seen in (Observed("eager", "eager", "golden", verdict, DecodePath(False, None, None)), *observed):
-        if isinstance(seen, Row):  # a build or stepping error, or a kind that does not apply: decided where it happened
+        if isinstance(seen, Row):  # a build or stepping error: decided where it happened
             row = seen
+        elif isinstance(seen, NotApplicable):  # under --strict a failure
+            row = not_applicable_row(seen.name, seen.family, seen.why, config.strict)
         else:
             path = dataclasses.replace(seen.path, single_forward_passed=single_forward)
             judged = judge(seen.name, seen.verdict, gates[seen.family], path, seen.against, seen.standing)

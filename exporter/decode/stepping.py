@@ -28,11 +28,10 @@ import numpy as np
 from ..files import FileInfo, file_info
 from ..results import ERROR, Row
 from . import stepper
-from .gates import DecodePath
 from .goldenset import GenerativeSet
 from .kinds import DecodeKind
 from .reference import Reference
-from .rows import ROW_GATES, row_family
+from .rows import ROW_GATES, DecodePath, row_family
 from .verdicts import TokenVerdict, runner_disagreement, token_verdict
 
 

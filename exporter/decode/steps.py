@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .reference import cache_shape
+
 INPUTS = ("input_ids", "position", "past_key", "past_value")
 OUTPUTS = ("logits", "present_key", "present_value")
 
@@ -28,13 +30,6 @@ def family_of(model: Any) -> str:
     """``gpt2`` or ``llama``: the two layouts the step knows (a ``UsageError`` for others is the caller's)."""
     kind = getattr(getattr(model, "config", None), "model_type", None)
     return kind if kind in ("gpt2", "llama") else "unsupported"
-
-
-def cache_shape(model: Any, cache_length: int) -> tuple[int, int, int, int]:
-    config = model.config
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    return (config.num_hidden_layers, kv_heads, cache_length, config.hidden_size // heads)
 
 
 class FullForward(nn.Module):

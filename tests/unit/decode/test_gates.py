@@ -1,6 +1,6 @@
-"""The judge of a language model's rows (export_check.decode.gates), on verdicts made by hand: every bound it
-misses, the first divergent prompt and step, and the cause it names (the decode path, the cache's length)."""
-
+"""The judge of a language model's rows (export_check.decode.rows.judge, on the gates of export_check.decode.gates), on
+verdicts made by hand: every bound it misses, the first divergent prompt and step, and the cause it names (the decode
+path, the cache's length)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from export_check.decode.gates import GATES, DecodePath, judge
+from export_check.decode.gates import GATES
+from export_check.decode.rows import DecodePath, judge
 from export_check.decode.verdicts import PromptVerdict, TokenVerdict, token_verdict
 
 
@@ -26,7 +27,7 @@ def diverged(name: str, prompt_tokens: int, step: int) -> PromptVerdict:
 
 def test_a_float_row_whose_generations_all_match_passes() -> None:
     judged = judge("decode-onnx", verdict((SAME, SAME), mae=5e-7), GATES["float"], DecodePath(True, 18, True, 18))
-    assert (judged.passed, judged.reasons, judged.described, judged.against) == (True, (), "generations identical & MAE<=1e-05", "eager")
+    assert (judged.passed, judged.reasons, judged.gate.describe(), judged.against) == (True, (), "generations identical & MAE<=1e-05", "eager")
 
 
 def test_a_divergence_names_the_prompt_the_step_both_tokens_the_row_and_the_decode_path() -> None:
