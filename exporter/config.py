@@ -108,6 +108,9 @@ class RunConfig:
     settings_ignored: tuple[str, ...] = ()
     # whether the golden set is a language model's (prompts: exporter/decode), read from it on construction
     language: bool = field(default=False, init=False, compare=False)
+    # a language model's gate per decode family (decode/gates.py), ``decode_gates`` and the float MAE bound laid over the
+    # defaults: every bound checked on construction, before any work
+    generation_gates: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.arch:
@@ -145,6 +148,11 @@ class RunConfig:
         unknown = [k for k in self.kinds if k not in (decode.KIND_NAMES if language else KIND_NAMES)]
         if unknown:
             raise UsageError(decode.unknown_kinds_message(unknown) if language else unknown_kinds_message(unknown))
+        if language:
+            from .decode.gates import MAE_OPTION, gates_for
+
+            given = dict(self.decode_gates, **{MAE_OPTION: self.thresholds.gate_for("float").max_mae})
+            object.__setattr__(self, "generation_gates", gates_for(given))
 
     @property
     def effective_jobs(self) -> int:

@@ -28,7 +28,6 @@ from ..model import load_model, pinned_threads
 from ..results import PASS, GoldenSummary, Report, Row
 from ..versions import library_versions
 from . import goldenset, reference
-from .gates import gates_for
 from .kinds import KINDS
 from .reference import Reference
 from .rows import ROW_GATES, DecodePath, NotApplicable, judge, judged_row, not_applicable_row
@@ -50,7 +49,7 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
     started = time.perf_counter()
     plant = plant or Plant()
     bugs = {"write_offset": plant.write_offset, "rope_offset": plant.rope_offset}  # planted in every decode step built
-    gates = gates_for(dict(config.decode_gates, **{"max-mae": config.thresholds.gate_for("float").max_mae}))  # a bad bound: before any work
+    gates = config.generation_gates  # every bound checked when the config was made, before any work
     golden = goldenset.load_set(config.golden)
     out_dir = prepare_out_dir(config.out_dir)
     checkpoint = file_info(config.checkpoint)

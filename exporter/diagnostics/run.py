@@ -79,9 +79,9 @@ class _Rows:
         return getattr(self.runner, "last_seconds", None)
 
 
-def _eager_rows(model: Any, signature: Signature = SINGLE, first_only: bool = False) -> _Rows:
+def _eager_rows(eager: EagerRunner, first_only: bool = False) -> _Rows:
     """Eager as the diagnostics call it (``_Rows``)."""
-    return _Rows(EagerRunner(model, signature), EagerRunner.name, signature, first_only)
+    return _Rows(eager, EagerRunner.name, eager.signature or SINGLE, first_only)
 
 
 def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: bool, plan: shapes.SizePlan,
@@ -133,16 +133,17 @@ class SizeOutputs(dict):
     plan: shapes.SizePlan
 
 
-def eager_at_sizes(model: Any, probe: Feeds, batch_size: int, signature: Signature = SINGLE, golden_size: int | None = None,
-                      budget: float = 1e9) -> SizeOutputs:
+def eager_at_sizes(eager: EagerRunner, probe: Feeds, batch_size: int, golden_size: int | None = None,
+                   budget: float = 1e9) -> SizeOutputs:
     """Eager over the probe at every planned size but the main one (the replay computes that one);
     the plan is chosen here (``shapes.plan_for``) and carried on the result for every row.
 
     The pipeline calls it before the builds, while the build server is still importing its libraries.
     """
+    signature = eager.signature or SINGLE
     count = length(probe, signature)
-    plan = shapes.plan_for(shapes.parameter_count(model), count, batch_size, golden_size or count, budget)
-    out = SizeOutputs(shapes.run_sizes(_eager_rows(model, signature), probe, tuple(s for s in plan.sizes if s != plan.main), plan.main,
+    plan = shapes.plan_for(shapes.parameter_count(eager.model), count, batch_size, golden_size or count, budget)
+    out = SizeOutputs(shapes.run_sizes(_eager_rows(eager), probe, tuple(s for s in plan.sizes if s != plan.main), plan.main,
                                        signature, plan=plan))
     out.plan = plan
     return out
@@ -153,14 +154,14 @@ class PendingSelfCheck:
     built; the second is the eager pass's own output for the first batch when the pass is held
     (:meth:`finish` with it), else a call of its own (:meth:`finish` with ``None``)."""
 
-    def __init__(self, model: Any, feeds: Feeds, signature: Signature = SINGLE) -> None:
+    def __init__(self, eager: EagerRunner, feeds: Feeds) -> None:
         from .eager import first_call
 
-        self.feeds, self.signature = feeds, signature
-        self.infer = _eager_rows(model, signature, first_only=True)
-        compared = signature.compared_outputs()
+        self.feeds, self.signature = feeds, eager.signature or SINGLE
+        self.infer = _eager_rows(eager, first_only=True)
+        compared = self.signature.compared_outputs()
         self.kind, self.axis = (compared[0].kind, compared[0].class_axis) if compared else ("logits", -1)
-        self.pending = first_call(self.infer, model, feeds)
+        self.pending = first_call(self.infer, eager.model, feeds)
 
     def finish(self, second_outputs: Mapping[str, np.ndarray] | None) -> EagerSelfCheck:
         second = self.infer(self.feeds) if second_outputs is None else rows_of(second_outputs, self.signature, EagerRunner.name, True)
@@ -179,7 +180,7 @@ class Diagnoser:
     def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, progress, trace: ReplayTrace,
                  eager_ahead: dict[int, Any] | None = None, eager_check: EagerSelfCheck | None = None) -> None:
         self.config, self.trace, self.progress, self.eager_check = config, trace, progress, eager_check
-        self.eager_infer = _eager_rows(model, trace.signature)
+        self.eager_infer = _eager_rows(EagerRunner(model, trace.signature))
         self.size_check = SizeCheck(self.eager_infer, trace, golden, model, config.batch_size, config.diagnostics_budget, eager_ahead)
         self.probe, self.plan = self.size_check.probe, self.size_check.plan
         # said on every row: what the budget left out (docs/explanation/reports-and-diagnostics.md)
@@ -218,7 +219,7 @@ class Diagnoser:
                 except Exception as exc:  # it already failed the batch-size check at the main size; said once
                     unmeasured = describe_exception(exc)[:240]
             except Exception as exc:
-                return replace(obs, diagnostics=Measured(error=f"reopening {path.name} for diagnostics failed: {exc}"))
+                return replace(obs, diagnostics=Measured(error=f"the diagnostics of {path.name} failed: {describe_exception(exc)}"))
         new_notes = tuple(n for n in dedupe(warnings_seen) if n not in obs.notes)
         measured = Measured(sizes=sizes, rerun=rerun, latency=latency, unmeasured=unmeasured, **self.scope, notes=new_notes,
                             seconds=time.perf_counter() - began)

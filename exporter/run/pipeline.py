@@ -105,24 +105,27 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
     with pinned_threads(config.threads):
         progress("loading checkpoint")
         model = load_model(config.checkpoint, config.arch, config.arch_kwargs, config.arch_root, run_notes, config.build_timeout)
+        eager = EagerRunner(model, golden.signature)  # the eager model as every stage of this process runs it
+        # what tells this model from another the build server could build from the same checkpoint; taken before eager's
+        # first call, as the server's fresh build of the recipe is (a forward that fills a buffer cannot move it)
+        model_fingerprint = fingerprint(model)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once: held when it fits in memory, else spilled to a file
-        signature = golden.signature
         progress("running the eager model on the first batch (does it reproduce itself?)")
         began = time.perf_counter()
         # eager first, before anything is built; its second call on the first batch is the eager pass's
         try:
-            pending_check = PendingSelfCheck(model, batches.first, signature)
+            pending_check = PendingSelfCheck(eager, batches.first)
         except Exception as exc:  # the model cannot take the golden inputs: the run's one-line error, naming the input
-            raise eager_failure(config, golden, 0, batches.first, exc, EagerRunner(model, signature).infer) from None
+            raise eager_failure(config, golden, 0, batches.first, exc, eager.infer) from None
         parts = {"load_model/eager_self_check": time.perf_counter() - began}  # parts of load_model, for the benchmarks
-        ctx = _build_context(config, golden, batches, model)
+        ctx = _build_context(config, golden, batches, model, model_fingerprint)
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next
         # ones build on the other core. A set that can only stream is replayed once, after all the builds.
         ahead = config.effective_jobs > 1 and batches.rereadable and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
-            eager_check, eager_ahead = _eager_stage(config, golden, batches, model, pending_check, parts, progress)
+            eager_check, eager_ahead = _eager_stage(config, golden, batches, eager, pending_check, parts, progress)
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
@@ -149,7 +152,7 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
     return observations, label_accuracy
 
 
-def _build_context(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any) -> BuildContext:
+def _build_context(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any, model_fingerprint: str) -> BuildContext:
     """What every build of the run reads: the model, the first batch as its example, the settings, the calibration split."""
     import torch
 
@@ -170,18 +173,17 @@ def _build_context(config: RunConfig, golden: GoldenSet, batches: GoldenBatches,
         axis_sizes=axis_sizes,
         # the build server builds its own copy from the checkpoint (mapped: one copy of the weights between them)
         recipe=ModelRecipe(str(config.checkpoint), config.arch, tuple(sorted(config.arch_kwargs.items())),
-                           None if config.arch_root is None else str(config.arch_root), fingerprint(model)),
+                           None if config.arch_root is None else str(config.arch_root), model_fingerprint),
     )
 
 
-def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any, pending_check: PendingSelfCheck,
+def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, eager: EagerRunner, pending_check: PendingSelfCheck,
                  parts: dict[str, float], progress: Progress) -> tuple[Any, Any]:
     """Eager over the whole set (while the first builds run), its self-check finished on the first batch, and eager at
     the diagnostics' other batch sizes: the eager check and those outputs. ``parts`` gets each one's time."""
-    signature = golden.signature
     began = time.perf_counter()
     with reused_heap():  # eager's activations reused batch to batch, as a torch runner's are (artifacts/_heap.py)
-        batches.precompute_eager(EagerRunner(model, signature).infer, progress=progress)
+        batches.precompute_eager(eager.infer, progress=progress)
     parts["load_model/eager_pass"] = time.perf_counter() - began
     began = time.perf_counter()
     held = batches.eager(0)
@@ -191,8 +193,7 @@ def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, m
     began = time.perf_counter()
     with reused_heap():
         probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)  # None: the set streams
-        eager_ahead = None if probe is None else eager_at_sizes(model, probe, config.batch_size, signature, len(golden),
-                                                                config.diagnostics_budget)
+        eager_ahead = None if probe is None else eager_at_sizes(eager, probe, config.batch_size, len(golden), config.diagnostics_budget)
     parts["load_model/eager_batch_sizes"] = time.perf_counter() - began
     return eager_check, eager_ahead
 
@@ -240,8 +241,9 @@ def _report(
 ) -> Report:
     from ..report import node_data
 
+    judged = tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict))  # the verdicts: one pure judge
+    rows, node_files = node_data.write_all(judged, out_dir)  # each row's per-layer table, where it has one, for Model Explorer
     recorded_ckpt = golden.model.get("checkpoint_sha256")
-    rows, node_files = node_data.write_all(tuple(judge_rows(observations, config.thresholds, config.diagnose, config.strict)), out_dir)
     return Report(
         tool_version=__version__,
         created=datetime.now(UTC).isoformat(timespec="seconds"),

@@ -438,6 +438,17 @@ def test_a_model_of_another_vocabulary_is_one_line_before_any_build(llama_golden
     assert not list(out.glob("decode-onnx*"))  # nothing was built
 
 
+def test_a_bad_decode_bound_is_one_line_before_anything_is_read(llama_golden: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A language model's gate bounds are checked when the run's config is made: a top-1 share over 1 is exit 2 in one line,
+    before the model is loaded or a prompt run, and no --out made."""
+    out = tmp_path / "out"
+    code = main([str(CHECKPOINTS / "llama_tiny.pth"), "--arch", arch("llama_tiny"), "--golden", str(llama_golden), "--out", str(out),
+                 "--int8-weight-min-top1", "1.5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["export-check: error: --int8-weight-min-top1 must be between 0 and 1, got 1.5; fix the option or settings key"], err
+    assert not out.exists()
+
+
 def test_golden_verify_and_approve_on_a_generative_set(small_prompts_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     golden = tmp_path / "golden"
     record("gpt2_tiny", small_prompts_dir, golden)

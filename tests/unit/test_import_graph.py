@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "exporter"
-MEASURING = ("run.observe", "run.diagnosis", "run.records", "diagnostics", "cache", "builder", "artifacts", "compare")
+MEASURING = ("run.observe", "records", "diagnostics", "cache", "builder", "artifacts", "compare")
 
 
 def _module(path: Path) -> str:

@@ -30,7 +30,7 @@ from export_check.settings import golden_params, parse_settings
 # by the same lookup (the files beside the checkpoint it did not read, issue 47); decode_gates by the language model's
 # gate rows (issue 45, decode/gates.py OPTIONS).
 DERIVED = {"arch_root", "thresholds", "signature_settings", "settings_files", "settings_ignored", "decode_gates",
-           "language"}  # language: read from the golden set on construction
+           "language", "generation_gates"}  # language, generation_gates: made on construction (the set read, the bounds checked)
 
 
 def test_every_user_settable_runconfig_field_has_exactly_one_row() -> None:

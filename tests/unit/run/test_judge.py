@@ -98,8 +98,8 @@ def test_an_observed_error_is_an_error_row_and_no_metrics_are_invented() -> None
 
 
 def test_a_diagnostics_reopen_failure_is_an_error_after_the_metrics_reasons() -> None:
-    row = judge_row(obs(mae=3e-4, diagnostics=Measured(error="reopening x.onnx for diagnostics failed: no")), DEFAULTS)
-    assert row.status == "error" and row.reasons == ("MAE 0.0003 > 1e-05", "reopening x.onnx for diagnostics failed: no")
+    row = judge_row(obs(mae=3e-4, diagnostics=Measured(error="the diagnostics of x.onnx failed: no")), DEFAULTS)
+    assert row.status == "error" and row.reasons == ("MAE 0.0003 > 1e-05", "the diagnostics of x.onnx failed: no")
 
 
 def test_a_batch_size_disagreement_or_a_rerun_difference_fails_a_row_whose_metrics_pass() -> None:
