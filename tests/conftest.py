@@ -254,6 +254,17 @@ def forge_golden_file(golden: Path, rel: str, data: bytes) -> None:
     (golden / "manifest.json").write_text(json.dumps(manifest))
 
 
+def golden_refusal(call, *args, **kwargs) -> str:
+    """The one line of the GoldenError ``call(*args, **kwargs)`` must raise (a golden file refused)."""
+    from export_check.errors import GoldenError
+
+    with pytest.raises(GoldenError) as info:
+        call(*args, **kwargs)
+    text = str(info.value)
+    assert "\n" not in text
+    return text
+
+
 def parsed_or_refused(folder: Path, manifest: dict):
     """A fuzzed manifest parsed as the golden set in ``folder``; ``None`` when it is no JSON at all or is
     refused, as it must be, by one GoldenError line naming the folder."""

@@ -10,18 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export_check.errors import GoldenError
+from conftest import golden_refusal as refused
 from export_check.golden.goldenset import GoldenSet, read_beneath, read_verified
 from export_check.golden.store import NewInput, npz_bytes, write_golden_v2
 from export_check.signature import InputSpec, OutputSpec, Signature
-
-
-def refused(call, *args, **kwargs) -> str:
-    with pytest.raises(GoldenError) as info:
-        call(*args, **kwargs)
-    text = str(info.value)
-    assert "\n" not in text
-    return text
 
 
 def test_read_beneath_refuses_links_fifos_pointers_and_missing_files(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import golden_refusal as refused
 from export_check.errors import GoldenError
 from export_check.golden.inputs import check_sample_size, declared_bytes, declared_sample_bytes, load_npy, load_npz, npy_header
 from export_check.golden.reading import ARRAY_MAX_BYTES, SAMPLE_MAX_BYTES
@@ -29,14 +30,6 @@ def npz(**arrays: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     return buf.getvalue()
-
-
-def refused(call, *args, **kwargs) -> str:
-    with pytest.raises(GoldenError) as info:
-        call(*args, **kwargs)
-    text = str(info.value)
-    assert "\n" not in text
-    return text
 
 
 @pytest.mark.parametrize("array", [np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros((0, 4), np.int64), np.array(True),

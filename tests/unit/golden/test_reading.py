@@ -5,20 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from export_check.errors import GoldenError
+from conftest import golden_refusal as refused
 from export_check.golden.reading import load_json, read_user_file
 
 SHOWN = Path("golden/x")
-
-
-def refused(call, *args, **kwargs) -> str:
-    with pytest.raises(GoldenError) as info:
-        call(*args, **kwargs)
-    text = str(info.value)
-    assert "\n" not in text
-    return text
 
 
 def test_read_user_file_follows_a_link_the_user_gave_but_reads_only_regular_files(tmp_path: Path) -> None:
