@@ -76,14 +76,14 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
     checkpoint_info = file_info(config.checkpoint)
     timings = {"verify_inputs": time.perf_counter() - started}
     run_notes: list[str] = list(config.settings_ignored)
-    try:  # best effort: without a key or a folder the run goes on without it
-        cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256, golden.signature.to_json())
-    except CacheUnavailable as exc:
-        cache = None
-        run_notes.append(f"cache: not used by this run: {exc}")
     with locked_out_dir(out_dir):
         # Under the lock: another process (a pytest-xdist worker, a fleet) that held it may have just built and stored
         # these very artifacts; then this is a hit, not a second build. A hit needs no model, no torch and no replay.
+        try:  # best effort: without a key or a folder the run goes on without it
+            cache = open_cache(config, checkpoint_info.sha256, golden.manifest_sha256, golden.signature.to_json())
+        except CacheUnavailable as exc:
+            cache = None
+            run_notes.append(f"cache: not used by this run: {exc}")
         found = _cache_hit(cache, config, out_dir, run_notes)
         if cache is not None:
             timings["judge_only" if config.judge_only else "cache_lookup"] = time.perf_counter() - started - sum(timings.values())
