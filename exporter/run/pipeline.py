@@ -110,6 +110,8 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
         # first call, as the server's fresh build of the recipe is (a forward that fills a buffer cannot move it)
         model_fingerprint = fingerprint(model)
         batches = GoldenBatches(golden, config.batch_size)  # decoded once: held when it fits in memory, else spilled to a file
+        # static int8 (a kind whose row says it is calibrated): the golden set's calibration split, read now; none: nothing read
+        calibration = golden.calibration_batches(config.batch_size) if any(KINDS_BY_NAME[n].calibrated for n in config.selected_kinds) else ()
         progress("running the eager model on the first batch (does it reproduce itself?)")
         began = time.perf_counter()
         # eager first, before anything is built; its second call on the first batch is the eager pass's
@@ -118,7 +120,7 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
         except Exception as exc:  # the model cannot take the golden inputs: the run's one-line error, naming the input
             raise eager_failure(config, golden, 0, batches.first, exc, eager.infer) from None
         parts = {"load_model/eager_self_check": time.perf_counter() - began}  # parts of load_model, for the benchmarks
-        ctx = _build_context(config, golden, batches, model, model_fingerprint)
+        ctx = _build_context(config, golden.signature, batches, model, model_fingerprint, calibration)
         # --jobs 2: every build goes to the build server now; this process runs eager over the set
         # meanwhile, then replays and diagnoses each artifact as soon as it is built, while the next
         # ones build on the other core. A set that can only stream is replayed once, after all the builds.
@@ -152,11 +154,11 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
     return observations, label_accuracy
 
 
-def _build_context(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any, model_fingerprint: str) -> BuildContext:
+def _build_context(config: RunConfig, signature: Signature, batches: GoldenBatches, model: Any, model_fingerprint: str,
+                   calibration: tuple[dict[str, np.ndarray], ...]) -> BuildContext:
     """What every build of the run reads: the model, the first batch as its example, the settings, the calibration split."""
     import torch
 
-    signature = golden.signature
     first = {name: torch.from_numpy(np.ascontiguousarray(array)) for name, array in batches.first.items()}
     axis_sizes = _axis_sizes(signature, batches)
     return BuildContext(
@@ -166,8 +168,7 @@ def _build_context(config: RunConfig, golden: GoldenSet, batches: GoldenBatches,
         onnx_exporter=config.onnx_exporter,
         threads=config.threads,
         signature=signature,
-        # static int8 (a kind whose row says it is calibrated): the golden set's calibration split; none: nothing read
-        calibration=golden.calibration_batches(config.batch_size) if any(KINDS_BY_NAME[n].calibrated for n in config.selected_kinds) else (),
+        calibration=calibration,
         fp16_optimization=config.fp16_optimization,
         axis_extents=_axis_extents(axis_sizes),
         axis_sizes=axis_sizes,
