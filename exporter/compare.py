@@ -12,7 +12,7 @@ memory for one batch plus one float per image.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -330,10 +330,11 @@ class ErrorAccumulator:
     samples on axis 0 (``to_samples_first`` moves a declared batch axis there); ``kind`` and
     ``class_axis`` (of the sample-first array) say what agreement means; ``tolerances``, the
     ``(atol, rtol)`` pairs whose elementwise allclose violations to count (a count and the worst
-    value each: no arrays are kept); ``ctc_blank``, the blank class of a sequence output judged on its decoded text."""
+    value each: no arrays are kept); ``ctc_blank``, the blank class of a sequence output judged on its decoded text;
+    ``streams``, the ``STREAMS`` entries to measure (None: every one that applies to the layout)."""
 
     def __init__(self, kind: str = "logits", class_axis: int = -1, tolerances: tuple[tuple[float, float], ...] = (),
-                 top_ks: tuple[int, ...] = (), ctc_blank: int | None = None) -> None:
+                 top_ks: tuple[int, ...] = (), ctc_blank: int | None = None, streams: Collection[str] | None = None) -> None:
         self.kind, self.class_axis = kind, class_axis
         layout = Layout(kind, class_axis, ctc_blank)
         self._decoded, self._agreement = layout.ctc, layout.agreement
@@ -350,7 +351,8 @@ class ErrorAccumulator:
         self._positions_changed = 0
         self._per_image: list[np.ndarray] = []
         self._images = 0
-        self._streams = {name: stream for name, make in STREAMS.items() if (stream := make(layout)) is not None}
+        self._streams = {name: stream for name, make in STREAMS.items()
+                         if (streams is None or name in streams) and (stream := make(layout)) is not None}
         self._labelled = self._label_correct = self._reference_label_correct = 0
 
     def add(self, reference: np.ndarray, candidate: np.ndarray, labels: np.ndarray | None = None) -> None:

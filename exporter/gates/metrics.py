@@ -67,6 +67,7 @@ class GateMetric:
     # its title, and the cell of a row's metrics.
     column: str | None = None
     cell: Callable[[Metrics], str] = lambda metrics: "-"
+    stream: str | None = None  # the ``compare.STREAMS`` entry its value is measured by, when it is one (cosine, SNR, CER)
 
 
 def _below(what: str, value: float, bound: float, shown: str = ".6g") -> str:
@@ -86,7 +87,7 @@ def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], f
             failed: Callable[[Metrics, float, float], str], *, applies: Callable[[Metrics], bool] = lambda m: True,
             families: str = "all", at_batch_sizes: bool = True,
             noise: Callable[[float, EagerSelfCheck], float] | None = None, column: str | None = None,
-            cell: str = "{:.3g}") -> GateMetric:
+            cell: str = "{:.3g}", stream: str | None = None) -> GateMetric:
     """A metric bounded by one number: ``direction`` "max" (the value must be at most the bound) or
     "min" (at least). ``read`` None where ``applies``: the value was not measured (a reason, never a pass);
     where it does not apply (no argmax of a values output), the bound does not gate."""
@@ -119,7 +120,7 @@ def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], f
         return "-" if value is None else cell.format(value)
 
     return GateMetric(name, (bound,), shown_of, reason, families=families, missing=missing, at_batch_sizes=at_batch_sizes,
-                      noise=noise, column=column, cell=cell_of)
+                      noise=noise, column=column, cell=cell_of, stream=stream)
 
 
 def _top1_reason(metrics: Metrics, value: float, bound: float) -> str:
@@ -228,7 +229,7 @@ GATE_METRICS: tuple[GateMetric, ...] = (
                                        "(default: {default})", "F", fraction=True),
             "min", lambda m: m.stat("cosine"), "cos>={:g}",
             lambda m, v, b: f"{_below('cosine similarity', v, b)} (the least of any sample)",
-            at_batch_sizes=False, column="cos", cell="{:.6f}"),
+            at_batch_sizes=False, column="cos", cell="{:.6f}", stream="cosine"),
     # Top-k agreement: the samples whose k highest classes are the reference's k highest (as a set: a ranking
     # that keeps its head); k from top_k (5 unless set). Measured for the k a gate asks (Thresholds.top_ks).
     GateMetric("top-k agreement",
@@ -251,7 +252,7 @@ GATE_METRICS: tuple[GateMetric, ...] = (
     _scalar("SNR", Bound("min_snr_db", "min SNR", "min-snr",
                          "signal-to-noise gate of {what} in dB: 10 log10(sum reference^2 / sum error^2) (default: {default})", "DB"),
             "min", lambda m: m.stat("snr_db"), "SNR>={:g}dB", lambda m, v, b: f"SNR {v:.3g} dB < {b:g} dB",
-            at_batch_sizes=False, column="SNR dB", cell="{:.1f}"),
+            at_batch_sizes=False, column="SNR dB", cell="{:.1f}", stream="snr_db"),
     # A CTC output's character error rate (a sequence output with ctc-blank): the edit distance of each sample's
     # greedy decoding from the reference's, summed, over the reference texts' length (compare.STREAMS "cer").
     _scalar("character error rate", Bound("max_cer", "max character error rate", "max-cer",
@@ -261,7 +262,7 @@ GATE_METRICS: tuple[GateMetric, ...] = (
             "max", lambda m: m.stat("cer"), "CER<={:.3g}",
             lambda m, v, b: f"character error rate {v:.2%} > {b:.2%} (greedy CTC decoding; {len(m.top1_changed)} of {m.images} "
                             f"samples' decoded text changed)",
-            applies=lambda m: m.agreement == "decoded", at_batch_sizes=False, column="CER", cell="{:.2%}"),
+            applies=lambda m: m.agreement == "decoded", at_batch_sizes=False, column="CER", cell="{:.2%}", stream="cer"),
 )
 BOUNDS: dict[str, Bound] = {b.field: b for m in GATE_METRICS for b in m.bounds}
 assert len(BOUNDS) == sum(len(m.bounds) for m in GATE_METRICS), "gate fields must be unique"
