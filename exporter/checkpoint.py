@@ -8,10 +8,8 @@ the user points at is trusted: it is imported and run.
 from __future__ import annotations
 
 import inspect
-import os
 import pickle
 import re
-import stat
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -20,6 +18,7 @@ from typing import Any
 
 from .architecture import resolve_factory
 from .errors import ArchitectureError, CheckpointError
+from .files import check_readable_file
 
 # The keys under which training scripts and public packages keep the model's state_dict beside the
 # optimizer's and their metadata: Lightning and timm ``state_dict``, torchvision's references and
@@ -59,6 +58,8 @@ def load_state_dict(path: Path, notes: list[str] | None = None) -> dict[str, Any
     content). Anything else is a :class:`CheckpointError` naming the file (and the key that holds a
     state_dict, when another key does).
     """
+    # a recording, a bundle or a build server loads without the run's early check: the same words here, before any open
+    check_readable_file(path, "checkpoint", "pass the path of a .pth/.pt/.safetensors state_dict")
     head = _head(path)
     if path.suffix == ".safetensors" or _looks_like_safetensors(head, path):
         obj = _load_safetensors(path)
@@ -69,35 +70,12 @@ def load_state_dict(path: Path, notes: list[str] | None = None) -> dict[str, Any
     return _strip_prefixes(state)
 
 
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)  # a FIFO cannot block the open
-
-
 def _head(path: Path, size: int = 64) -> bytes:
-    """The checkpoint's first bytes, its readability checked where it is opened (once): a missing, irregular,
-    unreadable or empty file is a CheckpointError saying which, in files.check_readable_file's words (the run checks
-    early with it; a recording, a bundle or a build server loads without that check)."""
-    fix = "pass the path of a .pth/.pt/.safetensors state_dict"
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        with open(path, "rb") as fh:
+            return fh.read(size)
     except OSError as exc:
-        if not path.exists():
-            parent = next((p for p in path.parents if p.exists()), None)
-            where = f" ({parent} is a file, not a folder)" if parent is not None and not parent.is_dir() else ""
-            raise CheckpointError(f"{path}: checkpoint not found{where}; {fix}") from None
-        if not path.is_file():
-            raise CheckpointError(f"{path}: checkpoint is not a regular file; {fix}") from None
         raise CheckpointError(f"{path}: cannot read checkpoint ({exc.strerror or exc}); check its permissions") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # directories, FIFOs, sockets, devices
-        os.close(fd)
-        raise CheckpointError(f"{path}: checkpoint is not a regular file; {fix}")
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            head = fh.read(size)
-        except OSError as exc:
-            raise CheckpointError(f"{path}: cannot read checkpoint ({exc.strerror or exc}); check its permissions") from None
-    if not head:
-        raise CheckpointError(f"{path}: checkpoint is empty (0 bytes); re-save it with torch.save(model.state_dict(), path)")
-    return head
 
 
 def _looks_like_safetensors(head: bytes, path: Path) -> bool:

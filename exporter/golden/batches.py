@@ -24,8 +24,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..progress import count_message
-from ..signature import Signature
-from .goldenset import GoldenSet
+from .goldenset import GoldenSet, feeds_length
 from .spill import SpilledBatches
 
 # Decoded inputs (and eager outputs) held in memory at most; above it the set is spilled to a file.
@@ -38,13 +37,6 @@ Outputs = dict[str, np.ndarray]
 
 def _nbytes(arrays: Mapping[str, np.ndarray]) -> int:
     return sum(int(np.asarray(a).nbytes) for a in arrays.values())
-
-
-def feeds_length(feeds: Mapping[str, np.ndarray], signature: Signature) -> int:
-    """How many samples a batch of ``feeds`` holds (the first input's size on its batch axis)."""
-    spec = signature.inputs[0]
-    array = feeds[spec.name] if spec.name in feeds else next(iter(feeds.values()))
-    return int(array.shape[spec.batch_axis]) if array.ndim > spec.batch_axis else len(array)
 
 
 def memory_budget() -> int:

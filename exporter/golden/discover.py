@@ -24,8 +24,7 @@ import numpy as np
 from ..errors import ArtifactError, GoldenError, describe_exception
 from ..model import EagerRunner
 from ..signature import NORMALISED_TOLERANCE, InputSpec, KindChoice, OutputSpec, Signature, SignatureSettings, choose_kind, ctc_problem
-from .batches import feeds_length
-from .goldenset import stack_batches, stack_samples
+from .goldenset import feeds_length, stack_batches, stack_samples
 from .inputs import SAMPLE_DTYPES
 
 LOGITS_KINDS = ("logits", "sequence-logits")

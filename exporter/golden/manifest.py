@@ -105,12 +105,9 @@ def safe_relative(root: Path, rel: Any, field: str) -> Path:
     return path
 
 
-def parse_manifest(root: Path, text: str | None = None) -> GoldenSet:
-    """Parse and validate the manifest ``text``, or (None) the folder's own, read within its bounds; no other file
-    is read."""
+def parse_manifest(root: Path, text: str) -> GoldenSet:
+    """Parse and validate manifest text (no file contents are read)."""
     manifest = root / MANIFEST
-    if text is None:
-        text = _manifest_text(root)
     data = parsing.load_json(text, manifest, "restore it or re-record the golden set", GoldenError, max_depth=JSON_MAX_DEPTH)
     _require(isinstance(data, dict), manifest, "the manifest must be a JSON object")
     _require(data.get("format") == FORMAT, manifest, f"format is {data.get('format')!r}, expected {FORMAT!r}")
@@ -266,7 +263,7 @@ def _manifest_text(root: Path) -> str:
 
 def read_manifest(root: Path) -> GoldenSet:
     """The folder's manifest, read, parsed and validated (:func:`parse_manifest`); no other file is read."""
-    return parse_manifest(root)
+    return parse_manifest(root, _manifest_text(root))
 
 
 def load_golden(root: Path) -> GoldenSet:
