@@ -263,7 +263,8 @@ def _manifest_text(root: Path) -> str:
 
 def read_manifest(root: Path) -> GoldenSet:
     """The folder's manifest, read, parsed and validated (:func:`parse_manifest`); no other file is read."""
-    return parse_manifest(root, _manifest_text(root))
+    text = _manifest_text(root)
+    return parse_manifest(root, text)
 
 
 def load_golden(root: Path) -> GoldenSet:
