@@ -284,7 +284,7 @@ def _cmd_replay_targets(args: argparse.Namespace) -> int:
     return _show_fleet(run_replays(jobs, args.ray, progress), args)
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
+def _cmd_check(args: argparse.Namespace, one_run: bool = False) -> int:
     if args.bundle is not None and (len(args.checkpoint) != 1 or args.fleet is not None or args.shard is not None or args.ray is not None):
         raise UsageError(f"--bundle {args.bundle}: a bundle holds one model's artifacts; check one checkpoint")
     if _several(args):
@@ -298,7 +298,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     progress = _progress(args.quiet)
     try:
-        report = escaped(run_check(config, progress=progress))  # a name that is not UTF-8 is shown escaped in every view
+        # a name that is not UTF-8 is shown escaped in every view
+        report = escaped(run_check(config, progress=progress, keep_helpers=not one_run))
     finally:
         progress.close()
     code = _show(report, args, settings)
@@ -315,7 +316,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, one_run: bool = False) -> int:
+    """The CLI on ``argv`` (default: this process's); ``one_run``: this process runs nothing after it (the console
+    script), so a check's helper processes end as soon as its builds and replays are done."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = None
@@ -325,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         if args.command == "check":
-            return _cmd_check(args)
+            return _cmd_check(args, one_run)
         if args.command == "history":
             return cmd_history(args)
         if args.command == "merge":
@@ -423,7 +426,7 @@ def entry() -> None:
         for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed escaped, never a traceback
             with contextlib.suppress(AttributeError, ValueError):
                 stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-        code = main()
+        code = main(one_run=True)
     except KeyboardInterrupt:  # Ctrl-C outside main's own handler: while starting, or while reporting
         code = _interrupted()
     try:

@@ -432,6 +432,13 @@ def build(kind: Any, ctx: Any, path: Path, source: Path | None, notes: list[str]
     return SERVICE.build(kind, ctx, path, source, notes, timeout)
 
 
+def shutdown() -> None:
+    """End the build server and the runtime hosts now, once a process's last run needs them no more
+    (:meth:`BuildService.shutdown`); a later build or replay starts them again."""
+    with SERVICE.lock:
+        SERVICE.shutdown()
+
+
 def settle() -> None:
     """Make sure no build is still in flight (:meth:`BuildService.settle`)."""
     SERVICE.settle()

@@ -101,23 +101,28 @@ def session(data: bytes, threads: int, level: str) -> Any:
     return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
 
-def run_exposed(proto: Any, feeds: Mapping[str, np.ndarray], threads: int, level: str) -> dict[str, np.ndarray]:
-    """Every array value of ``proto`` on ``feeds``: the graph with each node output made a graph output."""
-    import onnx
+class Exposed:
+    """Every array value of a graph on given feeds: the graph with each node output made a graph output, in one
+    session made once (the search runs it on up to ``SAMPLES`` samples, against each reference)."""
 
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(proto)
-    existing = {o.name for o in exposed.graph.output}
-    for node in exposed.graph.node:
-        for out in node.output:
-            if out and out not in existing:
-                exposed.graph.output.append(onnx.ValueInfoProto(name=out))
-                existing.add(out)
-    run = session(exposed.SerializeToString(), threads, level)
-    names = [o.name for o in run.get_outputs()]
-    wanted = {i.name for i in run.get_inputs()}
-    got = run.run(None, {k: v for k, v in feeds.items() if k in wanted})
-    return {name: value for name, value in zip(names, got, strict=True) if isinstance(value, np.ndarray)}
+    def __init__(self, proto: Any, threads: int, level: str) -> None:
+        import onnx
+
+        exposed = onnx.ModelProto()
+        exposed.CopyFrom(proto)
+        existing = {o.name for o in exposed.graph.output}
+        for node in exposed.graph.node:
+            for out in node.output:
+                if out and out not in existing:
+                    exposed.graph.output.append(onnx.ValueInfoProto(name=out))
+                    existing.add(out)
+        self.session = session(exposed.SerializeToString(), threads, level)
+        self.names = [o.name for o in self.session.get_outputs()]
+        self.wanted = {i.name for i in self.session.get_inputs()}
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        got = self.session.run(None, {k: v for k, v in feeds.items() if k in self.wanted})
+        return {name: value for name, value in zip(self.names, got, strict=True) if isinstance(value, np.ndarray)}
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ class Reducer:
         import onnx
 
         self.proto, self.threads, self.level = proto, threads, level
+        self._exposed: Exposed | None = None  # made at the first ``values``
         self.order = topological(proto.graph)
         self.sorted = onnx.ModelProto()
         self.sorted.CopyFrom(proto)
@@ -155,7 +161,10 @@ class Reducer:
                 self.constants.update(o for o in node.output if o)
 
     def values(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {**{k: v for k, v in feeds.items() if k in self.inputs}, **run_exposed(self.proto, feeds, self.threads, self.level)}
+        """Every value of the graph on ``feeds`` (not kept: a sample's values at 14 M parameters are ~100 MB)."""
+        if self._exposed is None:
+            self._exposed = Exposed(self.proto, self.threads, self.level)
+        return {**{k: v for k, v in feeds.items() if k in self.inputs}, **self._exposed(feeds)}
 
     def end(self, values: dict[str, np.ndarray], references: dict[str, np.ndarray], judge: Judge) -> tuple[str, Metrics] | None:
         """The first computed tensor, in topological order, whose value breaks the gate against its reference. A constant
@@ -316,13 +325,15 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
             tried.append(f"against {_words(mode, source_path)}: it holds {size:,} bytes with its weights, past ONNX's 2 GiB limit "
                          "for the in-memory session that computes its values")
             continue
+        theirs_of = None if source_proto is None else Exposed(source_proto, threads, "ORT_ENABLE_ALL")
+        del source_proto  # its session holds what it needs
         for index, given in samples[:SAMPLES]:
             # the one golden input is fed to the graph's one input whatever its name, as the row's runner feeds it
             feeds = {reducer.inputs[0]: next(iter(given.values()))} if len(given) == 1 == len(reducer.inputs) else dict(given)
             values = reducer.values(feeds)
             references = {k: v for k, v in feeds.items() if k in reducer.inputs}
-            if source_proto is not None:
-                theirs = run_exposed(source_proto, feeds, threads, "ORT_ENABLE_ALL")
+            if theirs_of is not None:
+                theirs = theirs_of(feeds)
                 references |= {k: v for k, v in theirs.items() if k in values and v.shape == values[k].shape and _is_float(v)}
             else:
                 from .layers.onnx import eager_references

@@ -61,8 +61,10 @@ def _quiet(_: str) -> None:
     pass
 
 
-def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
-    """Run the whole check described by ``config`` and return its report."""
+def run_check(config: RunConfig, progress: Progress = _quiet, keep_helpers: bool = True) -> Report:
+    """Run the whole check described by ``config`` and return its report. ``keep_helpers=False``: this process runs no
+    other check (the CLI's one run), so its build server and runtime hosts end once the builds and replays are done,
+    before explain (their memory is not the tree's while it explains); else they stay, warm, for the next run."""
     started = time.perf_counter()
     check_outputs(config)  # --out must not be, or hold, what the run reads (exporter/paths.py)
     # Validate everything cheap first, so bad input fails before any export starts.
@@ -90,15 +92,15 @@ def run_check(config: RunConfig, progress: Progress = _quiet) -> Report:
         if found is not None:
             progress(f"every artifact and its metrics found in the cache {config.cache_dir}")
         else:
-            found = _replayed(config, golden, cache, out_dir, progress, started, timings, run_notes)
+            found = _replayed(config, golden, cache, out_dir, progress, started, timings, run_notes, keep_helpers)
     return _report(config, golden, checkpoint_info, found[0], found[1], started, out_dir, timings, run_notes)
 
 
 def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None, out_dir: Path, progress: Progress, started: float,
-              timings: dict[str, float], run_notes: list[str]) -> tuple[list[Observation], float | None]:
+              timings: dict[str, float], run_notes: list[str], keep_helpers: bool = True) -> tuple[list[Observation], float | None]:
     """Build, replay, observe and explain every row (the cache's files reused where it has them), and store what was
     observed: the observations and the golden set's label accuracy. ``timings`` gets each stage's time since the run
-    ``started`` (each stage is the time since the sum of the ones before it)."""
+    ``started`` (each stage is the time since the sum of the ones before it); ``keep_helpers``: as in ``run_check``."""
     # Start the build server (each export runs in a child of it, so a native crash costs one row) now, so that it
     # imports the export libraries while this process loads the model. Before torch runs here: it may be forked.
     isolation.prewarm(config.kinds, config.build_timeout or None)
@@ -133,6 +135,8 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
             observed = observe.observe_all(config, golden, batches, model, ctx, builds, progress, eager_ahead,
                                            by_artifact=batches.eager_held(), eager_check=eager_check, timings=parts)
+            if not keep_helpers:  # every build read and every replay done: nothing of the run needs them any more
+                isolation.shutdown()
             # explain: what only the rows the judge flags need (per-layer tables, the reduced subgraph); _report judges again
             began = time.perf_counter()
             explainer = Explainer(config, golden, model, observed.probe, observed.plan, progress, ctx)

@@ -10,6 +10,7 @@ How much faster ``--jobs 2`` is, is measured by benchmarks/run.py, not here.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import threading
@@ -179,3 +180,37 @@ def test_a_run_interrupted_mid_replay_leaves_no_build_behind_and_the_next_run_is
     report = pipeline.run_check(config)
     assert [(row.name, row.status) for row in report.rows] == [("eager", "pass"), ("torchscript-trace", "pass"), ("onnx", "pass")]
     assert report.rows[2].metrics.mae <= 1e-5 and os.path.getsize(report.rows[2].artifact.path) > 100_000
+
+
+@pytest.mark.parametrize("one_run", [True, False], ids=["console-script", "in-process"])
+def test_the_console_scripts_run_ends_its_helpers_before_it_explains(nudged_checkpoint: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch, one_run: bool) -> None:
+    """Issue 43: the console script runs one check, so its build server, load host and runtime hosts end once the builds
+    and replays are done; the explain pass that follows (here the onnx row's per-layer table: nudged, it fails MAE 1e-9)
+    runs without them in the process tree. A process that runs more checks (pytest, the API) keeps them warm."""
+    from export_check.cli import main
+    from export_check.run import explain
+
+    seen: list[tuple[Any, dict[str, Any]]] = []
+    explained = explain.Explainer.__call__
+
+    def spying(self: Any, obs: Any) -> Any:
+        seen.append((isolation.SERVICE.server, dict(isolation.SERVICE.hosts)))
+        return explained(self, obs)
+
+    isolation.prewarm(("onnx",))  # the helpers as a run starts them
+    server, hosts = isolation.SERVICE.server, dict(isolation.SERVICE.hosts)
+    assert server is not None and server.alive() and set(hosts) == {"onnxruntime"}
+    monkeypatch.setattr(explain.Explainer, "__call__", spying)
+    out = tmp_path / "out"
+    assert main(["check", str(nudged_checkpoint), "--arch", DEFAULT_ARCH, "--golden", str(DEFAULT_GOLDEN), "--artifacts", "onnx",
+                 "--max-mae", "1e-9", "--out", str(out), "--json", str(tmp_path / "r.json"), "--no-cache", "-q"], one_run=one_run) == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    onnx = next(row for row in report["rows"] if row["name"] == "onnx")
+    assert onnx["status"] == "fail" and onnx["diagnostics"]["layers"]["layers"]  # explained: its per-layer table is there
+    assert seen  # explain ran
+    if one_run:  # every helper had ended, and its process with it, before the first row was explained
+        assert all(at_server is None and not at_hosts for at_server, at_hosts in seen)
+        assert process_gone(server.process.pid) and all(process_gone(h.process.pid) for h in hosts.values())
+    else:
+        assert all(at_server is server and at_hosts.keys() == hosts.keys() for at_server, at_hosts in seen) and server.alive()
