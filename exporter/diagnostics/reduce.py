@@ -12,8 +12,9 @@ How, on the golden sample that fails worst (Polygraphy's ``debug reduce``, its t
 1. *The end.* One run of the row's graph with every value exposed. The reference values of the same
    tensors come from the file the row was converted from (``onnx`` for ``onnx-fp16``, the simplified
    and the int8 kinds: the converter keeps the tensor names), run the same way; or, for a file exported
-   from the model (``onnx``, ``onnx-dynamo``), or when the source explains nothing (the row inherits its
-   source's error), from eager's module outputs, paired with graph values as the divergence table
+   from the model (``onnx``, ``onnx-dynamo``), or when the source explains nothing and its own row failed too
+   (the row inherits its source's error), from eager's module outputs (a source whose row passed is eager within its
+   gate: it stands for eager), paired with graph values as the divergence table
    pairs them (``layers.onnx.eager_references``). The end is the first tensor with a reference, in
    topological order, whose value breaks the gate.
 2. *The start.* Each node of the end's cone is a candidate first node: the subgraph from it to the end
@@ -299,10 +300,11 @@ def _save(cut: Cut, fed: Mapping[str, np.ndarray], reference: np.ndarray, folder
 
 def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: list[tuple[int, dict[str, np.ndarray]]],
                judge: Judge, gate: str, folder: Path, threads: int = 1, level: str = "ORT_ENABLE_ALL",
-               seconds: float = REDUCE_SECONDS) -> Reduced:
+               seconds: float = REDUCE_SECONDS, source_passed: bool = False) -> Reduced:
     """The row's smallest failing subgraph written to ``folder`` (see the module's docstring), or why not.
     ``samples``: (golden index, feeds) worst first; ``source``: the file the row was converted from;
-    ``model``: the eager model (None: no eager references)."""
+    ``model``: the eager model (None: no eager references); ``source_passed``: the source's own row passed its gate, so
+    its values stand for eager's (within that gate) and, when they explain nothing, eager's are not searched again."""
     import onnx
 
     began = time.perf_counter()
@@ -316,6 +318,10 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
     modes = ([("source", source)] if source is not None else []) + [("eager", None)]
     for mode, source_path in modes:
         if mode == "eager" and model is None:
+            continue
+        if mode == "eager" and source_passed and tried:  # the source was searched, and explains nothing
+            tried.append(f"eager's module outputs not searched: {source.name if source else 'its source'} passed its own gate, "
+                         "so its values are eager's within that gate")
             continue
         if mode == "eager" and len(reducer.inputs) != 1:
             tried.append(f"eager's module outputs pair with graph values for a model with one input; this one has {len(reducer.inputs)}")

@@ -30,7 +30,7 @@ from ..feeds import Feeds, length
 from ..gates import FAMILIES, GATE_METRICS, gate_reasons, size_gate_reasons, top_k_of
 from ..golden.goldenset import GoldenSet, stack_batches
 from ..records import LayerComparison, Measured, Observation, Reduced
-from .judge import wanted
+from .judge import passes_on_values, wanted
 
 
 def _batch_at(golden: GoldenSet, batch_size: int, start: int) -> np.ndarray:
@@ -51,7 +51,8 @@ def _worst_image(obs: Observation) -> int:
 def explain_flagged(observations: list[Observation], explainer: Explainer) -> list[Observation]:
     """The explain pass, after the observe stage and before the judge's last word: each row the judge flags
     (``judge.wanted``) gets what explains it; every other row is handed on as it is."""
-    return [explainer(obs) for obs in observations]
+    passing = frozenset(o.name for o in observations if passes_on_values(o, explainer.config.thresholds))
+    return [explainer(obs, passing) for obs in observations]
 
 
 class Explainer:
@@ -65,8 +66,9 @@ class Explainer:
         self.main = plan.main  # the replay's batch size over the probe
         self.threshold = config.thresholds.reference_mae  # the per-layer tables' threshold
 
-    def __call__(self, obs: Observation) -> Observation:
-        """``obs`` with its per-layer table and its reduced subgraph when the judge wants them; as it is otherwise."""
+    def __call__(self, obs: Observation, passing: frozenset[str] = frozenset()) -> Observation:
+        """``obs`` with its per-layer table and its reduced subgraph when the judge wants them; as it is otherwise.
+        ``passing``: the rows that pass on their values (a source among them stands for eager in the reduction)."""
         measured, config = obs.diagnostics, self.config
         if measured is None or measured.error is not None or obs.artifact is None or obs.name not in KINDS_BY_NAME:
             return obs
@@ -75,7 +77,7 @@ class Explainer:
             obs = self._layers(obs, measured)
         if want.reduction and obs.diagnostics is not None:
             with captured_warnings([]):  # the runtime's words about the subgraphs it is handed, not about the row
-                reduced = self._reduced(obs)
+                reduced = self._reduced(obs, kind_source_passed(obs.name, passing))
             obs = replace(obs, diagnostics=replace(obs.diagnostics, reduced=reduced, seconds=obs.diagnostics.seconds + reduced.seconds))
         return obs
 
@@ -124,7 +126,7 @@ class Explainer:
             start, batch = start + keep, batch[keep : keep + self.plan.layer_images]
         return start, batch
 
-    def _reduced(self, obs: Observation) -> Reduced:
+    def _reduced(self, obs: Observation, source_passed: bool = False) -> Reduced:
         """The row's smallest failing subgraph (``diagnostics.reduce``), from its worst samples, under its gate."""
         from ..diagnostics import reduce
 
@@ -137,7 +139,8 @@ class Explainer:
         try:
             samples = [(i, self._sample(i)) for i in _failing_samples(obs)]
             return reduce.reduce_row(obs.name, path, source if source is not None and source.is_file() else None, self.model,
-                                     samples, self._judge(gate), gate.describe(), path.parent / "reduced", self.config.threads, level)
+                                     samples, self._judge(gate), gate.describe(), path.parent / "reduced", self.config.threads, level,
+                                     source_passed=source_passed)
         except Exception as exc:  # advice: it never takes the report down
             return Reduced(gate=gate.describe(), error=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
 
@@ -168,6 +171,12 @@ class Explainer:
             return metrics if gate_reasons(metrics, gate) else None
 
         return judge
+
+
+def kind_source_passed(name: str, passing: frozenset[str]) -> bool:
+    """Whether the row ``name`` was converted from a file (its kind's ``source``) whose own row passes."""
+    kind = KINDS_BY_NAME.get(name)
+    return kind is not None and kind.source in passing
 
 
 def _failing_samples(obs: Observation) -> list[int]:

@@ -56,6 +56,11 @@ def _status_before_layers(obs: Observation, thresholds: Thresholds) -> str:
     return FAIL if reasons else PASS
 
 
+def passes_on_values(obs: Observation, thresholds: Thresholds) -> bool:
+    """Whether the row passes on its values alone, before anything explains it (explain: a source that does stands for eager)."""
+    return _status_before_layers(obs, thresholds) == PASS
+
+
 def _values_only(obs: Observation) -> Observation:
     """``obs`` without its batch-size runs that raised: what is left fails on values a table can compare. A size the file
     refuses (a bound planned in it, a specialised export) has no values, and where the row passes a per-layer table or a
