@@ -41,6 +41,7 @@ from .gates import Thresholds
 from .golden.goldenset import GoldenSet
 from .golden.labels import Label, check_label, labels_of, primary_labels
 from .jstargets.target import JS_TARGETS
+from .model import EagerRunner
 from .records import Observation
 from .results import GoldenSummary, Report
 from .run.judge import judge_rows
@@ -215,7 +216,8 @@ def _replay(bundle: Bundle, out_dir: Path, target: str, threads: int | None, pro
     out = prepare_out_dir(out_dir)
     golden, batches = _bundle_set(bundle, where, signature)
     # Replay reads these as a golden set and its batches: the parts a replay without eager uses (BundleGolden, BundleBatches)
-    replay = Replay(config, cast(GoldenSet, golden), cast(Any, batches), model=None)
+    # no eager model here: eager's outputs are the bundle's (BundleBatches.eager), never computed
+    replay = Replay(config, cast(GoldenSet, golden), cast(Any, batches), EagerRunner(None, signature))
     ctx = BuildContext(model=None, example=None, opset=config.opset, onnx_exporter=config.onnx_exporter, threads=config.threads,
                        signature=signature, fp16_optimization=config.fp16_optimization)
     build_kernels = set(ISA_VARIABLES) | {"cpu_flags"}  # the build machine's: this machine's are recorded instead

@@ -177,11 +177,11 @@ class Diagnoser:
     ``eager_ahead`` is ``eager_at_sizes``'s result; the batch-size check is ``shapes.SizeCheck``'s.
     """
 
-    def __init__(self, config: RunConfig, golden: GoldenSet, model: Any, progress, trace: ReplayTrace,
+    def __init__(self, config: RunConfig, golden: GoldenSet, eager: EagerRunner, progress, trace: ReplayTrace,
                  eager_ahead: dict[int, Any] | None = None, eager_check: EagerSelfCheck | None = None) -> None:
         self.config, self.trace, self.progress, self.eager_check = config, trace, progress, eager_check
-        self.eager_infer = _eager_rows(EagerRunner(model, trace.signature))
-        self.size_check = SizeCheck(self.eager_infer, trace, golden, model, config.batch_size, config.diagnostics_budget, eager_ahead)
+        self.eager_infer = _eager_rows(eager)  # the run's one eager runner, as the diagnostics call it
+        self.size_check = SizeCheck(self.eager_infer, trace, golden, eager.model, config.batch_size, config.diagnostics_budget, eager_ahead)
         self.probe, self.plan = self.size_check.probe, self.size_check.plan
         # said on every row: what the budget left out (docs/explanation/reports-and-diagnostics.md)
         self.scope: dict[str, Any] = {"budget": config.diagnostics_budget, "cut": self.plan.cut} if self.plan.cut else {}

@@ -51,10 +51,10 @@ class Replay:
     """Replays the golden set through runners, batch by batch, accumulating each row's errors
     against eager per compared output, and what the diagnostics reuse (``trace``)."""
 
-    def __init__(self, config: RunConfig, golden: GoldenSet, batches: GoldenBatches, model: Any,
+    def __init__(self, config: RunConfig, golden: GoldenSet, batches: GoldenBatches, eager: EagerRunner,
                  progress: Progress | None = None) -> None:
-        """``progress``: each artifact's replay said as a count of inputs (exporter/progress.py)."""
-        self.config, self.golden, self.batches, self.model, self.progress = config, golden, batches, model, progress
+        """``eager``: the run's one eager runner; ``progress``: each artifact's replay said as a count of inputs (exporter/progress.py)."""
+        self.config, self.golden, self.batches, self.progress = config, golden, batches, progress
         self.signature = golden.signature
         self.compared = self.signature.compared_outputs()
         self.accumulators: dict[str, dict[str, ErrorAccumulator]] = {}
@@ -63,7 +63,7 @@ class Replay:
         self.run_failed: set[str] = set()  # opened, then failed on some batch: the diagnostics still run through it
         self.eager_acc = self._accumulators()
         self.trace = ReplayTrace.for_run(len(golden), config.batch_size, self.signature)
-        self.eager_runner = EagerRunner(model, self.signature)
+        self.eager_runner = eager
         self.eager_error: str | None = None
         self.eager_argmax: list[np.ndarray] = []
         self.calibrated = {k.name for k in KINDS_BY_NAME.values() if k.calibrated}
@@ -346,7 +346,7 @@ def observe_all(
     config: RunConfig,
     golden: GoldenSet,
     batches: GoldenBatches,
-    model: Any,
+    eager: EagerRunner,
     ctx: BuildContext,
     builds: Builds,
     progress: Progress,
@@ -367,7 +367,7 @@ def observe_all(
     ones in the background, ``RowDiagnosis``)."""
     clock = timings if timings is not None else {}
     clock["replay/diagnostics_inline"] = clock["replay/diagnostics_waited"] = 0.0
-    replay = Replay(config, golden, batches, model, progress)
+    replay = Replay(config, golden, batches, eager, progress)
     rows: dict[str, Observation] = {}
     background = by_artifact and config.effective_jobs > 1
     diagnoser: Diagnoser | None = None
@@ -377,7 +377,7 @@ def observe_all(
         """Eager's row, diagnosed, and its accuracy on the golden labels: once its pass is done."""
         nonlocal label_accuracy
         with inline(clock):
-            made = Diagnoser(config, golden, model, progress, replay.trace, eager_ahead, eager_check)
+            made = Diagnoser(config, golden, eager, progress, replay.trace, eager_ahead, eager_check)
             rows[EAGER] = made.observe(replay.eager_observation())
         label_accuracy = replay.label_accuracy()
         return made

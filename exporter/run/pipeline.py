@@ -133,7 +133,7 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
-            observed = observe.observe_all(config, golden, batches, model, ctx, builds, progress, eager_ahead,
+            observed = observe.observe_all(config, golden, batches, eager, ctx, builds, progress, eager_ahead,
                                            by_artifact=batches.eager_held(), eager_check=eager_check, timings=parts)
             if not keep_helpers:  # every build read and every replay done: nothing of the run needs them any more
                 isolation.shutdown()

@@ -194,9 +194,9 @@ def test_the_console_scripts_run_ends_its_helpers_before_it_explains(nudged_chec
     seen: list[tuple[Any, dict[str, Any]]] = []
     explained = explain.Explainer.__call__
 
-    def spying(self: Any, obs: Any) -> Any:
+    def spying(self: Any, obs: Any, *args: Any) -> Any:
         seen.append((isolation.SERVICE.server, dict(isolation.SERVICE.hosts)))
-        return explained(self, obs)
+        return explained(self, obs, *args)
 
     isolation.prewarm(("onnx",))  # the helpers as a run starts them
     server, hosts = isolation.SERVICE.server, dict(isolation.SERVICE.hosts)
