@@ -63,6 +63,23 @@ def pytest_configure(config: pytest.Config) -> None:
         assert REPO / "exporter" not in location.parents, f"tests imported exporter from the source tree: {location}"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """tests/run_narrowed.py collects only the test files that apply its runs' markers (``marked_files``): a test marked
+    otherwise (by a fixture, a plugin) in a file that does not would never run there. Any session that collects one fails."""
+    import run_narrowed
+
+    for _, _, selection in run_narrowed.RUNS:
+        markers = run_narrowed.markers_of(selection)
+        files = run_narrowed.marked_files(markers)
+        if files is None:  # the narrowed run collects the whole tree
+            continue
+        collected = {f.resolve() for f in files}
+        missed = sorted({str(i.path) for i in items if all(i.get_closest_marker(m) for m in markers) and Path(i.path).resolve() not in collected})
+        if missed:
+            raise pytest.UsageError(f"tests marked {selection!r} in files tests/run_narrowed.py does not collect (the files do not apply "
+                                    f"{' and '.join(markers)} themselves): {', '.join(missed)}; mark them in their file")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_terminal_width() -> None:
     """pytest-xdist's workers set COLUMNS=80 and LINES=24; a CLI printing into a pipe wraps its lines to COLUMNS when it
