@@ -31,7 +31,7 @@ from . import goldenset, reference
 from .kinds import KINDS
 from .reference import Reference
 from .rows import ROW_GATES, DecodePath, NotApplicable, judge, judged_row, not_applicable_row
-from .stepping import Observed, observe
+from .stepping import Observed, StepHosts, observe
 from .verdicts import token_verdict
 
 
@@ -69,13 +69,14 @@ def run_generation(config: RunConfig, progress: Callable[[str], None] = lambda _
         eager = Reference(list(golden.names), prompts, approved, logits, generated)
         shape = reference.cache_shape(model, plant.cache_length or max(len(p) for p in prompts) + golden.new_tokens)  # every decode step's cache
         observed: list[Observed | Row | NotApplicable] = []
-        for kind in (k for k in KINDS if k.name in chosen):
-            missing = [m for m in kind.needs if importlib.util.find_spec(m) is None]
-            if missing:
-                observed.append(NotApplicable(kind.name, kind.family, f"needs {', '.join(missing)}, not installed"))
-                continue
-            progress(f"{kind.name}: build, step")
-            observed.append(observe(kind, model, golden, eager, out_dir, bugs, shape, decode))
+        with StepHosts() as hosts:  # a host per runtime, its import paid once: each file stepped in a child it forks
+            for kind in (k for k in KINDS if k.name in chosen):
+                missing = [m for m in kind.needs if importlib.util.find_spec(m) is None]
+                if missing:
+                    observed.append(NotApplicable(kind.name, kind.family, f"needs {', '.join(missing)}, not installed"))
+                    continue
+                progress(f"{kind.name}: build, step")
+                observed.append(observe(kind, model, golden, eager, out_dir, bugs, shape, decode, hosts))
         # eager against the set's recording (its shapes checked above), taken beside the kinds' verdicts: the first row
         verdict = token_verdict(eager.names, prompts, approved, list(golden.logits), approved, tuple(logits), tuple(generated), decode)
     rows: list[Row] = []

@@ -1,8 +1,10 @@
 """Step one reloaded decode artifact token by token, as an app would: a standalone script.
 
-Run as ``python -I stepper.py RUNTIME FILE REQUEST.npz RESULT.npz [CACHE_SHAPE]`` by
-:mod:`export_check.decode.stepping`, in a fresh interpreter that imports the runtime and numpy and
-nothing of export_check or of the model's architecture (``transformers`` loaded here is an error).
+Run as ``python -I stepper.py RUNTIME FILE REQUEST.npz RESULT.npz [CACHE_SHAPE]``, in a fresh interpreter that
+imports the runtime and numpy and nothing of export_check or of the model's architecture (``transformers`` loaded
+here is an error); or, as :mod:`export_check.decode.stepping` runs it, forked per file from a host started as
+``python -I stepper.py --serve RUNTIME [EXTRA]`` that imported only the runtime (``serve``), so a check's files
+of one runtime pay its import once.
 For each prompt of the request it runs two loops through the file:
 
 * teacher-forced: prompt + approved continuation fed one token per step, the logits of every position
@@ -191,5 +193,55 @@ def main(runtime: str, path: str, request_path: str, result_path: str, cache_sha
         np.savez(handle, **result)
 
 
+def _preload(runtime: str, extra: str) -> None:
+    """What ``runtime``'s files need, imported once by a host (``serve``) before it forks a child per file."""
+    if runtime != "onnxruntime":
+        import torch  # noqa: F401
+    if extra == "torchao":
+        import torchao  # noqa: F401
+    if runtime.startswith("executorch"):
+        from executorch.runtime import Runtime  # noqa: F401
+    if runtime == "onnxruntime":
+        import onnxruntime  # noqa: F401
+
+
+def serve(runtime: str, extra: str) -> None:
+    """A host of ``runtime`` (with ``extra``): its libraries imported once, then per request line on stdin (a JSON list:
+    the five ``main`` arguments, the extra, and a file for the child's output), a forked child that steps that file and
+    nothing else, as a fresh ``python -I stepper.py`` would; this prints ``pid N`` once it forked and ``exit CODE`` once the
+    child ended (the parent kills a child past its time by that pid). It ends when stdin closes."""
+    import json
+    import os
+    import traceback
+
+    _preload(runtime, extra)
+    for line in sys.stdin:
+        args = json.loads(line)
+        output = args.pop()
+        pid = os.fork()
+        if pid == 0:  # the child: one file, its output to its own file, never to the host's pipe
+            code = 1
+            try:
+                fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.close(fd)
+                sys.argv = [__file__, *args]  # _torch_loader reads the extra where a fresh child has it
+                main(*args[:5])
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        print(f"pid {pid}", flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(f"exit {os.waitstatus_to_exitcode(status)}", flush=True)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "")
+    else:
+        main(*sys.argv[1:6])

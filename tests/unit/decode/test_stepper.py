@@ -70,3 +70,45 @@ def test_a_cache_that_cannot_be_copied_reruns_the_greedy_loop() -> None:
     got_forced, got_greedy = stepper._forced_and_greedy(fresh(), SHAPE, PROMPT, approved, len(approved), fresh)
     np.testing.assert_array_equal(got_forced, forced)
     assert got_greedy == greedy and [s.calls for s in steps] == [len(PROMPT) + len(approved), len(PROMPT) + len(approved) - 1]
+
+
+def test_a_host_steps_each_file_in_a_child_kills_one_past_its_time_and_serves_the_next(tmp_path) -> None:
+    """decode/stepping.StepHosts: a runtime's host forks a child per file. A child that blocks (its request a FIFO no one
+    writes) is killed at its time limit, and the same host then serves the next file; a child's failure is its exit code
+    and its own last line; a host that died is this file's error, and the next file gets a new host."""
+    import os
+    import signal
+    import subprocess
+    import threading
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from export_check.decode.stepping import StepHosts
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    loads = tmp_path / "loads.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), loads)
+    fifo = tmp_path / "never-written.npz"
+    os.mkfifo(fifo)
+    folder = tmp_path / "work"
+    folder.mkdir()
+    missing = ["onnxruntime", str(tmp_path / "missing.onnx"), str(fifo), str(tmp_path / "r.npz"), "", ""]
+    with StepHosts() as hosts:
+        code, output = hosts.run(missing, folder, 60)  # the host starts, imports onnxruntime, forks a child that fails
+        assert code == 1 and "missing.onnx" in output.strip().splitlines()[-1]
+        host = hosts._hosts[("onnxruntime", "")]
+        with pytest.raises(subprocess.TimeoutExpired):
+            hosts.run(["onnxruntime", str(loads), str(fifo), str(tmp_path / "r.npz"), "", ""], folder, timeout=3)
+        code, output = hosts.run(missing, folder, 60)
+        assert code == 1 and "missing.onnx" in output.strip().splitlines()[-1]
+        assert hosts._hosts[("onnxruntime", "")] is host and host.poll() is None  # the same host served it
+        # the host dies while its child steps (blocked on the FIFO): this file's error, in words
+        threading.Timer(1.0, os.killpg, (host.pid, signal.SIGKILL)).start()
+        code, output = hosts.run(["onnxruntime", str(loads), str(fifo), str(tmp_path / "r.npz"), "", ""], folder, 60)
+        assert code == -1 and output.startswith("the onnxruntime stepping host ended")
+        code, output = hosts.run(missing, folder, 60)
+        assert code == 1 and hosts._hosts[("onnxruntime", "")] is not host  # the next file: a new host
+        started = hosts._hosts[("onnxruntime", "")]
+    assert started.poll() is not None  # closed with the run
