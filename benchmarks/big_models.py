@@ -173,6 +173,13 @@ def write_section(path: Path, results: list[dict[str, Any]]) -> None:
     store.write_text(json.dumps(list(kept.values()), indent=1))
     section = render([kept[size] for size in SIZES if size in kept])
     if BEGIN in text and END in text:
+        old = text[text.index(BEGIN): text.index(END)]
+        for size in (s for s in SIZES if s not in kept):  # measured elsewhere (another clone): its lines kept, never dropped
+            for prefix, before in ((f"| {size} |", "\n\nEach process's PSS"), (f"- {size} (", "\n\nTargets:")):
+                line = next((ln for ln in old.splitlines() if ln.startswith(prefix)), None)
+                if line is not None:
+                    at = section.index(before)
+                    section = section[:at] + "\n" + line + section[at:]
         text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END):]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
