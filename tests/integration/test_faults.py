@@ -41,8 +41,12 @@ if _FAULTS:
 
     _FLAG = os.environ.get("EXPORT_CHECK_TEST_FLAG", "")
 
+    def _say(text):  # the flag appears whole: a test that sees the file reads its text (written, then renamed into place)
+        Path(_FLAG + ".partial").write_text(text)
+        os.replace(_FLAG + ".partial", _FLAG)
+
     def _wait_to_be_killed(where):
-        Path(_FLAG).write_text(str(where))
+        _say(str(where))
         time.sleep(600)
 
     def _crashing_build(how):
@@ -54,7 +58,7 @@ if _FAULTS:
             elif how == "exit":
                 os._exit(3)
             elif how == "sleep":  # a build that never ends: say which process it is, then wait
-                Path(_FLAG).write_text(str(os.getpid()))
+                _say(str(os.getpid()))
                 time.sleep(600)
             elif how == "segv-mid-write":
                 from export_check.artifacts._common import atomic_path
@@ -66,7 +70,7 @@ if _FAULTS:
 
     def _slow_build(real):
         def build(ctx, path, source):  # say which process builds, take 4 s, then write the real artifact
-            Path(_FLAG).write_text(str(os.getpid()))
+            _say(str(os.getpid()))
             time.sleep(4)
             return real(ctx, path, source)
         return build
@@ -132,7 +136,7 @@ if _FAULTS:
                 try:
                     return _real_acquire(self, timeout=0)
                 except filelock.Timeout:
-                    Path(_FLAG).write_text(str(self.lock_file))
+                    _say(str(self.lock_file))
                 return _real_acquire(self, *args, **kwargs)
 
             filelock.FileLock.acquire = _acquire
