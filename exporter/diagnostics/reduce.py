@@ -315,13 +315,14 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
                              "sessions the search runs")
     reducer = Reducer(proto, threads, level)
     tried: list[str] = []
+    source_searched = False  # the source's values were the references, and explained nothing
     modes = ([("source", source)] if source is not None else []) + [("eager", None)]
     for mode, source_path in modes:
         if mode == "eager" and model is None:
             continue
-        if mode == "eager" and source_passed and tried:  # the source was searched, and explains nothing
-            tried.append(f"eager's module outputs not searched: {source.name if source else 'its source'} passed its own gate, "
-                         "so its values are eager's within that gate")
+        if mode == "eager" and source_passed and source_searched and source is not None:
+            tried.append(f"eager's module outputs not searched: {source.name} passed its own gate, so its values are eager's "
+                         "within that gate")
             continue
         if mode == "eager" and len(reducer.inputs) != 1:
             tried.append(f"eager's module outputs pair with graph values for a model with one input; this one has {len(reducer.inputs)}")
@@ -333,6 +334,7 @@ def reduce_row(name: str, path: Path, source: Path | None, model: Any, samples: 
             continue
         theirs_of = None if source_proto is None else Exposed(source_proto, threads, "ORT_ENABLE_ALL")
         del source_proto  # its session holds what it needs
+        source_searched = theirs_of is not None
         for index, given in samples[:SAMPLES]:
             # the one golden input is fed to the graph's one input whatever its name, as the row's runner feeds it
             feeds = {reducer.inputs[0]: next(iter(given.values()))} if len(given) == 1 == len(reducer.inputs) else dict(given)

@@ -77,7 +77,7 @@ class Explainer:
             obs = self._layers(obs, measured)
         if want.reduction and obs.diagnostics is not None:
             with captured_warnings([]):  # the runtime's words about the subgraphs it is handed, not about the row
-                reduced = self._reduced(obs, kind_source_passed(obs.name, passing))
+                reduced = self._reduced(obs, passing)
             obs = replace(obs, diagnostics=replace(obs.diagnostics, reduced=reduced, seconds=obs.diagnostics.seconds + reduced.seconds))
         return obs
 
@@ -126,8 +126,9 @@ class Explainer:
             start, batch = start + keep, batch[keep : keep + self.plan.layer_images]
         return start, batch
 
-    def _reduced(self, obs: Observation, source_passed: bool = False) -> Reduced:
-        """The row's smallest failing subgraph (``diagnostics.reduce``), from its worst samples, under its gate."""
+    def _reduced(self, obs: Observation, passing: frozenset[str] = frozenset()) -> Reduced:
+        """The row's smallest failing subgraph (``diagnostics.reduce``), from its worst samples, under its gate; ``passing``:
+        the rows that pass on their values (the row's source among them stands for eager)."""
         from ..diagnostics import reduce
 
         assert obs.artifact is not None
@@ -140,7 +141,7 @@ class Explainer:
             samples = [(i, self._sample(i)) for i in _failing_samples(obs)]
             return reduce.reduce_row(obs.name, path, source if source is not None and source.is_file() else None, self.model,
                                      samples, self._judge(gate), gate.describe(), path.parent / "reduced", self.config.threads, level,
-                                     source_passed=source_passed)
+                                     source_passed=kind.source in passing)
         except Exception as exc:  # advice: it never takes the report down
             return Reduced(gate=gate.describe(), error=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
 
@@ -171,12 +172,6 @@ class Explainer:
             return metrics if gate_reasons(metrics, gate) else None
 
         return judge
-
-
-def kind_source_passed(name: str, passing: frozenset[str]) -> bool:
-    """Whether the row ``name`` was converted from a file (its kind's ``source``) whose own row passes."""
-    kind = KINDS_BY_NAME.get(name)
-    return kind is not None and kind.source in passing
 
 
 def _failing_samples(obs: Observation) -> list[int]:

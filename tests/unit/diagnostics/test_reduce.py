@@ -173,6 +173,25 @@ def test_a_source_that_passed_its_gate_stands_for_eager(tmp_path) -> None:
     assert not (tmp_path / "reduced").exists()
 
 
+def test_a_passing_source_too_big_to_search_leaves_eager_the_reference(tmp_path, monkeypatch) -> None:
+    """The source stands for eager only where its values were searched: one past the in-memory limit gave none, so eager's
+    module outputs are searched though its row passed."""
+    import torch
+
+    from export_check.diagnostics import reduce as reduce_module
+
+    candidate, big = tmp_path / "candidate.onnx", tmp_path / "big.onnx"
+    onnx.save(skip_net(0.0), candidate)
+    net = skip_net(0.0)
+    net.graph.initializer.append(numpy_helper.from_array(np.zeros(64, np.float32), "padding"))
+    onnx.save(net, big)
+    monkeypatch.setattr(reduce_module, "PROTOBUF_LIMIT", onnx.load(str(candidate)).ByteSize())
+    reduced = reduce_row("k", candidate, big, torch.nn.ReLU(), [(0, {"X": X})], judge, "MAE<=0.001", tmp_path / "reduced",
+                         source_passed=True)
+    assert reduced.error is not None and reduced.error.startswith("against big.onnx (its source): it holds ")
+    assert "; against eager's module outputs" in reduced.error and "not searched" not in reduced.error
+
+
 def test_the_readme_shows_the_command_the_report_prints() -> None:
     from pathlib import Path
 
