@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from ..errors import UsageError
+from ..feeds import length as samples_in
 from ..progress import count_message
-from .goldenset import GoldenSet, feeds_length
+from .goldenset import GoldenSet
 from .spill import SpilledBatches
 
 # Decoded inputs (and eager outputs) held in memory at most; above it the set is spilled to a file.
@@ -83,7 +84,7 @@ class GoldenBatches:
 
     def length(self, feeds: Mapping[str, np.ndarray]) -> int:
         """How many samples a batch's feeds hold."""
-        return feeds_length(feeds, self.golden.signature)
+        return samples_in(feeds, self.golden.signature)
 
     def _shapes(self, feeds: Mapping[str, np.ndarray]) -> tuple[tuple[int, ...], ...]:
         """The batch's input shapes without the batch axis."""

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArtifactError, GoldenError, describe_exception
+from ..feeds import length
 from ..model import EagerRunner
 from ..signature import NORMALISED_TOLERANCE, InputSpec, KindChoice, OutputSpec, Signature, SignatureSettings, choose_kind, ctc_problem
-from .goldenset import feeds_length, stack_batches, stack_samples
+from .goldenset import stack_batches, stack_samples
 from .inputs import SAMPLE_DTYPES
 
 LOGITS_KINDS = ("logits", "sequence-logits")
@@ -204,7 +205,7 @@ def run_outputs(
             yield sample
 
     for start, feeds in stack_batches(kept_first(samples), inputs, batch_size):
-        n = feeds_length(feeds, Signature(inputs=inputs, outputs=()))
+        n = length(feeds, Signature(inputs=inputs, outputs=()))
         out = _infer(runner, feeds, checkpoint, start, n)
         if runs and list(out) != list(runs[0][3]):
             raise GoldenError(f"{checkpoint}: the model returns outputs {', '.join(out)} on samples {start}.., but {', '.join(runs[0][3])} "

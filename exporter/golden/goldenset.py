@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import files
 from ..errors import GoldenError
+from ..feeds import length
 from ..signature import SINGLE, InputSpec, Signature
 from .calibration import CalibrationSplit, default_calibration
 from .inputs import Preprocess, decode_input, decode_sample, load_npy, load_npz, npy_header
@@ -277,7 +278,7 @@ class GoldenSet:
         sizes the whole set by); and the batches after it, decoded as they are read."""
         stream = self.feed_batches(batch_size)
         start, feeds = next(stream)
-        per_sample = sum(int(np.asarray(a).nbytes) for a in feeds.values()) / max(feeds_length(feeds, self.signature), 1)
+        per_sample = sum(int(np.asarray(a).nbytes) for a in feeds.values()) / max(length(feeds, self.signature), 1)
         return (start, feeds), per_sample, stream
 
     def feed_batches(self, batch_size: int) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
@@ -301,13 +302,6 @@ class GoldenSet:
 
 def sample_shapes(sample: Mapping[str, np.ndarray], inputs: Sequence[InputSpec]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(sample[spec.name].shape) for spec in inputs)
-
-
-def feeds_length(feeds: Mapping[str, np.ndarray], signature: Signature) -> int:
-    """How many samples a batch of ``feeds`` holds (the first input's size on its batch axis)."""
-    spec = signature.inputs[0]
-    array = feeds[spec.name] if spec.name in feeds else next(iter(feeds.values()))
-    return int(array.shape[spec.batch_axis]) if array.ndim > spec.batch_axis else len(array)
 
 
 def stack_batches(
