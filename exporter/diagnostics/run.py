@@ -127,26 +127,13 @@ def _rerun_and_cost(infer, trace: ReplayTrace, name: str, threads: int, rerun: b
     return measured, cost
 
 
-class SizeOutputs(dict):
-    """Eager's outputs by batch size (``eager_at_sizes``), with the plan every row then follows."""
-
-    plan: shapes.SizePlan
-
-
-def eager_at_sizes(eager: EagerRunner, probe: Feeds, batch_size: int, golden_size: int | None = None,
-                   budget: float = 1e9) -> SizeOutputs:
-    """Eager over the probe at every planned size but the main one (the replay computes that one);
-    the plan is chosen here (``shapes.plan_for``) and carried on the result for every row.
+def size_check_ahead(eager: EagerRunner, probe: Feeds, count: int, golden: GoldenSet, batch_size: int, budget: float) -> SizeCheck:
+    """The run's batch-size check, planned once on the probe (``count`` samples: ``GoldenBatches.head``), eager run at
+    every planned size but the main one (the replay computes that one): ``shapes.SizeCheck``.
 
     The pipeline calls it before the builds, while the build server is still importing its libraries.
     """
-    signature = eager.signature or SINGLE
-    count = length(probe, signature)
-    plan = shapes.plan_for(shapes.parameter_count(eager.model), count, batch_size, golden_size or count, budget)
-    out = SizeOutputs(shapes.run_sizes(_eager_rows(eager), probe, tuple(s for s in plan.sizes if s != plan.main), plan.main,
-                                       signature, plan=plan))
-    out.plan = plan
-    return out
+    return SizeCheck(_eager_rows(eager), probe, count, golden, eager.model, batch_size, budget)
 
 
 class PendingSelfCheck:
@@ -174,15 +161,16 @@ class Diagnoser:
     Set up once the replay has run eager over the golden set (``trace`` holds eager's outputs and
     timings); then :meth:`observe` for each row, as soon as that row's replay is done and while its
     runner is still open, so the pipeline can diagnose one artifact while the next one builds.
-    ``eager_ahead`` is ``eager_at_sizes``'s result; the batch-size check is ``shapes.SizeCheck``'s.
+    ``size_check``: the run's batch-size check, planned before the builds (``size_check_ahead``), given the trace here.
     """
 
-    def __init__(self, config: RunConfig, golden: GoldenSet, eager: EagerRunner, progress, trace: ReplayTrace,
-                 eager_ahead: dict[int, Any] | None = None, eager_check: EagerSelfCheck | None = None) -> None:
+    def __init__(self, config: RunConfig, size_check: SizeCheck, progress, trace: ReplayTrace,
+                 eager_check: EagerSelfCheck | None = None) -> None:
         self.config, self.trace, self.progress, self.eager_check = config, trace, progress, eager_check
-        self.eager_infer = _eager_rows(eager)  # the run's one eager runner, as the diagnostics call it
-        self.size_check = SizeCheck(self.eager_infer, trace, golden, eager.model, config.batch_size, config.diagnostics_budget, eager_ahead)
-        self.probe, self.plan = self.size_check.probe, self.size_check.plan
+        self.eager_infer = size_check.eager  # the run's one eager runner, as the diagnostics call it
+        size_check.replayed(trace)
+        self.size_check = size_check
+        self.probe, self.plan = size_check.probe, size_check.plan
         # said on every row: what the budget left out (docs/explanation/reports-and-diagnostics.md)
         self.scope: dict[str, Any] = {"budget": config.diagnostics_budget, "cut": self.plan.cut} if self.plan.cut else {}
         progress(f"diagnosing: batch sizes {', '.join(map(str, self.plan.sizes))}, determinism, latency ({config.threads} threads)"

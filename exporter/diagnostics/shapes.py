@@ -375,36 +375,39 @@ class CalibratedProbe:
 
 
 class SizeCheck:
-    """The batch-size check of a run's rows, planned once: the probe the replay recorded (``trace``), the plan
-    (``plan_for``, or the one ``eager_ahead`` was run with), where each compared output sits in the rows
-    (``columns_of``, from the golden set's first sample), eager's outputs at every planned size (the main one from the
-    replay), and a calibrated row's probe (``CalibratedProbe``), made for the first calibrated row and shared.
-    :meth:`measure` runs a row's sizes and measures them against eager's. ``eager`` runs the eager model
-    (``run.rows_of`` of its outputs); ``eager_ahead`` is ``run.eager_at_sizes``'s result."""
+    """The batch-size check of a run's rows, planned once before anything is built, on the ``probe`` (the set's first
+    ``count`` samples of one shape, which the replay's trace records): the plan (``plan_for``), where each compared
+    output sits in the rows (``columns_of``), eager's outputs at every planned size (the main one from the replay:
+    :meth:`replayed`), and a calibrated row's probe (``CalibratedProbe``), made once and shared. :meth:`measure` runs a
+    row's sizes against eager's. ``eager`` runs the eager model (``run.rows_of`` of its outputs)."""
 
-    def __init__(self, eager: Infer, trace: ReplayTrace, golden: GoldenSet, model: Any, batch_size: int, budget: float,
-                 eager_ahead: Mapping[int, Any] | None = None) -> None:
-        self.eager, self.trace, self.golden, self.signature = eager, trace, golden, trace.signature
-        self.probe = trace.probe()
-        self.count = trace.probe_size()
-        self.main = min(batch_size, self.count)
-        replayed = trace.probe_outputs(EAGER)
-        plan = getattr(eager_ahead, "plan", None)
-        if eager_ahead is not None and plan is not None and replayed is not None and plan.main == self.main:
-            self.plan: SizePlan = plan
-            self.eager_at = {**eager_ahead, self.main: replayed}
-        else:
-            self.plan = plan_for(parameter_count(model), self.count, batch_size, len(golden), budget)
-            self.eager_at = self.sizes_from(eager, EAGER, self.plan)
-        # where each compared output sits in the rows the checks compare: every output is checked
-        self.columns: tuple[Column, ...] = columns_of(golden.reference_outputs(0, 1), self.signature)
+    def __init__(self, eager: Infer, probe: Feeds, count: int, golden: GoldenSet, model: Any, batch_size: int, budget: float) -> None:
+        self.eager, self.golden, self.signature, self.probe, self.count = eager, golden, golden.signature, probe, count
+        self.plan: SizePlan = plan_for(parameter_count(model), count, batch_size, len(golden), budget)
+        self.main = self.plan.main
+        self.columns: tuple[Column, ...] = columns_of(golden.reference_outputs(0, 1), self.signature)  # every output is checked
+        self.eager_at = run_sizes(eager, probe, tuple(s for s in self.plan.sizes if s != self.main), self.main, self.signature, plan=self.plan)
+        self.trace: ReplayTrace | None = None
         self._calibrated: CalibratedProbe | None = None  # made for the first calibrated row
         self._calibrated_eager: dict[int, Any] = {}
         self._calibrated_lock = threading.Lock()
 
+    def replayed(self, trace: ReplayTrace) -> None:
+        """The replay's ``trace``, once eager's pass is done: eager's outputs at the main size are those it computed over
+        the probe, or, when they change shape from batch to batch (no run in batches of that size could join them), an error."""
+        self.trace = trace
+        main = self._replayed(EAGER)
+        self.eager_at[self.main] = main if main is not None else (
+            f"eager's outputs over the first {self.count} samples at batch size {self.main} are not one array: their shape changes from "
+            "batch to batch")
+
+    def _replayed(self, name: str) -> Any:
+        """``name``'s outputs over the probe at the main size as the replay computed them; None when it holds none."""
+        return self.trace.probe_outputs(name) if self.trace is not None and self.trace.probe_size() == self.count else None
+
     def sizes_from(self, infer: Infer, name: str, plan: SizePlan, clock: dict[int, float] | None = None) -> dict[int, Any]:
         """Outputs at every planned size: the main size from the replay, the others run now."""
-        replayed = self.trace.probe_outputs(name)
+        replayed = self._replayed(name)
         todo = tuple(s for s in plan.sizes if s != plan.main or replayed is None)
         out = run_sizes(infer, self.probe, todo, plan.main, self.signature, clock, plan)
         if replayed is not None and plan.main in plan.sizes:

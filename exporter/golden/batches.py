@@ -24,7 +24,6 @@ import numpy as np
 
 from ..errors import UsageError
 from ..feeds import length as samples_in
-from ..progress import count_message
 from .goldenset import GoldenSet
 from .spill import SpilledBatches
 
@@ -126,9 +125,10 @@ class GoldenBatches:
         raise AssertionError(f"no batch starts at {start}")
 
     def precompute_eager(self, run: Callable[[Feeds], Outputs], budget: int | None = None,
-                         progress: Callable[[str], None] | None = None) -> None:
+                         counted: Callable[[int, int], None] | None = None) -> None:
         """Run eager over a held or spilled set now (a spilled one is written to its file on this pass), keeping
-        each batch's outputs and seconds when they fit the budget; ``progress`` hears the count of inputs run.
+        each batch's outputs and seconds when they fit the budget; ``counted`` hears the count of inputs run so far
+        and the set's, after each batch (the words of a progress line are the caller's).
 
         A failure is left for the replay to meet and report, batch by batch, as it would without this.
         """
@@ -147,20 +147,18 @@ class GoldenBatches:
                 outputs = None
                 continue
             outputs.append((out, time.perf_counter() - began))
-            if progress is not None:
+            if counted is not None:
                 done += self.length(feeds)
-                progress(count_message("eager over the golden set", min(done, len(self.golden)), len(self.golden)))
+                counted(min(done, len(self.golden)), len(self.golden))
             size += _nbytes(out)
             if size > budget:
                 outputs = None  # outputs too large to hold: the replay computes them batch by batch
         self._eager = outputs if self.rereadable else None
 
-    def head(self, count: int) -> Feeds | None:
-        """The feeds of the first ``count`` samples of a held set that share the first batch's input
-        shapes, concatenated along each input's batch axis (fewer when that first run of shapes is
-        shorter); ``None`` when the set streams (or its spill is not written yet)."""
-        if self.held is None and (self._spill is None or self._rest is not None):
-            return None
+    def head(self, count: int) -> tuple[Feeds, int]:
+        """The feeds of the first ``count`` samples that share the first batch's input shapes, concatenated along
+        each input's batch axis, and how many samples they are (fewer when that first run of shapes is shorter):
+        the probe the replay's trace records (diagnostics/trace.py). A streamed set decodes its first batches again."""
         shapes = self._shapes(self.first)
         parts, have = [], 0
         for _, feeds in self:
@@ -172,7 +170,7 @@ class GoldenBatches:
         for spec in self.golden.signature.inputs:
             joined = np.concatenate([p[spec.name] for p in parts], axis=spec.batch_axis)
             out[spec.name] = joined[(slice(None),) * spec.batch_axis + (slice(0, count),)]
-        return out
+        return out, min(have, count)
 
     def eager_held(self) -> bool:
         """Whether every batch's eager output was computed ahead and is held."""

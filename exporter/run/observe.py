@@ -35,6 +35,7 @@ from ..config import RunConfig
 from ..diagnostics.eager import eager_failure
 from ..diagnostics.run import EAGER, Diagnoser, RowDiagnosis, inline, side_by_side
 from ..diagnostics.runtime_errors import runtime_error
+from ..diagnostics.shapes import SizeCheck
 from ..diagnostics.trace import ReplayTrace
 from ..errors import GoldenError, describe_exception
 from ..feeds import length, samples_first
@@ -350,7 +351,7 @@ def observe_all(
     ctx: BuildContext,
     builds: Builds,
     progress: Progress,
-    eager_ahead: dict[int, Any] | None = None,
+    size_check: SizeCheck,
     by_artifact: bool = True,
     eager_check: EagerSelfCheck | None = None,
     timings: dict[str, float] | None = None,
@@ -377,7 +378,7 @@ def observe_all(
         """Eager's row, diagnosed, and its accuracy on the golden labels: once its pass is done."""
         nonlocal label_accuracy
         with inline(clock):
-            made = Diagnoser(config, golden, eager, progress, replay.trace, eager_ahead, eager_check)
+            made = Diagnoser(config, size_check, progress, replay.trace, eager_check)
             rows[EAGER] = made.observe(replay.eager_observation())
         label_accuracy = replay.label_accuracy()
         return made

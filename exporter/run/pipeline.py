@@ -37,7 +37,8 @@ from ..cache.runs import CacheUnavailable, cached_run, open_cache, restore_run, 
 from ..cache.store import ArtifactCache
 from ..config import RunConfig
 from ..diagnostics.eager import eager_failure
-from ..diagnostics.run import PendingSelfCheck, eager_at_sizes
+from ..diagnostics.run import PendingSelfCheck, size_check_ahead
+from ..diagnostics.shapes import SizeCheck
 from ..diagnostics.trace import ReplayTrace
 from ..errors import ExportCheckError, UsageError
 from ..files import FileInfo, check_readable_file, file_info, locked_out_dir, prepare_out_dir
@@ -46,7 +47,8 @@ from ..golden.goldenset import GoldenSet
 from ..golden.manifest import checked_golden
 from ..model import EagerRunner, fingerprint, load_model, pinned_threads
 from ..paths import check_outputs
-from ..records import Observation
+from ..progress import count_message
+from ..records import EagerSelfCheck, Observation
 from ..results import GoldenSummary, Report
 from ..signature import SINGLE, Signature
 from ..versions import library_versions
@@ -129,11 +131,11 @@ def _replayed(config: RunConfig, golden: GoldenSet, cache: ArtifactCache | None,
         ahead = config.effective_jobs > 1 and batches.rereadable and isolation.enabled()
         try:
             builds = Builds(config, ctx, out_dir, progress, cache, ahead)
-            eager_check, eager_ahead = _eager_stage(config, golden, batches, eager, pending_check, parts, progress)
+            eager_check, size_check = _eager_stage(config, golden, batches, eager, pending_check, parts, progress)
             if any(KINDS_BY_NAME[name].runtime == "onnxruntime" for name in config.selected_kinds):
                 import onnxruntime  # noqa: F401  (the replay's runners need it)
             timings["load_model"] = time.perf_counter() - started - sum(timings.values())
-            observed = observe.observe_all(config, golden, batches, eager, ctx, builds, progress, eager_ahead,
+            observed = observe.observe_all(config, golden, batches, eager, ctx, builds, progress, size_check,
                                            by_artifact=batches.eager_held(), eager_check=eager_check, timings=parts)
             if not keep_helpers:  # every build read and every replay done: nothing of the run needs them any more
                 isolation.shutdown()
@@ -183,12 +185,13 @@ def _build_context(config: RunConfig, signature: Signature, batches: GoldenBatch
 
 
 def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, eager: EagerRunner, pending_check: PendingSelfCheck,
-                 parts: dict[str, float], progress: Progress) -> tuple[Any, Any]:
-    """Eager over the whole set (while the first builds run), its self-check finished on the first batch, and eager at
-    the diagnostics' other batch sizes: the eager check and those outputs. ``parts`` gets each one's time."""
+                 parts: dict[str, float], progress: Progress) -> tuple[EagerSelfCheck, SizeCheck]:
+    """Eager over the whole set (while the first builds run), its self-check finished on the first batch, and the
+    batch-size check planned, with eager at its other sizes: the eager check and the size check. ``parts`` gets each
+    one's time."""
     began = time.perf_counter()
     with reused_heap():  # eager's activations reused batch to batch, as a torch runner's are (artifacts/_heap.py)
-        batches.precompute_eager(eager.infer, progress=progress)
+        batches.precompute_eager(eager.infer, counted=lambda done, total: progress(count_message("eager over the golden set", done, total)))
     parts["load_model/eager_pass"] = time.perf_counter() - began
     began = time.perf_counter()
     held = batches.eager(0)
@@ -197,10 +200,10 @@ def _eager_stage(config: RunConfig, golden: GoldenSet, batches: GoldenBatches, e
     progress("eager at the other batch sizes of the diagnostics")
     began = time.perf_counter()
     with reused_heap():
-        probe = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)  # None: the set streams
-        eager_ahead = None if probe is None else eager_at_sizes(eager, probe, config.batch_size, len(golden), config.diagnostics_budget)
+        probe, count = batches.head(ReplayTrace.for_run(len(golden), config.batch_size).probe_count)  # the samples the trace records
+        size_check = size_check_ahead(eager, probe, count, golden, config.batch_size, config.diagnostics_budget)
     parts["load_model/eager_batch_sizes"] = time.perf_counter() - began
-    return eager_check, eager_ahead
+    return eager_check, size_check
 
 
 def _cache_hit(cache: ArtifactCache | None, config: RunConfig, out_dir: Path, run_notes: list[str]) -> tuple[list[Observation], float | None] | None:

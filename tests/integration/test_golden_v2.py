@@ -150,16 +150,18 @@ def test_two_inputs_record_reload_and_batch_by_shape(masked, capsys) -> None:
     held = GoldenBatches(golden, 3)
     assert held.held is not None and held.first["x"].shape == (3, 40, 6) and set(held.first) == {"x", "mask"}
     assert held.at(4)["x"].shape == (3, 64, 6)
-    head = held.head(10)
-    assert head is not None and head["x"].shape == (4, 40, 6) and head["mask"].shape == (4, 40)  # only the 4 of length 40
-    assert held.head(2)["mask"].shape == (2, 40)  # type: ignore[index]
+    head, count = held.head(10)
+    assert count == 4 and head["x"].shape == (4, 40, 6) and head["mask"].shape == (4, 40)  # only the 4 of length 40
+    assert held.head(2)[0]["mask"].shape == (2, 40) and held.head(2)[1] == 2
     held.precompute_eager(EagerRunner(model, golden.signature).infer)
     assert held.eager_held()
     ahead = held.eager(2)
     assert ahead is not None and set(ahead[0]) == {"output"} and ahead[0]["output"].shape == (3, 5)
     np.testing.assert_allclose(ahead[0]["output"], golden.reference_outputs(4, 3)["output"], atol=1e-5)
     streamed = GoldenBatches(golden, 3, budget=0, spill=False)
-    assert streamed.held is None and streamed.head(4) is None
+    assert streamed.held is None
+    streamed_head, streamed_count = streamed.head(10)  # decoded again from the set: the same probe
+    assert streamed_count == 4 and all(np.array_equal(streamed_head[name], head[name]) for name in ("x", "mask"))
     assert [(s, f["x"].shape) for s, f in streamed] == [(s, f["x"].shape) for s, f in batches]
 
 

@@ -88,3 +88,60 @@ def test_measure_carries_errors_of_either_side() -> None:
     assert runs[64].error is not None and runs[64].images == 0 and runs[64].mae is None
     only_artifact = measure_output(run_sizes(linear, IMAGES, (1, 16, 64), 16), eager, 16)[-1]
     assert only_artifact.size == 64 and only_artifact.error == "eager was not run at this size"
+
+
+class _Golden:
+    """What the size check reads of a golden set: its length, signature and first approved output."""
+
+    def __init__(self, count: int) -> None:
+        from export_check.signature import SINGLE
+
+        self.signature, self.count = SINGLE, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def reference_outputs(self, start: int, count: int) -> dict[str, np.ndarray]:
+        return {"logits": linear({"input": IMAGES["input"][start:start + count]})}
+
+
+def _trace(outputs: list[np.ndarray]):
+    from export_check.diagnostics.trace import EAGER, ReplayTrace
+
+    trace = ReplayTrace.for_run(64, 16)
+    for index, out in enumerate(outputs):
+        start = 16 * index
+        trace.add_eager(start, {"input": IMAGES["input"][start:start + 16]}, 16, out, 0.01)
+    return trace, EAGER
+
+
+def test_the_size_check_is_planned_before_the_replay_and_takes_eagers_main_size_from_it() -> None:
+    from export_check.diagnostics.shapes import SizeCheck
+
+    calls: list[int] = []
+
+    def eager(feeds: Feeds) -> np.ndarray:
+        calls.append(len(feeds["input"]))
+        return linear(feeds)
+
+    check = SizeCheck(eager, IMAGES, 64, _Golden(64), None, 16, 1e9)  # type: ignore[arg-type]
+    assert check.plan.sizes == (1, 7, 16, 64) and set(check.eager_at) == {1, 7, 64} and 16 not in calls  # the replay runs 16
+    replayed = [linear({"input": IMAGES["input"][i:i + 16]}) for i in range(0, 64, 16)]
+    trace, _ = _trace(replayed)
+    check.replayed(trace)
+    np.testing.assert_array_equal(check.eager_at[16], np.concatenate(replayed))
+    runs = {run.size: run for run in check.measure(batch_dependent, "row")[0].runs}
+    assert runs[7].mae is not None and runs[7].mae > 0.4 and runs[16].mae == 0.0 and runs[1].mae == 0.0
+
+
+def test_eager_outputs_that_change_shape_between_batches_are_eagers_error_at_the_main_size() -> None:
+    from export_check.diagnostics.shapes import SizeCheck
+
+    check = SizeCheck(linear, IMAGES, 64, _Golden(64), None, 16, 1e9)  # type: ignore[arg-type]
+    wide = [linear({"input": IMAGES["input"][i:i + 16]}) for i in range(0, 64, 16)]
+    wide[1] = np.concatenate([wide[1], wide[1]], axis=1)  # the second batch's rows twice as wide
+    check.replayed(_trace(wide)[0])
+    assert check.eager_at[16] == ("eager's outputs over the first 64 samples at batch size 16 are not one array: their shape changes "
+                                  "from batch to batch")
+    main = next(run for run in check.eager_runs().runs if run.size == 16)
+    assert main.eager_error == check.eager_at[16] and main.mae is None

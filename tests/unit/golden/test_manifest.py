@@ -156,8 +156,8 @@ def test_format_1_set_offers_the_format_2_api_unchanged() -> None:
     assert list(samples) == ["logits"] and len(samples["logits"]) == len(golden)
     held = GoldenBatches(golden, 10)
     assert list(held.first) == ["input"] and held.first["input"].shape == (10, 3, 32, 32)
-    head = held.head(25)
-    assert head is not None and list(head) == ["input"]
+    head, count = held.head(25)
+    assert count == 25 and list(head) == ["input"]
     np.testing.assert_array_equal(head["input"], np.concatenate([b for _, b in batches])[:25])
     np.testing.assert_array_equal(held.at(20)["input"], batches[2][1])
 

@@ -96,7 +96,7 @@ def test_a_set_over_the_budget_is_spilled_once_and_read_back_as_the_held_one(gol
     held = GoldenBatches(golden, 16)
     assert held.held is not None and held.rereadable
     spilled = GoldenBatches(golden, 16, budget=4096)  # the inputs' 786 KB over it, eager's 2,560 bytes of outputs within
-    assert spilled.held is None and spilled.rereadable and spilled.head(8) is None  # no spill file until the first pass
+    assert spilled.held is None and spilled.rereadable and spilled._spill is None  # no spill file until the first pass
     held.precompute_eager(_eager)
     spilled.precompute_eager(_eager)  # the first pass: decoded, run through eager, written
     assert spilled.eager_held() and spilled._spill is not None and len(spilled._spill) == len(held.held) == 4
@@ -111,7 +111,8 @@ def test_a_set_over_the_budget_is_spilled_once_and_read_back_as_the_held_one(gol
     for index in range(4):
         (ours, _), (theirs, _) = held.eager(index), spilled.eager(index)
         assert _same(ours["logits"], theirs["logits"])
-    assert _same(held.head(40)["input"], spilled.head(40)["input"]) and spilled.head(40)["input"].shape == (40, 3, 32, 32)
+    (ours, count), (theirs, spilled_count) = held.head(40), spilled.head(40)
+    assert _same(ours["input"], theirs["input"]) and theirs["input"].shape == (40, 3, 32, 32) and count == spilled_count == 40
     spilled.close()
     assert spilled._spill is None and not spilled.rereadable
 
@@ -119,7 +120,9 @@ def test_a_set_over_the_budget_is_spilled_once_and_read_back_as_the_held_one(gol
 def test_without_a_spill_the_set_streams_and_eager_is_not_held(golden) -> None:
     streamed = GoldenBatches(golden, 16, budget=4096, spill=False)
     streamed.precompute_eager(_eager)
-    assert not streamed.rereadable and not streamed.eager_held() and streamed.head(8) is None
+    assert not streamed.rereadable and not streamed.eager_held()
+    head, count = streamed.head(20)  # the probe, decoded again: the first 20 samples as the batches hold them
+    assert count == 20 and _same(head["input"], np.concatenate([feeds["input"] for _, feeds in streamed])[:20])
     assert sum(len(feeds["input"]) for _, feeds in streamed) == len(golden)
     nothing = GoldenBatches(golden, 16, budget=0)  # a budget of nothing holds no eager outputs either: one pass after every build
     nothing.precompute_eager(_eager)
