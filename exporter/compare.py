@@ -1,7 +1,7 @@
 """Pure metrics: numpy arrays in, frozen results out. Nothing here runs a model or judges (``judge`` does).
 
 Outputs are compared batch by batch (:class:`ErrorAccumulator`) so a golden set of any size costs
-memory for one batch plus one float per image.
+memory for one batch plus one float per image; besides its own figures it measures the streams it is given (gates.STREAMS).
 
 >>> acc = ErrorAccumulator()
 >>> acc.add(np.array([[1.0, 0.0]]), np.array([[1.0, 0.5]]))
@@ -12,7 +12,7 @@ memory for one batch plus one float per image.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,7 +95,7 @@ class Metrics:
     agreement: str = "top-1"
     max_abs_at: Element | None = None  # where the largest absolute error is (None: no values, or no error at all)
     tolerances: tuple[Tolerance, ...] = ()  # the allclose counts the run's gates asked for (gates.Thresholds.tolerances)
-    streamed: tuple[tuple[str, float], ...] = ()  # the values of compare.STREAMS, by name (cosine, snr_db)
+    streamed: tuple[tuple[str, float], ...] = ()  # the values of the streams measured, by key (cosine, snr_db: gates.STREAMS)
     output: str | None = None  # a row's headline over several outputs: the output these are (judge.headline); None: the only one
     topk: tuple[tuple[int, float], ...] = ()  # (k, agreement) for each k the run's gates asked (gates.Thresholds.top_ks)
     # Task accuracy on the golden set's labels (the primary logits output): samples labelled (0: the set has no
@@ -131,7 +131,7 @@ class Metrics:
         return 100.0 * (self.reference_label_correct - self.label_correct) / self.labelled
 
     def stat(self, name: str) -> float | None:
-        """The value of the stream ``name`` (``STREAMS``), None when it was not measured."""
+        """The value of the stream ``name`` (``OWN_STREAMS``, or one the accumulator was given), None when it was not measured."""
         return dict(self.streamed).get(name)
 
     @property
@@ -197,6 +197,9 @@ class Stream(Protocol):
     def add(self, reference: np.ndarray, candidate: np.ndarray, finite: np.ndarray) -> None: ...
 
     def value(self) -> float: ...
+
+
+StreamFactory = Callable[[Layout], Stream | None]  # a stream for an output of this layout; None: it does not apply to it
 
 
 class LeastCosine:
@@ -314,15 +317,10 @@ class CharacterErrorRate(DecodedExactMatch):
         return self._edits / self._length if self._length else math.inf
 
 
-# The metrics streamed over every compared output besides MAE, max error, agreement and the allclose
-# counts: each is read by its entry in gates.GATE_METRICS, and shown in Metrics' JSON under its name. A
-# factory returns None for an output the metric does not apply to (the CTC ones: an output without a blank).
-STREAMS: dict[str, Callable[[Layout], Stream | None]] = {
-    "cosine": lambda layout: LeastCosine(),
-    "snr_db": lambda layout: SignalToNoise(),
-    "decoded_exact_match": DecodedExactMatch.of,  # for a CTC output, also its agreement (Metrics.top1_agreement)
-    "cer": CharacterErrorRate.of,
-}
+# compare's own stream, measured wherever it applies: a CTC output's agreement (Metrics.top1_agreement). The streams
+# a gate metric reads (cosine, SNR, CER) are its entry's, in gates.GATE_METRICS: whoever makes an accumulator for a
+# replay passes them (gates.STREAMS). Each value is shown in Metrics' JSON under its key.
+OWN_STREAMS: dict[str, StreamFactory] = {"decoded_exact_match": DecodedExactMatch.of}
 
 
 class ErrorAccumulator:
@@ -331,10 +329,11 @@ class ErrorAccumulator:
     ``class_axis`` (of the sample-first array) say what agreement means; ``tolerances``, the
     ``(atol, rtol)`` pairs whose elementwise allclose violations to count (a count and the worst
     value each: no arrays are kept); ``ctc_blank``, the blank class of a sequence output judged on its decoded text;
-    ``streams``, the ``STREAMS`` entries to measure (None: every one that applies to the layout)."""
+    ``streams``, the streams to measure besides ``OWN_STREAMS``, key -> factory, those that apply to the layout
+    (``gates.STREAMS``: every one a gate reads; None: none)."""
 
     def __init__(self, kind: str = "logits", class_axis: int = -1, tolerances: tuple[tuple[float, float], ...] = (),
-                 top_ks: tuple[int, ...] = (), ctc_blank: int | None = None, streams: Collection[str] | None = None) -> None:
+                 top_ks: tuple[int, ...] = (), ctc_blank: int | None = None, streams: Mapping[str, StreamFactory] | None = None) -> None:
         self.kind, self.class_axis = kind, class_axis
         layout = Layout(kind, class_axis, ctc_blank)
         self._decoded, self._agreement = layout.ctc, layout.agreement
@@ -351,8 +350,7 @@ class ErrorAccumulator:
         self._positions_changed = 0
         self._per_image: list[np.ndarray] = []
         self._images = 0
-        self._streams = {name: stream for name, make in STREAMS.items()
-                         if (streams is None or name in streams) and (stream := make(layout)) is not None}
+        self._streams = _made(layout, streams or {})
         self._labelled = self._label_correct = self._reference_label_correct = 0
 
     def add(self, reference: np.ndarray, candidate: np.ndarray, labels: np.ndarray | None = None) -> None:
@@ -471,14 +469,26 @@ class ErrorAccumulator:
         )
 
 
+def _made(layout: Layout, streams: Mapping[str, StreamFactory]) -> dict[str, Stream]:
+    """The streams that apply to ``layout`` in the order the JSON shows them: ``streams``, with each of ``OWN_STREAMS``
+    before the first that builds on it (a CTC output's decoded agreement, then its CER), else after them all."""
+    own = {key: stream for key, make in OWN_STREAMS.items() if (stream := make(layout)) is not None}
+    made: dict[str, Stream] = {}
+    for key, make in streams.items():
+        if key not in own and (stream := make(layout)) is not None:
+            made.update((k, s) for k, s in own.items() if isinstance(stream, type(s)))
+            made[key] = stream
+    return {**made, **own}
+
+
 def to_samples_first(array: np.ndarray, batch_axis: int) -> np.ndarray:
     """``array`` with its batch axis moved to the front (a view)."""
     return array if batch_axis == 0 else np.moveaxis(array, batch_axis, 0)
 
 
-def compare(reference: np.ndarray, candidate: np.ndarray, kind: str = "logits",
-            tolerances: tuple[tuple[float, float], ...] = (), top_ks: tuple[int, ...] = ()) -> Metrics:
-    """Metrics of a whole candidate array against a whole reference array."""
-    acc = ErrorAccumulator(kind, tolerances=tolerances, top_ks=top_ks)
+def compare(reference: np.ndarray, candidate: np.ndarray, kind: str = "logits", tolerances: tuple[tuple[float, float], ...] = (),
+            top_ks: tuple[int, ...] = (), streams: Mapping[str, StreamFactory] | None = None) -> Metrics:
+    """Metrics of a whole candidate array against a whole reference array (``streams``: gates.STREAMS, every value a gate reads)."""
+    acc = ErrorAccumulator(kind, tolerances=tolerances, top_ks=top_ks, streams=streams)
     acc.add(reference, candidate)
     return acc.result()

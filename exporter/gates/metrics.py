@@ -3,10 +3,12 @@
 An entry holds every fact about one bound a gate can put on an output: the ``Gate`` keyword(s) and
 option names that set it, which gate families offer it, how a gate shows it, the value it reads from
 :class:`compare.Metrics` and in which direction it gates, why a row fails it, whether it is judged at
-every batch size, and how eager's own run-to-run noise widens it. The families' options (``families``),
-the judging (``judging``), ``Gate`` and its JSON all read this table; a new gate metric is one entry
-here plus its function (its reason, or the value of ``Metrics`` it reads: a stream in ``compare.STREAMS``),
-as tests/unit/gates/test_metrics.py shows on a copy of the room.
+every batch size, how eager's own run-to-run noise widens it, and, for a value ``compare`` does not measure
+itself, the stream that measures it (``key`` and ``stream``: see ``_streamed``). The families' options (``families``),
+the judging (``judging``), ``Gate`` and its JSON all read this table, and a replay measures every entry's stream
+(``STREAMS``, passed to each ``compare.ErrorAccumulator``: ``Thresholds.accumulator``). A new gate metric is one entry
+here plus its function (its reason, or its stream: a class with ``add`` and ``value``, numpy imported inside it), and
+nothing else, as tests/unit/gates/test_metrics.py shows on a copy of the package.
 
 >>> [m.name for m in GATE_METRICS][:3], BOUNDS["min_top1"].option
 (['MAE', 'relative MAE', 'top-1 agreement'], 'min-top1')
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .agreement import PER_SAMPLE, agreement_name, flips_text
 
 if TYPE_CHECKING:
-    from ..compare import Metrics
+    from ..compare import Layout, Metrics, Stream, StreamFactory
     from ..records import EagerSelfCheck
 
 
@@ -67,7 +69,10 @@ class GateMetric:
     # its title, and the cell of a row's metrics.
     column: str | None = None
     cell: Callable[[Metrics], str] = lambda metrics: "-"
-    stream: str | None = None  # the ``compare.STREAMS`` entry its value is measured by, when it is one (cosine, SNR, CER)
+    # A value measured by a stream of its own (cosine, SNR, CER): stored in ``Metrics.streamed`` and the JSON's metrics under
+    # ``key`` (``Metrics.stat(key)``), measured by what ``stream`` makes of an output's layout (None: it does not apply).
+    key: str | None = None
+    stream: StreamFactory | None = None
 
 
 def _below(what: str, value: float, bound: float, shown: str = ".6g") -> str:
@@ -87,7 +92,7 @@ def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], f
             failed: Callable[[Metrics, float, float], str], *, applies: Callable[[Metrics], bool] = lambda m: True,
             families: str = "all", at_batch_sizes: bool = True,
             noise: Callable[[float, EagerSelfCheck], float] | None = None, column: str | None = None,
-            cell: str = "{:.3g}", stream: str | None = None) -> GateMetric:
+            cell: str = "{:.3g}", key: str | None = None, stream: StreamFactory | None = None) -> GateMetric:
     """A metric bounded by one number: ``direction`` "max" (the value must be at most the bound) or
     "min" (at least). ``read`` None where ``applies``: the value was not measured (a reason, never a pass);
     where it does not apply (no argmax of a values output), the bound does not gate."""
@@ -120,7 +125,33 @@ def _scalar(name: str, bound: Bound, direction: str, read: Callable[[Metrics], f
         return "-" if value is None else cell.format(value)
 
     return GateMetric(name, (bound,), shown_of, reason, families=families, missing=missing, at_batch_sizes=at_batch_sizes,
-                      noise=noise, column=column, cell=cell_of, stream=stream)
+                      noise=noise, column=column, cell=cell_of, key=key, stream=stream)
+
+
+def _streamed(name: str, key: str, stream: StreamFactory, bound: Bound, direction: str, shown: str | Callable[[float], str],
+              failed: Callable[[Metrics, float, float], str], **options: Any) -> GateMetric:
+    """A metric bounded by one number (``_scalar``) whose value ``stream`` measures: a replay measures it on every output
+    it applies to (``STREAMS``), and the JSON's metrics hold it under ``key``."""
+    return _scalar(name, bound, direction, lambda metrics: metrics.stat(key), shown, failed, key=key, stream=stream, **options)
+
+
+# The streams of compare the entries below point at, imported when a replay makes one: the gates import no numpy.
+def _least_cosine(layout: Layout) -> Stream | None:
+    from ..compare import LeastCosine
+
+    return LeastCosine()
+
+
+def _signal_to_noise(layout: Layout) -> Stream | None:
+    from ..compare import SignalToNoise
+
+    return SignalToNoise()
+
+
+def _character_error_rate(layout: Layout) -> Stream | None:
+    from ..compare import CharacterErrorRate
+
+    return CharacterErrorRate.of(layout)  # a CTC output's only
 
 
 def _top1_reason(metrics: Metrics, value: float, bound: float) -> str:
@@ -223,13 +254,13 @@ GATE_METRICS: tuple[GateMetric, ...] = (
                 Bound("rtol", "rtol", "rtol", "the relative tolerance of the allclose gate of {what} (atol 0 unless set; default: {default})")),
                _tolerance_shown, _tolerance_reason, missing=_tolerance_missing, at_batch_sizes=False),
     # The least cosine similarity of any one sample's output with its reference (flattened): an
-    # embedding or a row of logits pointing elsewhere, whatever its scale (compare.STREAMS).
-    _scalar("cosine similarity", Bound("min_cosine", "min cosine similarity", "min-cosine",
-                                       "cosine similarity gate of {what}: no sample's output may have a lower cosine with its reference "
-                                       "(default: {default})", "F", fraction=True),
-            "min", lambda m: m.stat("cosine"), "cos>={:g}",
-            lambda m, v, b: f"{_below('cosine similarity', v, b)} (the least of any sample)",
-            at_batch_sizes=False, column="cos", cell="{:.6f}", stream="cosine"),
+    # embedding or a row of logits pointing elsewhere, whatever its scale (compare.LeastCosine).
+    _streamed("cosine similarity", "cosine", _least_cosine,
+              Bound("min_cosine", "min cosine similarity", "min-cosine",
+                    "cosine similarity gate of {what}: no sample's output may have a lower cosine with its reference "
+                    "(default: {default})", "F", fraction=True),
+              "min", "cos>={:g}", lambda m, v, b: f"{_below('cosine similarity', v, b)} (the least of any sample)",
+              at_batch_sizes=False, column="cos", cell="{:.6f}"),
     # Top-k agreement: the samples whose k highest classes are the reference's k highest (as a set: a ranking
     # that keeps its head); k from top_k (5 unless set). Measured for the k a gate asks (Thresholds.top_ks).
     GateMetric("top-k agreement",
@@ -248,24 +279,38 @@ GATE_METRICS: tuple[GateMetric, ...] = (
             lambda m, v, b: f"label accuracy {m.label_accuracy:.1%} against the reference's {m.reference_label_accuracy:.1%}: "
                             f"a drop of {v:.2f} points > {b:g}",
             applies=lambda m: m.labelled != 0, at_batch_sizes=False, column="acc drop", cell="{:.2f}pt"),
-    # The output's signal-to-noise ratio in dB: 10 log10(sum reference^2 / sum error^2) (compare.STREAMS).
-    _scalar("SNR", Bound("min_snr_db", "min SNR", "min-snr",
-                         "signal-to-noise gate of {what} in dB: 10 log10(sum reference^2 / sum error^2) (default: {default})", "DB"),
-            "min", lambda m: m.stat("snr_db"), "SNR>={:g}dB", lambda m, v, b: f"SNR {v:.3g} dB < {b:g} dB",
-            at_batch_sizes=False, column="SNR dB", cell="{:.1f}", stream="snr_db"),
+    # The output's signal-to-noise ratio in dB: 10 log10(sum reference^2 / sum error^2) (compare.SignalToNoise).
+    _streamed("SNR", "snr_db", _signal_to_noise,
+              Bound("min_snr_db", "min SNR", "min-snr",
+                    "signal-to-noise gate of {what} in dB: 10 log10(sum reference^2 / sum error^2) (default: {default})", "DB"),
+              "min", "SNR>={:g}dB", lambda m, v, b: f"SNR {v:.3g} dB < {b:g} dB", at_batch_sizes=False, column="SNR dB", cell="{:.1f}"),
     # A CTC output's character error rate (a sequence output with ctc-blank): the edit distance of each sample's
-    # greedy decoding from the reference's, summed, over the reference texts' length (compare.STREAMS "cer").
-    _scalar("character error rate", Bound("max_cer", "max character error rate", "max-cer",
-                                          "character error rate gate of {what}'s CTC outputs (those with ctc-blank): edit distance "
-                                          "of the greedy decodings over the reference's characters, a fraction (default: {default})",
-                                          "F"),
-            "max", lambda m: m.stat("cer"), "CER<={:.3g}",
-            lambda m, v, b: f"character error rate {v:.2%} > {b:.2%} (greedy CTC decoding; {len(m.top1_changed)} of {m.images} "
-                            f"samples' decoded text changed)",
-            applies=lambda m: m.agreement == "decoded", at_batch_sizes=False, column="CER", cell="{:.2%}", stream="cer"),
+    # greedy decoding from the reference's, summed, over the reference texts' length (compare.CharacterErrorRate).
+    _streamed("character error rate", "cer", _character_error_rate,
+              Bound("max_cer", "max character error rate", "max-cer",
+                    "character error rate gate of {what}'s CTC outputs (those with ctc-blank): edit distance "
+                    "of the greedy decodings over the reference's characters, a fraction (default: {default})", "F"),
+              "max", "CER<={:.3g}",
+              lambda m, v, b: f"character error rate {v:.2%} > {b:.2%} (greedy CTC decoding; {len(m.top1_changed)} of {m.images} "
+                              f"samples' decoded text changed)",
+              applies=lambda m: m.agreement == "decoded", at_batch_sizes=False, column="CER", cell="{:.2%}"),
 )
 BOUNDS: dict[str, Bound] = {b.field: b for m in GATE_METRICS for b in m.bounds}
 assert len(BOUNDS) == sum(len(m.bounds) for m in GATE_METRICS), "gate fields must be unique"
+# The streams the gates read, key -> factory: what a replay passes every ErrorAccumulator (Thresholds.accumulator).
+STREAMS: dict[str, StreamFactory] = {m.key: m.stream for m in GATE_METRICS if m.key is not None and m.stream is not None}
+assert len(STREAMS) == sum(m.stream is not None for m in GATE_METRICS), "each stream needs a key of its own"
+
+
+def streams_of(gate: GateLike) -> dict[str, StreamFactory]:
+    """The streams of the metrics ``gate`` bounds: all a judge of one tensor needs (run/explain.py: a bisection's inner tensors).
+
+    >>> from export_check.gates import Gate
+    >>> list(streams_of(Gate(max_mae=1.0, min_cosine=0.9))), list(streams_of(Gate(max_mae=1.0)))
+    (['cosine'], [])
+    """
+    bounded = set(gate.set_bounds())
+    return {key: make for m in GATE_METRICS if (key := m.key) and (make := m.stream) and any(b.field in bounded for b in m.bounds)}
 
 
 def default_text(bound: Bound, value: float | None) -> str:

@@ -8,13 +8,16 @@ settings or a report's JSON; and the notes on agreement gates a small golden set
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from .agreement import samples_for_one_flip, tolerated_flips
 from .families import FAMILIES, GATE_FAMILIES, GATE_OPTIONS, GateFamily
 from .gate import Gate
-from .metrics import BOUNDS, top_k_of
+from .metrics import BOUNDS, STREAMS, top_k_of
+
+if TYPE_CHECKING:
+    from ..compare import ErrorAccumulator
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,13 @@ class Thresholds:
     def top_ks(self) -> tuple[int, ...]:
         """Every k some family's top-k agreement gate asks for: what the replay counts per logits output."""
         return tuple(dict.fromkeys(k for gate in self.all_gates() if (k := top_k_of(gate)) is not None))
+
+    def accumulator(self, kind: str = "logits", class_axis: int = -1, ctc_blank: int | None = None) -> ErrorAccumulator:
+        """What a replay measures of one output (run/observe.py): every allclose pair and k a gate asks for, and every
+        stream a gate metric reads (``STREAMS``) that applies to the output, whether a gate bounds it or not."""
+        from ..compare import ErrorAccumulator  # numpy: imported when a replay measures, never with the gates
+
+        return ErrorAccumulator(kind, class_axis, self.tolerances(), self.top_ks(), ctc_blank, streams=STREAMS)
 
     def described(self) -> tuple[tuple[GateFamily, str], ...]:
         """(family, its gate described) for every family, in table order: what the reports show."""

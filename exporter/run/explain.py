@@ -27,7 +27,7 @@ from ..config import RunConfig
 from ..diagnostics import shapes
 from ..diagnostics.layers import DIVERGENCE, INT8_LAYERS, compare_layers
 from ..feeds import Feeds, length
-from ..gates import FAMILIES, GATE_METRICS, gate_reasons, size_gate_reasons, top_k_of
+from ..gates import FAMILIES, STREAMS, gate_reasons, size_gate_reasons, streams_of, top_k_of
 from ..golden.goldenset import GoldenSet, stack_batches
 from ..records import LayerComparison, Measured, Observation, Reduced
 from .judge import passes_on_values, wanted
@@ -156,14 +156,13 @@ class Explainer:
         specs = {o.name: o for o in self.golden.signature.outputs}
         tolerances = (gate.tolerance,) if gate.tolerance is not None else ()
         k = top_k_of(gate)
-        bounded = set(gate.set_bounds())
-        streams = {m.stream for m in GATE_METRICS if m.stream is not None and any(b.field in bounded for b in m.bounds)}
+        streams = streams_of(gate)
 
         def judge(name: str, reference: np.ndarray, got: np.ndarray) -> Metrics | None:
             spec = specs.get(name)
             accumulator = ErrorAccumulator(spec.kind if spec else "values", spec.class_axis if spec else -1, tolerances=tolerances,
                                            top_ks=(k,) if k else (), ctc_blank=spec.ctc_blank if spec else None,
-                                           streams=None if spec else streams)
+                                           streams=STREAMS if spec else streams)
             if spec is not None:
                 accumulator.add(to_samples_first(reference, spec.batch_axis), to_samples_first(got, spec.batch_axis))
             else:  # a value inside the graph, of the one sample: one row of values, whatever its layout (a scalar too)

@@ -111,8 +111,7 @@ class Replay:
         return np.asarray([list(r) + [LABEL_PAD] * (width - len(r)) for r in rows], dtype=np.int64)
 
     def _accumulators(self) -> dict[str, ErrorAccumulator]:
-        thresholds = self.config.thresholds
-        return {o.name: ErrorAccumulator(o.kind, o.class_axis, thresholds.tolerances(), thresholds.top_ks(), o.ctc_blank) for o in self.compared}
+        return {o.name: self.config.thresholds.accumulator(o.kind, o.class_axis, o.ctc_blank) for o in self.compared}
 
     def open(self, kind: ArtifactKind, outcome: BuildOutcome, ctx: BuildContext, stack: contextlib.ExitStack) -> Any | None:
         """The artifact reloaded from its file, as it ships; ``None`` (and the row's error) when it can't be."""

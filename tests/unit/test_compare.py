@@ -61,3 +61,17 @@ def test_judge_lists_every_violation() -> None:
 def test_shape_mismatch_is_reported() -> None:
     with pytest.raises(ShapeMismatch, match=r"\(2, 3\) != reference \(2, 4\)"):
         compare(np.zeros((2, 4)), np.zeros((2, 3)))
+
+
+def test_an_accumulator_measures_the_streams_it_is_given_and_its_own_where_they_apply() -> None:
+    """compare knows no gate metric's stream: given none (the diagnostics', ``compare()``), it measures only its own (a CTC
+    output's decoded agreement); given the gates' (a replay), every one that applies, in the JSON's order."""
+    from export_check.compare import Layout, LeastCosine
+    from export_check.gates import STREAMS
+
+    ref, cand = np.eye(3), np.eye(3) + 0.5
+    assert compare(ref, cand).streamed == ()
+    assert [key for key, _ in compare(ref, cand, streams=STREAMS).streamed] == ["cosine", "snr_db"]  # no CER: no blank
+    other = {"least": lambda layout: LeastCosine(), "never": lambda layout: None}  # None: it does not apply to the layout
+    assert compare(ref, cand, streams=other).streamed == (("least", compare(ref, cand, streams=STREAMS).stat("cosine")),)
+    assert set(STREAMS) == {"cosine", "snr_db", "cer"} and STREAMS["cer"](Layout("logits")) is None

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from export_check.compare import ErrorAccumulator
 from export_check.ctc import collapse, decode_batch, edit_distance
 from export_check.errors import UsageError
-from export_check.gates import Gate, gate_reasons
+from export_check.gates import Gate, Thresholds, gate_reasons
 from export_check.signature import InputSpec, OutputSpec, Signature, ctc_problem, parse_signature_settings, signature_from_json
 
 labels = st.lists(st.integers(0, 4), max_size=12).map(tuple)
@@ -63,7 +63,7 @@ def test_the_streams_in_batches_equal_a_by_hand_decoding_of_the_whole_set(sample
     rng = np.random.default_rng(seed)
     reference = rng.normal(size=(samples, frames, 4))
     candidate = reference + rng.normal(scale=noise, size=reference.shape)
-    acc = ErrorAccumulator("sequence-logits", -1, ctc_blank=0)
+    acc = Thresholds().accumulator("sequence-logits", -1, ctc_blank=0)  # what a replay measures
     for start in range(0, samples, 2):  # batches of 2: indices and sums carried across them
         acc.add(reference[start:start + 2], candidate[start:start + 2])
     m = acc.result()
@@ -72,13 +72,14 @@ def test_the_streams_in_batches_equal_a_by_hand_decoding_of_the_whole_set(sample
     edits, length = sum(_levenshtein(r, c) for r, c in texts), sum(len(r) for r, _ in texts)
     assert m.agreement == "decoded" and m.top1_changed == changed and m.top1_agreement == 1 - len(changed) / samples
     assert m.stat("decoded_exact_match") == m.top1_agreement
+    assert [key for key, _ in m.streamed] == ["cosine", "snr_db", "decoded_exact_match", "cer"]  # the JSON's order, as before
     assert m.stat("cer") == (0.0 if not edits else edits / length if length else float("inf"))
     assert m.position_agreement == pytest.approx(float((reference.argmax(-1) == candidate.argmax(-1)).mean()))
 
 
 def test_without_a_blank_a_sequence_output_keeps_its_per_position_agreement_and_no_decoded_streams() -> None:
     reference = np.zeros((1, 3, 2))
-    acc = ErrorAccumulator("sequence-logits", -1)
+    acc = Thresholds().accumulator("sequence-logits", -1)
     acc.add(reference, reference)
     m = acc.result()
     assert m.agreement == "per-position" and m.stat("cer") is None and m.stat("decoded_exact_match") is None
@@ -91,7 +92,7 @@ def test_the_judge_gates_a_ctc_output_on_its_texts_where_per_frame_agreement_pas
     reference[:, ::4, 1] = 1.0  # text: ten 1s, blanks between
     candidate = reference.copy()
     candidate[[3, 7], 4, 1] = 0.0  # a character frame read as blank: one deletion each
-    acc = ErrorAccumulator("sequence-logits", -1, ctc_blank=0)
+    acc = Thresholds().accumulator("sequence-logits", -1, ctc_blank=0)
     acc.add(reference, candidate)
     m = acc.result()
     assert m.position_agreement == pytest.approx(1 - 2 / 400) and m.top1_agreement == pytest.approx(0.8)
@@ -103,10 +104,13 @@ def test_the_judge_gates_a_ctc_output_on_its_texts_where_per_frame_agreement_pas
         "character error rate 2.00% > 1.00% (greedy CTC decoding; 2 of 10 samples' decoded text changed)",
     )
     assert gate_reasons(m, Gate(max_relative_mae=1.0, min_top1=0.8, max_cer=0.02)) == ()
+    own = ErrorAccumulator("sequence-logits", -1, ctc_blank=0)  # given no stream (the diagnostics'): the agreement is compare's own
+    own.add(reference, candidate)
+    assert own.result().streamed == (("decoded_exact_match", pytest.approx(0.8)),) and own.result().top1_changed == (3, 7)
 
 
 def test_a_cer_gate_does_not_gate_an_output_without_a_blank() -> None:
-    acc = ErrorAccumulator("logits")
+    acc = Thresholds().accumulator("logits")
     acc.add(np.eye(3), np.eye(3))
     assert gate_reasons(acc.result(), Gate(max_mae=1.0, max_cer=0.0)) == ()
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from export_check.compare import ErrorAccumulator, compare
 from export_check.errors import UsageError
-from export_check.gates import BOUNDS, GATE_FAMILIES, GATE_METRICS, Gate, Thresholds, gate_reasons, metric_missing
+from export_check.gates import BOUNDS, GATE_FAMILIES, GATE_METRICS, STREAMS, Gate, Thresholds, gate_reasons, metric_missing
 from export_check.options import SETTINGS
 from export_check.records import Observation
 from export_check.run.judge import judge_row, layers_missing
@@ -67,7 +67,7 @@ def test_streamed_cosine_and_snr_are_numpys_on_the_whole_arrays(seed, samples, w
     rng = np.random.default_rng(seed)
     reference = rng.normal(0, 3, (samples, 2, width)).astype(np.float32)
     candidate = (reference + rng.normal(0, noise, reference.shape)).astype(np.float32)
-    acc = ErrorAccumulator("values")
+    acc = ErrorAccumulator("values", streams=STREAMS)
     for start in range(0, samples, batch):
         acc.add(reference[start:start + batch], candidate[start:start + batch])
     metrics = acc.result()
@@ -79,13 +79,13 @@ def test_streamed_cosine_and_snr_are_numpys_on_the_whole_arrays(seed, samples, w
 
 
 def test_edge_values_of_the_streams() -> None:
-    same = compare(np.ones((2, 3)), np.ones((2, 3)))
+    same = compare(np.ones((2, 3)), np.ones((2, 3)), streams=STREAMS)
     assert same.stat("snr_db") == math.inf and same.stat("cosine") == 1.0
-    zeros = compare(np.zeros((2, 3)), np.zeros((2, 3)))
+    zeros = compare(np.zeros((2, 3)), np.zeros((2, 3)), streams=STREAMS)
     assert zeros.stat("cosine") == 1.0 and zeros.stat("snr_db") == math.inf
-    flipped = compare(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1.0, 2.0], [-3.0, -4.0]]))
+    flipped = compare(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1.0, 2.0], [-3.0, -4.0]]), streams=STREAMS)
     assert flipped.stat("cosine") == pytest.approx(-1.0)  # the second sample points the other way
-    nan = compare(np.ones((2, 3)), np.array([[1.0, 1.0, 1.0], [1.0, np.nan, 1.0]]))
+    nan = compare(np.ones((2, 3)), np.array([[1.0, 1.0, 1.0], [1.0, np.nan, 1.0]]), streams=STREAMS)
     assert nan.stat("cosine") == -1.0 and nan.stat("snr_db") == -math.inf
 
 
@@ -97,17 +97,17 @@ def test_one_sample_pointing_elsewhere_fails_the_cosine_gate_where_mae_passes() 
     candidate = reference.copy()
     candidate[37] = -candidate[37]
     gate = Gate(max_mae=1e-3, min_cosine=0.99)
-    metrics = compare(reference, candidate, kind="values")
+    metrics = compare(reference, candidate, kind="values", streams=STREAMS)
     assert metrics.mae < 1e-3
     assert gate_reasons(metrics, gate) == (f"cosine similarity {metrics.stat('cosine'):.6g} < 0.99 (the least of any sample)",)
     assert metrics.stat("cosine") == pytest.approx(-1.0)
-    assert gate_reasons(compare(reference, reference * 1.001, kind="values"), gate) == ()
+    assert gate_reasons(compare(reference, reference * 1.001, kind="values", streams=STREAMS), gate) == ()
 
 
 def test_snr_gate_fails_below_its_decibels() -> None:
     reference = np.full((4, 10), 10.0)
     candidate = reference + 0.1  # SNR = 10 log10(100 / 0.01) = 40 dB
-    metrics = compare(reference, candidate)
+    metrics = compare(reference, candidate, streams=STREAMS)
     assert metrics.stat("snr_db") == pytest.approx(40.0)
     assert gate_reasons(metrics, Gate(max_mae=1.0, min_snr_db=45)) == ("SNR 40 dB < 45 dB",)
     assert gate_reasons(metrics, Gate(max_mae=1.0, min_snr_db=39)) == ()
@@ -115,12 +115,12 @@ def test_snr_gate_fails_below_its_decibels() -> None:
 
 def test_an_observation_measured_before_a_metric_existed_is_measured_again_never_passed() -> None:
     reference, candidate = np.zeros((2, 3)), np.zeros((2, 3))
-    old = replace(compare(reference, candidate), streamed=())  # what a cache entry of an earlier version holds
+    old = replace(compare(reference, candidate, streams=STREAMS), streamed=())  # what a cache entry of an earlier version holds
     thresholds = Thresholds.from_options({"min-cosine": 0.9})
     assert gate_reasons(old, thresholds.gate_for("float")) == ("cosine similarity was not measured for this output",)
     obs = Observation(name="onnx", family="float", compared_with="eager", metrics=old)
     assert metric_missing(obs, thresholds) and layers_missing(obs, thresholds, diagnose=False)
-    fresh = replace(obs, metrics=compare(reference, candidate))
+    fresh = replace(obs, metrics=compare(reference, candidate, streams=STREAMS))
     assert not metric_missing(fresh, thresholds) and judge_row(fresh, thresholds).status == "pass"
     assert not metric_missing(obs, Thresholds())  # no gate asks for it: the old observation serves
 

@@ -83,7 +83,7 @@ def test_a_cosine_just_under_its_bound_says_the_gap_not_one_below_one() -> None:
     nearly[0, 1] += 1e-3  # one sample's cosine 1 - 3.6e-8: prints as 1 with 6 digits
     from export_check import gates
 
-    reasons = gates.reasons(compare(REFERENCE, nearly, kind="values"), gate)
+    reasons = gates.reasons(compare(REFERENCE, nearly, kind="values", streams=gates.STREAMS), gate)
     assert len(reasons) == 1 and reasons[0].startswith("cosine similarity 1 is below 1 by ") and " < " not in reasons[0]
     gap = float(reasons[0].split(" by ")[1].split()[0])
     assert 1e-9 < gap < 1e-6
