@@ -166,3 +166,22 @@ def test_a_new_gate_metric_that_needs_a_new_stream_is_one_entry_and_one_class_in
     shown = json.loads(measured)
     assert expected > 0.05 and shown["value"] == shown["json"] and abs(shown["value"] - expected) <= 1e-12 * expected
     assert shown["reasons"] == [f"max relative error {expected:.4g} > 0.05"] and shown["passes"] == [] and shown["measured again"]
+
+
+def test_no_stream_key_takes_the_name_of_a_measure_the_metrics_json_already_holds() -> None:
+    """A stream's value is written into ``Metrics.to_json`` under its key, beside MAE and the rest: a key such as "mae"
+    would overwrite one of them. Every gate stream, measured on an output where all apply (a CTC one), keeps its own."""
+    import numpy as np
+
+    from export_check.compare import ErrorAccumulator
+    from export_check.gates import STREAMS
+
+    reference = np.random.default_rng(0).normal(size=(4, 5, 3))
+    accumulator = ErrorAccumulator("sequence-logits", -1, ctc_blank=0, streams=STREAMS)
+    accumulator.add(reference, reference + 0.1)
+    metrics = accumulator.result()
+    plain = ErrorAccumulator("sequence-logits", -1, ctc_blank=0)
+    plain.add(reference, reference + 0.1)
+    own = set(plain.result().to_json())  # what the JSON holds with compare's own stream alone
+    assert {"cosine", "snr_db", "cer"} <= set(STREAMS) and not set(STREAMS) & own, set(STREAMS) & own
+    assert {key: metrics.to_json()[key] for key in STREAMS} == {key: metrics.stat(key) for key in STREAMS}
