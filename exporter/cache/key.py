@@ -22,7 +22,7 @@ from ..versions import kernel_choices, library_versions
 # 6: the diagnostics' plan is decided by the model's parameters and the set's counts (no clock), every size on the
 # whole probe, and the key holds that rule (``plan_rule``); 5: ONNX per-layer tables name the graph's nodes of each
 # module; 4: observations hold facts, not sentences, and every
-# stream of compare.STREAMS; 3: meta.json sealed
+# stream measured (then compare.STREAMS, now gates.STREAMS); 3: meta.json sealed
 # with an HMAC; 2: unsealed observations; 1: judged rows
 FORMAT = 6
 
