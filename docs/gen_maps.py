@@ -1,14 +1,15 @@
-"""The module map and the test map, generated from the tree so that neither can go stale.
+"""The module map and the test map, generated from the tree when the site is built, so that neither can go stale.
 
-Two files end in a generated part, below the line ``<!-- generated below by docs/gen_maps.py: do not edit -->``:
+An MkDocs hook (``hooks:`` in mkdocs.yml, beside docs/gen_reference.py): a page holding ``<!-- generated map: NAME -->``
+gets the map NAME in its place (``on_page_markdown``); nothing generated is committed.
 
-* docs/explanation/module-map.md: every module of ``exporter/`` by folder, its lines and the first sentence of its
-  docstring (a module without one is named so);
-* tests/unit/README.md: every module and the tests that exercise it: its mirror under ``tests/unit/`` and every
-  test file that imports it.
+* ``modules`` (docs/explanation/module-map.md): every module of ``exporter/`` by folder, its lines and the first
+  sentence of its docstring (a module without one is named so);
+* ``tests`` (docs/reference/test-map.md): every module and the tests that exercise it: its mirror under
+  ``tests/unit/`` and every test file that imports it.
 
-``python docs/gen_maps.py`` rewrites both; ``python docs/gen_maps.py --check`` exits 1 naming a file that differs
-(tests/unit/test_maps.py runs the same comparison).
+Both are read off the files with ``ast`` (nothing is imported). ``python docs/gen_maps.py modules`` (or ``tests``)
+prints one map; tests/unit/test_maps.py checks what they hold.
 """
 
 from __future__ import annotations
@@ -16,18 +17,19 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "exporter"
-MARK = "<!-- generated below by docs/gen_maps.py: do not edit -->"
+MARKER = re.compile(r"<!-- generated map: ([a-z-]+) -->")
 SHOWN = 4  # test files named per module; the rest counted
-MAPS = {REPO / "docs" / "explanation" / "module-map.md": "modules", REPO / "tests" / "unit" / "README.md": "tests"}
 
 
 def modules() -> list[Path]:
-    """Every module of the package, a folder's after the top level's, each folder's sorted."""
-    return sorted(PACKAGE.rglob("*.py"), key=lambda p: (len(p.relative_to(PACKAGE).parts) > 1, p.relative_to(PACKAGE).parts))
+    """Every module of the package, a folder's after the top level's, folder by folder, each folder's sorted."""
+    return sorted(PACKAGE.rglob("*.py"), key=lambda p: (p.parent != PACKAGE, p.relative_to(PACKAGE).parent.parts, p.name))
 
 
 def dotted(path: Path) -> str:
@@ -87,21 +89,28 @@ def test_map() -> str:
     return "\n".join(rows) + "\n"
 
 
-def generated(path: Path) -> str:
-    """``path``'s text with its generated part made afresh (what stands above the mark is kept)."""
-    text = path.read_text(encoding="utf-8")
-    head = text.split(MARK)[0].rstrip("\n")
-    return f"{head}\n\n{MARK}\n\n{module_map() if MAPS[path] == 'modules' else test_map()}"
+MAPS: dict[str, Callable[[], str]] = {"modules": module_map, "tests": test_map}
+
+
+def expand(markdown: str) -> str:
+    """``markdown`` with every ``<!-- generated map: NAME -->`` replaced by the map NAME (an unknown NAME is an error)."""
+    def generated(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in MAPS:
+            raise ValueError(f"unknown generated map {name!r}; choose from {', '.join(MAPS)}")
+        return MAPS[name]()
+    return MARKER.sub(generated, markdown)
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:  # the MkDocs hook
+    return expand(markdown)
 
 
 def main(argv: list[str]) -> int:
-    stale = [path for path in MAPS if path.read_text(encoding="utf-8") != generated(path)]
-    if "--check" in argv:
-        for path in stale:
-            print(f"{path.relative_to(REPO)}: not what the tree generates; run python docs/gen_maps.py", file=sys.stderr)
-        return 1 if stale else 0
-    for path in stale:
-        path.write_text(generated(path), encoding="utf-8")
+    if len(argv) != 1 or argv[0] not in MAPS:
+        print(f"usage: python docs/gen_maps.py {'|'.join(MAPS)}", file=sys.stderr)
+        return 2
+    print(MAPS[argv[0]](), end="")
     return 0
 
 
