@@ -4,6 +4,7 @@ An MkDocs hook (``hooks:`` in mkdocs.yml): a page holding ``<!-- generated: NAME
 NAME in its place when the site is built (``on_page_markdown``). The tables are read off
 
 * ``export_check.artifacts.KINDS`` and ``GROUPS``          -> ``kinds``, ``groups``
+* each kind's ``ACCOUNTS`` in its module (read with ``ast``) and its row -> ``kind-accounts`` (docs/explanation/artifacts-and-gates.md)
 * ``export_check.gates.GATE_METRICS``                      -> ``gate-metrics``
 * ``export_check.gates.GATE_FAMILIES``                     -> ``gate-families``
 * ``export_check.options.OPTIONS``                         -> ``settings``, ``options`` (every command's)
@@ -14,9 +15,12 @@ against the code's tables too).
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 MARKER = re.compile(r"<!-- generated: ([a-z-]+) -->")
@@ -45,6 +49,74 @@ def kinds() -> str:
              _code(k.options), "yes" if k.calibrated else "no", k.description) for k in KINDS]
     return _table(("kind", "file", "gate family (default gate)", "built from", "runtime", "groups", "packages (cache key)",
                    "per-layer method", "settings it reads", "calibrated", "what it is"), rows)
+
+
+def account(kind: Any) -> str | None:
+    """The account of ``kind`` (Markdown, one paragraph): ``ACCOUNTS[kind.name]`` in the module its row names, read with
+    ``ast`` so that the kind's heavy imports are never made; None when the module holds none for it."""
+    spec = importlib.util.find_spec(kind.module)
+    if spec is None or spec.origin is None:
+        return None
+    for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and "ACCOUNTS" in [getattr(t, "id", None) for t in _targets(node)]:
+            assert node.value is not None
+            found = ast.literal_eval(node.value).get(kind.name)
+            return found if isinstance(found, str) else None
+    return None
+
+
+def _targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return node.targets if isinstance(node, ast.Assign) else [node.target]
+
+
+def gate_words(gate: Any) -> str:
+    """A default gate in words: ``MAE ≤ 1e-5``, ``relative MAE ≤ 5% **and** top-1 agreement ≥ 98%`` (one that sets another
+    bound is shown as ``Gate.describe()`` says it)."""
+    from export_check.gates import Gate
+
+    words = {"max_mae": ("MAE ≤ {:g}", gate.max_mae), "max_relative_mae": ("relative MAE ≤ {:.0%}", gate.max_relative_mae),
+             "min_top1": ("top-1 agreement ≥ {:.0%}", gate.min_top1 or None)}
+    said = {field: value for field, (_, value) in words.items() if value is not None}
+    if Gate(**said) != gate:
+        return f"`{gate.describe()}`"
+    return " **and** ".join(words[field][0].format(value).replace("e-0", "e-") for field, value in said.items())
+
+
+def _needs(kind: Any) -> str:
+    """What the kind needs, read off its row. A kind whose runtime comes with the base install (``installs="core"`` in
+    ``artifacts.runtimes.RUNTIMES``) names its packages that the base install holds (an extra its build needs beyond them
+    is said in its account); any other names its packages and the extra (or tox environment) that installs its runtime.
+    torch is named only when it is all."""
+    import tomllib
+
+    from export_check.artifacts.runtimes import RUNTIMES_BY_NAME
+
+    def beyond_torch(packages: list[str]) -> str:
+        return ", ".join([p for p in packages if p != "torch"] or ["torch"])
+
+    runtime = RUNTIMES_BY_NAME[kind.runtime]
+    if runtime.installs == "core":
+        project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+        base = {re.split(r"[^A-Za-z0-9._-]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+        return beyond_torch([p for p in kind.packages if p in base])
+    where = runtime.installs if " " in runtime.installs else f"[{runtime.installs}]"
+    return f"{beyond_torch(list(kind.packages))} (`{where}`)"
+
+
+def kind_accounts() -> str:
+    """Every kind's line of docs/explanation/artifacts-and-gates.md: its account from its module, the rest from its row."""
+    from export_check.artifacts import KINDS
+    from export_check.gates import FAMILIES
+
+    rows: list[tuple[object, ...]] = [("`eager`", "–", "the checkpoint in eager PyTorch vs the golden reference logits",
+                                       gate_words(FAMILIES["eager"].default), "–", "always")]
+    for k in KINDS:
+        gate = gate_words(FAMILIES[k.family].default) + (", on the uncalibrated samples" if k.calibrated else "")
+        text = account(k)
+        if not text:
+            raise ValueError(f"{k.module} holds no account of the kind {k.name}: add ACCOUNTS = {{{k.name!r}: ...}} (Markdown, one paragraph)")
+        rows.append((f"`{k.name}`", f"`{k.suffix}`", text, gate, _needs(k), ", ".join(k.groups) or "all"))
+    return _table(("row", "file", "what it is", "gate (default)", "needs", "group"), rows)
 
 
 def groups() -> str:
@@ -115,8 +187,8 @@ def options() -> str:
     return "\n".join(parts)
 
 
-TABLES: dict[str, Callable[[], str]] = {"kinds": kinds, "groups": groups, "gate-metrics": gate_metrics, "gate-families": gate_families,
-                                        "settings": settings, "options": options}
+TABLES: dict[str, Callable[[], str]] = {"kinds": kinds, "groups": groups, "kind-accounts": kind_accounts, "gate-metrics": gate_metrics,
+                                        "gate-families": gate_families, "settings": settings, "options": options}
 
 
 def expand(markdown: str) -> str:

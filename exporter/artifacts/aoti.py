@@ -16,6 +16,10 @@ from ._common import TorchModuleRunner, atomic_path
 from ._program import export_program
 from .base import BuildContext, NotApplicable
 
+ACCOUNTS = {"aoti": "an AOTInductor package: `torch._inductor.aoti_compile_and_package` of the `torch.export` program, loaded with "
+                    "`aoti_load_package`; **not applicable**, saying how to install one, without a C++ compiler (`$CXX`, else `g++`, `c++`, "
+                    "`clang++` on `PATH`)"}
+
 COMPILERS = ("g++", "c++", "clang++")  # what Inductor's C++ builder finds when CXX is not set
 
 

@@ -34,6 +34,14 @@ from ..signature import SINGLE
 from ._common import atomic_path
 from .base import BuildContext, NotApplicable, listed_outputs, positional_inputs
 
+ACCOUNTS = {"coreml": "an Apple Core ML ML Program: `torch.export` of one sample (batch 1, as an app calls it; with a symbolic batch coremltools "
+                      "9 refuses ops such as an adaptive pooling to other than 1x1), `coremltools.convert(..., convert_to=\"mlprogram\", "
+                      "compute_precision=FLOAT32)`, the `.mlpackage` zipped with deterministic bytes (unzip to `coreml.mlpackage`); the Core ML "
+                      "input and output names are recorded. Core ML predicts on **macOS only**: elsewhere the file is built, its spec read back "
+                      "and checked, and the row is **not applicable** with that reason; judge it on a Mac by replaying the check's bundle there "
+                      "(\"Replay where it is deployed\"), where it runs on the CPU (`CPU_ONLY`), a batch fed sample by sample; the "
+                      "`[executorch]` extra pulls coremltools too"}
+
 INSTALL = "pip install coremltools"
 PACKAGE = "coreml.mlpackage"  # the folder inside the zip
 

@@ -33,6 +33,13 @@ from ._recurrent import RECURRENCE, recurrent_types, with_scan_lstm
 from .base import BuildContext, NotApplicable
 from .executorch_pte import Bounds, PteRunner, export_bounded, lower_and_save, require_executorch
 
+ACCOUNTS = {"executorch-int8": "PT2E static int8 with ExecuTorch's XNNPACK quantizer (`XNNPACKQuantizer`, "
+                               "`get_symmetric_quantization_config(is_per_channel=True)` on the convolutions and linear layers only: the heads, "
+                               "elementwise arithmetic such as attention masks, softmax, norms and an LSTM's `scan` loop stay float; torchao's "
+                               "`prepare_pt2e`, calibration on the golden set's **calibration split**, `convert_pt2e`), exported again with the "
+                               "same bounded batch and lowered to XNNPACK as `executorch`, run by the same runner (dim order from the file, "
+                               "bound recorded); judged **only on the other samples**"}
+
 QUANTIZER = "XNNPACKQuantizer (get_symmetric_quantization_config(is_per_channel=True): static, per-channel weights)"
 RECIPE = ("convolutions and linear layers int8 (weights, activations in and out), except the heads (the layers whose result "
           "reaches an output through no other such layer) and layers whose weight or bias is computed; elementwise "

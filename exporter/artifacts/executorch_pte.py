@@ -1,32 +1,25 @@
-"""executorch: the model as an on-device ExecuTorch program. ``torch.export`` (non-strict) with the batch
-axis dynamic up to an explicit bound, ``executorch.exir.to_edge_transform_and_lower`` with the XNNPACK
-partitioner (fp32), ``to_executorch()``, written as one ``.pte``; reloaded from the file with the
-ExecuTorch Python runtime (``Runtime.get().load_program(path)``, ``load_method("forward")``,
-``execute``). ``executorch-int8`` (:mod:`.executorch_int8`) is the same path after PT2E static int8 with
-the XNNPACK quantizer.
+"""executorch: the model as an on-device ExecuTorch program. ``torch.export`` (non-strict) with the batch axis dynamic up to an explicit bound,
+``executorch.exir.to_edge_transform_and_lower`` with the XNNPACK partitioner (fp32), ``to_executorch()``, written as one ``.pte``; reloaded from
+the file with the ExecuTorch Python runtime (``Runtime.get().load_program(path)``, ``load_method("forward")``, ``execute``). ``executorch-int8``
+(:mod:`.executorch_int8`) is the same path after PT2E static int8 with the XNNPACK quantizer.
 
 Two traps this module guards against:
 
-* The layout. A ``.pte`` records each input's dim order (its memory layout: contiguous ``(0, 1, 2, 3)``
-  or channels-last ``(0, 2, 3, 1)``) as it was in the export example, and the runtime does not check
-  what it is fed: a channels-last tensor fed to a program exported contiguous (or the reverse) runs
-  and returns numbers off by the whole signal (MAE ~2 on the bundled ResNet, no error;
-  pytorch/executorch#21837). The layout the app feeds is part of the signature (exporter/layouts.py;
-  default contiguous, as eager is fed): the program is exported from an example in that layout, the
-  runner feeds that layout, never the one it reads from the file, and the row's details record both;
-  a file that records another layout and fails its gate fails with that cause (``layout_mismatch``).
-* The batch bound. ExecuTorch plans memory for an upper bound of every dynamic axis, so the batch axis
-  is exported as ``Dim("batch", min=1, max=BATCH_MAX)``: 64 (``artifacts.base.PROBE_IMAGES``, the
-  largest batch the tool's batch-size check runs) or the example batch if larger. The bound planned in
-  the file is read back and recorded; a larger batch is refused by the runtime ("Attempted to resize a
-  bounded tensor with a maximum capacity of ... elements"), which is that batch's error, with the
-  runtime's own message, which the runner completes with the bound passed. A declared dynamic axis besides
-  the batch is exported as ``Dim.AUTO(max=AXIS_FACTOR x its longest size in the golden set)``; a model with an
-  ``nn.LSTM`` and such an axis is exported with the LSTM as a ``scan`` loop and its batch static at one sample
-  (:func:`bounded_inputs`), fed sample by sample.
+* The layout. A ``.pte`` records each input's dim order (its memory layout: contiguous ``(0, 1, 2, 3)`` or channels-last ``(0, 2, 3, 1)``) as it
+  was in the export example, and the runtime does not check what it is fed: a channels-last tensor fed to a program exported contiguous (or the
+  reverse) runs and returns numbers off by the whole signal (MAE ~2 on the bundled ResNet, no error; pytorch/executorch#21837). The layout the app
+  feeds is part of the signature (exporter/layouts.py; default contiguous, as eager is fed): the program is exported from an example in that
+  layout, the runner feeds that layout, never the one it reads from the file, and the row's details record both; a file that records another layout
+  and fails its gate fails with that cause (``layout_mismatch``).
+* The batch bound. ExecuTorch plans memory for an upper bound of every dynamic axis, so the batch axis is exported as
+  ``Dim("batch", min=1, max=BATCH_MAX)``: 64 (``artifacts.base.PROBE_IMAGES``, the largest batch the tool's batch-size check runs) or the example
+  batch if larger. The bound planned in the file is read back and recorded; a larger batch is refused by the runtime
+  ("Attempted to resize a bounded tensor with a maximum capacity of ... elements"), which is that batch's error, with the runtime's own message,
+  which the runner completes with the bound passed. A declared dynamic axis besides the batch is exported as
+  ``Dim.AUTO(max=AXIS_FACTOR x its longest size in the golden set)``; a model with an ``nn.LSTM`` and such an axis is exported with the LSTM as a
+  ``scan`` loop and its batch static at one sample (:func:`bounded_inputs`), fed sample by sample.
 
-An optional extra: ``pip install "export-check[executorch]"``.
-"""
+An optional extra: ``pip install "export-check[executorch]"``."""
 
 from __future__ import annotations
 
@@ -49,6 +42,17 @@ from ._common import NativeWarning, atomic_path, captured_fd
 from ._program import dynamic_axes_of, export_inputs, require_dynamic_program
 from ._recurrent import RECURRENCE, recurrent_types, with_scan_lstm
 from .base import PROBE_IMAGES, BuildContext, NotApplicable, beyond_bound, listed_outputs, positional_inputs
+
+ACCOUNTS = {"executorch": "an on-device ExecuTorch program: `torch.export` with the batch axis bounded (`Dim(\"batch\", min=1, max=64)`: the "
+                          "largest batch the batch-size check runs, or the example batch if larger; the bound planned in the file is recorded in "
+                          "the row's details), `executorch.exir.to_edge_transform_and_lower` with the XNNPACK partitioner (fp32), "
+                          "`to_executorch()`; loaded with the ExecuTorch Python runtime (`Runtime.get().load_program`, XNNPACK's threadpool "
+                          "pinned to `--threads`) and fed in the dim order (memory layout) the program was exported with, read from the file and "
+                          "recorded (`dim_order: contiguous`): the runtime does not check the layout it is fed, and the wrong one gives wrong "
+                          "numbers without an error (pytorch/executorch#21837). A batch above the bound is refused by the runtime, that batch "
+                          "size's error. A declared dynamic axis besides the batch is bounded too (\"Dynamic axes on the device\", below). **Not "
+                          "applicable** without executorch; a failing row's per-layer table comes from ExecuTorch's developer tools (\"Per-layer "
+                          "tables of ExecuTorch programs\", below)"}
 
 INSTALL = 'pip install "export-check[executorch]" (or pip install executorch)'
 BATCH_MAX = PROBE_IMAGES  # the batch bound the program is planned for (or the example batch, if larger)

@@ -45,6 +45,20 @@ from ._common import atomic_path
 from ._recurrent import recurrent_types
 from .base import BuildContext, NotApplicable, listed_outputs, positional_inputs
 
+ACCOUNTS = {"litert": "a LiteRT (formerly TensorFlow Lite) flatbuffer: `litert_torch.convert(model, example)` then `export` (litert-torch 0.10: "
+                      "`torch.export` lowered through StableHLO); reloaded by the LiteRT interpreter (`ai_edge_litert.interpreter`, "
+                      "`num_threads` = `--threads`) and run through its `serving_default` signature. The batch in the file is the example's; the "
+                      "signature runner resizes it to each batch fed, and a size the model cannot take is that size's error. A declared dynamic "
+                      "axis the file keeps at the example's size (a reshape baked into the graph; an LSTM, which `torch.export` unrolls over the "
+                      "example's time steps) gets **one signature per shape bucket**: the file is converted with one signature per distinct size "
+                      "of that axis in the golden set (`len_40`, `len_48`, ...: `signatures` in the details says which sizes it takes, "
+                      "`signatures_why` why), and the runner runs each batch through the signature its shape matches; a size with no signature "
+                      "is that batch's error, naming the sizes the file takes. Above 16 distinct sizes (`litert.MAX_SIGNATURES`) the row is "
+                      "**not applicable**: record fewer lengths, or pad the samples to a few bucket lengths. int64 inputs are fed as the int32 "
+                      "litert-torch converts them to. Its stack cannot share an environment with `executorch`/`coreml` (xdsl pins "
+                      "typing-extensions below 4.13, coremltools needs 4.14+): its tests run in `tox -e litert` (pins in "
+                      "`constraints-litert.txt`); without it the kind is **not applicable**, naming the packages"}
+
 INSTALL = ("pip install litert-torch ai-edge-litert, in an environment without coremltools (xdsl, which litert-torch pulls, pins "
            "typing-extensions below 4.13; coremltools' cattrs needs 4.14): tox -e litert")
 SIGNATURE = "serving_default"

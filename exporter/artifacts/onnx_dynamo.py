@@ -13,6 +13,9 @@ from ._external import place, scratch
 from ._program import export_inputs
 from .base import BuildContext, NotApplicable
 
+ACCOUNTS = {"onnx-dynamo": "`torch.onnx.export(dynamo=True)`, the torch.export-based exporter (the default since torch 2.9), opset ≥ 18 (the "
+                           "opset written is recorded), batch and declared axes dynamic; run in onnxruntime CPU; needs onnxscript (`[modern]`)"}
+
 DYNAMO_MIN_OPSET = 18
 
 

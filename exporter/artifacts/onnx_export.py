@@ -13,6 +13,9 @@ from ._external import place, scratch
 from ._native import stdout_into_notes
 from .base import BuildContext
 
+ACCOUNTS = {"onnx": "`torch.onnx.export`, TorchScript-based exporter (`dynamo=False`), opset 17, dynamic batch axis (checked), `onnx.checker` "
+                    "full check; run in onnxruntime CPU"}
+
 
 def _legacy_export(ctx: BuildContext, args: tuple, kwargs: dict, tmp: Path, input_names: list[str], output_names: list[str]) -> None:
     import torch

@@ -27,6 +27,11 @@ from ._external import place, save, scratch
 from .base import BuildContext
 from .parts import companions
 
+ACCOUNTS = {"onnx-fp16": "the `onnx` file in float16 (onnxruntime's `transformers.float16`), float32 inputs and outputs kept; run at a pinned "
+                         "graph optimisation level (`ORT_ENABLE_ALL` unless `onnx-fp16-optimization` says otherwise, recorded in the row's "
+                         "details and keyed on by the cache), first loaded at that level in a separate process so that an onnxruntime crash is "
+                         "this row's error, naming the level and the setting (the bundled ViT crashes at `all` and passes at `basic`)"}
+
 PROBE_TIMEOUT = 300.0
 
 _PROBE = """

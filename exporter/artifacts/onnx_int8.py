@@ -13,6 +13,9 @@ from ._external import place, scratch
 from .base import BuildContext
 from .parts import companions
 
+ACCOUNTS = {"onnx-int8-dynamic": "`onnxruntime.quantization.quantize_dynamic` (QInt8 weights, convolutions included)",
+            "onnx-dynamo-int8-dynamic": "`quantize_dynamic` of the `onnx-dynamo` file; needs onnxscript (`[modern]`)"}
+
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     quiet_onnxruntime()  # the sessions the quantizer opens log at fatal only

@@ -43,6 +43,12 @@ from ._external import place
 from .base import BuildContext
 from .parts import companions, data_name
 
+ACCOUNTS = {"onnx-int8-static": "`onnxruntime.quantization.quantize_static` (QDQ; QInt8 activations and weights, per-channel, MinMax; over the "
+                                "whole graph or the compute ops, with or without `reduce_range`: the first of four recipes close enough to the "
+                                "float file on the calibration split) of the `onnx` file, calibrated on the golden set's **calibration split**, "
+                                "`quant_pre_process` first; judged **only on the other samples** (see \"Static int8 and the calibration split\")",
+            "onnx-dynamo-int8-static": "`quantize_static` QDQ of the `onnx-dynamo` file, calibrated on the split; needs onnxscript (`[modern]`)"}
+
 # Pinned, recorded in details: what numbers the file gives depends on every one of them. Measured on the
 # bundled ResNet (32 calibration digits, 32 judged): QInt8 activations, per-channel weights MAE 0.040;
 # QUInt8 activations 0.59 (u8 x s8 saturates onnxruntime's x86 kernels; 0.10 with reduce_range), per-tensor 0.063.

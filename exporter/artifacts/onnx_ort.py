@@ -33,6 +33,12 @@ from ..signature import SINGLE, Signature
 from ._common import OnnxRunner, atomic_path
 from .base import BuildContext
 
+ACCOUNTS = {"onnx-ort": "the `onnx` file converted to ONNX Runtime's mobile/minimal-build ORT format (a flatbuffer, as "
+                        "`onnxruntime.tools.convert_onnx_models_to_ort` does it: optimisation style **Fixed**, level `all` baked into the file, "
+                        "NCHWc left out), reloaded from the `.ort` file by `onnxruntime.InferenceSession` with graph optimisations off (the "
+                        "saved graph runs as a minimal build runs it); its batch axis must stay dynamic (checked on the loaded file); the style, "
+                        "ORT format version and node counts are in the row's details"}
+
 OPTIMIZATION_STYLE = "Fixed"
 OPTIMIZATION_LEVEL = "all"  # onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL, the converter's default
 DISABLED_OPTIMIZERS = ("NchwcTransformer",)  # what the converter leaves out unless --target_platform amd64

@@ -17,6 +17,9 @@ from ._common import OnnxRunner, atomic_path, require_dynamic_batch
 from ._external import external_above, node_count, place, scratch
 from .base import BuildContext
 
+ACCOUNTS = {"onnx-simplified": "the ONNX file through `onnxsim.simplify`; its batch axis must still be dynamic (checked)",
+            "onnx-dynamo-simplified": "the `onnx-dynamo` file through onnxsim; needs onnxscript (`[modern]`)"}
+
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     import onnxsim

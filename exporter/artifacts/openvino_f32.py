@@ -9,6 +9,9 @@ from pathlib import Path
 from .base import BuildContext
 from .openvino_ir import OpenVinoRunner, build_ir, target_details
 
+ACCOUNTS = {"openvino-f32": "the same model with f32 weights and `INFERENCE_PRECISION_HINT=f32` pinned, so the drift the deployed defaults add "
+                            "on this machine is visible beside it"}
+
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     return build_ir(ctx, path, f32=True)

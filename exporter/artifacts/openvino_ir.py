@@ -23,6 +23,12 @@ from ..versions import BELOW_BF16, PRECISION_FLAGS, cpu_flags, onednn_cap_below
 from ._common import atomic_path
 from .base import BuildContext, NotApplicable, listed_outputs, positional_inputs
 
+ACCOUNTS = {"openvino": "OpenVINO as deployed: `openvino.convert_model`, `save_model` with its default fp16-compressed weights, compiled for the "
+                        "CPU at the runtime's default inference precision (bf16 on a CPU with `avx512_bf16`/AMX); the CPU's precision-relevant "
+                        "`/proc/cpuinfo` flags and the precision chosen are recorded in the row's details. The IR's `.xml` and `.bin` in one "
+                        "tar. Computed in bf16 (on such a CPU), the row is judged by the `bf16` gate: relative MAE ≤ 2% **and** top-1 agreement "
+                        "≥ 98% ([What varies by CPU](what-varies-by-cpu.md))"}
+
 INSTALL = 'pip install "export-check[openvino]" (or pip install openvino)'
 # /proc/cpuinfo flags that decide the precision OpenVINO's CPU plugin picks (bf16 with avx512_bf16 or
 # AMX, fp16 with avx512_fp16 on recent Xeons) or how fast int8/f32 runs.

@@ -19,6 +19,10 @@ from ._program import export_program
 from .base import BuildContext, NotApplicable
 from .torchao_int8 import TorchaoProgramRunner, _torchao
 
+ACCOUNTS = {"pt2e-int8-static": "torchao's PT2E (`prepare_pt2e`, calibration on the split, `convert_pt2e`; X86 Inductor quantizer), exported "
+                                "with `torch.export`, `torch.export.save`/`load`; judged only on the uncalibrated samples; needs torchao "
+                                "(`[modern]`)"}
+
 # Exporting the converted GraphModule again loses each node's module (``nn_module_stack``); the file
 # carries it instead, node name -> module qualified name, for the per-layer error table (diagnostics.layers.program).
 SCOPES_FILE = "export_check_scopes.json"

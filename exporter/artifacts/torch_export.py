@@ -10,6 +10,11 @@ from ._common import TorchModuleRunner, atomic_path, native_warnings
 from ._program import export_inputs, export_program
 from .base import BuildContext
 
+ACCOUNTS = {"torch-export": "`torch.export.export` (non-strict) with the batch axis and every declared dynamic axis dynamic, from an example of "
+                            "≥ 2 samples (one sample would specialise the batch axis to 1); saved with `torch.export.save`, loaded with "
+                            "`torch.export.load(...).module()`; an error when the program's guards pin an axis (checked on the example doubled "
+                            "along every dynamic axis)"}
+
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     import torch

@@ -16,6 +16,12 @@ from ._common import TorchScriptRunner, atomic_path
 from ._coverage import recorded
 from .base import BuildContext, NotApplicable
 
+ACCOUNTS = {"torch-int8-dynamic": "`torch.ao.quantization.quantize_dynamic` to int8 of every layer torch's default dynamic mapping converts "
+                                  "(`nn.Linear`, `nn.LSTM`, `nn.GRU`, `nn.LSTMCell`, `nn.GRUCell`, `nn.RNNCell`, read from "
+                                  "`get_default_dynamic_quant_module_mappings`), traced and saved as TorchScript; **not applicable** to a model "
+                                  "with none of them (the reason names the types looked for), or with a torch that no longer has "
+                                  "`torch.ao.quantization`"}
+
 
 def torch_ao_quantize_dynamic() -> Any:
     """``torch.ao.quantization.quantize_dynamic``, or ``not applicable`` when this torch no longer has it

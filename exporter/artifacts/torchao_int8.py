@@ -14,6 +14,10 @@ from ._coverage import recorded
 from ._program import export_program
 from .base import BuildContext, NotApplicable
 
+ACCOUNTS = {"torchao-int8-dynamic": "torchao's `Int8DynamicActivationInt8WeightConfig` on every `nn.Linear`, exported with `torch.export` and "
+                                    "saved as a `.pt2` (loading it needs torchao); **not applicable** to a model without `nn.Linear`; needs "
+                                    "torchao (`[modern]`)"}
+
 INSTALL = 'pip install "export-check[modern]" (or pip install torchao)'
 
 

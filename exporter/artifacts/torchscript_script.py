@@ -7,6 +7,8 @@ from pathlib import Path
 from ._common import TorchScriptRunner, atomic_path
 from .base import BuildContext
 
+ACCOUNTS = {"torchscript-script": "`torch.jit.script` (keeps Python control flow)"}
+
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     import torch

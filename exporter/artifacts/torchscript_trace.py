@@ -7,6 +7,8 @@ from pathlib import Path
 from ._common import TorchScriptRunner, atomic_path
 from .base import BuildContext
 
+ACCOUNTS = {"torchscript-trace": "`torch.jit.trace` on a batch of real golden inputs, loaded with `torch.jit.load`"}
+
 
 def build(ctx: BuildContext, path: Path, source: Path | None) -> dict[str, str]:
     import torch

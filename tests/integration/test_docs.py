@@ -129,6 +129,12 @@ def test_the_site_builds_with_no_warning_and_its_reference_pages_hold_every_kind
     api = page("reference/api")
     assert all(f'id="export_check.api.{name}"' in api for name in ("check", "record", "approve", "verify", "options_of"))
     assert "<!-- generated:" not in kinds + gates + settings + cli
+    # the pages whose tables the hooks generate beyond the reference's: the kind table, the module map, the test map
+    accounts, modules, tests = page("explanation/artifacts-and-gates"), page("explanation/module-map"), page("reference/test-map")
+    for kind in KINDS:
+        assert f"<td><code>{kind.name}</code></td>\n<td><code>{kind.suffix}</code></td>" in accounts, kind.name
+    assert "<td><code>compare.py</code></td>" in modules and "<td><code>test_compare.py</code></td>" in tests
+    assert "<!-- generated" not in accounts + modules + tests
 
 
 def test_an_unknown_generated_table_is_an_error_naming_the_choices() -> None:

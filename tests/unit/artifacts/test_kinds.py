@@ -7,7 +7,9 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 import re
+import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -68,15 +70,77 @@ def test_what_the_tool_knows_about_kinds_is_read_off_the_rows() -> None:
     assert PRELOAD[0] == "torch", "the build server imports torch first"
 
 
+def _gen_reference() -> ModuleType:
+    """docs/gen_reference.py, the MkDocs hook that generates the kind table of docs/explanation/artifacts-and-gates.md."""
+    spec = importlib.util.spec_from_file_location("gen_reference_under_test", ROOT / "docs" / "gen_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def account_problems(kind: ArtifactKind, account: str | None) -> list[str]:
+    """What is wrong with ``kind``'s account (``ACCOUNTS[kind.name]`` in its module, its "what it is" on the docs page):
+    none, more than one paragraph, or naming what is not so: an extra pyproject.toml has not, an option that does not
+    exist, a source file that is not its row's source, a gate whose numbers are not that family's default, calibration
+    its row does not say."""
+    if not account or not account.strip():
+        return [f"{kind.name}: no account: add ACCOUNTS = {{{kind.name!r}: ...}} to {kind.module}"]
+    problems = [f"{kind.name}: one paragraph, one line of the table"] if "\n\n" in account else []
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    problems += [f"{kind.name}: no extra [{e}]" for e in re.findall(r"`\[([^]`]+)\]`", account) if e not in extras]
+    names = {o.name for o in OPTIONS}
+    problems += [f"{kind.name}: no option --{o}" for o in re.findall(r"`--([a-z0-9-]+)`", account) if o not in names]
+    problems += [f"{kind.name}: built from {kind.source}, not {s}" for s in re.findall(r"the `([a-z0-9-]+)` file", account) if s != kind.source]
+    for gate in re.finditer(r"`([a-z0-9]+)` gate: ", account):
+        family = FAMILIES.get(gate.group(1))
+        words = _gen_reference().gate_words(family.default) if family else ""
+        if not family or not account[gate.end():].startswith(words):
+            problems.append(f"{kind.name}: the {gate.group(1)} gate is {words or 'no family'}")
+    if ("calibrat" in account) != kind.calibrated:
+        problems.append(f"{kind.name}: calibrated={kind.calibrated}, its account says otherwise")
+    return problems
+
+
 def test_every_kind_has_its_documented_line_and_a_test_of_its_own() -> None:
-    # the account of each kind (the reference page's table is generated from KINDS: tests/integration/test_docs.py)
-    readme = (ROOT / "docs" / "explanation" / "artifacts-and-gates.md").read_text(encoding="utf-8")
+    """A kind's account lives in its module; the kind table of docs/explanation/artifacts-and-gates.md is generated from
+    it and the row (its reference page's table too: tests/integration/test_docs.py); and a test names the kind."""
+    gen_reference = _gen_reference()
+    table = gen_reference.kind_accounts().splitlines()
     tests = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("test_*.py") if p.name != Path(__file__).name)
-    for kind in KINDS:
-        line = next((row for row in readme.splitlines() if row.startswith(f"| `{kind.name}` |")), None)
-        assert line is not None, f"docs/explanation/artifacts-and-gates.md's kind table has no line for {kind.name}"
-        assert kind.suffix in line
+    assert table[0] == "| row | file | what it is | gate (default) | needs | group |" and table[2].startswith("| `eager` |")
+    assert [row.split(" | ")[0] for row in table[3:]] == [f"| `{kind.name}`" for kind in KINDS]
+    for kind, line in zip(KINDS, table[3:], strict=True):
+        account = gen_reference.account(kind)
+        assert account_problems(kind, account) == []
+        cells = line.split(" | ")
+        assert cells[1] == f"`{kind.suffix}`" and cells[2] == account.replace("|", "\\|")
+        assert cells[3].startswith(gen_reference.gate_words(FAMILIES[kind.family].default))
         assert f'"{kind.name}"' in tests, f"no test names {kind.name}"
+
+
+def test_a_kind_without_an_account_or_with_a_stale_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contract can fail: a new kind whose module has no account for it (the docs build fails too), and accounts
+    that name what is not so."""
+    import export_check.artifacts
+
+    gen_reference = _gen_reference()
+    newcomer = dataclasses.replace(KINDS_BY_NAME["onnx-fp16"], name="onnx-fp8")  # its module holds no account for it
+    assert gen_reference.account(newcomer) is None
+    assert account_problems(newcomer, None) == ["onnx-fp8: no account: add ACCOUNTS = {'onnx-fp8': ...} to export_check.artifacts.onnx_fp16"]
+    monkeypatch.setattr(export_check.artifacts, "KINDS", (*KINDS, newcomer))
+    with pytest.raises(ValueError, match="export_check.artifacts.onnx_fp16 holds no account of the kind onnx-fp8"):
+        gen_reference.kind_accounts()
+    no_module = dataclasses.replace(KINDS_BY_NAME["onnx"], module="export_check.artifacts.base")  # a module with no ACCOUNTS
+    assert gen_reference.account(no_module) is None
+    onnx_fp16 = KINDS_BY_NAME["onnx-fp16"]
+    assert account_problems(onnx_fp16, "the `onnx-dynamo` file in float16, set by `--fp16-level`; needs onnxconverter (`[fp16]`); "
+                            "the `fp16` gate: relative MAE ≤ 3%; calibrated on nothing\n\nmore") == [
+        "onnx-fp16: one paragraph, one line of the table", "onnx-fp16: no extra [fp16]", "onnx-fp16: no option --fp16-level",
+        "onnx-fp16: built from onnx, not onnx-dynamo",
+        "onnx-fp16: the fp16 gate is relative MAE ≤ 1% **and** top-1 agreement ≥ 99%",
+        "onnx-fp16: calibrated=False, its account says otherwise"]
+    assert account_problems(onnx_fp16, gen_reference.account(onnx_fp16)) == []
 
 
 def _installed(distribution: str) -> bool:
