@@ -1,10 +1,10 @@
 """The artifact kinds: one ordered table, each kind's code behind one small interface (``base``), and
 the named groups ``--artifacts`` takes.
 
-Adding a kind is one module (``build`` and ``open_runner``), one row here (every fact about it:
-``base.KIND_FACTS``), its test and its line in the table of docs/explanation/artifacts-and-gates.md; the build order, the groups, the
-build server's preloads, the cache key's package versions and the per-layer method are all read off
-the rows, and tests/unit/artifacts/test_kinds.py checks every row. Modules are named by string so that
+Adding a kind is one module (``build``, ``open_runner`` and ``ACCOUNTS``, its account, from which the docs' kind table
+is generated), one row here (every fact about it: ``base.KIND_FACTS``) and its test (a new runtime: its row in
+``runtimes.RUNTIMES``); the build order, the groups, the build server's preloads, the cache key's package versions and
+the per-layer method are all read off the rows, and tests/unit/artifacts/test_kinds.py checks every row. Modules are named by string so that
 importing this table costs nothing (``export-check --help`` stays instant).
 """
 

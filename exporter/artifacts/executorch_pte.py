@@ -18,7 +18,6 @@ Two traps this module guards against:
   which the runner completes with the bound passed. A declared dynamic axis besides the batch is exported as
   ``Dim.AUTO(max=AXIS_FACTOR x its longest size in the golden set)``; a model with an ``nn.LSTM`` and such an axis is exported with the LSTM as a
   ``scan`` loop and its batch static at one sample (:func:`bounded_inputs`), fed sample by sample.
-
 An optional extra: ``pip install "export-check[executorch]"``."""
 
 from __future__ import annotations
@@ -47,12 +46,13 @@ ACCOUNTS = {"executorch": "an on-device ExecuTorch program: `torch.export` with 
                           "largest batch the batch-size check runs, or the example batch if larger; the bound planned in the file is recorded in "
                           "the row's details), `executorch.exir.to_edge_transform_and_lower` with the XNNPACK partitioner (fp32), "
                           "`to_executorch()`; loaded with the ExecuTorch Python runtime (`Runtime.get().load_program`, XNNPACK's threadpool "
-                          "pinned to `--threads`) and fed in the dim order (memory layout) the program was exported with, read from the file and "
-                          "recorded (`dim_order: contiguous`): the runtime does not check the layout it is fed, and the wrong one gives wrong "
-                          "numbers without an error (pytorch/executorch#21837). A batch above the bound is refused by the runtime, that batch "
-                          "size's error. A declared dynamic axis besides the batch is bounded too (\"Dynamic axes on the device\", below). **Not "
-                          "applicable** without executorch; a failing row's per-layer table comes from ExecuTorch's developer tools (\"Per-layer "
-                          "tables of ExecuTorch programs\", below)"}
+                          "pinned to `--threads`) and fed in the layout (dim order) the app feeds, the signature's (contiguous unless set), which"
+                          " the program is exported in; the dim order the file records is read back and recorded beside it: the runtime does not "
+                          "check the layout it is fed, and the wrong one gives wrong numbers without an error (pytorch/executorch#21837), so a "
+                          "file that records another layout and fails its gate says so (`layout_mismatch`). A batch above the bound is refused by"
+                          " the runtime, that batch size's error. A declared dynamic axis besides the batch is bounded too (\"Dynamic axes on the "
+                          "device\", below). **Not applicable** without executorch; a failing row's per-layer table comes from ExecuTorch's "
+                          "developer tools (\"Per-layer tables of ExecuTorch programs\", below)"}
 
 INSTALL = 'pip install "export-check[executorch]" (or pip install executorch)'
 BATCH_MAX = PROBE_IMAGES  # the batch bound the program is planned for (or the example batch, if larger)
