@@ -135,21 +135,21 @@ def _streamed(name: str, key: str, stream: StreamFactory, bound: Bound, directio
     return _scalar(name, bound, direction, lambda metrics: metrics.stat(key), shown, failed, key=key, stream=stream, **options)
 
 
-# The streams of compare the entries below point at, imported when a replay makes one: the gates import no numpy.
+# The streams the entries below measure (gates/streams.py), imported when a replay makes one: the gates import no numpy.
 def _least_cosine(layout: Layout) -> Stream | None:
-    from ..compare import LeastCosine
+    from .streams import LeastCosine
 
     return LeastCosine()
 
 
 def _signal_to_noise(layout: Layout) -> Stream | None:
-    from ..compare import SignalToNoise
+    from .streams import SignalToNoise
 
     return SignalToNoise()
 
 
 def _character_error_rate(layout: Layout) -> Stream | None:
-    from ..compare import CharacterErrorRate
+    from .streams import CharacterErrorRate
 
     return CharacterErrorRate.of(layout)  # a CTC output's only
 
@@ -254,7 +254,7 @@ GATE_METRICS: tuple[GateMetric, ...] = (
                 Bound("rtol", "rtol", "rtol", "the relative tolerance of the allclose gate of {what} (atol 0 unless set; default: {default})")),
                _tolerance_shown, _tolerance_reason, missing=_tolerance_missing, at_batch_sizes=False),
     # The least cosine similarity of any one sample's output with its reference (flattened): an
-    # embedding or a row of logits pointing elsewhere, whatever its scale (compare.LeastCosine).
+    # embedding or a row of logits pointing elsewhere, whatever its scale (streams.LeastCosine).
     _streamed("cosine similarity", "cosine", _least_cosine,
               Bound("min_cosine", "min cosine similarity", "min-cosine",
                     "cosine similarity gate of {what}: no sample's output may have a lower cosine with its reference "
@@ -279,13 +279,13 @@ GATE_METRICS: tuple[GateMetric, ...] = (
             lambda m, v, b: f"label accuracy {m.label_accuracy:.1%} against the reference's {m.reference_label_accuracy:.1%}: "
                             f"a drop of {v:.2f} points > {b:g}",
             applies=lambda m: m.labelled != 0, at_batch_sizes=False, column="acc drop", cell="{:.2f}pt"),
-    # The output's signal-to-noise ratio in dB: 10 log10(sum reference^2 / sum error^2) (compare.SignalToNoise).
+    # The output's signal-to-noise ratio in dB: 10 log10(sum reference^2 / sum error^2) (streams.SignalToNoise).
     _streamed("SNR", "snr_db", _signal_to_noise,
               Bound("min_snr_db", "min SNR", "min-snr",
                     "signal-to-noise gate of {what} in dB: 10 log10(sum reference^2 / sum error^2) (default: {default})", "DB"),
               "min", "SNR>={:g}dB", lambda m, v, b: f"SNR {v:.3g} dB < {b:g} dB", at_batch_sizes=False, column="SNR dB", cell="{:.1f}"),
     # A CTC output's character error rate (a sequence output with ctc-blank): the edit distance of each sample's
-    # greedy decoding from the reference's, summed, over the reference texts' length (compare.CharacterErrorRate).
+    # greedy decoding from the reference's, summed, over the reference texts' length (streams.CharacterErrorRate).
     _streamed("character error rate", "cer", _character_error_rate,
               Bound("max_cer", "max character error rate", "max-cer",
                     "character error rate gate of {what}'s CTC outputs (those with ctc-blank): edit distance "

@@ -66,8 +66,9 @@ def test_shape_mismatch_is_reported() -> None:
 def test_an_accumulator_measures_the_streams_it_is_given_and_its_own_where_they_apply() -> None:
     """compare knows no gate metric's stream: given none (the diagnostics', ``compare()``), it measures only its own (a CTC
     output's decoded agreement); given the gates' (a replay), every one that applies, in the JSON's order."""
-    from export_check.compare import Layout, LeastCosine
+    from export_check.compare import Layout
     from export_check.gates import STREAMS
+    from export_check.gates.streams import LeastCosine
 
     ref, cand = np.eye(3), np.eye(3) + 0.5
     assert compare(ref, cand).streamed == ()

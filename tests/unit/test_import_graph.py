@@ -100,7 +100,6 @@ LONG_MODULES = {  # module (path under exporter/) -> why it is still one module
     "builder/server.py": "the build server's one process: its request loop, its build children and the load host it forks share "
                          "that process's state (the context unpickled, the lifeline, the replay channel); to split: the load host",
     "cli.py": "the argument parser and the command dispatch; to split: the parser's subcommand tables into cli_commands.py",
-    "compare.py": "the streamed metrics of one output and their accumulator, which must agree number for number",
     "options.py": "ONE table of options (every flag and settings key of every command, a row each: STYLE.md): its rows are its "
                   "length, and a second table would be the thing to avoid",
     "golden/lifecycle.py": "record, approve and verify share the atomic write, the lock and the diff of a golden set",
