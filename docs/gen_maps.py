@@ -1,7 +1,7 @@
 """The module map and the test map, generated from the tree when the site is built, so that neither can go stale.
 
-An MkDocs hook (``hooks:`` in mkdocs.yml, beside docs/gen_reference.py): a page holding ``<!-- generated map: NAME -->``
-gets the map NAME in its place (``on_page_markdown``); nothing generated is committed.
+The site's one hook, docs/gen_reference.py, puts them in place of ``<!-- generated: module-map -->`` and
+``<!-- generated: test-map -->`` (its ``TABLES`` read ``MAPS`` here); nothing generated is committed.
 
 * ``modules`` (docs/explanation/module-map.md): every module of ``exporter/`` by folder, its lines and the first
   sentence of its docstring (a module without one is named so);
@@ -19,11 +19,9 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "exporter"
-MARKER = re.compile(r"<!-- generated map: ([a-z-]+) -->")
 SHOWN = 4  # test files named per module; the rest counted
 
 
@@ -90,20 +88,6 @@ def test_map() -> str:
 
 
 MAPS: dict[str, Callable[[], str]] = {"modules": module_map, "tests": test_map}
-
-
-def expand(markdown: str) -> str:
-    """``markdown`` with every ``<!-- generated map: NAME -->`` replaced by the map NAME (an unknown NAME is an error)."""
-    def generated(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in MAPS:
-            raise ValueError(f"unknown generated map {name!r}; choose from {', '.join(MAPS)}")
-        return MAPS[name]()
-    return MARKER.sub(generated, markdown)
-
-
-def on_page_markdown(markdown: str, **kwargs: Any) -> str:  # the MkDocs hook
-    return expand(markdown)
 
 
 def main(argv: list[str]) -> int:

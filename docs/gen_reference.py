@@ -8,6 +8,7 @@ NAME in its place when the site is built (``on_page_markdown``). The tables are 
 * ``export_check.gates.GATE_METRICS``                      -> ``gate-metrics``
 * ``export_check.gates.GATE_FAMILIES``                     -> ``gate-families``
 * ``export_check.options.OPTIONS``                         -> ``settings``, ``options`` (every command's)
+* the tree, read by docs/gen_maps.py                       -> ``module-map``, ``test-map``
 
 ``python docs/gen_reference.py NAME`` prints one table (what tests/integration/test_docs.py checks
 against the code's tables too).
@@ -187,8 +188,18 @@ def options() -> str:
     return "\n".join(parts)
 
 
+def _maps() -> Any:
+    """docs/gen_maps.py, beside this file (a hook is loaded by its path, not as a package)."""
+    spec = importlib.util.spec_from_file_location("gen_maps", Path(__file__).with_name("gen_maps.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 TABLES: dict[str, Callable[[], str]] = {"kinds": kinds, "groups": groups, "kind-accounts": kind_accounts, "gate-metrics": gate_metrics,
-                                        "gate-families": gate_families, "settings": settings, "options": options}
+                                        "gate-families": gate_families, "settings": settings, "options": options,
+                                        "module-map": lambda: _maps().module_map(), "test-map": lambda: _maps().test_map()}
 
 
 def expand(markdown: str) -> str:

@@ -156,6 +156,17 @@ def nudged_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_state_dict(state, tmp_path_factory.mktemp("nudged") / "resnet_digits_nudged.pth")
 
 
+def docs_script(name: str, root: Path = REPO):
+    """A script of docs/ (``gen_reference``, the site's hook; ``gen_maps``), loaded from its file as the hook is."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{name}_under_test", root / "docs" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def read_report(path: Path) -> dict:
     """A JSON report export-check wrote, without its seal (the first member, exporter/report/seal.py): what the run
     reported, as the tests compare it."""

@@ -13,6 +13,7 @@ from types import ModuleType
 
 import pytest
 
+from conftest import docs_script
 from export_check.artifacts import BUILD_ORDER, GROUP_NAMES, GROUPS, KIND_NAMES, KINDS, KINDS_BY_NAME, PRELOAD
 from export_check.artifacts.base import KIND_FACTS, ArtifactKind
 from export_check.artifacts.runtimes import RUNTIME_MODULES
@@ -72,11 +73,7 @@ def test_what_the_tool_knows_about_kinds_is_read_off_the_rows() -> None:
 
 def _gen_reference() -> ModuleType:
     """docs/gen_reference.py, the MkDocs hook that generates the kind table of docs/explanation/artifacts-and-gates.md."""
-    spec = importlib.util.spec_from_file_location("gen_reference_under_test", ROOT / "docs" / "gen_reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return docs_script("gen_reference")
 
 
 def account_problems(kind: ArtifactKind, account: str | None) -> list[str]:
