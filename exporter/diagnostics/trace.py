@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..artifacts.base import PROBE_IMAGES
-from ..feeds import Feeds, concat, length, take
+from ..feeds import Feeds, length, take
 from ..signature import SINGLE, Signature
 
 EAGER = "eager"  # the trace's name for the eager model's outputs (and the eager row's)
@@ -70,9 +70,6 @@ class ReplayTrace:
 
     def probe_size(self) -> int:
         return min(self.probe_count, sum(length(b, self.signature) for b in self._images))
-
-    def probe(self) -> dict[str, np.ndarray]:
-        return take(concat(self._images, self.signature), self.signature, 0, self.probe_size())
 
     def first_batch(self) -> dict[str, np.ndarray]:
         return self._images[0]
