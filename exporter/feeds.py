@@ -44,12 +44,6 @@ def take(feeds: Feeds, signature: Signature, start: int, stop: int) -> dict[str,
     return out
 
 
-def concat(batches: Sequence[Feeds], signature: Signature) -> dict[str, np.ndarray]:
-    """Batches joined into one (they must share every non-batch dimension)."""
-    names = list(batches[0])
-    return {name: np.concatenate([b[name] for b in batches], axis=_axis(signature, name)) for name in names}
-
-
 def samples_first(outputs: Mapping[str, np.ndarray], signature: Signature, names: Sequence[str] | None = None,
                   what: str = "") -> dict[str, np.ndarray]:
     """The outputs ``names`` (default: every one of ``outputs``), each with its samples on axis 0 (a view where the

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from ..errors import UsageError
-from ..feeds import concat, take
 from ..feeds import length as samples_in
 from .goldenset import GoldenSet
 from .spill import SpilledBatches
@@ -167,8 +166,11 @@ class GoldenBatches:
                 break
             parts.append(feeds)
             have += self.length(feeds)
-        signature = self.golden.signature
-        return take(concat(parts, signature), signature, 0, count), min(have, count)
+        out = {}
+        for spec in self.golden.signature.inputs:
+            joined = np.concatenate([p[spec.name] for p in parts], axis=spec.batch_axis)
+            out[spec.name] = joined[(slice(None),) * spec.batch_axis + (slice(0, count),)]
+        return out, min(have, count)
 
     def eager_held(self) -> bool:
         """Whether every batch's eager output was computed ahead and is held."""

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from export_check.feeds import concat, length, samples_first, take
+from export_check.feeds import length, samples_first, take
 from export_check.signature import SINGLE, InputSpec, OutputSpec, Signature
 
 # "x" holds its samples on axis 1 (a sequence-first input), "ids" on axis 0; "y" is an output batched on axis 2
@@ -31,18 +29,6 @@ def test_an_input_the_signature_does_not_name_is_batched_on_axis_0() -> None:
     f = {"unknown": np.arange(12).reshape(4, 3)}
     assert length(f, SINGLE) == 4
     assert take(f, SINGLE, 0, 2)["unknown"].shape == (2, 3)
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.integers(1, 4), min_size=1, max_size=5))
-def test_concat_of_consecutive_takes_gives_the_batch_back(cuts: list[int]) -> None:
-    whole = feeds(sum(cuts))
-    starts = np.cumsum([0, *cuts])
-    parts = [take(whole, SIG, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:], strict=True)]
-    joined = concat(parts, SIG)
-    assert joined.keys() == whole.keys()
-    for name in whole:
-        np.testing.assert_array_equal(joined[name], whole[name])
 
 
 def test_samples_first_moves_only_outputs_batched_elsewhere() -> None:
