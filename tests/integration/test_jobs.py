@@ -198,6 +198,7 @@ def test_the_console_scripts_run_ends_its_helpers_before_it_explains(nudged_chec
         seen.append((isolation.SERVICE.server, dict(isolation.SERVICE.hosts)))
         return explained(self, obs, *args)
 
+    isolation.shutdown()  # the helpers an earlier test of this worker left (an openvino host) are not this run's
     isolation.prewarm(("onnx",))  # the helpers as a run starts them
     server, hosts = isolation.SERVICE.server, dict(isolation.SERVICE.hosts)
     assert server is not None and server.alive() and set(hosts) == {"onnxruntime"}
